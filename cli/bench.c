@@ -1,0 +1,323 @@
+/*
+ * ferry bench SOURCE: runs a loader over a source for some epochs and reports
+ * throughput, latency to the first batch, and whether the consumer waited.
+ */
+#include "cli.h"
+
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void bench_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: ferry bench SOURCE [options]\n"
+            "\n"
+            "Runs a loader over SOURCE and prints a summary (a progress bar on a terminal).\n"
+            "\n"
+            "sources:\n"
+            "  synthetic:COUNT[,bytes=N][,cost=N][,seed=N][,classes=N][,var=N][,fail_every=N]\n"
+            "      COUNT samples of N bytes (default 16) plus an int64 label; cost=N burns N\n"
+            "      Philox rounds of CPU per sample; var=N adds a variable-length field up to N;\n"
+            "      fail_every=N makes every N-th sample fail\n"
+            "\n"
+            "options:\n"
+            "  --batch N         samples per batch, 1..16777216 (default 64)\n"
+            "  --workers N       worker threads, 0..1024; 0 = the caller's thread (default 2)\n"
+            "  --prefetch N      batch buffers in flight, 1..65536 (default 2 per worker)\n"
+            "  --shuffle         random order (a new one each epoch)\n"
+            "  --seed N          seed of every random choice (default 0)\n"
+            "  --epochs N        epochs to run, 1..1000000 (default 1)\n"
+            "  --drop-last       drop a last, partial batch\n"
+            "  --rank R          this rank, 0..world-1 (default: RANK, OMPI_COMM_WORLD_RANK or\n"
+            "                    SLURM_PROCID from the environment, else 0)\n"
+            "  --world-size W    ranks in all, 1..2^31 (default: from the environment, else 1)\n"
+            "  --order ORDER     'sampler' (default) or 'completion' delivery order\n"
+            "  --timeout MS      fail if a batch takes longer than MS ms (default 0 = never)\n"
+            "  --on-error P      'fail' (default) or 'skip' bad samples\n"
+            "  --skip-budget N   with --on-error skip: bad samples allowed per epoch (default 0)\n"
+            "  --digest          hash every batch's bytes in delivery order (adds 'digest')\n"
+            "  --json            print the summary as one JSON object on stdout\n"
+            "  --no-progress     no progress bar\n"
+            "  -h, --help        this text\n");
+}
+
+/* A fast 64-bit hash over the bytes, chained batch to batch. Not cryptographic:
+ * it tells two runs apart. */
+static uint64_t digest_bytes(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, b + i, 8);
+        h = (h ^ w) * 0x9E3779B97F4A7C15ull;
+        h ^= h >> 29;
+    }
+    for (; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static uint64_t digest_batch(uint64_t h, const ferry_batch *b)
+{
+    int nf = ferry_batch_nfields(b);
+    for (int f = 0; f < nf; f++) {
+        ferry_tensor t;
+        if (ferry_batch_field(b, f, &t) == 0)
+            h = digest_bytes(h, t.data, ferry_tensor_nbytes(&t));
+        if (ferry_batch_lengths(b, f, &t) == 0)
+            h = digest_bytes(h, t.data, ferry_tensor_nbytes(&t));
+    }
+    return h;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    enum { O_BATCH = 256, O_WORKERS, O_PREFETCH, O_SHUFFLE, O_SEED, O_EPOCHS, O_DROP, O_RANK,
+           O_WORLD, O_ORDER, O_TIMEOUT, O_ONERR, O_BUDGET, O_DIGEST, O_JSON, O_NOPROG };
+    static const struct option opts[] = {
+        {"batch", required_argument, 0, O_BATCH},       {"workers", required_argument, 0, O_WORKERS},
+        {"prefetch", required_argument, 0, O_PREFETCH}, {"shuffle", no_argument, 0, O_SHUFFLE},
+        {"seed", required_argument, 0, O_SEED},         {"epochs", required_argument, 0, O_EPOCHS},
+        {"drop-last", no_argument, 0, O_DROP},          {"rank", required_argument, 0, O_RANK},
+        {"world-size", required_argument, 0, O_WORLD},  {"order", required_argument, 0, O_ORDER},
+        {"timeout", required_argument, 0, O_TIMEOUT},   {"on-error", required_argument, 0, O_ONERR},
+        {"skip-budget", required_argument, 0, O_BUDGET}, {"digest", no_argument, 0, O_DIGEST},
+        {"json", no_argument, 0, O_JSON},               {"no-progress", no_argument, 0, O_NOPROG},
+        {"help", no_argument, 0, 'h'},                  {0, 0, 0, 0}};
+    ferry_loader_opts o;
+    ferry_loader_opts_default(&o);
+    o.batch_size = 64;
+    o.num_workers = 2;
+    uint64_t v, epochs = 1;
+    int64_t rank = -1, world = -1, iv;
+    bool digest = false, json = false, progress = true, prefetch_set = false;
+
+    optind = 1;
+    int c;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case O_BATCH:
+            if (!cli_u64("--batch", optarg, 1, 1u << 24, &v))
+                return EXIT_USAGE;
+            o.batch_size = (uint32_t)v;
+            break;
+        case O_WORKERS:
+            if (!cli_u64("--workers", optarg, 0, 1024, &v))
+                return EXIT_USAGE;
+            o.num_workers = (uint32_t)v;
+            break;
+        case O_PREFETCH:
+            if (!cli_u64("--prefetch", optarg, 1, 65536, &v))
+                return EXIT_USAGE;
+            o.prefetch = (uint32_t)v;
+            prefetch_set = true;
+            break;
+        case O_SHUFFLE:
+            o.shuffle = 1;
+            break;
+        case O_SEED:
+            if (!cli_u64("--seed", optarg, 0, UINT64_MAX, &o.seed))
+                return EXIT_USAGE;
+            break;
+        case O_EPOCHS:
+            if (!cli_u64("--epochs", optarg, 1, 1000000, &epochs))
+                return EXIT_USAGE;
+            break;
+        case O_DROP:
+            o.drop_last = 1;
+            break;
+        case O_RANK:
+            if (!cli_i64("--rank", optarg, 0, INT32_MAX, &rank))
+                return EXIT_USAGE;
+            break;
+        case O_WORLD:
+            if (!cli_i64("--world-size", optarg, 1, (int64_t)1 << 31, &world))
+                return EXIT_USAGE;
+            break;
+        case O_ORDER:
+            if (!strcmp(optarg, "sampler"))
+                o.order = FERRY_ORDER_SAMPLER;
+            else if (!strcmp(optarg, "completion"))
+                o.order = FERRY_ORDER_COMPLETION;
+            else
+                return cli_error(EXIT_USAGE, "--order: \"%s\" is not 'sampler' or 'completion'",
+                                 optarg);
+            break;
+        case O_TIMEOUT:
+            if (!cli_i64("--timeout", optarg, 0, INT64_MAX / 1000000, &iv))
+                return EXIT_USAGE;
+            o.timeout_ms = iv;
+            break;
+        case O_ONERR:
+            if (!strcmp(optarg, "fail"))
+                o.on_error = FERRY_ON_ERROR_FAIL;
+            else if (!strcmp(optarg, "skip"))
+                o.on_error = FERRY_ON_ERROR_SKIP;
+            else
+                return cli_error(EXIT_USAGE, "--on-error: \"%s\" is not 'fail' or 'skip'", optarg);
+            break;
+        case O_BUDGET:
+            if (!cli_u64("--skip-budget", optarg, 0, UINT64_MAX, &o.skip_budget))
+                return EXIT_USAGE;
+            break;
+        case O_DIGEST:
+            digest = true;
+            break;
+        case O_JSON:
+            json = true;
+            break;
+        case O_NOPROG:
+            progress = false;
+            break;
+        case 'h':
+            bench_usage(stdout);
+            return 0;
+        default:
+            bench_usage(stderr);
+            return EXIT_USAGE;
+        }
+    }
+    if (optind != argc - 1) {
+        cli_error(EXIT_USAGE, optind >= argc ? "bench: SOURCE is missing"
+                                             : "bench: one SOURCE expected");
+        bench_usage(stderr);
+        return EXIT_USAGE;
+    }
+    const char *spec = argv[optind];
+    (void)prefetch_set;
+
+    int rc, status = 0;
+    ferry_dataset *ds = NULL;
+    ferry_sampler *sampler = NULL;
+    ferry_loader *l = NULL;
+    uint64_t t0 = ferry_now_ns(), t_first = 0, samples = 0, batches = 0, h = 0xcbf29ce484222325ull;
+    char errbuf[1024] = "";
+
+    if ((rc = ferry_dataset_open(&ds, spec)) < 0) {
+        status = cli_error(EXIT_USAGE, "%s", ferry_last_errmsg());
+        goto done;
+    }
+    /* Rank and world: flags first, then the launcher's environment. */
+    if (rank < 0 || world < 0) {
+        int64_t er, ew;
+        if ((rc = ferry_dist_from_env(&er, &ew)) < 0) {
+            status = cli_error(EXIT_USAGE, "%s", ferry_last_errmsg());
+            goto done;
+        }
+        if (rank < 0)
+            rank = world < 0 || er < world ? er : 0;
+        if (world < 0)
+            world = ew;
+    }
+    if (rank >= world) {
+        status = cli_error(EXIT_USAGE, "--rank %lld is outside [0, %lld] for --world-size %lld",
+                           (long long)rank, (long long)world - 1, (long long)world);
+        goto done;
+    }
+    if (world > 1) {
+        ferry_distributed_opts d = {ferry_dataset_len(ds), rank, world, o.shuffle, o.seed,
+                                    o.drop_last};
+        if ((rc = ferry_sampler_distributed(&sampler, &d)) < 0) {
+            status = cli_error(EXIT_USAGE, "%s", ferry_last_errmsg());
+            goto done;
+        }
+        o.sampler = sampler;
+    }
+    t0 = ferry_now_ns();
+    if ((rc = ferry_loader_create(&l, ds, &o)) < 0) {
+        status = cli_error(EXIT_USAGE, "%s", ferry_last_errmsg());
+        goto done;
+    }
+    uint64_t per_epoch = ferry_loader_len(l);
+    cli_progress bar;
+    cli_progress_start(&bar, "bench", per_epoch * epochs, progress);
+    for (uint64_t e = 0; e < epochs && status == 0; e++) {
+        if ((rc = ferry_loader_start(l, e, 0)) < 0)
+            break;
+        ferry_batch *b;
+        while ((rc = ferry_loader_next(l, &b)) == 0) {
+            if (!t_first)
+                t_first = ferry_now_ns();
+            if (digest)
+                h = digest_batch(h, b);
+            samples += ferry_batch_size(b);
+            batches++;
+            ferry_batch_release(b);
+            cli_progress_update(&bar, batches, "batches");
+        }
+        if (rc != FERRY_END)
+            break;
+        rc = 0;
+    }
+    cli_progress_end(&bar);
+    uint64_t t_end = ferry_now_ns();
+    if (rc < 0) {
+        snprintf(errbuf, sizeof errbuf, "%s", ferry_loader_errmsg(l));
+        cli_error(1, "%s", errbuf);
+        status = 1;
+    }
+
+    ferry_loader_stats st;
+    ferry_loader_stats_get(l, &st);
+    double secs = (double)(t_end - t0) / 1e9;
+    double first_ms = t_first ? (double)(t_first - t0) / 1e6 : 0;
+    double wait = st.elapsed_ns ? (double)st.consumer_wait_ns / (double)st.elapsed_ns : 0;
+    double sps = secs > 0 ? (double)samples / secs : 0;
+    double bps = secs > 0 ? (double)st.bytes / secs : 0;
+    uint64_t errors = st.skipped + (status != 0);
+    if (json) {
+        printf("{\"source\": ");
+        cli_json_string(stdout, spec);
+        printf(", \"samples\": %llu, \"batches\": %llu, \"epochs\": %llu, \"batch_size\": %u"
+               ", \"workers\": %u, \"prefetch\": %u, \"seconds\": %.6f, \"samples_per_s\": %.1f"
+               ", \"batches_per_s\": %.1f, \"bytes_per_s\": %.1f, \"first_batch_ms\": %.3f"
+               ", \"consumer_wait_fraction\": %.4f, \"errors\": %llu, \"skipped\": %llu"
+               ", \"worker_busy_s\": %.6f, \"stage_s\": {\"read\": %.6f, \"decode\": %.6f"
+               ", \"transform\": %.6f, \"write\": %.6f}",
+               (unsigned long long)samples, (unsigned long long)batches,
+               (unsigned long long)epochs, o.batch_size, o.num_workers,
+               o.prefetch ? o.prefetch : (o.num_workers > 1 ? 2 * o.num_workers : 2), secs, sps,
+               secs > 0 ? (double)batches / secs : 0, bps, first_ms, wait,
+               (unsigned long long)errors, (unsigned long long)st.skipped,
+               (double)st.worker_busy_ns / 1e9, (double)st.stage_ns[FERRY_STAGE_READ] / 1e9,
+               (double)st.stage_ns[FERRY_STAGE_DECODE] / 1e9,
+               (double)st.stage_ns[FERRY_STAGE_TRANSFORM] / 1e9,
+               (double)st.stage_ns[FERRY_STAGE_WRITE] / 1e9);
+        if (digest)
+            printf(", \"digest\": \"%016llx\"", (unsigned long long)h);
+        if (status) {
+            printf(", \"error\": ");
+            cli_json_string(stdout, errbuf);
+        }
+        printf("}\n");
+    } else {
+        printf("source      %s\n", spec);
+        printf("setup       batch %u, workers %u, epochs %llu, %s order, rank %lld of %lld\n",
+               o.batch_size, o.num_workers, (unsigned long long)epochs,
+               o.shuffle ? "shuffled" : "sequential", (long long)rank, (long long)world);
+        printf("delivered   %llu samples in %llu batches, %llu skipped\n",
+               (unsigned long long)samples, (unsigned long long)batches,
+               (unsigned long long)st.skipped);
+        printf("time        %.3f s, first batch after %.3f ms\n", secs, first_ms);
+        printf("throughput  %.0f samples/s, %.0f batches/s, %.1f MB/s\n", sps,
+               secs > 0 ? (double)batches / secs : 0, bps / 1e6);
+        printf("consumer    waited %.1f%% of the time%s\n", 100 * wait,
+               wait > 0.5 ? " (input-bound)" : "");
+        if (st.num_workers)
+            printf("workers     busy %.1f%% (read %.3f s, decode %.3f s, transform %.3f s, write "
+                   "%.3f s)\n",
+                   100.0 * (double)st.worker_busy_ns /
+                       ((double)st.elapsed_ns * st.num_workers + 1),
+                   (double)st.stage_ns[0] / 1e9, (double)st.stage_ns[1] / 1e9,
+                   (double)st.stage_ns[2] / 1e9, (double)st.stage_ns[3] / 1e9);
+        if (digest)
+            printf("digest      %016llx\n", (unsigned long long)h);
+    }
+done:
+    ferry_loader_free(l);
+    ferry_sampler_free(sampler);
+    ferry_dataset_free(ds);
+    return status;
+}

@@ -1,0 +1,38 @@
+/*
+ * Shared pieces of the ferry command. The command is the only part of ferry that
+ * prints or exits.
+ */
+#ifndef FERRY_CLI_H
+#define FERRY_CLI_H
+
+#include <ferry/ferry.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#define EXIT_USAGE 2
+
+/* Prints "ferry: " + message to stderr. Returns EXIT_USAGE or 1 for convenience. */
+int cli_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Parses a whole-string unsigned number in [lo, hi]; on failure prints which
+ * option and range and returns false. */
+bool cli_u64(const char *opt, const char *s, uint64_t lo, uint64_t hi, uint64_t *out);
+bool cli_i64(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out);
+
+/* A progress bar on stderr, drawn only when stderr is a terminal and at most every
+ * 100 ms. total 0 = unknown. */
+typedef struct cli_progress {
+    bool on;
+    uint64_t total, last_ns, start_ns;
+    const char *label;
+} cli_progress;
+void cli_progress_start(cli_progress *p, const char *label, uint64_t total, bool enabled);
+void cli_progress_update(cli_progress *p, uint64_t done, const char *unit);
+void cli_progress_end(cli_progress *p);
+
+/* Writes s as a JSON string (quoted, escaped). */
+void cli_json_string(FILE *f, const char *s);
+
+int cmd_bench(int argc, char **argv);
+
+#endif

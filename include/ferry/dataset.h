@@ -1,0 +1,175 @@
+/*
+ * ferry/dataset.h - where samples come from.
+ *
+ * A sample is a fixed list of named fields (its schema). Each field has a dtype and
+ * a per-sample shape. A fixed field has that exact shape. A variable field has a
+ * first dimension that varies up to a bound (shape[0]); the loader pads it with
+ * zeros to the bound and gives a lengths tensor beside it.
+ *
+ * Two kinds of dataset:
+ *  - map-style (ferry_dataset): a length and "write sample i". Any sampler can order
+ *    it, and workers read samples in parallel.
+ *  - stream (ferry_stream): "open shard k of n for epoch e, then next, next, ...".
+ *    For sources that can only be read in order.
+ *
+ * Samples are written in place: the loader hands get/next a ferry_sample whose
+ * data pointers lead straight into the sample's slot of a batch buffer, so a dataset
+ * never allocates per sample. Scratch memory that a dataset needs per call comes
+ * from ferry_ctx_scratch (per worker, reused).
+ */
+#ifndef FERRY_DATASET_H
+#define FERRY_DATASET_H
+
+#include "core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FERRY_MAX_FIELDS 32
+#define FERRY_MAX_NAME 64
+
+typedef struct ferry_field {
+    char name[FERRY_MAX_NAME];
+    ferry_dtype dtype;
+    int ndim; /* dimensions of one sample, 0 for a scalar */
+    int64_t shape[FERRY_MAX_DIMS];
+    int variable; /* nonzero: dim 0 varies, up to shape[0] */
+} ferry_field;
+
+/* Bytes of one sample's field at full size (variable fields at their bound). */
+FERRY_API size_t ferry_field_nbytes(const ferry_field *f);
+/* Elements of one row along dim 0 (product of shape[1..]); 1 for a scalar. */
+FERRY_API size_t ferry_field_row_elems(const ferry_field *f);
+
+/* Where a dataset writes one sample. data[f] has room for ferry_field_nbytes of field
+ * f. For a variable field the dataset writes length[f] rows (0..bound) and sets
+ * length[f]; the loader zeroes the rest. For a fixed field the dataset writes every
+ * byte. Valid only during the call it was passed to. */
+typedef struct ferry_sample {
+    int nfields;
+    void *const *data;
+    int64_t *length;
+} ferry_sample;
+
+/* The per-call context of a worker: who is calling, and scratch memory. */
+typedef struct ferry_ctx ferry_ctx;
+
+/* Worker number (0..workers-1; 0 when the caller's thread does the work). */
+FERRY_API uint32_t ferry_ctx_worker(const ferry_ctx *c);
+FERRY_API uint64_t ferry_ctx_seed(const ferry_ctx *c);
+FERRY_API uint64_t ferry_ctx_epoch(const ferry_ctx *c);
+/* A generator positioned at draw 0 of (seed, epoch, index): the same for every
+ * worker count. */
+FERRY_API void ferry_ctx_rng(const ferry_ctx *c, uint64_t index, ferry_rng *out);
+/* Per-worker scratch of at least n bytes, 64-byte aligned. Grows as needed and is
+ * kept; valid until the next ferry_ctx_scratch call on this context. NULL on
+ * allocation failure (with the thread's message set). */
+FERRY_API void *ferry_ctx_scratch(ferry_ctx *c, size_t n);
+
+/* Stages for timing (ferry_ctx_stage_add, ferry_loader_stats). */
+typedef enum ferry_stage {
+    FERRY_STAGE_READ = 0,
+    FERRY_STAGE_DECODE,
+    FERRY_STAGE_TRANSFORM,
+    FERRY_STAGE_WRITE,
+    FERRY_STAGE_COUNT
+} ferry_stage;
+/* Adds ns to a stage of this worker. Time of get/next that no stage claims is
+ * counted as READ. */
+FERRY_API void ferry_ctx_stage_add(ferry_ctx *c, ferry_stage stage, uint64_t ns);
+
+/* A context for calling ferry_dataset_get yourself, outside a loader. */
+FERRY_API int ferry_ctx_create(ferry_ctx **out, uint64_t seed, uint64_t epoch);
+FERRY_API void ferry_ctx_free(ferry_ctx *c);
+
+/* ---- Map-style datasets ---- */
+typedef struct ferry_dataset ferry_dataset;
+
+typedef struct ferry_dataset_vtable {
+    /* Number of samples. Constant for the dataset's life. */
+    uint64_t (*len)(void *self);
+    /* Writes sample `index` (< len) into *out. Returns 0, or a negative code with
+     * the thread's message set by ferry_error(): say where (file, record, offset)
+     * and why. Called from several worker threads at once. */
+    int (*get)(void *self, uint64_t index, ferry_sample *out, ferry_ctx *ctx);
+    /* Frees self. May be NULL. */
+    void (*destroy)(void *self);
+} ferry_dataset_vtable;
+
+/* Wraps a user dataset. The schema is copied; vt must stay valid for the dataset's
+ * life; self is owned by the dataset (destroy is called on free, also when this
+ * call fails). */
+FERRY_API int ferry_dataset_create(ferry_dataset **out, const ferry_dataset_vtable *vt, void *self,
+                                   const ferry_field *fields, int nfields);
+FERRY_API void ferry_dataset_free(ferry_dataset *ds);
+FERRY_API uint64_t ferry_dataset_len(const ferry_dataset *ds);
+FERRY_API int ferry_dataset_nfields(const ferry_dataset *ds);
+/* The schema of field i; NULL when out of range. Valid for the dataset's life. */
+FERRY_API const ferry_field *ferry_dataset_field(const ferry_dataset *ds, int i);
+/* The index of the field of that name, or -1. */
+FERRY_API int ferry_dataset_find_field(const ferry_dataset *ds, const char *name);
+/* Reads one sample (bounds-checked: FERRY_ERANGE past the end). */
+FERRY_API int ferry_dataset_get(ferry_dataset *ds, uint64_t index, ferry_sample *out,
+                                ferry_ctx *ctx);
+
+/* ---- Streams ---- */
+typedef struct ferry_stream ferry_stream;
+
+typedef struct ferry_stream_vtable {
+    /* Opens shard `shard` of `nshards` for `epoch` (a disjoint part; together the
+     * shards cover the stream once). *iter is the cursor. */
+    int (*open)(void *self, uint64_t shard, uint64_t nshards, uint64_t epoch, void **iter);
+    /* Writes the next sample. 0, FERRY_END when the shard is done, or an error. */
+    int (*next)(void *iter, ferry_sample *out, ferry_ctx *ctx);
+    void (*close)(void *iter);
+    void (*destroy)(void *self); /* may be NULL */
+} ferry_stream_vtable;
+
+FERRY_API int ferry_stream_create(ferry_stream **out, const ferry_stream_vtable *vt, void *self,
+                                  const ferry_field *fields, int nfields);
+/* A map-style dataset read in order: shard k of n holds indices k, k+n, k+2n, ...
+ * ds is borrowed and must outlive the stream. */
+FERRY_API int ferry_stream_from_dataset(ferry_stream **out, ferry_dataset *ds);
+FERRY_API void ferry_stream_free(ferry_stream *st);
+FERRY_API int ferry_stream_nfields(const ferry_stream *st);
+FERRY_API const ferry_field *ferry_stream_field(const ferry_stream *st, int i);
+
+/* A cursor over one shard of a stream. */
+typedef struct ferry_stream_iter ferry_stream_iter;
+FERRY_API int ferry_stream_open(ferry_stream *st, uint64_t shard, uint64_t nshards, uint64_t epoch,
+                                ferry_stream_iter **out);
+FERRY_API int ferry_stream_next(ferry_stream_iter *it, ferry_sample *out, ferry_ctx *ctx);
+FERRY_API void ferry_stream_close(ferry_stream_iter *it);
+
+/* ---- Built-in: synthetic samples, for tests and benchmarks ----
+ * Sample i has a field "data" (uint8[bytes]) filled from Philox keyed by
+ * (seed, i), and "label" (int64, i % classes). With var_max > 0 a third field
+ * "text" (uint8, variable up to var_max) has i-dependent length and bytes. cost
+ * burns CPU: that many extra Philox blocks per sample, folded into the data, so
+ * a sample's cost scales with it (about 5-10 ns a round). With fail_every > 0,
+ * samples whose index % fail_every == fail_every - 1 fail with FERRY_ECORRUPT. */
+typedef struct ferry_synthetic_opts {
+    uint64_t count;
+    uint64_t bytes;
+    uint64_t cost;
+    uint64_t seed;
+    uint64_t classes;  /* 0 means 1000 */
+    uint64_t var_max;  /* 0: no "text" field */
+    uint64_t fail_every;
+    uint64_t sleep_us; /* sleeps this long per sample (for timeout tests) */
+} ferry_synthetic_opts;
+
+FERRY_API int ferry_dataset_synthetic(ferry_dataset **out, const ferry_synthetic_opts *o);
+
+/* ---- Sources described as text ----
+ * "kind:location[,key=value...]", the form the CLI and the Python module take.
+ * Built in: "synthetic:COUNT[,bytes=N][,cost=N][,seed=N][,classes=N][,var=N]
+ * [,fail_every=N][,sleep_us=N]". Unknown kinds and keys are FERRY_EINVAL naming
+ * them. */
+FERRY_API int ferry_dataset_open(ferry_dataset **out, const char *spec);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FERRY_DATASET_H */

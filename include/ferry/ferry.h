@@ -1,0 +1,16 @@
+/*
+ * ferry/ferry.h - everything public in one include.
+ *
+ * ferry is a data loading library for training machine-learning models: it reads
+ * samples, orders them with samplers, and builds batches on worker threads straight
+ * into pooled memory, in a reproducible order. Start with loader.h.
+ */
+#ifndef FERRY_H
+#define FERRY_H
+
+#include "core.h"
+#include "sampler.h"
+#include "dataset.h"
+#include "loader.h"
+
+#endif /* FERRY_H */

@@ -1,0 +1,152 @@
+/*
+ * ferry/loader.h - the engine that turns sample indices into finished batches.
+ *
+ * The life of a batch: the batch sampler gives batch k's positions; a buffer is
+ * taken from a pool of `prefetch` buffers (allocated once, sized from the schema);
+ * worker threads write each sample straight into its slot; when the last slot is
+ * written the batch is ready; ferry_loader_next hands it out (in sampler order by
+ * default); ferry_batch_release gives the buffer back to the pool. The pool size is
+ * the prefetch depth: it bounds memory and work in flight.
+ *
+ * Determinism: a batch's bytes depend only on the dataset, the sampler, the seed,
+ * the epoch and the batch number, never on num_workers, prefetch or timing.
+ * (Delivery in completion order changes the order of batches, not their bytes.)
+ *
+ * Thread rules: one consumer thread drives a loader (start, next, stats);
+ * ferry_loader_cancel is safe from any thread; ferry_batch_release and the
+ * ferry_batch_* accessors are safe from any thread, one thread per batch.
+ */
+#ifndef FERRY_LOADER_H
+#define FERRY_LOADER_H
+
+#include "core.h"
+#include "dataset.h"
+#include "sampler.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ferry_loader ferry_loader;
+typedef struct ferry_batch ferry_batch;
+
+enum { FERRY_ON_ERROR_FAIL = 0, FERRY_ON_ERROR_SKIP = 1 };
+enum { FERRY_ORDER_SAMPLER = 0, FERRY_ORDER_COMPLETION = 1 };
+
+/* Called once on each worker thread before it does any work. Returning nonzero
+ * makes ferry_loader_create fail with FERRY_ECALLBACK. */
+typedef int (*ferry_worker_init_fn)(uint32_t worker, uint32_t num_workers, uint64_t seed,
+                                    void *arg);
+
+typedef struct ferry_loader_opts {
+    uint32_t batch_size;  /* 1 .. 1<<24 */
+    int drop_last;        /* drop a last, partial batch */
+    uint32_t num_workers; /* 0 .. 1024; 0 = the consumer's thread does the work */
+    uint32_t prefetch;    /* batch buffers (in flight + held), 1 .. 65536; 0 = 2 per worker, min 2 */
+    int shuffle;          /* without a sampler: random (1) or sequential (0) order */
+    uint64_t seed;
+    ferry_sampler *sampler; /* borrowed, or NULL; the loader sets its epoch */
+    int order;              /* FERRY_ORDER_SAMPLER (default) or FERRY_ORDER_COMPLETION */
+    int64_t timeout_ms;     /* wait for a batch at most this long; 0 = forever; < 0 invalid */
+    int on_error;           /* FERRY_ON_ERROR_FAIL (default) or FERRY_ON_ERROR_SKIP */
+    uint64_t skip_budget;   /* with SKIP: bad samples allowed in an epoch */
+    ferry_worker_init_fn worker_init;
+    void *worker_init_arg;
+    uint32_t stream_shards; /* streams only: shards read in parallel, 1 .. 65536; 0 = 1 */
+    int64_t rank;           /* streams only: this rank and the world size; < 0 = from the */
+    int64_t world_size;     /* environment (ferry_dist_from_env) */
+} ferry_loader_opts;
+
+/* Default settings: batch 1, no workers, sequential, seed 0, rank/world from the
+ * environment for streams. Start from these so that fields added later get sane
+ * values. */
+FERRY_API void ferry_loader_opts_default(ferry_loader_opts *o);
+
+/* Creates a loader over a map-style dataset (borrowed: it must outlive the loader
+ * and every batch). Starts the workers, which live until ferry_loader_free.
+ * Invalid settings are FERRY_EINVAL with a message naming the setting and its
+ * range. */
+FERRY_API int ferry_loader_create(ferry_loader **out, ferry_dataset *ds,
+                                  const ferry_loader_opts *o);
+
+/* Creates a loader over a stream (borrowed likewise). The stream is cut into
+ * world_size * stream_shards shards; this rank reads shards rank*S .. rank*S+S-1,
+ * each in order, and batch k is filled from shard k % S while it lasts (shards that
+ * end drop out of the rotation). Each batch holds samples of one shard only. */
+FERRY_API int ferry_loader_create_stream(ferry_loader **out, ferry_stream *st,
+                                         const ferry_loader_opts *o);
+
+/* Stops the workers and frees the loader. Safe at any point mid-epoch. Batches
+ * still held stay valid until each is released; the memory goes with the last. */
+FERRY_API void ferry_loader_free(ferry_loader *l);
+
+/* Starts (or restarts) an epoch at batch `first_batch`, e.g. to resume where a
+ * run stopped. Work still in flight for an earlier epoch is dropped. Without a
+ * call, the first ferry_loader_next starts epoch 0 at batch 0. Map-style only for
+ * first_batch > 0 (FERRY_ENOTSUP for streams). */
+FERRY_API int ferry_loader_start(ferry_loader *l, uint64_t epoch, uint64_t first_batch);
+
+/* The next batch: 0 and *out set; FERRY_END when the epoch is over (until the next
+ * ferry_loader_start); or an error: a sample that failed (its index and message),
+ * FERRY_EBUDGET, FERRY_ETIMEDOUT (naming the batch and the samples outstanding),
+ * FERRY_ECANCELED. After an error other than FERRY_ETIMEDOUT the epoch is over.
+ * The batch is the caller's until ferry_batch_release. */
+FERRY_API int ferry_loader_next(ferry_loader *l, ferry_batch **out);
+
+/* Makes a waiting or future ferry_loader_next return FERRY_ECANCELED, stops the
+ * workers' work at the next sample, and keeps doing so until ferry_loader_start.
+ * Safe from any thread, any number of times. */
+FERRY_API void ferry_loader_cancel(ferry_loader *l);
+
+/* Batches in the current (or, before any, the first) epoch. */
+FERRY_API uint64_t ferry_loader_len(const ferry_loader *l);
+
+/* The message of the last failure on this loader; "" if none. Valid until the next
+ * call on the loader. */
+FERRY_API const char *ferry_loader_errmsg(const ferry_loader *l);
+
+typedef struct ferry_loader_stats {
+    uint64_t samples;         /* delivered */
+    uint64_t batches;         /* delivered */
+    uint64_t bytes;           /* of delivered batches (their buffers' used bytes) */
+    uint64_t skipped;         /* bad samples skipped */
+    uint64_t elapsed_ns;      /* since the first start */
+    uint64_t first_batch_ns;  /* from the first start to the first batch handed out */
+    uint64_t consumer_wait_ns; /* time the consumer spent waiting in next() */
+    uint64_t worker_busy_ns;  /* summed over workers: time spent on samples */
+    uint64_t worker_idle_ns;  /* summed over workers: time spent waiting for work */
+    uint64_t stage_ns[FERRY_STAGE_COUNT]; /* summed over workers */
+    uint32_t num_workers;
+} ferry_loader_stats;
+
+/* Counters so far. consumer_wait_ns / elapsed_ns near 1 means training is
+ * input-bound; near 0, the loader keeps up. */
+FERRY_API int ferry_loader_stats_get(ferry_loader *l, ferry_loader_stats *out);
+
+/* ---- Batches ---- */
+
+/* Batch number within its epoch, and the epoch. */
+FERRY_API uint64_t ferry_batch_number(const ferry_batch *b);
+FERRY_API uint64_t ferry_batch_epoch(const ferry_batch *b);
+/* Samples in the batch (smaller than batch_size for a last partial batch, or when
+ * samples were skipped). */
+FERRY_API uint32_t ferry_batch_size(const ferry_batch *b);
+/* The dataset index of each sample, ferry_batch_size of them (UINT64_MAX for stream
+ * samples). Valid until release. */
+FERRY_API const uint64_t *ferry_batch_indices(const ferry_batch *b);
+FERRY_API int ferry_batch_nfields(const ferry_batch *b);
+/* Field f as a tensor of shape [size, sample shape...] (a variable field at its
+ * bound). Borrowed memory, valid until ferry_batch_release; the tensor's release
+ * hook is NULL. */
+FERRY_API int ferry_batch_field(const ferry_batch *b, int f, ferry_tensor *out);
+/* The lengths (int64 [size]) of variable field f; FERRY_EINVAL for a fixed one. */
+FERRY_API int ferry_batch_lengths(const ferry_batch *b, int f, ferry_tensor *out);
+/* The schema of field f. */
+FERRY_API const ferry_field *ferry_batch_field_info(const ferry_batch *b, int f);
+/* Gives the batch's buffer back to the pool. NULL is a no-op. */
+FERRY_API void ferry_batch_release(ferry_batch *b);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FERRY_LOADER_H */

@@ -1,0 +1,114 @@
+/*
+ * ferry/sampler.h - orders of sample indices.
+ *
+ * A sampler is a function of (its settings, seed, epoch) alone: position p of
+ * epoch e always maps to the same index. Random orders are keyed bijections on
+ * [0, n) (a Feistel network with cycle-walking), so they take O(1) memory however
+ * large n is, and a resumed run can seek straight to any position.
+ *
+ * Thread rules: ferry_sampler_set_epoch must not run concurrently with anything
+ * else on the sampler; after it, ferry_sampler_len/_at/_fill may be called from
+ * any number of threads at once.
+ */
+#ifndef FERRY_SAMPLER_H
+#define FERRY_SAMPLER_H
+
+#include "core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ferry_sampler ferry_sampler;
+
+/* 0, 1, ..., n-1. */
+FERRY_API int ferry_sampler_sequential(ferry_sampler **out, uint64_t n);
+
+/* A random order of [0, n). Without replacement (replacement = 0): a permutation,
+ * num_samples must be 0 (meaning n). With replacement: num_samples draws
+ * (0 means n), each uniform on [0, n). */
+FERRY_API int ferry_sampler_random(ferry_sampler **out, uint64_t n, uint64_t seed, int replacement,
+                                   uint64_t num_samples);
+
+/* A random permutation of the given indices (copied; the caller keeps its array). */
+FERRY_API int ferry_sampler_subset_random(ferry_sampler **out, const uint64_t *indices,
+                                          uint64_t count, uint64_t seed);
+
+/* num_samples indices drawn with probability proportional to weights[i]. Weights
+ * must be finite and >= 0 with a positive sum. With replacement, draws use an alias
+ * table (O(n) memory, O(1) per draw). Without replacement, num_samples <= the
+ * number of positive weights, and each epoch's order is built when the epoch is set
+ * (Efraimidis-Spirakis keys, O(n log n) time, O(n) memory): as torch.multinomial. */
+FERRY_API int ferry_sampler_weighted(ferry_sampler **out, const double *weights, uint64_t n,
+                                     uint64_t num_samples, int replacement, uint64_t seed);
+
+/* PyTorch DistributedSampler semantics: the (optionally shuffled) order of [0, n)
+ * is split so that rank r takes positions r, r + world_size, r + 2*world_size, ...
+ * Without drop_last the order is padded by wrapping around to a multiple of
+ * world_size, so every rank gets ceil(n / world_size) samples; with drop_last the
+ * tail is dropped and every rank gets floor(n / world_size).
+ * rank / world_size < 0 mean "from the environment" (ferry_dist_from_env). */
+typedef struct ferry_distributed_opts {
+    uint64_t n;
+    int64_t rank;
+    int64_t world_size;
+    int shuffle;
+    uint64_t seed;
+    int drop_last;
+} ferry_distributed_opts;
+
+FERRY_API int ferry_sampler_distributed(ferry_sampler **out, const ferry_distributed_opts *o);
+
+/* Reads the rank and world size a launcher set: RANK / WORLD_SIZE (torchrun),
+ * OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_SIZE (Open MPI), SLURM_PROCID /
+ * SLURM_NTASKS (Slurm), in that order of preference. With none set: rank 0 of 1.
+ * A variable that is set but is not a number in range is FERRY_EINVAL, naming it. */
+FERRY_API int ferry_dist_from_env(int64_t *rank, int64_t *world_size);
+
+FERRY_API void ferry_sampler_free(ferry_sampler *s);
+
+/* Selects the epoch (the default is 0). Samplers that precompute (weighted
+ * without replacement) do so here: FERRY_ENOMEM is possible. */
+FERRY_API int ferry_sampler_set_epoch(ferry_sampler *s, uint64_t epoch);
+FERRY_API uint64_t ferry_sampler_epoch(const ferry_sampler *s);
+
+/* Number of positions in an epoch. */
+FERRY_API uint64_t ferry_sampler_len(const ferry_sampler *s);
+
+/* The index at position pos (pos < len; larger positions return UINT64_MAX). */
+FERRY_API uint64_t ferry_sampler_at(const ferry_sampler *s, uint64_t pos);
+
+/* out[i] = ferry_sampler_at(s, pos + i) for i < count; pos + count <= len. */
+FERRY_API int ferry_sampler_fill(const ferry_sampler *s, uint64_t pos, uint64_t count,
+                                 uint64_t *out);
+
+/* A name for messages: "sequential", "random", "subset", "weighted", "distributed". */
+FERRY_API const char *ferry_sampler_kind(const ferry_sampler *s);
+
+/* ---- Batch sampling ---- batches are consecutive runs of sampler positions. */
+
+/* Batches in an epoch of `len` positions: ceil(len / b), or floor with drop_last. */
+FERRY_API uint64_t ferry_batch_count(uint64_t len, uint64_t batch_size, int drop_last);
+
+/* The positions of batch k: [*first, *first + *count). FERRY_ERANGE past the end. */
+FERRY_API int ferry_batch_positions(uint64_t len, uint64_t batch_size, int drop_last, uint64_t k,
+                                    uint64_t *first, uint64_t *count);
+
+/* ---- The keyed bijection itself, for callers that need an order of their own ---- */
+typedef struct ferry_permutation {
+    uint64_t n;
+    uint64_t half_mask;
+    unsigned half_bits;
+    uint64_t keys[4];
+} ferry_permutation;
+
+/* A pseudo-random bijection on [0, n) keyed by (seed, epoch). n may be 0. */
+FERRY_API void ferry_permutation_init(ferry_permutation *p, uint64_t n, uint64_t seed,
+                                      uint64_t epoch);
+/* The image of x (x < n). */
+FERRY_API uint64_t ferry_permutation_at(const ferry_permutation *p, uint64_t x);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FERRY_SAMPLER_H */

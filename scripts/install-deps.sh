@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what ferry needs to build, test and benchmark, from Debian's packages.
+#   scripts/install-deps.sh          build + test dependencies
+#   scripts/install-deps.sh bench    also the Python side of the benchmarks
+# Installs only what is missing, so a second run costs nothing.
+set -euo pipefail
+
+pkgs=(build-essential cmake pkg-config clang libclang-rt-14-dev python3)
+if [ "${1:-}" = bench ]; then
+  pkgs+=(python3-numpy python3-torch)
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "installing: ${missing[*]}" >&2
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,113 @@
+/*
+ * Internal helpers shared across the library's files (ferry__ names). Not installed.
+ */
+#ifndef FERRY_INTERNAL_H
+#define FERRY_INTERNAL_H
+
+#include "ferry/core.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#define FERRY_ERRMSG_MAX 512
+
+/* ---- Allocation: every allocation goes through here, so tests can make the n-th
+ * one fail (see ferry__test_fail_alloc). ---- */
+void *ferry__malloc(size_t n);
+void *ferry__calloc(size_t count, size_t size);
+void *ferry__realloc(void *p, size_t n);
+void ferry__free(void *p);
+/* 64-byte aligned; free with ferry__aligned_free. */
+void *ferry__aligned_alloc(size_t n);
+void ferry__aligned_free(void *p);
+char *ferry__strdup(const char *s);
+
+/* Test hook: on this thread, make the allocation after `n` more succeed fail
+ * (n = 0: the next one). A negative n turns failure injection off. Returns how many
+ * allocations were attempted since the last call. */
+FERRY_API long ferry__test_fail_alloc(long n);
+
+/* Overflow-checked size arithmetic: false on overflow. */
+static inline bool ferry__mul_size(size_t a, size_t b, size_t *out)
+{
+    return !__builtin_mul_overflow(a, b, out);
+}
+static inline bool ferry__add_size(size_t a, size_t b, size_t *out)
+{
+    return !__builtin_add_overflow(a, b, out);
+}
+static inline size_t ferry__align64(size_t n)
+{
+    return (n + 63) & ~(size_t)63;
+}
+
+/* ---- Errors ---- */
+/* Sets the thread's message (printf-style) and returns rc. */
+int ferry__err(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int ferry__verr(int rc, const char *fmt, va_list ap);
+/* Prefixes the thread's current message with "prefix: " (keeps rc). */
+int ferry__err_prefix(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Copies the thread's message into buf (FERRY_ERRMSG_MAX bytes). */
+void ferry__err_copy(char *buf);
+void ferry__err_clear(void);
+
+/* Fail or forward an error and jump to the function's one cleanup label. */
+#define FERRY_TRY(expr)                                                                        \
+    do {                                                                                       \
+        rc = (expr);                                                                           \
+        if (rc < 0)                                                                            \
+            goto cleanup;                                                                      \
+    } while (0)
+#define FERRY_FAIL(code, ...)                                                                  \
+    do {                                                                                       \
+        rc = ferry__err((code), __VA_ARGS__);                                                  \
+        goto cleanup;                                                                          \
+    } while (0)
+
+/* ---- Threads: a thin OS layer ---- */
+typedef struct ferry__thread {
+    pthread_t t;
+} ferry__thread;
+int ferry__thread_start(ferry__thread *t, void *(*fn)(void *), void *arg);
+void ferry__thread_join(ferry__thread *t);
+
+/* Waits on cv until signalled or `deadline_ns` (ferry_now_ns clock, 0 = forever).
+ * Returns false on timeout. */
+bool ferry__cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *m, uint64_t deadline_ns);
+/* A condition variable on the monotonic clock. */
+int ferry__cond_init(pthread_cond_t *cv);
+
+/* ---- A bounded thread pool (one mutex, two condition variables) ---- */
+typedef struct ferry__pool ferry__pool;
+typedef void (*ferry__job_fn)(void *arg);
+/* `threads` workers, a queue of at most `queue_size` jobs waiting. */
+int ferry__pool_create(ferry__pool **out, unsigned threads, size_t queue_size);
+/* Queues a job, blocking while the queue is full. FERRY_ECANCELED after shutdown. */
+int ferry__pool_add(ferry__pool *p, ferry__job_fn fn, void *arg);
+/* Waits until every queued job has finished. */
+void ferry__pool_wait(ferry__pool *p);
+/* Finishes the queued jobs, joins the threads, frees. NULL is fine. */
+void ferry__pool_free(ferry__pool *p);
+unsigned ferry__pool_threads(const ferry__pool *p);
+
+/* ---- A bounded blocking queue of pointers (multi-producer, multi-consumer) ---- */
+typedef struct ferry__queue ferry__queue;
+int ferry__queue_create(ferry__queue **out, size_t capacity);
+void ferry__queue_free(ferry__queue *q);
+/* Blocks while full. deadline_ns as above. 0, FERRY_ETIMEDOUT, or FERRY_ECANCELED
+ * once closed. */
+int ferry__queue_push(ferry__queue *q, void *item, uint64_t deadline_ns);
+/* Blocks while empty. 0, FERRY_ETIMEDOUT, or FERRY_END once closed and drained. */
+int ferry__queue_pop(ferry__queue *q, void **item, uint64_t deadline_ns);
+/* Wakes everyone; later pushes fail, pops drain what is left. */
+void ferry__queue_close(ferry__queue *q);
+size_t ferry__queue_size(ferry__queue *q);
+
+/* ---- Strict number parsing (for settings and the environment) ---- */
+/* Whole string is a decimal (or 0x hex) integer in [lo, hi]. */
+bool ferry__parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
+bool ferry__parse_u64(const char *s, uint64_t *out);
+
+#endif /* FERRY_INTERNAL_H */

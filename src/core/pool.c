@@ -1,0 +1,122 @@
+/*
+ * A bounded thread pool: one mutex, two condition variables (work queued, room in
+ * the queue), after zstd's lib/common/pool.c.
+ */
+#include "internal.h"
+
+typedef struct {
+    ferry__job_fn fn;
+    void *arg;
+} job;
+
+struct ferry__pool {
+    pthread_mutex_t m;
+    pthread_cond_t has_job;  /* a job was queued, or shutdown */
+    pthread_cond_t has_room; /* a job was taken, or one finished */
+    job *ring;
+    size_t cap, head, count;
+    unsigned threads, started, running;
+    bool shutdown;
+    ferry__thread *tids;
+};
+
+static void *pool_main(void *arg)
+{
+    ferry__pool *p = arg;
+    pthread_mutex_lock(&p->m);
+    for (;;) {
+        while (p->count == 0 && !p->shutdown)
+            pthread_cond_wait(&p->has_job, &p->m);
+        if (p->count == 0 && p->shutdown)
+            break;
+        job j = p->ring[p->head];
+        p->head = (p->head + 1) % p->cap;
+        p->count--;
+        p->running++;
+        pthread_cond_broadcast(&p->has_room);
+        pthread_mutex_unlock(&p->m);
+        j.fn(j.arg);
+        pthread_mutex_lock(&p->m);
+        p->running--;
+        pthread_cond_broadcast(&p->has_room);
+    }
+    pthread_mutex_unlock(&p->m);
+    return NULL;
+}
+
+int ferry__pool_create(ferry__pool **out, unsigned threads, size_t queue_size)
+{
+    int rc = 0;
+    *out = NULL;
+    if (threads == 0 || threads > 4096 || queue_size == 0 || queue_size > (1u << 24))
+        return ferry__err(FERRY_EINVAL, "pool: threads %u must be in [1, 4096] and queue %zu in "
+                                        "[1, 16777216]",
+                          threads, queue_size);
+    ferry__pool *p = ferry__calloc(1, sizeof *p);
+    if (!p)
+        return ferry__err(FERRY_ENOMEM, "pool: out of memory");
+    pthread_mutex_init(&p->m, NULL);
+    pthread_cond_init(&p->has_job, NULL);
+    pthread_cond_init(&p->has_room, NULL);
+    p->cap = queue_size;
+    p->ring = ferry__calloc(queue_size, sizeof *p->ring);
+    p->tids = ferry__calloc(threads, sizeof *p->tids);
+    if (!p->ring || !p->tids)
+        FERRY_FAIL(FERRY_ENOMEM, "pool: out of memory");
+    for (p->started = 0; p->started < threads; p->started++)
+        FERRY_TRY(ferry__thread_start(&p->tids[p->started], pool_main, p));
+    p->threads = threads;
+    *out = p;
+    return 0;
+cleanup:
+    ferry__pool_free(p);
+    return rc;
+}
+
+int ferry__pool_add(ferry__pool *p, ferry__job_fn fn, void *arg)
+{
+    pthread_mutex_lock(&p->m);
+    while (p->count == p->cap && !p->shutdown)
+        pthread_cond_wait(&p->has_room, &p->m);
+    if (p->shutdown) {
+        pthread_mutex_unlock(&p->m);
+        return ferry__err(FERRY_ECANCELED, "pool: shut down");
+    }
+    p->ring[(p->head + p->count) % p->cap] = (job){fn, arg};
+    p->count++;
+    pthread_cond_signal(&p->has_job);
+    pthread_mutex_unlock(&p->m);
+    return 0;
+}
+
+void ferry__pool_wait(ferry__pool *p)
+{
+    pthread_mutex_lock(&p->m);
+    while (p->count || p->running)
+        pthread_cond_wait(&p->has_room, &p->m);
+    pthread_mutex_unlock(&p->m);
+}
+
+unsigned ferry__pool_threads(const ferry__pool *p)
+{
+    return p->threads;
+}
+
+void ferry__pool_free(ferry__pool *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->m);
+    p->shutdown = true;
+    pthread_cond_broadcast(&p->has_job);
+    pthread_cond_broadcast(&p->has_room);
+    pthread_mutex_unlock(&p->m);
+    for (unsigned i = 0; i < p->started; i++)
+        ferry__thread_join(&p->tids[i]);
+    pthread_mutex_destroy(&p->m);
+    pthread_cond_destroy(&p->has_job);
+    pthread_cond_destroy(&p->has_room);
+    ferry__free(p->ring);
+    ferry__free(p->tids);
+    ferry__free(p);
+}

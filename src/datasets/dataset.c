@@ -1,0 +1,339 @@
+/*
+ * Datasets and streams: schema checks, the worker context, and the wrappers that
+ * hold a user's vtable.
+ */
+#include "dataset_internal.h"
+
+#include <string.h>
+
+/* Limits on one sample's field, so that a schema read from a file cannot ask for
+ * absurd batch buffers. */
+#define FIELD_MAX_BYTES ((size_t)1 << 34)
+
+size_t ferry_field_row_elems(const ferry_field *f)
+{
+    size_t n = 1;
+    for (int i = 1; i < f->ndim; i++)
+        n *= (size_t)f->shape[i];
+    return n;
+}
+
+size_t ferry_field_nbytes(const ferry_field *f)
+{
+    size_t n = ferry_dtype_size(f->dtype);
+    for (int i = 0; i < f->ndim; i++)
+        n *= (size_t)f->shape[i];
+    return n;
+}
+
+int ferry__check_fields(const ferry_field *fields, int nfields)
+{
+    if (nfields < 1 || nfields > FERRY_MAX_FIELDS)
+        return ferry__err(FERRY_EINVAL, "schema: %d fields is outside [1, %d]", nfields,
+                          FERRY_MAX_FIELDS);
+    if (!fields)
+        return ferry__err(FERRY_EINVAL, "schema: fields is NULL");
+    for (int i = 0; i < nfields; i++) {
+        const ferry_field *f = &fields[i];
+        size_t namelen = strnlen(f->name, FERRY_MAX_NAME);
+        if (namelen == 0 || namelen == FERRY_MAX_NAME)
+            return ferry__err(FERRY_EINVAL, "schema: field %d: name must be 1..%d bytes", i,
+                              FERRY_MAX_NAME - 1);
+        for (int j = 0; j < i; j++)
+            if (!strcmp(fields[j].name, f->name))
+                return ferry__err(FERRY_EINVAL, "schema: field name \"%s\" appears twice",
+                                  f->name);
+        if (ferry_dtype_size(f->dtype) == 0)
+            return ferry__err(FERRY_EINVAL, "schema: field \"%s\": invalid dtype %d", f->name,
+                              (int)f->dtype);
+        if (f->ndim < 0 || f->ndim > FERRY_MAX_DIMS - 1)
+            return ferry__err(FERRY_EINVAL, "schema: field \"%s\": ndim %d is outside [0, %d]",
+                              f->name, f->ndim, FERRY_MAX_DIMS - 1);
+        if (f->variable && f->ndim < 1)
+            return ferry__err(FERRY_EINVAL, "schema: field \"%s\": a variable field needs ndim >= 1",
+                              f->name);
+        size_t n = ferry_dtype_size(f->dtype);
+        for (int d = 0; d < f->ndim; d++) {
+            if (f->shape[d] < 0 || (uint64_t)f->shape[d] > FIELD_MAX_BYTES ||
+                !ferry__mul_size(n, (size_t)f->shape[d], &n) || n > FIELD_MAX_BYTES)
+                return ferry__err(FERRY_EINVAL,
+                                  "schema: field \"%s\": shape[%d] = %lld makes a sample larger "
+                                  "than 2^34 bytes or is negative",
+                                  f->name, d, (long long)f->shape[d]);
+        }
+    }
+    return 0;
+}
+
+/* ---- Context ---- */
+
+void ferry__ctx_init(ferry_ctx *c, uint32_t worker, uint64_t seed, uint64_t epoch)
+{
+    memset(c, 0, sizeof *c);
+    c->worker = worker;
+    c->seed = seed;
+    c->epoch = epoch;
+}
+
+void ferry__ctx_release(ferry_ctx *c)
+{
+    ferry__aligned_free(c->scratch);
+    c->scratch = NULL;
+    c->scratch_cap = 0;
+}
+
+uint32_t ferry_ctx_worker(const ferry_ctx *c)
+{
+    return c->worker;
+}
+
+uint64_t ferry_ctx_seed(const ferry_ctx *c)
+{
+    return c->seed;
+}
+
+uint64_t ferry_ctx_epoch(const ferry_ctx *c)
+{
+    return c->epoch;
+}
+
+void ferry_ctx_rng(const ferry_ctx *c, uint64_t index, ferry_rng *out)
+{
+    ferry_rng_init(out, c->seed, c->epoch, index);
+}
+
+void *ferry_ctx_scratch(ferry_ctx *c, size_t n)
+{
+    if (n <= c->scratch_cap)
+        return c->scratch;
+    size_t cap = c->scratch_cap ? c->scratch_cap : 4096;
+    while (cap < n) {
+        if (!ferry__mul_size(cap, 2, &cap)) {
+            ferry__err(FERRY_ENOMEM, "scratch: %zu bytes is too large", n);
+            return NULL;
+        }
+    }
+    void *p = ferry__aligned_alloc(cap);
+    if (!p) {
+        ferry__err(FERRY_ENOMEM, "scratch: cannot allocate %zu bytes", cap);
+        return NULL;
+    }
+    ferry__aligned_free(c->scratch);
+    c->scratch = p;
+    c->scratch_cap = cap;
+    return p;
+}
+
+void ferry_ctx_stage_add(ferry_ctx *c, ferry_stage stage, uint64_t ns)
+{
+    if ((unsigned)stage < FERRY_STAGE_COUNT)
+        c->stage_ns[stage] += ns;
+}
+
+int ferry_ctx_create(ferry_ctx **out, uint64_t seed, uint64_t epoch)
+{
+    *out = ferry__calloc(1, sizeof **out);
+    if (!*out)
+        return ferry__err(FERRY_ENOMEM, "context: out of memory");
+    ferry__ctx_init(*out, 0, seed, epoch);
+    return 0;
+}
+
+void ferry_ctx_free(ferry_ctx *c)
+{
+    if (!c)
+        return;
+    ferry__ctx_release(c);
+    ferry__free(c);
+}
+
+/* ---- Map-style ---- */
+
+int ferry_dataset_create(ferry_dataset **out, const ferry_dataset_vtable *vt, void *self,
+                         const ferry_field *fields, int nfields)
+{
+    int rc = 0;
+    ferry_dataset *ds = NULL;
+    *out = NULL;
+    if (!vt || !vt->len || !vt->get)
+        FERRY_FAIL(FERRY_EINVAL, "dataset: the vtable needs len and get");
+    FERRY_TRY(ferry__check_fields(fields, nfields));
+    ds = ferry__calloc(1, sizeof *ds);
+    if (!ds)
+        FERRY_FAIL(FERRY_ENOMEM, "dataset: out of memory");
+    ds->vt = vt;
+    ds->self = self;
+    ds->len = vt->len(self);
+    ds->nfields = nfields;
+    memcpy(ds->fields, fields, (size_t)nfields * sizeof *fields);
+    *out = ds;
+    return 0;
+cleanup:
+    if (vt && vt->destroy)
+        vt->destroy(self);
+    return rc;
+}
+
+void ferry_dataset_free(ferry_dataset *ds)
+{
+    if (!ds)
+        return;
+    if (ds->vt->destroy)
+        ds->vt->destroy(ds->self);
+    ferry__free(ds);
+}
+
+uint64_t ferry_dataset_len(const ferry_dataset *ds)
+{
+    return ds->len;
+}
+
+int ferry_dataset_nfields(const ferry_dataset *ds)
+{
+    return ds->nfields;
+}
+
+const ferry_field *ferry_dataset_field(const ferry_dataset *ds, int i)
+{
+    return i >= 0 && i < ds->nfields ? &ds->fields[i] : NULL;
+}
+
+int ferry_dataset_find_field(const ferry_dataset *ds, const char *name)
+{
+    for (int i = 0; i < ds->nfields; i++)
+        if (!strcmp(ds->fields[i].name, name))
+            return i;
+    return -1;
+}
+
+int ferry_dataset_get(ferry_dataset *ds, uint64_t index, ferry_sample *out, ferry_ctx *ctx)
+{
+    if (index >= ds->len)
+        return ferry__err(FERRY_ERANGE, "dataset: index %llu is past its length %llu",
+                          (unsigned long long)index, (unsigned long long)ds->len);
+    if (out->nfields != ds->nfields)
+        return ferry__err(FERRY_EINVAL, "dataset: sample has %d fields, the dataset %d",
+                          out->nfields, ds->nfields);
+    return ds->vt->get(ds->self, index, out, ctx);
+}
+
+/* ---- Streams ---- */
+
+int ferry_stream_create(ferry_stream **out, const ferry_stream_vtable *vt, void *self,
+                        const ferry_field *fields, int nfields)
+{
+    int rc = 0;
+    ferry_stream *st = NULL;
+    *out = NULL;
+    if (!vt || !vt->open || !vt->next || !vt->close)
+        FERRY_FAIL(FERRY_EINVAL, "stream: the vtable needs open, next and close");
+    FERRY_TRY(ferry__check_fields(fields, nfields));
+    st = ferry__calloc(1, sizeof *st);
+    if (!st)
+        FERRY_FAIL(FERRY_ENOMEM, "stream: out of memory");
+    st->vt = vt;
+    st->self = self;
+    st->nfields = nfields;
+    memcpy(st->fields, fields, (size_t)nfields * sizeof *fields);
+    *out = st;
+    return 0;
+cleanup:
+    if (vt && vt->destroy)
+        vt->destroy(self);
+    return rc;
+}
+
+void ferry_stream_free(ferry_stream *st)
+{
+    if (!st)
+        return;
+    if (st->vt->destroy)
+        st->vt->destroy(st->self);
+    ferry__free(st);
+}
+
+int ferry_stream_nfields(const ferry_stream *st)
+{
+    return st->nfields;
+}
+
+const ferry_field *ferry_stream_field(const ferry_stream *st, int i)
+{
+    return i >= 0 && i < st->nfields ? &st->fields[i] : NULL;
+}
+
+int ferry_stream_open(ferry_stream *st, uint64_t shard, uint64_t nshards, uint64_t epoch,
+                      ferry_stream_iter **out)
+{
+    *out = NULL;
+    if (nshards == 0 || shard >= nshards)
+        return ferry__err(FERRY_EINVAL, "stream: shard %llu is outside [0, %llu)",
+                          (unsigned long long)shard, (unsigned long long)nshards);
+    ferry_stream_iter *it = ferry__calloc(1, sizeof *it);
+    if (!it)
+        return ferry__err(FERRY_ENOMEM, "stream: out of memory");
+    it->st = st;
+    int rc = st->vt->open(st->self, shard, nshards, epoch, &it->iter);
+    if (rc < 0) {
+        ferry__free(it);
+        return rc;
+    }
+    *out = it;
+    return 0;
+}
+
+int ferry_stream_next(ferry_stream_iter *it, ferry_sample *out, ferry_ctx *ctx)
+{
+    return it->st->vt->next(it->iter, out, ctx);
+}
+
+void ferry_stream_close(ferry_stream_iter *it)
+{
+    if (!it)
+        return;
+    it->st->vt->close(it->iter);
+    ferry__free(it);
+}
+
+/* ---- A map-style dataset read in order ---- */
+
+typedef struct {
+    ferry_dataset *ds;
+    uint64_t next, step;
+} seq_iter;
+
+static int seq_open(void *self, uint64_t shard, uint64_t nshards, uint64_t epoch, void **iter)
+{
+    (void)epoch;
+    seq_iter *it = ferry__malloc(sizeof *it);
+    if (!it)
+        return ferry__err(FERRY_ENOMEM, "stream: out of memory");
+    it->ds = self;
+    it->next = shard;
+    it->step = nshards;
+    *iter = it;
+    return 0;
+}
+
+static int seq_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
+{
+    seq_iter *it = iter;
+    if (it->next >= it->ds->len)
+        return FERRY_END;
+    int rc = it->ds->vt->get(it->ds->self, it->next, out, ctx);
+    /* Advance past a bad sample too, so that a skip policy can go on. */
+    it->next = it->next + it->step < it->next ? UINT64_MAX : it->next + it->step;
+    return rc;
+}
+
+static void seq_close(void *iter)
+{
+    ferry__free(iter);
+}
+
+static const ferry_stream_vtable seq_vtable = {seq_open, seq_next, seq_close, NULL};
+
+int ferry_stream_from_dataset(ferry_stream **out, ferry_dataset *ds)
+{
+    return ferry_stream_create(out, &seq_vtable, ds, ds->fields, ds->nfields);
+}

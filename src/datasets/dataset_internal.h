@@ -1,0 +1,60 @@
+/*
+ * Dataset internals shared with the loader.
+ */
+#ifndef FERRY_DATASET_INTERNAL_H
+#define FERRY_DATASET_INTERNAL_H
+
+#include "ferry/dataset.h"
+#include "../core/internal.h"
+
+struct ferry_ctx {
+    uint32_t worker;
+    uint64_t seed, epoch;
+    void *scratch;
+    size_t scratch_cap;
+    uint64_t stage_ns[FERRY_STAGE_COUNT]; /* claimed by the dataset during a call */
+};
+
+struct ferry_dataset {
+    const ferry_dataset_vtable *vt;
+    void *self;
+    uint64_t len;
+    int nfields;
+    ferry_field fields[FERRY_MAX_FIELDS];
+};
+
+struct ferry_stream {
+    const ferry_stream_vtable *vt;
+    void *self;
+    int nfields;
+    ferry_field fields[FERRY_MAX_FIELDS];
+};
+
+struct ferry_stream_iter {
+    ferry_stream *st;
+    void *iter;
+};
+
+void ferry__ctx_init(ferry_ctx *c, uint32_t worker, uint64_t seed, uint64_t epoch);
+void ferry__ctx_release(ferry_ctx *c);
+/* Checks a schema: names, dtypes, shapes and byte sizes in range. */
+int ferry__check_fields(const ferry_field *fields, int nfields);
+
+/* "kind:location,key=value,..." split in place. Returns FERRY_EINVAL with a message
+ * on a malformed spec. */
+#define FERRY_SPEC_MAX 4096
+#define FERRY_SPEC_MAX_OPTS 32
+typedef struct ferry__spec {
+    char buf[FERRY_SPEC_MAX];
+    const char *kind, *location;
+    int nopts;
+    const char *key[FERRY_SPEC_MAX_OPTS], *value[FERRY_SPEC_MAX_OPTS];
+    bool used[FERRY_SPEC_MAX_OPTS];
+} ferry__spec;
+int ferry__spec_parse(ferry__spec *s, const char *text);
+/* Takes option `key` as an unsigned number in [lo, hi] (keeps *out when absent). */
+int ferry__spec_u64(ferry__spec *s, const char *key, uint64_t lo, uint64_t hi, uint64_t *out);
+/* FERRY_EINVAL naming the first option no one took. */
+int ferry__spec_check_used(const ferry__spec *s);
+
+#endif

@@ -1,0 +1,122 @@
+/*
+ * Sources described as text: "kind:location,key=value,...". One parser for the CLI,
+ * the Python module and pipeline descriptions.
+ */
+#include "dataset_internal.h"
+
+#include <string.h>
+
+int ferry__spec_parse(ferry__spec *s, const char *text)
+{
+    memset(s, 0, sizeof *s);
+    if (!text)
+        return ferry__err(FERRY_EINVAL, "source: spec is NULL");
+    size_t n = strlen(text);
+    if (n >= FERRY_SPEC_MAX)
+        return ferry__err(FERRY_EINVAL, "source: spec is %zu bytes, over the %d limit", n,
+                          FERRY_SPEC_MAX - 1);
+    memcpy(s->buf, text, n + 1);
+    char *colon = strchr(s->buf, ':');
+    if (!colon || colon == s->buf)
+        return ferry__err(FERRY_EINVAL, "source \"%.64s\": expected KIND:LOCATION[,key=value...]",
+                          text);
+    *colon = 0;
+    s->kind = s->buf;
+    char *p = colon + 1;
+    s->location = p;
+    char *comma = strchr(p, ',');
+    if (!comma)
+        return 0;
+    *comma = 0;
+    p = comma + 1;
+    while (*p) {
+        if (s->nopts == FERRY_SPEC_MAX_OPTS)
+            return ferry__err(FERRY_EINVAL, "source \"%.64s\": more than %d options", text,
+                              FERRY_SPEC_MAX_OPTS);
+        char *end = strchr(p, ',');
+        if (end)
+            *end = 0;
+        char *eq = strchr(p, '=');
+        if (!eq || eq == p)
+            return ferry__err(FERRY_EINVAL, "source %s: option \"%.64s\" is not key=value",
+                              s->kind, p);
+        *eq = 0;
+        for (int i = 0; i < s->nopts; i++)
+            if (!strcmp(s->key[i], p))
+                return ferry__err(FERRY_EINVAL, "source %s: option \"%.64s\" given twice",
+                                  s->kind, p);
+        s->key[s->nopts] = p;
+        s->value[s->nopts] = eq + 1;
+        s->nopts++;
+        if (!end)
+            break;
+        p = end + 1;
+        if (!*p)
+            return ferry__err(FERRY_EINVAL, "source %s: empty option after ','", s->kind);
+    }
+    return 0;
+}
+
+int ferry__spec_u64(ferry__spec *s, const char *key, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+    for (int i = 0; i < s->nopts; i++) {
+        if (strcmp(s->key[i], key))
+            continue;
+        s->used[i] = true;
+        uint64_t v;
+        if (!ferry__parse_u64(s->value[i], &v) || v < lo || v > hi)
+            return ferry__err(FERRY_EINVAL, "source %s: %s=\"%.64s\" is not a number in [%llu, "
+                                            "%llu]",
+                              s->kind, key, s->value[i], (unsigned long long)lo,
+                              (unsigned long long)hi);
+        *out = v;
+        return 0;
+    }
+    return 0;
+}
+
+int ferry__spec_check_used(const ferry__spec *s)
+{
+    for (int i = 0; i < s->nopts; i++)
+        if (!s->used[i])
+            return ferry__err(FERRY_EINVAL, "source %s: unknown option \"%.64s\"", s->kind,
+                              s->key[i]);
+    return 0;
+}
+
+static int open_synthetic(ferry_dataset **out, ferry__spec *s)
+{
+    ferry_synthetic_opts o = {.bytes = 16};
+    if (!ferry__parse_u64(s->location, &o.count))
+        return ferry__err(FERRY_EINVAL, "source synthetic: COUNT \"%.64s\" is not a number",
+                          s->location);
+    int rc;
+    if ((rc = ferry__spec_u64(s, "bytes", 0, (uint64_t)1 << 30, &o.bytes)) < 0 ||
+        (rc = ferry__spec_u64(s, "cost", 0, (uint64_t)1 << 32, &o.cost)) < 0 ||
+        (rc = ferry__spec_u64(s, "seed", 0, UINT64_MAX, &o.seed)) < 0 ||
+        (rc = ferry__spec_u64(s, "classes", 1, UINT64_MAX, &o.classes)) < 0 ||
+        (rc = ferry__spec_u64(s, "var", 0, (uint64_t)1 << 24, &o.var_max)) < 0 ||
+        (rc = ferry__spec_u64(s, "fail_every", 0, UINT64_MAX, &o.fail_every)) < 0 ||
+        (rc = ferry__spec_u64(s, "sleep_us", 0, 60000000, &o.sleep_us)) < 0 ||
+        (rc = ferry__spec_check_used(s)) < 0)
+        return rc;
+    return ferry_dataset_synthetic(out, &o);
+}
+
+int ferry_dataset_open(ferry_dataset **out, const char *spec)
+{
+    *out = NULL;
+    ferry__spec *s = ferry__malloc(sizeof *s);
+    if (!s)
+        return ferry__err(FERRY_ENOMEM, "source: out of memory");
+    int rc = ferry__spec_parse(s, spec);
+    if (rc == 0) {
+        if (!strcmp(s->kind, "synthetic"))
+            rc = open_synthetic(out, s);
+        else
+            rc = ferry__err(FERRY_EINVAL, "source: unknown kind \"%.64s\" (known: synthetic)",
+                            s->kind);
+    }
+    ferry__free(s);
+    return rc;
+}

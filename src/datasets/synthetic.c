@@ -1,0 +1,113 @@
+/*
+ * Synthetic samples: deterministic bytes from Philox, a label, optional
+ * variable-length text, a tunable CPU cost, and injected failures. For tests and
+ * for measuring the loader itself.
+ */
+#include "dataset_internal.h"
+
+#include <string.h>
+#include <time.h>
+
+#define SYN_MAX_BYTES ((uint64_t)1 << 30)
+#define SYN_MAX_VAR ((uint64_t)1 << 24)
+
+typedef struct {
+    ferry_synthetic_opts o;
+} synthetic;
+
+static uint64_t syn_len(void *self)
+{
+    return ((synthetic *)self)->o.count;
+}
+
+static void fill_random(uint8_t *dst, size_t n, ferry_rng *r)
+{
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        uint32_t w = ferry_rng_u32(r);
+        memcpy(dst + i, &w, 4);
+    }
+    if (i < n) {
+        uint32_t w = ferry_rng_u32(r);
+        memcpy(dst + i, &w, n - i);
+    }
+}
+
+static int syn_get(void *self, uint64_t index, ferry_sample *out, ferry_ctx *ctx)
+{
+    (void)ctx;
+    const ferry_synthetic_opts *o = &((synthetic *)self)->o;
+    if (o->sleep_us) {
+        struct timespec ts = {(time_t)(o->sleep_us / 1000000), (long)(o->sleep_us % 1000000) * 1000};
+        nanosleep(&ts, NULL);
+    }
+    if (o->fail_every && index % o->fail_every == o->fail_every - 1)
+        return ferry_error(FERRY_ECORRUPT, "synthetic: sample %llu: injected failure (fail_every=%llu)",
+                           (unsigned long long)index, (unsigned long long)o->fail_every);
+    ferry_rng r;
+    ferry_rng_init(&r, o->seed, 0, index);
+    uint8_t *data = out->data[0];
+    fill_random(data, (size_t)o->bytes, &r);
+    if (o->cost) {
+        uint32_t acc[4] = {0, 0, 0, 0}, ctr[4] = {0, 1, (uint32_t)index, (uint32_t)(index >> 32)};
+        for (uint64_t i = 0; i < o->cost; i++) {
+            uint32_t b[4];
+            ctr[0] = (uint32_t)i ^ acc[0];
+            ferry_philox4x32_10(ctr, r.key, b);
+            acc[0] ^= b[0];
+            acc[1] += b[1];
+        }
+        size_t n = o->bytes < 8 ? (size_t)o->bytes : 8;
+        for (size_t i = 0; i < n; i++)
+            data[i] ^= (uint8_t)(acc[i / 4] >> (8 * (i % 4)));
+    }
+    int64_t label = (int64_t)(index % (o->classes ? o->classes : 1000));
+    memcpy(out->data[1], &label, sizeof label);
+    if (o->var_max) {
+        uint64_t len = ferry_hash64(index, o->seed) % (o->var_max + 1);
+        uint8_t *text = out->data[2];
+        for (uint64_t i = 0; i < len; i++)
+            text[i] = (uint8_t)('a' + (index + i) % 26);
+        out->length[2] = (int64_t)len;
+    }
+    return 0;
+}
+
+static void syn_destroy(void *self)
+{
+    ferry__free(self);
+}
+
+static const ferry_dataset_vtable syn_vtable = {syn_len, syn_get, syn_destroy};
+
+int ferry_dataset_synthetic(ferry_dataset **out, const ferry_synthetic_opts *o)
+{
+    *out = NULL;
+    if (o->bytes > SYN_MAX_BYTES)
+        return ferry__err(FERRY_EINVAL, "synthetic: bytes=%llu is outside [0, 2^30]",
+                          (unsigned long long)o->bytes);
+    if (o->var_max > SYN_MAX_VAR)
+        return ferry__err(FERRY_EINVAL, "synthetic: var=%llu is outside [0, 2^24]",
+                          (unsigned long long)o->var_max);
+    if (o->sleep_us > 60000000)
+        return ferry__err(FERRY_EINVAL, "synthetic: sleep_us=%llu is outside [0, 60000000]",
+                          (unsigned long long)o->sleep_us);
+    synthetic *s = ferry__malloc(sizeof *s);
+    if (!s)
+        return ferry__err(FERRY_ENOMEM, "synthetic: out of memory");
+    s->o = *o;
+    ferry_field f[3];
+    memset(f, 0, sizeof f);
+    strcpy(f[0].name, "data");
+    f[0].dtype = FERRY_U8;
+    f[0].ndim = 1;
+    f[0].shape[0] = (int64_t)o->bytes;
+    strcpy(f[1].name, "label");
+    f[1].dtype = FERRY_I64;
+    strcpy(f[2].name, "text");
+    f[2].dtype = FERRY_U8;
+    f[2].ndim = 1;
+    f[2].shape[0] = (int64_t)o->var_max;
+    f[2].variable = 1;
+    return ferry_dataset_create(out, &syn_vtable, s, f, o->var_max ? 3 : 2);
+}

@@ -1,0 +1,1118 @@
+/*
+ * The loader engine.
+ *
+ * One mutex guards the scheduling state; the per-sample work runs outside it.
+ * A worker takes the lock once per grain (a run of slots of one batch): it claims
+ * slots of the oldest batch that still has unclaimed ones, or opens the next
+ * batch in a free buffer, and writes the samples with the lock released. Whoever
+ * finishes the last slot of a batch marks it ready. The consumer takes batches in
+ * sampler order (a ring indexed by batch number: at most `prefetch` are scheduled
+ * and undelivered, and they are consecutive) or in completion order (a FIFO).
+ *
+ * A generation number tells stale work from current: stopping an epoch
+ * (cancel, restart, an error, free) bumps it, recycles what is queued, and lets
+ * workers drop the rest of a stale grain at the next sample.
+ *
+ * Teardown: the loader's memory lives while the handle or any batch holds a
+ * reference, so batches handed to Python can outlive ferry_loader_free.
+ */
+#include "ferry/loader.h"
+#include "../datasets/dataset_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define MAX_BATCH ((uint32_t)1 << 24)
+#define MAX_WORKERS 1024u
+#define MAX_PREFETCH 65536u
+#define MAX_SHARDS 65536u
+#define TIMEOUT_LIST 8 /* outstanding samples named in a timeout message */
+
+enum { SLOT_PENDING = 0, SLOT_OK = 1, SLOT_FAILED = 2 };
+
+typedef struct shard {
+    ferry_stream_iter *it;
+    bool busy, ended;
+} shard;
+
+struct ferry_batch {
+    ferry_loader *l;
+    uint32_t id;
+    uint64_t epoch, number, gen, first_pos;
+    uint32_t size;    /* slots planned */
+    uint32_t claimed; /* under l->m */
+    atomic_uint done;
+    uint32_t out_size; /* samples delivered, after skips are compacted away */
+    uint32_t skipped;
+    bool ready, held;
+    int shard;         /* stream batches: which shard fills it */
+    bool shard_ended;  /* set by the worker filling it; applied under m in publish */
+    /* the first failure, by slot, under l->m */
+    uint32_t fail_slot;
+    int fail_rc;
+    char fail_msg[FERRY_ERRMSG_MAX];
+    /* memory */
+    uint8_t *mem;
+    uint64_t *indices;
+    _Atomic uint8_t *state;
+    uint8_t *field[FERRY_MAX_FIELDS];
+    int64_t *lengths[FERRY_MAX_FIELDS];
+    ferry_batch *next_free;
+};
+
+typedef struct worker {
+    ferry_loader *l;
+    uint32_t id;
+    ferry_ctx ctx;
+    uint64_t busy_ns, idle_ns, stage_ns[FERRY_STAGE_COUNT]; /* under l->m */
+} worker;
+
+struct ferry_loader {
+    ferry_loader_opts o;
+    ferry_dataset *ds;
+    ferry_stream *st;
+    int nfields;
+    ferry_field fields[FERRY_MAX_FIELDS];
+    size_t field_stride[FERRY_MAX_FIELDS]; /* bytes per sample */
+    size_t row_bytes[FERRY_MAX_FIELDS];    /* variable fields: bytes per row */
+    bool any_variable;
+    ferry_sampler *sampler, *own_sampler;
+
+    pthread_mutex_t m;
+    pthread_cond_t work_cv;  /* workers: work or shutdown */
+    pthread_cond_t ready_cv; /* consumer: a batch is ready; start(): workers idle */
+    ferry__pool *pool;
+    worker *workers;
+    uint32_t nworkers, idle_workers, busy_workers, inited;
+    int init_rc;
+    char init_msg[FERRY_ERRMSG_MAX];
+    bool shutdown;
+    atomic_bool cancelled;
+    atomic_ullong gen; /* written under m */
+    int refs;          /* under m: the handle + held batches */
+
+    ferry_batch *bufs;
+    uint32_t nbufs;
+    ferry_batch *free_list;
+    ferry_batch **by_number; /* sampler order: ring by batch number */
+    ferry_batch **open;      /* FIFO of batches with unclaimed slots */
+    uint32_t open_head, open_count;
+    ferry_batch **ready_q; /* completion order: FIFO of ready batches */
+    uint32_t ready_head, ready_count;
+
+    /* the epoch */
+    bool started, over;
+    uint64_t epoch, nbatches, next_sched, next_deliver, undelivered;
+    uint64_t epoch_skipped;
+    shard *shards;
+    uint32_t nshards, cursor, live;
+    ferry_worker_init_fn init_fn;
+
+    /* stats, under m */
+    uint64_t t_start, t_first, consumer_wait_ns, samples, batches, bytes, skipped;
+    bool consumer_waiting;
+
+    ferry_ctx inline_ctx;
+    char errmsg[FERRY_ERRMSG_MAX];
+};
+
+static int set_errmsg(ferry_loader *l, int rc)
+{
+    if (rc < 0)
+        ferry__err_copy(l->errmsg);
+    return rc;
+}
+
+/* ---- Buffers ---- */
+
+static int alloc_buffers(ferry_loader *l)
+{
+    uint32_t B = l->o.batch_size;
+    size_t off = 0, n;
+    size_t field_off[FERRY_MAX_FIELDS], len_off[FERRY_MAX_FIELDS];
+    size_t idx_off = off;
+    off = ferry__align64((size_t)B * sizeof(uint64_t));
+    size_t state_off = off;
+    off += ferry__align64(B);
+    for (int f = 0; f < l->nfields; f++) {
+        field_off[f] = off;
+        if (!ferry__mul_size(l->field_stride[f], B, &n) || !ferry__add_size(off, n, &off))
+            return ferry__err(FERRY_EOVERFLOW, "loader: a batch of field \"%s\" overflows memory",
+                              l->fields[f].name);
+        off = ferry__align64(off);
+        len_off[f] = off;
+        if (l->fields[f].variable)
+            off += ferry__align64((size_t)B * sizeof(int64_t));
+    }
+    l->bufs = ferry__calloc(l->nbufs, sizeof *l->bufs);
+    l->by_number = ferry__calloc(l->nbufs, sizeof *l->by_number);
+    l->open = ferry__calloc(l->nbufs, sizeof *l->open);
+    l->ready_q = ferry__calloc(l->nbufs, sizeof *l->ready_q);
+    if (!l->bufs || !l->by_number || !l->open || !l->ready_q)
+        return ferry__err(FERRY_ENOMEM, "loader: out of memory");
+    for (uint32_t i = 0; i < l->nbufs; i++) {
+        ferry_batch *b = &l->bufs[i];
+        b->l = l;
+        b->id = i;
+        b->mem = ferry__aligned_alloc(off);
+        if (!b->mem)
+            return ferry__err(FERRY_ENOMEM,
+                              "loader: cannot allocate batch buffer %u of %zu bytes (prefetch %u)",
+                              i, off, l->nbufs);
+        memset(b->mem, 0, off);
+        b->indices = (uint64_t *)(b->mem + idx_off);
+        b->state = (_Atomic uint8_t *)(b->mem + state_off);
+        for (int f = 0; f < l->nfields; f++) {
+            b->field[f] = b->mem + field_off[f];
+            b->lengths[f] = l->fields[f].variable ? (int64_t *)(b->mem + len_off[f]) : NULL;
+        }
+        b->next_free = l->free_list;
+        l->free_list = b;
+    }
+    return 0;
+}
+
+/* Frees everything; called when the last reference goes. */
+static void destroy(ferry_loader *l)
+{
+    if (l->bufs)
+        for (uint32_t i = 0; i < l->nbufs; i++)
+            ferry__aligned_free(l->bufs[i].mem);
+    ferry__free(l->bufs);
+    ferry__free(l->by_number);
+    ferry__free(l->open);
+    ferry__free(l->ready_q);
+    if (l->workers)
+        for (uint32_t i = 0; i < l->nworkers; i++)
+            ferry__ctx_release(&l->workers[i].ctx);
+    ferry__free(l->workers);
+    ferry__ctx_release(&l->inline_ctx);
+    ferry__free(l->shards);
+    ferry_sampler_free(l->own_sampler);
+    pthread_mutex_destroy(&l->m);
+    pthread_cond_destroy(&l->work_cv);
+    pthread_cond_destroy(&l->ready_cv);
+    ferry__free(l);
+}
+
+/* Puts a buffer back in the pool. Under m. */
+static void recycle(ferry_loader *l, ferry_batch *b)
+{
+    b->ready = false;
+    b->held = false;
+    b->next_free = l->free_list;
+    l->free_list = b;
+    if (l->idle_workers)
+        pthread_cond_signal(&l->work_cv);
+}
+
+/* ---- Epochs ---- */
+
+static void close_shards(ferry_loader *l)
+{
+    for (uint32_t i = 0; i < l->nshards; i++) {
+        ferry_stream_close(l->shards[i].it);
+        l->shards[i] = (shard){0};
+    }
+    l->live = 0;
+}
+
+/* Ends the current epoch: no more scheduling, queued batches recycled, work in
+ * flight dropped at the next sample. Under m. */
+static void stop_epoch(ferry_loader *l)
+{
+    atomic_store(&l->gen, atomic_load(&l->gen) + 1);
+    l->over = true;
+    for (uint32_t k = 0; k < l->open_count; k++) {
+        ferry_batch *b = l->open[(l->open_head + k) % l->nbufs];
+        uint32_t rest = b->size - b->claimed;
+        b->claimed = b->size;
+        if (atomic_fetch_add(&b->done, rest) + rest == b->size)
+            recycle(l, b);
+    }
+    l->open_count = 0;
+    for (uint32_t i = 0; i < l->nbufs; i++) {
+        ferry_batch *b = &l->bufs[i];
+        if (b->ready && !b->held)
+            recycle(l, b);
+    }
+    l->ready_count = 0;
+    l->undelivered = 0;
+    pthread_cond_broadcast(&l->ready_cv);
+}
+
+/* Under m. Waits until no worker is inside a grain, so that the sampler and stream
+ * shards can be changed safely. */
+static void wait_workers_idle(ferry_loader *l)
+{
+    while (l->busy_workers)
+        pthread_cond_wait(&l->ready_cv, &l->m);
+}
+
+static int start_locked(ferry_loader *l, uint64_t epoch, uint64_t first_batch)
+{
+    int rc = 0;
+    stop_epoch(l);
+    wait_workers_idle(l);
+    close_shards(l);
+    atomic_store(&l->cancelled, false);
+    l->epoch = epoch;
+    l->epoch_skipped = 0;
+    l->open_head = l->open_count = 0;
+    l->ready_head = l->ready_count = 0;
+    l->undelivered = 0;
+    if (l->ds) {
+        FERRY_TRY(ferry_sampler_set_epoch(l->sampler, epoch));
+        l->nbatches = ferry_batch_count(ferry_sampler_len(l->sampler), l->o.batch_size,
+                                        l->o.drop_last);
+        if (first_batch > l->nbatches)
+            FERRY_FAIL(FERRY_ERANGE, "loader: first_batch %llu is past the epoch's %llu batches",
+                       (unsigned long long)first_batch, (unsigned long long)l->nbatches);
+    } else {
+        if (first_batch)
+            FERRY_FAIL(FERRY_ENOTSUP, "loader: a stream cannot start at batch %llu; only at 0",
+                       (unsigned long long)first_batch);
+        uint64_t total = (uint64_t)l->o.world_size * l->nshards;
+        for (uint32_t s = 0; s < l->nshards; s++) {
+            uint64_t id = (uint64_t)l->o.rank * l->nshards + s;
+            rc = ferry_stream_open(l->st, id, total, epoch, &l->shards[s].it);
+            if (rc < 0) {
+                close_shards(l);
+                rc = ferry__err_prefix(rc, "loader: opening stream shard %llu of %llu",
+                                       (unsigned long long)id, (unsigned long long)total);
+                goto cleanup;
+            }
+            l->live++;
+        }
+        l->cursor = 0;
+        l->nbatches = UINT64_MAX;
+    }
+    l->next_sched = l->next_deliver = first_batch;
+    l->started = true;
+    l->over = false;
+    if (!l->t_start)
+        l->t_start = ferry_now_ns();
+    pthread_cond_broadcast(&l->work_cv);
+    return 0;
+cleanup:
+    l->started = true;
+    l->over = true;
+    return rc;
+}
+
+/* True when nothing more will be scheduled this epoch. Under m. */
+static bool sched_done(const ferry_loader *l)
+{
+    return l->ds ? l->next_sched >= l->nbatches : l->live == 0;
+}
+
+/* ---- Scheduling ---- */
+
+/* Opens the next batch in a free buffer, if any; under m. For streams, only when
+ * the shard whose turn it is is not being read. */
+static ferry_batch *schedule(ferry_loader *l)
+{
+    if (l->over || sched_done(l) || !l->free_list)
+        return NULL;
+    int sh = -1;
+    uint32_t size;
+    uint64_t first = 0;
+    if (l->ds) {
+        uint64_t count;
+        ferry_batch_positions(ferry_sampler_len(l->sampler), l->o.batch_size, l->o.drop_last,
+                              l->next_sched, &first, &count);
+        size = (uint32_t)count;
+    } else {
+        /* the live shards in rotation order: find the cursor-th live one */
+        uint32_t k = 0;
+        for (uint32_t s = 0; s < l->nshards; s++) {
+            if (l->shards[s].ended)
+                continue;
+            if (k++ == l->cursor) {
+                sh = (int)s;
+                break;
+            }
+        }
+        if (sh < 0 || l->shards[sh].busy)
+            return NULL;
+        l->shards[sh].busy = true;
+        l->cursor = (l->cursor + 1) % l->live;
+        size = l->o.batch_size;
+    }
+    ferry_batch *b = l->free_list;
+    l->free_list = b->next_free;
+    b->epoch = l->epoch;
+    b->number = l->next_sched++;
+    b->gen = atomic_load(&l->gen);
+    b->first_pos = first;
+    b->size = size;
+    b->claimed = 0;
+    atomic_store(&b->done, 0);
+    b->ready = b->held = false;
+    b->skipped = 0;
+    b->shard = sh;
+    b->shard_ended = false;
+    b->fail_slot = UINT32_MAX;
+    b->fail_rc = 0;
+    memset((void *)b->state, SLOT_PENDING, size);
+    l->by_number[b->number % l->nbufs] = b;
+    l->open[(l->open_head + l->open_count) % l->nbufs] = b;
+    l->open_count++;
+    l->undelivered++;
+    return b;
+}
+
+/* Claims up to a grain of slots; under m. */
+static ferry_batch *claim(ferry_loader *l, uint32_t *first, uint32_t *count)
+{
+    if (l->open_count == 0 && !schedule(l))
+        return NULL;
+    ferry_batch *b = l->open[l->open_head];
+    uint32_t grain = b->size;
+    if (l->ds && l->nworkers > 1) {
+        /* share a batch between workers, so the first batch is not one worker's work */
+        grain = (b->size + l->nworkers - 1) / l->nworkers;
+        if (grain < 16)
+            grain = b->size < 16 ? b->size : 16;
+    }
+    *first = b->claimed;
+    *count = b->size - b->claimed < grain ? b->size - b->claimed : grain;
+    b->claimed += *count;
+    if (b->claimed == b->size) {
+        l->open_head = (l->open_head + 1) % l->nbufs;
+        l->open_count--;
+    }
+    return b;
+}
+
+/* Records a failed slot; under m. Keeps the lowest slot's message so that the
+ * error reported does not depend on which worker got there first. */
+static void record_failure(ferry_loader *l, ferry_batch *b, uint32_t slot, uint64_t index, int rc)
+{
+    b->skipped++;
+    if (slot >= b->fail_slot)
+        return;
+    b->fail_slot = slot;
+    b->fail_rc = rc;
+    if (index == UINT64_MAX)
+        snprintf(b->fail_msg, sizeof b->fail_msg, "epoch %llu, batch %llu, stream shard %d: %s",
+                 (unsigned long long)b->epoch, (unsigned long long)b->number, b->shard,
+                 ferry_last_errmsg());
+    else
+        snprintf(b->fail_msg, sizeof b->fail_msg, "epoch %llu, batch %llu, sample %llu: %s",
+                 (unsigned long long)b->epoch, (unsigned long long)b->number,
+                 (unsigned long long)index, ferry_last_errmsg());
+    (void)l;
+}
+
+/* Writes one sample into slot i. Returns 0 or the dataset's error. */
+static int fill_slot(ferry_loader *l, ferry_batch *b, uint32_t i, uint64_t index, ferry_ctx *ctx,
+                     bool stream_next, shard *sh)
+{
+    void *data[FERRY_MAX_FIELDS];
+    int64_t len[FERRY_MAX_FIELDS];
+    for (int f = 0; f < l->nfields; f++) {
+        data[f] = b->field[f] + (size_t)i * l->field_stride[f];
+        len[f] = 0;
+    }
+    ferry_sample s = {l->nfields, data, len};
+    int rc;
+    if (stream_next)
+        rc = ferry_stream_next(sh->it, &s, ctx);
+    else if (index >= l->ds->len)
+        rc = ferry__err(FERRY_ERANGE, "the sampler gave index %llu, past the dataset's %llu",
+                        (unsigned long long)index, (unsigned long long)l->ds->len);
+    else
+        rc = l->ds->vt->get(l->ds->self, index, &s, ctx);
+    if (rc != 0 || !l->any_variable)
+        return rc;
+    for (int f = 0; f < l->nfields; f++) {
+        if (!l->fields[f].variable)
+            continue;
+        int64_t bound = l->fields[f].shape[0];
+        if (len[f] < 0 || len[f] > bound)
+            return ferry__err(FERRY_EOVERFLOW, "field \"%s\": length %lld is outside [0, %lld]",
+                              l->fields[f].name, (long long)len[f], (long long)bound);
+        size_t used = (size_t)len[f] * l->row_bytes[f];
+        memset((uint8_t *)data[f] + used, 0, l->field_stride[f] - used);
+        b->lengths[f][i] = len[f];
+    }
+    return 0;
+}
+
+/* Moves the good samples of a batch with skipped ones to the front. Called by the
+ * worker that finished the batch, before it is published. */
+static void compact(ferry_loader *l, ferry_batch *b, uint32_t nslots)
+{
+    uint32_t out = 0;
+    for (uint32_t i = 0; i < nslots; i++) {
+        if (atomic_load_explicit(&b->state[i], memory_order_relaxed) != SLOT_OK)
+            continue;
+        if (out != i) {
+            b->indices[out] = b->indices[i];
+            for (int f = 0; f < l->nfields; f++) {
+                memmove(b->field[f] + (size_t)out * l->field_stride[f],
+                        b->field[f] + (size_t)i * l->field_stride[f], l->field_stride[f]);
+                if (b->lengths[f])
+                    b->lengths[f][out] = b->lengths[f][i];
+            }
+        }
+        out++;
+    }
+    b->out_size = out;
+}
+
+/* Processes slots [first, first+count) of b. Returns the number of slots it
+ * accounted for (all of them, done or dropped). Outside m. */
+static void work(ferry_loader *l, ferry_batch *b, uint32_t first, uint32_t count, ferry_ctx *ctx,
+                 uint32_t *nfilled)
+{
+    ctx->epoch = b->epoch;
+    shard *sh = b->shard >= 0 ? &l->shards[b->shard] : NULL;
+    uint32_t filled = first;
+    for (uint32_t i = first; i < first + count; i++) {
+        if (atomic_load_explicit(&l->gen, memory_order_relaxed) != b->gen)
+            break; /* stale: drop the rest */
+        uint64_t index = UINT64_MAX;
+        int rc;
+        if (sh) {
+            for (;;) {
+                rc = fill_slot(l, b, i, UINT64_MAX, ctx, true, sh);
+                if (rc < 0 && l->o.on_error == FERRY_ON_ERROR_SKIP) {
+                    /* a stream has no hole to leave: count it and read the next one,
+                     * unless the budget is gone (a stream stuck on one bad sample) */
+                    pthread_mutex_lock(&l->m);
+                    record_failure(l, b, i, UINT64_MAX, rc);
+                    bool over_budget = b->skipped > l->o.skip_budget;
+                    pthread_mutex_unlock(&l->m);
+                    if (!over_budget)
+                        continue;
+                }
+                break;
+            }
+            if (rc == FERRY_END) {
+                b->shard_ended = true;
+                break;
+            }
+        } else {
+            index = ferry_sampler_at(l->sampler, b->first_pos + i);
+            rc = fill_slot(l, b, i, index, ctx, false, NULL);
+        }
+        b->indices[i] = index;
+        if (rc < 0) {
+            pthread_mutex_lock(&l->m);
+            record_failure(l, b, i, index, rc);
+            pthread_mutex_unlock(&l->m);
+            atomic_store_explicit(&b->state[i], SLOT_FAILED, memory_order_relaxed);
+            filled = i + 1;
+            if (sh)
+                break; /* fail policy: the stream batch ends at the failure */
+            continue;
+        }
+        atomic_store_explicit(&b->state[i], SLOT_OK, memory_order_relaxed);
+        filled = i + 1;
+    }
+    *nfilled = filled;
+}
+
+/* Called by the worker (or the inline consumer) whose grain completed batch b:
+ * finish it and publish it. Under m. */
+static void publish(ferry_loader *l, ferry_batch *b, uint32_t nslots)
+{
+    if (b->shard >= 0) {
+        shard *sh = &l->shards[b->shard];
+        sh->busy = false;
+        if (b->shard_ended && !sh->ended) {
+            /* drop it from the rotation; the cursor keeps pointing at the same successor */
+            uint32_t pos = 0;
+            for (int s = 0; s < b->shard; s++)
+                pos += !l->shards[s].ended;
+            sh->ended = true;
+            l->live--;
+            if (pos < l->cursor)
+                l->cursor--;
+            if (l->live)
+                l->cursor %= l->live;
+            else
+                l->cursor = 0;
+        }
+        if (l->idle_workers)
+            pthread_cond_broadcast(&l->work_cv);
+    }
+    if (b->gen != atomic_load(&l->gen)) {
+        recycle(l, b);
+        return;
+    }
+    b->ready = true;
+    if (l->o.order == FERRY_ORDER_COMPLETION) {
+        l->ready_q[(l->ready_head + l->ready_count) % l->nbufs] = b;
+        l->ready_count++;
+    }
+    (void)nslots;
+    if (l->consumer_waiting)
+        pthread_cond_signal(&l->ready_cv);
+}
+
+/* Finishes a grain: counts it and, if it was the batch's last, prepares and
+ * publishes the batch. Takes m. */
+static void finish_grain(ferry_loader *l, ferry_batch *b, uint32_t count, uint32_t nfilled)
+{
+    bool last = atomic_fetch_add(&b->done, count) + count == b->size;
+    if (last && b->gen == atomic_load(&l->gen)) {
+        uint32_t nslots = b->shard >= 0 ? nfilled : b->size;
+        if (b->skipped && l->o.on_error == FERRY_ON_ERROR_SKIP && b->shard < 0)
+            compact(l, b, nslots);
+        else
+            b->out_size = nslots;
+    }
+    pthread_mutex_lock(&l->m);
+    if (last)
+        publish(l, b, nfilled);
+}
+
+static void *worker_main_thread(void *arg);
+
+static void worker_job(void *arg)
+{
+    worker_main_thread(arg);
+}
+
+static void *worker_main_thread(void *arg)
+{
+    worker *w = arg;
+    ferry_loader *l = w->l;
+    int irc = 0;
+    if (l->o.worker_init) {
+        ferry__err_clear();
+        irc = l->o.worker_init(w->id, l->nworkers, l->o.seed, l->o.worker_init_arg);
+    }
+    pthread_mutex_lock(&l->m);
+    if (irc != 0 && l->init_rc == 0) {
+        l->init_rc = FERRY_ECALLBACK;
+        snprintf(l->init_msg, sizeof l->init_msg, "worker_init failed on worker %u (returned %d)%s%s",
+                 w->id, irc, ferry_last_errmsg()[0] ? ": " : "", ferry_last_errmsg());
+    }
+    l->inited++;
+    pthread_cond_broadcast(&l->ready_cv);
+    for (;;) {
+        if (l->shutdown)
+            break;
+        uint32_t first, count;
+        ferry_batch *b = l->started && !atomic_load(&l->cancelled) ? claim(l, &first, &count) : NULL;
+        if (!b) {
+            uint64_t t0 = ferry_now_ns();
+            l->idle_workers++;
+            pthread_cond_wait(&l->work_cv, &l->m);
+            l->idle_workers--;
+            w->idle_ns += ferry_now_ns() - t0;
+            continue;
+        }
+        /* another batch may be open for claiming: wake a peer */
+        if (l->open_count && l->idle_workers)
+            pthread_cond_signal(&l->work_cv);
+        l->busy_workers++;
+        pthread_mutex_unlock(&l->m);
+
+        uint64_t t0 = ferry_now_ns();
+        memset(w->ctx.stage_ns, 0, sizeof w->ctx.stage_ns);
+        uint32_t nfilled;
+        work(l, b, first, count, &w->ctx, &nfilled);
+        uint64_t dt = ferry_now_ns() - t0;
+
+        finish_grain(l, b, count, nfilled);
+        w->busy_ns += dt;
+        uint64_t claimed = 0;
+        for (int s = 1; s < FERRY_STAGE_COUNT; s++) {
+            w->stage_ns[s] += w->ctx.stage_ns[s];
+            claimed += w->ctx.stage_ns[s];
+        }
+        w->stage_ns[FERRY_STAGE_READ] += w->ctx.stage_ns[FERRY_STAGE_READ] +
+                                         (dt > claimed ? dt - claimed : 0);
+        l->busy_workers--;
+        if (l->busy_workers == 0)
+            pthread_cond_broadcast(&l->ready_cv);
+    }
+    pthread_mutex_unlock(&l->m);
+    return NULL;
+}
+
+/* ---- Creation ---- */
+
+void ferry_loader_opts_default(ferry_loader_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->batch_size = 1;
+    o->rank = -1;
+    o->world_size = -1;
+}
+
+static int check_opts(ferry_loader_opts *o)
+{
+    if (o->batch_size < 1 || o->batch_size > MAX_BATCH)
+        return ferry__err(FERRY_EINVAL, "loader: batch_size %u is outside [1, %u]", o->batch_size,
+                          MAX_BATCH);
+    if (o->num_workers > MAX_WORKERS)
+        return ferry__err(FERRY_EINVAL, "loader: num_workers %u is outside [0, %u]",
+                          o->num_workers, MAX_WORKERS);
+    if (o->prefetch > MAX_PREFETCH)
+        return ferry__err(FERRY_EINVAL, "loader: prefetch %u is outside [1, %u] (0 = default)",
+                          o->prefetch, MAX_PREFETCH);
+    if (o->timeout_ms < 0)
+        return ferry__err(FERRY_EINVAL, "loader: timeout_ms %lld is negative (0 = no timeout)",
+                          (long long)o->timeout_ms);
+    if (o->order != FERRY_ORDER_SAMPLER && o->order != FERRY_ORDER_COMPLETION)
+        return ferry__err(FERRY_EINVAL, "loader: order %d is not FERRY_ORDER_SAMPLER (0) or "
+                                        "FERRY_ORDER_COMPLETION (1)",
+                          o->order);
+    if (o->on_error != FERRY_ON_ERROR_FAIL && o->on_error != FERRY_ON_ERROR_SKIP)
+        return ferry__err(FERRY_EINVAL, "loader: on_error %d is not FERRY_ON_ERROR_FAIL (0) or "
+                                        "FERRY_ON_ERROR_SKIP (1)",
+                          o->on_error);
+    if (o->stream_shards > MAX_SHARDS)
+        return ferry__err(FERRY_EINVAL, "loader: stream_shards %u is outside [1, %u] (0 = 1)",
+                          o->stream_shards, MAX_SHARDS);
+    if (o->prefetch == 0)
+        o->prefetch = o->num_workers > 1 ? 2 * o->num_workers : 2;
+    if (o->stream_shards == 0)
+        o->stream_shards = 1;
+    return 0;
+}
+
+static int create(ferry_loader **out, ferry_dataset *ds, ferry_stream *st,
+                  const ferry_loader_opts *opts)
+{
+    int rc = 0;
+    ferry_loader *l = NULL;
+    *out = NULL;
+    ferry__err_clear();
+    if (!opts || (!ds && !st))
+        return ferry__err(FERRY_EINVAL, "loader: a dataset and options are required");
+    ferry_loader_opts o = *opts;
+    FERRY_TRY(check_opts(&o));
+    if (st) {
+        if (o.rank < 0 || o.world_size < 0) {
+            int64_t r, w;
+            FERRY_TRY(ferry_dist_from_env(&r, &w));
+            if (o.rank < 0)
+                o.rank = r;
+            if (o.world_size < 0)
+                o.world_size = w;
+        }
+        if (o.world_size < 1 || o.rank >= o.world_size)
+            FERRY_FAIL(FERRY_EINVAL, "loader: rank %lld is outside [0, world_size %lld)",
+                       (long long)o.rank, (long long)o.world_size);
+    }
+    l = ferry__calloc(1, sizeof *l);
+    if (!l)
+        FERRY_FAIL(FERRY_ENOMEM, "loader: out of memory");
+    pthread_mutex_init(&l->m, NULL);
+    pthread_cond_init(&l->work_cv, NULL);
+    ferry__cond_init(&l->ready_cv);
+    l->refs = 1;
+    l->o = o;
+    l->ds = ds;
+    l->st = st;
+    l->nbufs = o.prefetch;
+    l->nfields = ds ? ds->nfields : st->nfields;
+    memcpy(l->fields, ds ? ds->fields : st->fields, (size_t)l->nfields * sizeof l->fields[0]);
+    for (int f = 0; f < l->nfields; f++) {
+        l->field_stride[f] = ferry_field_nbytes(&l->fields[f]);
+        l->row_bytes[f] = ferry_field_row_elems(&l->fields[f]) * ferry_dtype_size(l->fields[f].dtype);
+        l->any_variable |= l->fields[f].variable != 0;
+    }
+    if (ds) {
+        l->sampler = o.sampler;
+        if (!l->sampler) {
+            FERRY_TRY(o.shuffle ? ferry_sampler_random(&l->own_sampler, ds->len, o.seed, 0, 0)
+                                : ferry_sampler_sequential(&l->own_sampler, ds->len));
+            l->sampler = l->own_sampler;
+        }
+    } else {
+        l->nshards = o.stream_shards;
+        l->shards = ferry__calloc(l->nshards, sizeof *l->shards);
+        if (!l->shards)
+            FERRY_FAIL(FERRY_ENOMEM, "loader: out of memory");
+    }
+    FERRY_TRY(alloc_buffers(l));
+    ferry__ctx_init(&l->inline_ctx, 0, o.seed, 0);
+    if (o.num_workers) {
+        l->workers = ferry__calloc(o.num_workers, sizeof *l->workers);
+        if (!l->workers)
+            FERRY_FAIL(FERRY_ENOMEM, "loader: out of memory");
+        for (uint32_t i = 0; i < o.num_workers; i++) {
+            l->workers[i].l = l;
+            l->workers[i].id = i;
+            ferry__ctx_init(&l->workers[i].ctx, i, o.seed, 0);
+        }
+        l->nworkers = o.num_workers;
+        FERRY_TRY(ferry__pool_create(&l->pool, o.num_workers, o.num_workers));
+        for (uint32_t i = 0; i < o.num_workers; i++)
+            FERRY_TRY(ferry__pool_add(l->pool, worker_job, &l->workers[i]));
+        pthread_mutex_lock(&l->m);
+        while (l->inited < l->nworkers)
+            pthread_cond_wait(&l->ready_cv, &l->m);
+        rc = l->init_rc;
+        pthread_mutex_unlock(&l->m);
+        if (rc < 0) {
+            ferry__err(rc, "loader: %s", l->init_msg);
+            goto cleanup;
+        }
+    } else if (o.worker_init) {
+        ferry__err_clear();
+        int irc = o.worker_init(0, 0, o.seed, o.worker_init_arg);
+        if (irc != 0)
+            FERRY_FAIL(FERRY_ECALLBACK, "loader: worker_init failed on the caller's thread "
+                                        "(returned %d)",
+                       irc);
+    }
+    *out = l;
+    return 0;
+cleanup:
+    ferry_loader_free(l);
+    return rc;
+}
+
+int ferry_loader_create(ferry_loader **out, ferry_dataset *ds, const ferry_loader_opts *o)
+{
+    if (!ds)
+        return ferry__err(FERRY_EINVAL, "loader: dataset is NULL");
+    return create(out, ds, NULL, o);
+}
+
+int ferry_loader_create_stream(ferry_loader **out, ferry_stream *st, const ferry_loader_opts *o)
+{
+    if (!st)
+        return ferry__err(FERRY_EINVAL, "loader: stream is NULL");
+    return create(out, NULL, st, o);
+}
+
+void ferry_loader_free(ferry_loader *l)
+{
+    if (!l)
+        return;
+    pthread_mutex_lock(&l->m);
+    l->shutdown = true;
+    stop_epoch(l);
+    pthread_cond_broadcast(&l->work_cv);
+    pthread_mutex_unlock(&l->m);
+    ferry__pool_free(l->pool); /* joins the workers */
+    l->pool = NULL;
+    pthread_mutex_lock(&l->m);
+    close_shards(l);
+    bool last = --l->refs == 0;
+    pthread_mutex_unlock(&l->m);
+    if (last)
+        destroy(l);
+}
+
+/* ---- The consumer ---- */
+
+int ferry_loader_start(ferry_loader *l, uint64_t epoch, uint64_t first_batch)
+{
+    ferry__err_clear();
+    pthread_mutex_lock(&l->m);
+    int rc = start_locked(l, epoch, first_batch);
+    pthread_mutex_unlock(&l->m);
+    return set_errmsg(l, rc);
+}
+
+uint64_t ferry_loader_len(const ferry_loader *l)
+{
+    if (l->st)
+        return UINT64_MAX;
+    if (l->started)
+        return l->nbatches;
+    return ferry_batch_count(ferry_sampler_len(l->sampler), l->o.batch_size, l->o.drop_last);
+}
+
+const char *ferry_loader_errmsg(const ferry_loader *l)
+{
+    return l->errmsg;
+}
+
+void ferry_loader_cancel(ferry_loader *l)
+{
+    atomic_store(&l->cancelled, true);
+    pthread_mutex_lock(&l->m);
+    stop_epoch(l);
+    pthread_cond_broadcast(&l->work_cv);
+    pthread_mutex_unlock(&l->m);
+}
+
+/* Builds the timeout message for the batch the consumer waits for. Under m. */
+static int timeout_error(ferry_loader *l)
+{
+    ferry_batch *b = NULL;
+    if (l->o.order == FERRY_ORDER_SAMPLER && l->next_deliver < l->next_sched)
+        b = l->by_number[l->next_deliver % l->nbufs];
+    else
+        for (uint32_t i = 0; i < l->nbufs; i++)
+            if (!l->bufs[i].ready && !l->bufs[i].held && l->bufs[i].size &&
+                l->bufs[i].gen == atomic_load(&l->gen) &&
+                atomic_load(&l->bufs[i].done) < l->bufs[i].size && (!b || l->bufs[i].number < b->number))
+                b = &l->bufs[i];
+    if (!b || b->gen != atomic_load(&l->gen)) {
+        uint32_t held = 0;
+        for (uint32_t i = 0; i < l->nbufs; i++)
+            held += l->bufs[i].held;
+        return ferry__err(FERRY_ETIMEDOUT,
+                          "loader: timed out after %lld ms waiting for batch %llu of epoch %llu, "
+                          "not yet started (%u of %u batch buffers are held by the caller)",
+                          (long long)l->o.timeout_ms, (unsigned long long)l->next_deliver,
+                          (unsigned long long)l->epoch, held, l->nbufs);
+    }
+    char list[256];
+    size_t used = 0;
+    uint32_t outstanding = 0;
+    list[0] = 0;
+    for (uint32_t i = 0; i < b->size; i++) {
+        if (atomic_load_explicit(&b->state[i], memory_order_relaxed) != SLOT_PENDING)
+            continue;
+        if (outstanding++ < TIMEOUT_LIST && l->ds && used < sizeof list) {
+            uint64_t idx = ferry_sampler_at(l->sampler, b->first_pos + i);
+            used += (size_t)snprintf(list + used, sizeof list - used, "%s%llu", used ? ", " : "",
+                                     (unsigned long long)idx);
+        }
+    }
+    return ferry__err(FERRY_ETIMEDOUT,
+                      "loader: timed out after %lld ms waiting for batch %llu of epoch %llu: %u of "
+                      "%u samples outstanding%s%s%s",
+                      (long long)l->o.timeout_ms, (unsigned long long)b->number,
+                      (unsigned long long)b->epoch, outstanding, b->size,
+                      used ? " (indices " : "", list,
+                      used ? (outstanding > TIMEOUT_LIST ? ", ...)" : ")") : "");
+}
+
+/* A ready batch to hand out, or NULL. Under m. */
+static ferry_batch *take_ready(ferry_loader *l)
+{
+    if (l->o.order == FERRY_ORDER_COMPLETION) {
+        if (!l->ready_count)
+            return NULL;
+        ferry_batch *b = l->ready_q[l->ready_head];
+        l->ready_head = (l->ready_head + 1) % l->nbufs;
+        l->ready_count--;
+        return b;
+    }
+    if (l->next_deliver >= l->next_sched)
+        return NULL;
+    ferry_batch *b = l->by_number[l->next_deliver % l->nbufs];
+    if (!b->ready || b->gen != atomic_load(&l->gen) || b->number != l->next_deliver)
+        return NULL;
+    l->next_deliver++;
+    return b;
+}
+
+/* Runs one grain on the caller's thread (num_workers == 0). Under m, returns under m.
+ * Returns false when there was nothing to do. */
+static bool work_inline(ferry_loader *l)
+{
+    uint32_t first, count, nfilled;
+    ferry_batch *b = claim(l, &first, &count);
+    if (!b)
+        return false;
+    l->busy_workers++;
+    pthread_mutex_unlock(&l->m);
+    memset(l->inline_ctx.stage_ns, 0, sizeof l->inline_ctx.stage_ns);
+    work(l, b, first, count, &l->inline_ctx, &nfilled);
+    finish_grain(l, b, count, nfilled);
+    l->busy_workers--;
+    return true;
+}
+
+/* Hands a ready batch out, or turns it into the epoch's error. Under m. */
+static int deliver(ferry_loader *l, ferry_batch *b, ferry_batch **out)
+{
+    l->undelivered--;
+    if (b->skipped) {
+        if (l->o.on_error == FERRY_ON_ERROR_FAIL) {
+            int rc = ferry__err(b->fail_rc, "%s", b->fail_msg);
+            recycle(l, b);
+            stop_epoch(l);
+            return rc;
+        }
+        l->epoch_skipped += b->skipped;
+        l->skipped += b->skipped;
+        if (l->epoch_skipped > l->o.skip_budget) {
+            int rc = ferry__err(FERRY_EBUDGET,
+                                "loader: %llu bad samples in epoch %llu exceed the skip budget of "
+                                "%llu; the first in this batch: %s",
+                                (unsigned long long)l->epoch_skipped, (unsigned long long)l->epoch,
+                                (unsigned long long)l->o.skip_budget, b->fail_msg);
+            recycle(l, b);
+            stop_epoch(l);
+            return rc;
+        }
+    }
+    if (b->out_size == 0) {
+        recycle(l, b);
+        return FERRY_END; /* nothing in it: the caller loops on */
+    }
+    b->held = true;
+    l->refs++;
+    l->samples += b->out_size;
+    l->batches++;
+    for (int f = 0; f < l->nfields; f++)
+        l->bytes += (uint64_t)b->out_size * l->field_stride[f];
+    if (!l->t_first)
+        l->t_first = ferry_now_ns();
+    *out = b;
+    return 0;
+}
+
+int ferry_loader_next(ferry_loader *l, ferry_batch **out)
+{
+    int rc = 0;
+    *out = NULL;
+    ferry__err_clear();
+    pthread_mutex_lock(&l->m);
+    if (!l->started && (rc = start_locked(l, 0, 0)) < 0)
+        goto done;
+    uint64_t t0 = 0, deadline = 0;
+    for (;;) {
+        if (atomic_load(&l->cancelled)) {
+            rc = ferry__err(FERRY_ECANCELED, "loader: cancelled");
+            break;
+        }
+        if (l->over) {
+            rc = FERRY_END;
+            break;
+        }
+        ferry_batch *b = take_ready(l);
+        if (b) {
+            rc = deliver(l, b, out);
+            if (rc == FERRY_END && !l->over)
+                continue;
+            break;
+        }
+        if (sched_done(l) && l->undelivered == 0) {
+            l->over = true;
+            rc = FERRY_END;
+            break;
+        }
+        if (!l->free_list && l->undelivered == 0) {
+            rc = ferry__err(FERRY_ESTATE,
+                            "loader: all %u batch buffers are held by the caller; release one "
+                            "before asking for the next, or raise prefetch",
+                            l->nbufs);
+            break;
+        }
+        if (l->nworkers == 0) {
+            if (work_inline(l))
+                continue;
+        }
+        if (!t0) {
+            t0 = ferry_now_ns();
+            if (l->o.timeout_ms)
+                deadline = t0 + (uint64_t)l->o.timeout_ms * 1000000u;
+        }
+        l->consumer_waiting = true;
+        bool woke = ferry__cond_wait_until(&l->ready_cv, &l->m, deadline);
+        l->consumer_waiting = false;
+        if (!woke && deadline && ferry_now_ns() >= deadline) {
+            b = take_ready(l);
+            if (b) {
+                rc = deliver(l, b, out);
+                if (rc == FERRY_END && !l->over)
+                    continue;
+                break;
+            }
+            rc = timeout_error(l);
+            break;
+        }
+    }
+    if (t0)
+        l->consumer_wait_ns += ferry_now_ns() - t0;
+done:
+    pthread_mutex_unlock(&l->m);
+    return set_errmsg(l, rc);
+}
+
+int ferry_loader_stats_get(ferry_loader *l, ferry_loader_stats *s)
+{
+    memset(s, 0, sizeof *s);
+    pthread_mutex_lock(&l->m);
+    s->samples = l->samples;
+    s->batches = l->batches;
+    s->bytes = l->bytes;
+    s->skipped = l->skipped;
+    s->elapsed_ns = l->t_start ? ferry_now_ns() - l->t_start : 0;
+    s->first_batch_ns = l->t_first ? l->t_first - l->t_start : 0;
+    s->consumer_wait_ns = l->consumer_wait_ns;
+    s->num_workers = l->nworkers;
+    for (uint32_t i = 0; i < l->nworkers; i++) {
+        s->worker_busy_ns += l->workers[i].busy_ns;
+        s->worker_idle_ns += l->workers[i].idle_ns;
+        for (int k = 0; k < FERRY_STAGE_COUNT; k++)
+            s->stage_ns[k] += l->workers[i].stage_ns[k];
+    }
+    pthread_mutex_unlock(&l->m);
+    return 0;
+}
+
+/* ---- Batches ---- */
+
+uint64_t ferry_batch_number(const ferry_batch *b)
+{
+    return b->number;
+}
+
+uint64_t ferry_batch_epoch(const ferry_batch *b)
+{
+    return b->epoch;
+}
+
+uint32_t ferry_batch_size(const ferry_batch *b)
+{
+    return b->out_size;
+}
+
+const uint64_t *ferry_batch_indices(const ferry_batch *b)
+{
+    return b->indices;
+}
+
+int ferry_batch_nfields(const ferry_batch *b)
+{
+    return b->l->nfields;
+}
+
+const ferry_field *ferry_batch_field_info(const ferry_batch *b, int f)
+{
+    return f >= 0 && f < b->l->nfields ? &b->l->fields[f] : NULL;
+}
+
+int ferry_batch_field(const ferry_batch *b, int f, ferry_tensor *out)
+{
+    const ferry_loader *l = b->l;
+    if (f < 0 || f >= l->nfields)
+        return ferry__err(FERRY_EINVAL, "batch: field %d is outside [0, %d)", f, l->nfields);
+    const ferry_field *fi = &l->fields[f];
+    int64_t shape[FERRY_MAX_DIMS];
+    shape[0] = b->out_size;
+    for (int d = 0; d < fi->ndim; d++)
+        shape[d + 1] = fi->shape[d];
+    return ferry_tensor_wrap(out, b->field[f], fi->dtype, fi->ndim + 1, shape, NULL);
+}
+
+int ferry_batch_lengths(const ferry_batch *b, int f, ferry_tensor *out)
+{
+    const ferry_loader *l = b->l;
+    if (f < 0 || f >= l->nfields || !l->fields[f].variable)
+        return ferry__err(FERRY_EINVAL, "batch: field %d is not a variable field", f);
+    int64_t shape[1] = {b->out_size};
+    return ferry_tensor_wrap(out, b->lengths[f], FERRY_I64, 1, shape, NULL);
+}
+
+void ferry_batch_release(ferry_batch *b)
+{
+    if (!b)
+        return;
+    ferry_loader *l = b->l;
+    pthread_mutex_lock(&l->m);
+    recycle(l, b);
+    bool last = --l->refs == 0;
+    pthread_mutex_unlock(&l->m);
+    if (last)
+        destroy(l);
+}

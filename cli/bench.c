@@ -19,12 +19,14 @@ static void bench_usage(FILE *f)
             "  synthetic:COUNT[,bytes=N][,cost=N][,seed=N][,classes=N][,var=N][,fail_every=N]\n"
             "      COUNT samples of N bytes (default 16) plus an int64 label; cost=N burns N\n"
             "      Philox rounds of CPU per sample; var=N adds a variable-length field up to N;\n"
-            "      fail_every=N makes every N-th sample fail\n"
+            "      fail_every=N makes every N-th sample fail; pool=N copies each sample's data\n"
+            "      from N precomputed in memory instead of generating it\n"
             "\n"
             "options:\n"
             "  --batch N         samples per batch, 1..16777216 (default 64)\n"
             "  --workers N       worker threads, 0..1024; 0 = the caller's thread (default 2)\n"
-            "  --prefetch N      batch buffers in flight, 1..65536 (default 2 per worker)\n"
+            "  --prefetch N      batch buffers in flight, 1..65536 (default 2 per worker,\n"
+            "                    more for small batches: up to 32 MiB or 64 buffers)\n"
             "  --shuffle         random order (a new one each epoch)\n"
             "  --seed N          seed of every random choice (default 0)\n"
             "  --epochs N        epochs to run, 1..1000000 (default 1)\n"
@@ -92,7 +94,7 @@ int cmd_bench(int argc, char **argv)
     o.num_workers = 2;
     uint64_t v, epochs = 1;
     int64_t rank = -1, world = -1, iv;
-    bool digest = false, json = false, progress = true, prefetch_set = false;
+    bool digest = false, json = false, progress = true;
 
     optind = 1;
     int c;
@@ -112,7 +114,6 @@ int cmd_bench(int argc, char **argv)
             if (!cli_u64("--prefetch", optarg, 1, 65536, &v))
                 return EXIT_USAGE;
             o.prefetch = (uint32_t)v;
-            prefetch_set = true;
             break;
         case O_SHUFFLE:
             o.shuffle = 1;
@@ -186,7 +187,6 @@ int cmd_bench(int argc, char **argv)
         return EXIT_USAGE;
     }
     const char *spec = argv[optind];
-    (void)prefetch_set;
 
     int rc, status = 0;
     ferry_dataset *ds = NULL;
@@ -274,14 +274,15 @@ int cmd_bench(int argc, char **argv)
                ", \"workers\": %u, \"prefetch\": %u, \"seconds\": %.6f, \"samples_per_s\": %.1f"
                ", \"batches_per_s\": %.1f, \"bytes_per_s\": %.1f, \"first_batch_ms\": %.3f"
                ", \"consumer_wait_fraction\": %.4f, \"errors\": %llu, \"skipped\": %llu"
-               ", \"worker_busy_s\": %.6f, \"stage_s\": {\"read\": %.6f, \"decode\": %.6f"
+               ", \"worker_busy_s\": %.6f, \"worker_idle_s\": %.6f, \"stage_s\": {\"read\": %.6f, \"decode\": %.6f"
                ", \"transform\": %.6f, \"write\": %.6f}",
                (unsigned long long)samples, (unsigned long long)batches,
                (unsigned long long)epochs, o.batch_size, o.num_workers,
-               o.prefetch ? o.prefetch : (o.num_workers > 1 ? 2 * o.num_workers : 2), secs, sps,
+               st.prefetch, secs, sps,
                secs > 0 ? (double)batches / secs : 0, bps, first_ms, wait,
                (unsigned long long)errors, (unsigned long long)st.skipped,
-               (double)st.worker_busy_ns / 1e9, (double)st.stage_ns[FERRY_STAGE_READ] / 1e9,
+               (double)st.worker_busy_ns / 1e9, (double)st.worker_idle_ns / 1e9,
+               (double)st.stage_ns[FERRY_STAGE_READ] / 1e9,
                (double)st.stage_ns[FERRY_STAGE_DECODE] / 1e9,
                (double)st.stage_ns[FERRY_STAGE_TRANSFORM] / 1e9,
                (double)st.stage_ns[FERRY_STAGE_WRITE] / 1e9);
@@ -294,8 +295,9 @@ int cmd_bench(int argc, char **argv)
         printf("}\n");
     } else {
         printf("source      %s\n", spec);
-        printf("setup       batch %u, workers %u, epochs %llu, %s order, rank %lld of %lld\n",
-               o.batch_size, o.num_workers, (unsigned long long)epochs,
+        printf("setup       batch %u, workers %u, prefetch %u, epochs %llu, %s order, rank %lld "
+               "of %lld\n",
+               o.batch_size, o.num_workers, st.prefetch, (unsigned long long)epochs,
                o.shuffle ? "shuffled" : "sequential", (long long)rank, (long long)world);
         printf("delivered   %llu samples in %llu batches, %llu skipped\n",
                (unsigned long long)samples, (unsigned long long)batches,

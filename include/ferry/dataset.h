@@ -158,6 +158,9 @@ typedef struct ferry_synthetic_opts {
     uint64_t var_max;  /* 0: no "text" field */
     uint64_t fail_every;
     uint64_t sleep_us; /* sleeps this long per sample (for timeout tests) */
+    uint64_t pool;     /* > 0: precompute this many samples' data in memory and copy
+                        * sample i's from i % pool (an in-memory dataset: no
+                        * generation cost per sample) */
 } ferry_synthetic_opts;
 
 FERRY_API int ferry_dataset_synthetic(ferry_dataset **out, const ferry_synthetic_opts *o);
@@ -165,7 +168,7 @@ FERRY_API int ferry_dataset_synthetic(ferry_dataset **out, const ferry_synthetic
 /* ---- Sources described as text ----
  * "kind:location[,key=value...]", the form the CLI and the Python module take.
  * Built in: "synthetic:COUNT[,bytes=N][,cost=N][,seed=N][,classes=N][,var=N]
- * [,fail_every=N][,sleep_us=N]". Unknown kinds and keys are FERRY_EINVAL naming
+ * [,fail_every=N][,sleep_us=N][,pool=N]". Unknown kinds and keys are FERRY_EINVAL naming
  * them. */
 FERRY_API int ferry_dataset_open(ferry_dataset **out, const char *spec);
 

@@ -42,7 +42,9 @@ typedef struct ferry_loader_opts {
     uint32_t batch_size;  /* 1 .. 1<<24 */
     int drop_last;        /* drop a last, partial batch */
     uint32_t num_workers; /* 0 .. 1024; 0 = the consumer's thread does the work */
-    uint32_t prefetch;    /* batch buffers (in flight + held), 1 .. 65536; 0 = 2 per worker, min 2 */
+    uint32_t prefetch;    /* batch buffers (in flight + held), 1 .. 65536; 0 = 2 per worker
+                           * (at least 2), more for small batches: up to 32 MiB of
+                           * buffers or 64 of them */
     int shuffle;          /* without a sampler: random (1) or sequential (0) order */
     uint64_t seed;
     ferry_sampler *sampler; /* borrowed, or NULL; the loader sets its epoch */
@@ -81,9 +83,11 @@ FERRY_API int ferry_loader_create_stream(ferry_loader **out, ferry_stream *st,
 FERRY_API void ferry_loader_free(ferry_loader *l);
 
 /* Starts (or restarts) an epoch at batch `first_batch`, e.g. to resume where a
- * run stopped. Work still in flight for an earlier epoch is dropped. Without a
- * call, the first ferry_loader_next starts epoch 0 at batch 0. Map-style only for
- * first_batch > 0 (FERRY_ENOTSUP for streams). */
+ * run stopped. Work still in flight for another epoch is dropped. The loader
+ * starts epoch 0 at batch 0 when it is created, so its first batch is under way
+ * before the first ferry_loader_next; starting that same epoch again before any
+ * batch of it was handed out keeps that work. Map-style only for first_batch > 0
+ * (FERRY_ENOTSUP for streams). */
 FERRY_API int ferry_loader_start(ferry_loader *l, uint64_t epoch, uint64_t first_batch);
 
 /* The next batch: 0 and *out set; FERRY_END when the epoch is over (until the next
@@ -117,6 +121,7 @@ typedef struct ferry_loader_stats {
     uint64_t worker_idle_ns;  /* summed over workers: time spent waiting for work */
     uint64_t stage_ns[FERRY_STAGE_COUNT]; /* summed over workers */
     uint32_t num_workers;
+    uint32_t prefetch; /* batch buffers in the pool (the default resolved) */
 } ferry_loader_stats;
 
 /* Counters so far. consumer_wait_ns / elapsed_ns near 1 means training is

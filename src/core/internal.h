@@ -27,7 +27,7 @@ char *ferry__strdup(const char *s);
 /* Test hook: on this thread, make the allocation after `n` more succeed fail
  * (n = 0: the next one). A negative n turns failure injection off. Returns how many
  * allocations were attempted since the last call. */
-FERRY_API long ferry__test_fail_alloc(long n);
+long ferry__test_fail_alloc(long n);
 
 /* Overflow-checked size arithmetic: false on overflow. */
 static inline bool ferry__mul_size(size_t a, size_t b, size_t *out)

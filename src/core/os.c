@@ -50,13 +50,25 @@ bool ferry__cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *m, uint64_t dea
     return pthread_cond_timedwait(cv, m, &ts) != ETIMEDOUT;
 }
 
+/* Decimal, or hexadecimal with an explicit 0x: a leading zero is not octal
+ * ("010" from a launcher means ten). */
+static int number_base(const char **s)
+{
+    const char *p = *s;
+    if (*p == '-' || *p == '+')
+        p++;
+    if (p[0] == '0' && (p[1] == 'x' || p[1] == 'X'))
+        return 16;
+    return 10;
+}
+
 bool ferry__parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)
 {
-    if (!s || !*s)
+    if (!s || !*s || *s == ' ')
         return false;
     char *end;
     errno = 0;
-    long long v = strtoll(s, &end, 0);
+    long long v = strtoll(s, &end, number_base(&s));
     if (errno || *end || end == s || v < lo || v > hi)
         return false;
     *out = v;
@@ -69,7 +81,7 @@ bool ferry__parse_u64(const char *s, uint64_t *out)
         return false;
     char *end;
     errno = 0;
-    unsigned long long v = strtoull(s, &end, 0);
+    unsigned long long v = strtoull(s, &end, number_base(&s));
     if (errno || *end || end == s)
         return false;
     *out = v;

@@ -152,6 +152,8 @@ size_t ferry_tensor_nbytes(const ferry_tensor *t)
 
 int ferry_tensor_is_contiguous(const ferry_tensor *t)
 {
+    if (ferry_tensor_numel(t) == 0)
+        return 1; /* no elements: any strides describe them (NumPy agrees) */
     int64_t s = (int64_t)ferry_dtype_size(t->dtype);
     for (int i = t->ndim - 1; i >= 0; i--) {
         if (t->shape[i] != 1 && t->strides[i] != s)

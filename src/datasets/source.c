@@ -98,6 +98,7 @@ static int open_synthetic(ferry_dataset **out, ferry__spec *s)
         (rc = ferry__spec_u64(s, "var", 0, (uint64_t)1 << 24, &o.var_max)) < 0 ||
         (rc = ferry__spec_u64(s, "fail_every", 0, UINT64_MAX, &o.fail_every)) < 0 ||
         (rc = ferry__spec_u64(s, "sleep_us", 0, 60000000, &o.sleep_us)) < 0 ||
+        (rc = ferry__spec_u64(s, "pool", 0, (uint64_t)1 << 24, &o.pool)) < 0 ||
         (rc = ferry__spec_check_used(s)) < 0)
         return rc;
     return ferry_dataset_synthetic(out, &o);

@@ -10,9 +10,12 @@
 
 #define SYN_MAX_BYTES ((uint64_t)1 << 30)
 #define SYN_MAX_VAR ((uint64_t)1 << 24)
+#define SYN_MAX_POOL ((uint64_t)1 << 24)
+#define SYN_MAX_POOL_BYTES ((uint64_t)1 << 30)
 
 typedef struct {
     ferry_synthetic_opts o;
+    uint8_t *pool; /* o.pool precomputed samples' data, or NULL */
 } synthetic;
 
 static uint64_t syn_len(void *self)
@@ -44,10 +47,16 @@ static int syn_get(void *self, uint64_t index, ferry_sample *out, ferry_ctx *ctx
     if (o->fail_every && index % o->fail_every == o->fail_every - 1)
         return ferry_error(FERRY_ECORRUPT, "synthetic: sample %llu: injected failure (fail_every=%llu)",
                            (unsigned long long)index, (unsigned long long)o->fail_every);
+    const synthetic *syn = self;
     ferry_rng r;
-    ferry_rng_init(&r, o->seed, 0, index);
     uint8_t *data = out->data[0];
-    fill_random(data, (size_t)o->bytes, &r);
+    if (syn->pool) {
+        ferry_rng_init(&r, o->seed, 0, index % o->pool);
+        memcpy(data, syn->pool + (size_t)(index % o->pool) * o->bytes, (size_t)o->bytes);
+    } else {
+        ferry_rng_init(&r, o->seed, 0, index);
+        fill_random(data, (size_t)o->bytes, &r);
+    }
     if (o->cost) {
         uint32_t acc[4] = {0, 0, 0, 0}, ctr[4] = {0, 1, (uint32_t)index, (uint32_t)(index >> 32)};
         for (uint64_t i = 0; i < o->cost; i++) {
@@ -75,7 +84,9 @@ static int syn_get(void *self, uint64_t index, ferry_sample *out, ferry_ctx *ctx
 
 static void syn_destroy(void *self)
 {
-    ferry__free(self);
+    synthetic *s = self;
+    ferry__free(s->pool);
+    ferry__free(s);
 }
 
 static const ferry_dataset_vtable syn_vtable = {syn_len, syn_get, syn_destroy};
@@ -92,10 +103,27 @@ int ferry_dataset_synthetic(ferry_dataset **out, const ferry_synthetic_opts *o)
     if (o->sleep_us > 60000000)
         return ferry__err(FERRY_EINVAL, "synthetic: sleep_us=%llu is outside [0, 60000000]",
                           (unsigned long long)o->sleep_us);
-    synthetic *s = ferry__malloc(sizeof *s);
+    if (o->pool > SYN_MAX_POOL || o->pool * o->bytes > SYN_MAX_POOL_BYTES)
+        return ferry__err(FERRY_EINVAL,
+                          "synthetic: pool=%llu of %llu-byte samples is over 2^24 samples or 1 GiB",
+                          (unsigned long long)o->pool, (unsigned long long)o->bytes);
+    synthetic *s = ferry__calloc(1, sizeof *s);
     if (!s)
         return ferry__err(FERRY_ENOMEM, "synthetic: out of memory");
     s->o = *o;
+    if (o->pool) {
+        s->pool = ferry__malloc((size_t)(o->pool * o->bytes));
+        if (!s->pool) {
+            ferry__free(s);
+            return ferry__err(FERRY_ENOMEM, "synthetic: cannot allocate a pool of %llu samples",
+                              (unsigned long long)o->pool);
+        }
+        for (uint64_t i = 0; i < o->pool; i++) {
+            ferry_rng r;
+            ferry_rng_init(&r, o->seed, 0, i);
+            fill_random(s->pool + i * o->bytes, (size_t)o->bytes, &r);
+        }
+    }
     ferry_field f[3];
     memset(f, 0, sizeof f);
     strcpy(f[0].name, "data");

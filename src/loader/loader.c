@@ -19,6 +19,7 @@
 #include "ferry/loader.h"
 #include "../datasets/dataset_internal.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -27,6 +28,25 @@
 #define MAX_PREFETCH 65536u
 #define MAX_SHARDS 65536u
 #define TIMEOUT_LIST 8 /* outstanding samples named in a timeout message */
+/* A grain (slots one worker claims at once) aims at this much work: enough to
+ * outweigh a lock round trip and a wake-up, small enough that the workers share
+ * a batch of costly samples and the first batch comes soon. */
+#define GRAIN_NS 50000u
+/* When batches take less than POLL_BATCH_NS of work, a thread with nothing to do
+ * polls for up to POLL_NS before it sleeps: a sleep and wake-up through a
+ * condition variable costs tens of microseconds (about 45 us one way on a
+ * virtual machine whose idle cores halt), longer than the wait it replaces.
+ * Polling yields the core, so a worker that has work gets it. */
+#define POLL_BATCH_NS 200000u
+#define POLL_NS 100000u
+
+#if defined(__x86_64__) || defined(__i386__)
+#define cpu_relax() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define cpu_relax() __asm__ __volatile__("yield")
+#else
+#define cpu_relax() ((void)0)
+#endif
 
 enum { SLOT_PENDING = 0, SLOT_OK = 1, SLOT_FAILED = 2 };
 
@@ -88,12 +108,16 @@ struct ferry_loader {
     char init_msg[FERRY_ERRMSG_MAX];
     bool shutdown;
     atomic_bool cancelled;
-    atomic_ullong gen; /* written under m */
+    atomic_ullong gen;       /* written under m */
+    atomic_ullong published; /* batches made ready; the consumer polls it */
+    atomic_ullong released;  /* buffers returned to the pool; idle workers poll it */
+    uint64_t ns_per_sample;  /* moving average of a sample's cost, under m; 0 = unknown */
     int refs;          /* under m: the handle + held batches */
 
     ferry_batch *bufs;
     uint32_t nbufs;
     ferry_batch *free_list;
+    uint32_t nfree, wake_free; /* wake idle workers once this many buffers are free */
     ferry_batch **by_number; /* sampler order: ring by batch number */
     ferry_batch **open;      /* FIFO of batches with unclaimed slots */
     uint32_t open_head, open_count;
@@ -103,6 +127,7 @@ struct ferry_loader {
     /* the epoch */
     bool started, over;
     uint64_t epoch, nbatches, next_sched, next_deliver, undelivered;
+    uint64_t first_batch, delivered; /* where this epoch started; batches handed out */
     uint64_t epoch_skipped;
     shard *shards;
     uint32_t nshards, cursor, live;
@@ -125,7 +150,7 @@ static int set_errmsg(ferry_loader *l, int rc)
 
 /* ---- Buffers ---- */
 
-static int alloc_buffers(ferry_loader *l)
+static int alloc_buffers(ferry_loader *l, uint32_t nbufs)
 {
     uint32_t B = l->o.batch_size;
     size_t off = 0, n;
@@ -144,12 +169,14 @@ static int alloc_buffers(ferry_loader *l)
         if (l->fields[f].variable)
             off += ferry__align64((size_t)B * sizeof(int64_t));
     }
-    l->bufs = ferry__calloc(l->nbufs, sizeof *l->bufs);
-    l->by_number = ferry__calloc(l->nbufs, sizeof *l->by_number);
-    l->open = ferry__calloc(l->nbufs, sizeof *l->open);
-    l->ready_q = ferry__calloc(l->nbufs, sizeof *l->ready_q);
+    /* l->nbufs stays 0 until the arrays exist, so a failed create frees cleanly */
+    l->bufs = ferry__calloc(nbufs, sizeof *l->bufs);
+    l->by_number = ferry__calloc(nbufs, sizeof *l->by_number);
+    l->open = ferry__calloc(nbufs, sizeof *l->open);
+    l->ready_q = ferry__calloc(nbufs, sizeof *l->ready_q);
     if (!l->bufs || !l->by_number || !l->open || !l->ready_q)
         return ferry__err(FERRY_ENOMEM, "loader: out of memory");
+    l->nbufs = nbufs;
     for (uint32_t i = 0; i < l->nbufs; i++) {
         ferry_batch *b = &l->bufs[i];
         b->l = l;
@@ -159,7 +186,10 @@ static int alloc_buffers(ferry_loader *l)
             return ferry__err(FERRY_ENOMEM,
                               "loader: cannot allocate batch buffer %u of %zu bytes (prefetch %u)",
                               i, off, l->nbufs);
-        memset(b->mem, 0, off);
+        /* Not cleared: every slot is written before it is handed out (fixed fields
+         * by the dataset, variable ones padded here), and leaving the pages
+         * untouched keeps a deep pool from costing page faults before the first
+         * batch. */
         b->indices = (uint64_t *)(b->mem + idx_off);
         b->state = (_Atomic uint8_t *)(b->mem + state_off);
         for (int f = 0; f < l->nfields; f++) {
@@ -169,6 +199,8 @@ static int alloc_buffers(ferry_loader *l)
         b->next_free = l->free_list;
         l->free_list = b;
     }
+    l->nfree = l->nbufs;
+    l->wake_free = l->nbufs / 2 ? l->nbufs / 2 : 1;
     return 0;
 }
 
@@ -202,8 +234,39 @@ static void recycle(ferry_loader *l, ferry_batch *b)
     b->held = false;
     b->next_free = l->free_list;
     l->free_list = b;
-    if (l->idle_workers)
-        pthread_cond_signal(&l->work_cv);
+    l->nfree++;
+    atomic_fetch_add_explicit(&l->released, 1, memory_order_relaxed);
+    /* Waking a worker per buffer costs a wake-up per batch; wait until half the
+     * pool is free, so a worker wakes once for several batches. (ferry_loader_next
+     * wakes them anyway before the consumer waits, so nothing stalls.) */
+    if (l->idle_workers && l->nfree >= l->wake_free)
+        pthread_cond_broadcast(&l->work_cv);
+}
+
+/* True when batches are cheap enough that polling beats sleeping. Under m. */
+static bool cheap_batches(const ferry_loader *l)
+{
+    return l->ns_per_sample && l->ns_per_sample * l->o.batch_size < POLL_BATCH_NS;
+}
+
+/* Polls *counter (with m released) until it moves from `seen`, the loader is
+ * cancelled or stopped, or POLL_NS pass. Returns under m. */
+static void poll_unlocked(ferry_loader *l, atomic_ullong *counter, uint64_t seen)
+{
+    uint64_t gen = atomic_load(&l->gen), t0 = ferry_now_ns();
+    pthread_mutex_unlock(&l->m);
+    for (unsigned i = 1;; i++) {
+        cpu_relax();
+        if (atomic_load_explicit(counter, memory_order_relaxed) != seen ||
+            atomic_load_explicit(&l->gen, memory_order_relaxed) != gen)
+            break;
+        if ((i & 31) == 0) {
+            if (ferry_now_ns() - t0 > POLL_NS)
+                break;
+            sched_yield();
+        }
+    }
+    pthread_mutex_lock(&l->m);
 }
 
 /* ---- Epochs ---- */
@@ -287,7 +350,8 @@ static int start_locked(ferry_loader *l, uint64_t epoch, uint64_t first_batch)
         l->cursor = 0;
         l->nbatches = UINT64_MAX;
     }
-    l->next_sched = l->next_deliver = first_batch;
+    l->next_sched = l->next_deliver = l->first_batch = first_batch;
+    l->delivered = 0;
     l->started = true;
     l->over = false;
     if (!l->t_start)
@@ -341,6 +405,7 @@ static ferry_batch *schedule(ferry_loader *l)
     }
     ferry_batch *b = l->free_list;
     l->free_list = b->next_free;
+    l->nfree--;
     b->epoch = l->epoch;
     b->number = l->next_sched++;
     b->gen = atomic_load(&l->gen);
@@ -370,10 +435,10 @@ static ferry_batch *claim(ferry_loader *l, uint32_t *first, uint32_t *count)
     ferry_batch *b = l->open[l->open_head];
     uint32_t grain = b->size;
     if (l->ds && l->nworkers > 1) {
-        /* share a batch between workers, so the first batch is not one worker's work */
-        grain = (b->size + l->nworkers - 1) / l->nworkers;
-        if (grain < 16)
-            grain = b->size < 16 ? b->size : 16;
+        if (l->ns_per_sample == 0) /* unknown yet: share the first batches evenly */
+            grain = (b->size + l->nworkers - 1) / l->nworkers;
+        else if ((uint64_t)b->size * l->ns_per_sample > GRAIN_NS)
+            grain = (uint32_t)(GRAIN_NS / l->ns_per_sample) + 1;
     }
     *first = b->claimed;
     *count = b->size - b->claimed < grain ? b->size - b->claimed : grain;
@@ -544,6 +609,7 @@ static void publish(ferry_loader *l, ferry_batch *b, uint32_t nslots)
         return;
     }
     b->ready = true;
+    atomic_fetch_add(&l->published, 1);
     if (l->o.order == FERRY_ORDER_COMPLETION) {
         l->ready_q[(l->ready_head + l->ready_count) % l->nbufs] = b;
         l->ready_count++;
@@ -557,7 +623,10 @@ static void publish(ferry_loader *l, ferry_batch *b, uint32_t nslots)
  * publishes the batch. Takes m. */
 static void finish_grain(ferry_loader *l, ferry_batch *b, uint32_t count, uint32_t nfilled)
 {
-    bool last = atomic_fetch_add(&b->done, count) + count == b->size;
+    /* Read the size while this grain still pins the batch: once the count is in,
+     * another worker may finish, publish and reschedule the buffer. */
+    uint32_t size = b->size;
+    bool last = atomic_fetch_add(&b->done, count) + count == size;
     if (last && b->gen == atomic_load(&l->gen)) {
         uint32_t nslots = b->shard >= 0 ? nfilled : b->size;
         if (b->skipped && l->o.on_error == FERRY_ON_ERROR_SKIP && b->shard < 0)
@@ -594,6 +663,7 @@ static void *worker_main_thread(void *arg)
     }
     l->inited++;
     pthread_cond_broadcast(&l->ready_cv);
+    bool polled = false;
     for (;;) {
         if (l->shutdown)
             break;
@@ -601,12 +671,19 @@ static void *worker_main_thread(void *arg)
         ferry_batch *b = l->started && !atomic_load(&l->cancelled) ? claim(l, &first, &count) : NULL;
         if (!b) {
             uint64_t t0 = ferry_now_ns();
-            l->idle_workers++;
-            pthread_cond_wait(&l->work_cv, &l->m);
-            l->idle_workers--;
+            if (!polled && l->started && !atomic_load(&l->cancelled) && cheap_batches(l)) {
+                polled = true;
+                poll_unlocked(l, &l->released, atomic_load(&l->released));
+            } else {
+                l->idle_workers++;
+                pthread_cond_wait(&l->work_cv, &l->m);
+                l->idle_workers--;
+                polled = false;
+            }
             w->idle_ns += ferry_now_ns() - t0;
             continue;
         }
+        polled = false;
         /* another batch may be open for claiming: wake a peer */
         if (l->open_count && l->idle_workers)
             pthread_cond_signal(&l->work_cv);
@@ -620,6 +697,8 @@ static void *worker_main_thread(void *arg)
         uint64_t dt = ferry_now_ns() - t0;
 
         finish_grain(l, b, count, nfilled);
+        uint64_t per = dt / (count ? count : 1);
+        l->ns_per_sample = l->ns_per_sample ? (7 * l->ns_per_sample + per) / 8 : per + 1;
         w->busy_ns += dt;
         uint64_t claimed = 0;
         for (int s = 1; s < FERRY_STAGE_COUNT; s++) {
@@ -671,11 +750,27 @@ static int check_opts(ferry_loader_opts *o)
     if (o->stream_shards > MAX_SHARDS)
         return ferry__err(FERRY_EINVAL, "loader: stream_shards %u is outside [1, %u] (0 = 1)",
                           o->stream_shards, MAX_SHARDS);
-    if (o->prefetch == 0)
-        o->prefetch = o->num_workers > 1 ? 2 * o->num_workers : 2;
     if (o->stream_shards == 0)
         o->stream_shards = 1;
     return 0;
+}
+
+/* The default depth: 2 buffers per worker (at least 2), and more when batches are
+ * small, up to AUTO_PREFETCH_BYTES of buffers or AUTO_PREFETCH_MAX of them. Deep
+ * pools of small batches let workers run on while the consumer wakes up. */
+#define AUTO_PREFETCH_BYTES ((size_t)32 << 20)
+#define AUTO_PREFETCH_MAX 64u
+static uint32_t auto_prefetch(const ferry_loader *l)
+{
+    uint32_t n = l->o.num_workers > 1 ? 2 * l->o.num_workers : 2;
+    size_t batch = 1;
+    for (int f = 0; f < l->nfields; f++)
+        batch += l->field_stride[f] * l->o.batch_size;
+    size_t by_bytes = AUTO_PREFETCH_BYTES / batch;
+    if (by_bytes > n)
+        n = by_bytes > AUTO_PREFETCH_MAX ? (n > AUTO_PREFETCH_MAX ? n : AUTO_PREFETCH_MAX)
+                                         : (uint32_t)by_bytes;
+    return n > MAX_PREFETCH ? MAX_PREFETCH : n;
 }
 
 static int create(ferry_loader **out, ferry_dataset *ds, ferry_stream *st,
@@ -712,7 +807,6 @@ static int create(ferry_loader **out, ferry_dataset *ds, ferry_stream *st,
     l->o = o;
     l->ds = ds;
     l->st = st;
-    l->nbufs = o.prefetch;
     l->nfields = ds ? ds->nfields : st->nfields;
     memcpy(l->fields, ds ? ds->fields : st->fields, (size_t)l->nfields * sizeof l->fields[0]);
     for (int f = 0; f < l->nfields; f++) {
@@ -733,8 +827,17 @@ static int create(ferry_loader **out, ferry_dataset *ds, ferry_stream *st,
         if (!l->shards)
             FERRY_FAIL(FERRY_ENOMEM, "loader: out of memory");
     }
-    FERRY_TRY(alloc_buffers(l));
+    if (l->o.prefetch == 0)
+        l->o.prefetch = auto_prefetch(l);
+    FERRY_TRY(alloc_buffers(l, l->o.prefetch));
     ferry__ctx_init(&l->inline_ctx, 0, o.seed, 0);
+    /* Start epoch 0 now, before the workers exist: each finds work on its first
+     * look instead of sleeping until the first ferry_loader_next wakes it. */
+    pthread_mutex_lock(&l->m);
+    rc = start_locked(l, 0, 0);
+    pthread_mutex_unlock(&l->m);
+    if (rc < 0)
+        goto cleanup;
     if (o.num_workers) {
         l->workers = ferry__calloc(o.num_workers, sizeof *l->workers);
         if (!l->workers)
@@ -811,7 +914,13 @@ int ferry_loader_start(ferry_loader *l, uint64_t epoch, uint64_t first_batch)
 {
     ferry__err_clear();
     pthread_mutex_lock(&l->m);
-    int rc = start_locked(l, epoch, first_batch);
+    int rc = 0;
+    /* Asking for the epoch that is already under way, untouched, keeps the work
+     * prefetched for it (the one started at creation, typically). */
+    bool same = l->started && !l->over && !atomic_load(&l->cancelled) && l->epoch == epoch &&
+                l->first_batch == first_batch && l->delivered == 0;
+    if (!same)
+        rc = start_locked(l, epoch, first_batch);
     pthread_mutex_unlock(&l->m);
     return set_errmsg(l, rc);
 }
@@ -949,6 +1058,7 @@ static int deliver(ferry_loader *l, ferry_batch *b, ferry_batch **out)
         return FERRY_END; /* nothing in it: the caller loops on */
     }
     b->held = true;
+    l->delivered++;
     l->refs++;
     l->samples += b->out_size;
     l->batches++;
@@ -1001,10 +1111,20 @@ int ferry_loader_next(ferry_loader *l, ferry_batch **out)
             if (work_inline(l))
                 continue;
         }
+        if (l->idle_workers && l->free_list)
+            pthread_cond_broadcast(&l->work_cv);
+        /* Poll a little before sleeping when batches come quickly: the next is then
+         * a few microseconds away and a wake-up costs more. When samples are costly,
+         * polling would only take a core from the workers. */
+        bool poll = !t0 && l->nworkers && cheap_batches(l);
         if (!t0) {
             t0 = ferry_now_ns();
             if (l->o.timeout_ms)
                 deadline = t0 + (uint64_t)l->o.timeout_ms * 1000000u;
+        }
+        if (poll) {
+            poll_unlocked(l, &l->published, atomic_load(&l->published));
+            continue;
         }
         l->consumer_waiting = true;
         bool woke = ferry__cond_wait_until(&l->ready_cv, &l->m, deadline);
@@ -1040,6 +1160,7 @@ int ferry_loader_stats_get(ferry_loader *l, ferry_loader_stats *s)
     s->first_batch_ns = l->t_first ? l->t_first - l->t_start : 0;
     s->consumer_wait_ns = l->consumer_wait_ns;
     s->num_workers = l->nworkers;
+    s->prefetch = l->nbufs;
     for (uint32_t i = 0; i < l->nworkers; i++) {
         s->worker_busy_ns += l->workers[i].busy_ns;
         s->worker_idle_ns += l->workers[i].idle_ns;

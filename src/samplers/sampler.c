@@ -140,9 +140,15 @@ int ferry_sampler_subset_random(ferry_sampler **out, const uint64_t *indices, ui
     return 0;
 }
 
-/* Vose's alias method: O(n) build, two draws per sample. */
-static int build_alias(ferry_sampler *s, const double *w, uint64_t n, double sum)
+/* Vose's alias method: O(n) build, two draws per sample. Weights are scaled by
+ * their maximum first, so that neither the sum nor w * n can overflow. */
+static int build_alias(ferry_sampler *s, const double *w, uint64_t n)
 {
+    double max = 0, sum = 0;
+    for (uint64_t i = 0; i < n; i++)
+        max = w[i] > max ? w[i] : max;
+    for (uint64_t i = 0; i < n; i++)
+        sum += w[i] / max;
     int rc = 0;
     uint64_t *small = NULL, *large = NULL;
     s->prob = ferry__malloc(n * sizeof *s->prob);
@@ -154,7 +160,7 @@ static int build_alias(ferry_sampler *s, const double *w, uint64_t n, double sum
                    (unsigned long long)n);
     uint64_t ns = 0, nl = 0;
     for (uint64_t i = 0; i < n; i++) {
-        s->prob[i] = w[i] * (double)n / sum;
+        s->prob[i] = w[i] / max / sum * (double)n;
         s->alias[i] = i;
         if (s->prob[i] < 1.0)
             small[ns++] = i;
@@ -191,19 +197,17 @@ int ferry_sampler_weighted(ferry_sampler **out, const double *weights, uint64_t 
     if (n > ((uint64_t)1 << 40))
         return ferry__err(FERRY_EINVAL, "weighted sampler: %llu weights is over 2^40",
                           (unsigned long long)n);
-    double sum = 0;
     uint64_t positive = 0;
     for (uint64_t i = 0; i < n; i++) {
         if (!isfinite(weights[i]) || weights[i] < 0)
             return ferry__err(FERRY_EINVAL, "weighted sampler: weight %llu is %g; weights must "
                                             "be finite and >= 0",
                               (unsigned long long)i, weights[i]);
-        sum += weights[i];
         positive += weights[i] > 0;
     }
-    if (!(sum > 0) || !isfinite(sum))
-        return ferry__err(FERRY_EINVAL, "weighted sampler: weights must have a finite, positive "
-                                        "sum");
+    if (positive == 0)
+        return ferry__err(FERRY_EINVAL, "weighted sampler: every weight is 0; at least one must "
+                                        "be positive");
     if (num_samples == 0)
         num_samples = replacement ? n : positive;
     if (!replacement && num_samples > positive)
@@ -213,7 +217,7 @@ int ferry_sampler_weighted(ferry_sampler **out, const double *weights, uint64_t 
                           (unsigned long long)num_samples, (unsigned long long)positive);
     FERRY_TRY(new_sampler(&s, replacement ? K_WEIGHTED : K_WEIGHTED_NOREPL, n, num_samples, seed));
     if (replacement) {
-        FERRY_TRY(build_alias(s, weights, n, sum));
+        FERRY_TRY(build_alias(s, weights, n));
     } else {
         s->weights = ferry__malloc(n * sizeof *s->weights);
         if (!s->weights)

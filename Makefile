@@ -1,0 +1,62 @@
+# The two commands of the README, and a few more.
+#   make run    install what is missing, build, and run the demo
+#   make test   install, build, and run the whole suite: a normal build, an
+#               ASan+UBSan build, and a TSan build of the concurrent tests
+#   make bench  the side-by-side benchmarks (not part of make test)
+
+BUILD ?= build
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+CTEST = ctest --output-on-failure -j$(JOBS)
+
+.PHONY: all deps build run test test-release test-asan test-tsan bench fuzz format clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build $(BUILD) -j$(JOBS)
+
+run: build
+	@scripts/demo.sh $(BUILD)/ferry
+
+test: deps test-release test-asan test-tsan
+
+test-release:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	cmake --build $(BUILD) -j$(JOBS)
+	$(CTEST) --test-dir $(BUILD)
+
+test-asan:
+	cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=Debug -DFERRY_SANITIZE=address,undefined >/dev/null
+	cmake --build $(BUILD)-asan -j$(JOBS)
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  $(CTEST) --test-dir $(BUILD)-asan -LE install
+
+test-tsan:
+	cmake -S . -B $(BUILD)-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERRY_SANITIZE=thread >/dev/null
+	cmake --build $(BUILD)-tsan -j$(JOBS)
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	  $(CTEST) --test-dir $(BUILD)-tsan -L concurrent
+
+bench: build
+	@scripts/install-deps.sh bench
+	bench/run.sh $(BUILD)/ferry
+
+# libFuzzer targets (clang); each runs for FUZZ_SECONDS.
+FUZZ_SECONDS ?= 60
+fuzz:
+	@scripts/install-deps.sh fuzz
+	CC=clang cmake -S . -B $(BUILD)-fuzz -DCMAKE_BUILD_TYPE=Debug -DFERRY_FUZZ=ON >/dev/null
+	cmake --build $(BUILD)-fuzz -j$(JOBS)
+	@for t in $(BUILD)-fuzz/tests/fuzz_*; do case $$t in *_replay) continue;; esac; \
+	  c=tests/fuzz/corpus/$$(basename $$t | sed 's/^fuzz_//'); \
+	  echo "== $$t"; $$t -max_total_time=$(FUZZ_SECONDS) $$c || exit 1; done
+
+format:
+	clang-format -i include/ferry/*.h src/*/*.c src/*/*.h cli/*.c cli/*.h tests/*.c tests/*.h tests/fuzz/*.c
+
+clean:
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan $(BUILD)-fuzz

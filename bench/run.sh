@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# ferry loader benchmark: ferry vs PyTorch DataLoader, and worker scaling.
+# Usage: bench/run.sh [FERRY]   (FERRY defaults to build/ferry in the repo root)
+# Prints a table on stdout and writes bench/results/loader.json. Exits 0
+# whether or not the targets pass; non-zero only if something breaks.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/.." && pwd)"
+
+ferry="${1:-build/ferry}"
+if [[ "$ferry" != /* && ! -e "$ferry" && -e "$root/$ferry" ]]; then
+    ferry="$root/$ferry"        # relative to the repo root, not the caller's dir
+fi
+if [[ ! -x "$ferry" ]]; then
+    echo "bench/run.sh: no executable ferry at '$ferry' (build it first:" \
+         "cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build)" >&2
+    exit 2
+fi
+
+python=/usr/bin/python3
+if ! "$python" -c 'import torch' 2>/dev/null; then
+    echo "bench/run.sh: $python cannot import torch (Debian: apt-get install python3-torch)" >&2
+    exit 2
+fi
+
+mkdir -p "$here/results"
+exec "$python" "$here/loader_vs_torch.py" --ferry "$ferry" --out "$here/results/loader.json"

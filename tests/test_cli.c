@@ -1,0 +1,162 @@
+/*
+ * The ferry command: its JSON summary, digests across worker counts, and the
+ * errors it gives for bad options, bad sources, a bad environment and bad samples.
+ */
+#include "harness.h"
+
+#include <sys/wait.h>
+
+/* Runs the ferry command with args (a shell fragment); returns its exit status and
+ * its stdout+stderr in out. */
+static int ferry(const char *args, char *out, size_t cap)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s %s 2>&1", FERRY_CLI, args);
+    FILE *p = popen(cmd, "r");
+    CHECK(p != NULL);
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    CHECK(WIFEXITED(st));
+    return WEXITSTATUS(st);
+}
+
+/* The value of "key": in a one-line JSON object, as a string. */
+static const char *json_field(const char *json, const char *key, char *buf, size_t cap)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\": ", key);
+    const char *p = strstr(json, pat);
+    if (!p)
+        return NULL;
+    p += strlen(pat);
+    size_t i = 0;
+    while (*p && *p != ',' && *p != '}' && i + 1 < cap)
+        buf[i++] = *p++;
+    buf[i] = 0;
+    return buf;
+}
+
+TEST(bench_json_has_the_summary_fields)
+{
+    char out[8192], v[128];
+    CHECK_EQ(ferry("bench synthetic:1000,bytes=8 --batch 64 --workers 2 --json --digest "
+                   "--no-progress",
+                   out, sizeof out),
+             0);
+    static const char *keys[] = {"samples", "batches", "seconds", "samples_per_s", "bytes_per_s",
+                                 "first_batch_ms", "consumer_wait_fraction", "errors", "digest"};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+        if (!json_field(out, keys[i], v, sizeof v))
+            test_fail(__FILE__, __LINE__, "no \"%s\" in %s", keys[i], out);
+    CHECK(!strcmp(json_field(out, "samples", v, sizeof v), "1000"));
+    CHECK(!strcmp(json_field(out, "batches", v, sizeof v), "16"));
+    CHECK(!strcmp(json_field(out, "errors", v, sizeof v), "0"));
+    CHECK(strtod(json_field(out, "bytes_per_s", v, sizeof v), NULL) > 0);
+}
+
+TEST(digest_is_the_same_for_any_workers)
+{
+    char out[8192], want[64] = "", v[64];
+    for (int w = 0; w <= 3; w++) {
+        char args[256];
+        snprintf(args, sizeof args,
+                 "bench synthetic:5000,bytes=12,var=9 --batch 50 --workers %d --shuffle --seed 3 "
+                 "--epochs 2 --json --digest --no-progress",
+                 w);
+        CHECK_EQ(ferry(args, out, sizeof out), 0);
+        CHECK(json_field(out, "digest", v, sizeof v));
+        if (!want[0])
+            strcpy(want, v);
+        if (strcmp(want, v))
+            test_fail(__FILE__, __LINE__, "workers %d: digest %s, wanted %s", w, v, want);
+    }
+    /* another seed, another order */
+    CHECK_EQ(ferry("bench synthetic:5000,bytes=12,var=9 --batch 50 --workers 2 --shuffle --seed 4 "
+                   "--epochs 2 --json --digest --no-progress",
+                   out, sizeof out),
+             0);
+    CHECK(strcmp(json_field(out, "digest", v, sizeof v), want) != 0);
+}
+
+TEST(bad_options_name_the_option_and_range)
+{
+    char out[8192];
+    CHECK_EQ(ferry("bench synthetic:10 --batch 0", out, sizeof out), 2);
+    CHECK_CONTAINS(out, "--batch: \"0\" is not a number in [1, 16777216]");
+    CHECK_EQ(ferry("bench synthetic:10 --workers -1", out, sizeof out), 2);
+    CHECK_CONTAINS(out, "--workers");
+    CHECK_EQ(ferry("bench synthetic:10 --timeout -5", out, sizeof out), 2);
+    CHECK_CONTAINS(out, "--timeout");
+    CHECK_EQ(ferry("bench synthetic:10 --rank 2 --world-size 2", out, sizeof out), 2);
+    CHECK_CONTAINS(out, "--rank 2 is outside [0, 1]");
+    CHECK_EQ(ferry("bench synthetic:10 --order random", out, sizeof out), 2);
+    CHECK_CONTAINS(out, "--order");
+    CHECK_EQ(ferry("bench", out, sizeof out), 2);
+    CHECK_CONTAINS(out, "SOURCE is missing");
+    CHECK_EQ(ferry("frobnicate", out, sizeof out), 2);
+    CHECK_CONTAINS(out, "unknown command");
+}
+
+TEST(bad_sources_name_the_problem)
+{
+    char out[8192];
+    CHECK_EQ(ferry("bench nosuchkind:1", out, sizeof out), 2);
+    CHECK_CONTAINS(out, "unknown kind \"nosuchkind\"");
+    CHECK_EQ(ferry("bench synthetic:10,colour=red", out, sizeof out), 2);
+    CHECK_CONTAINS(out, "unknown option \"colour\"");
+    CHECK_EQ(ferry("bench synthetic:10,bytes=lots", out, sizeof out), 2);
+    CHECK_CONTAINS(out, "bytes=\"lots\" is not a number");
+    CHECK_EQ(ferry("bench synthetic:ten", out, sizeof out), 2);
+    CHECK_CONTAINS(out, "COUNT \"ten\"");
+}
+
+TEST(environment_that_is_not_a_number_is_an_error)
+{
+    char out[8192];
+    CHECK_EQ(ferry("bench synthetic:10 --no-progress", out, sizeof out), 0);
+    setenv("RANK", "abc", 1);
+    setenv("WORLD_SIZE", "2", 1);
+    CHECK_EQ(ferry("bench synthetic:10", out, sizeof out), 2);
+    CHECK_CONTAINS(out, "RANK=\"abc\"");
+    setenv("RANK", "1", 1);
+    CHECK_EQ(ferry("bench synthetic:1000 --json --no-progress", out, sizeof out), 0);
+    char v[64];
+    CHECK(!strcmp(json_field(out, "samples", v, sizeof v), "500")); /* rank 1 of 2 */
+    unsetenv("RANK");
+    unsetenv("WORLD_SIZE");
+    setenv("SLURM_PROCID", "0", 1);
+    setenv("SLURM_NTASKS", "4x", 1);
+    CHECK_EQ(ferry("bench synthetic:10", out, sizeof out), 2);
+    CHECK_CONTAINS(out, "SLURM_NTASKS");
+}
+
+TEST(a_bad_sample_fails_the_run_with_its_index)
+{
+    char out[8192];
+    CHECK_EQ(ferry("bench synthetic:1000,fail_every=300 --workers 2 --no-progress", out, sizeof out),
+             1);
+    CHECK_CONTAINS(out, "sample 299");
+    CHECK_CONTAINS(out, "injected failure");
+    CHECK_EQ(ferry("bench synthetic:1000,fail_every=300 --on-error skip --skip-budget 3 --json "
+                   "--no-progress",
+                   out, sizeof out),
+             0);
+    char v[64];
+    CHECK(!strcmp(json_field(out, "samples", v, sizeof v), "997"));
+    CHECK(!strcmp(json_field(out, "skipped", v, sizeof v), "3"));
+}
+
+TEST(help_documents_every_option)
+{
+    char out[16384];
+    CHECK_EQ(ferry("bench --help", out, sizeof out), 0);
+    static const char *opts[] = {"--batch",     "--workers", "--prefetch", "--shuffle",
+                                 "--seed",      "--epochs",  "--drop-last", "--rank",
+                                 "--world-size", "--json",   "--digest",   "--timeout",
+                                 "--on-error",  "--order"};
+    for (size_t i = 0; i < sizeof opts / sizeof *opts; i++)
+        CHECK_CONTAINS(out, opts[i]);
+    CHECK_EQ(ferry("version", out, sizeof out), 0);
+    CHECK_CONTAINS(out, "ferry 0.1.0");
+}

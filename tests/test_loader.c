@@ -1,0 +1,697 @@
+/*
+ * The loader engine: determinism across worker counts and prefetch depths, order,
+ * errors with their sample index, the skip budget, timeouts, cancel and free at any
+ * point, held batches, worker init, settings, resume, streams and allocation
+ * failures.
+ */
+#include "harness.h"
+
+#include <ferry/ferry.h>
+#include "core/internal.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <unistd.h>
+
+static ferry_dataset *synthetic(uint64_t count, uint64_t bytes, uint64_t var, uint64_t fail_every,
+                                uint64_t sleep_us)
+{
+    ferry_synthetic_opts o = {.count = count,
+                              .bytes = bytes,
+                              .var_max = var,
+                              .fail_every = fail_every,
+                              .sleep_us = sleep_us,
+                              .seed = 7};
+    ferry_dataset *ds;
+    CHECK_OK(ferry_dataset_synthetic(&ds, &o));
+    return ds;
+}
+
+static ferry_loader_opts opts(uint32_t batch, uint32_t workers, uint32_t prefetch, int shuffle)
+{
+    ferry_loader_opts o;
+    ferry_loader_opts_default(&o);
+    o.batch_size = batch;
+    o.num_workers = workers;
+    o.prefetch = prefetch;
+    o.shuffle = shuffle;
+    o.seed = 1234;
+    return o;
+}
+
+static uint64_t hash_batch(uint64_t h, const ferry_batch *b)
+{
+    for (int f = 0; f < ferry_batch_nfields(b); f++) {
+        ferry_tensor t;
+        CHECK_OK(ferry_batch_field(b, f, &t));
+        CHECK(ferry_tensor_is_contiguous(&t));
+        CHECK_EQ(t.shape[0], ferry_batch_size(b));
+        h = test_hash(h, t.data, ferry_tensor_nbytes(&t));
+        if (ferry_batch_field_info(b, f)->variable) {
+            CHECK_OK(ferry_batch_lengths(b, f, &t));
+            h = test_hash(h, t.data, ferry_tensor_nbytes(&t));
+        }
+    }
+    return h;
+}
+
+/* Runs one epoch and returns the hash of every batch in delivery order. */
+static uint64_t run_epoch(ferry_loader *l, uint64_t epoch, uint64_t *nsamples)
+{
+    uint64_t h = 0xcbf29ce484222325ull, n = 0;
+    ferry_batch *b;
+    int rc;
+    CHECK_OK(ferry_loader_start(l, epoch, 0));
+    while ((rc = ferry_loader_next(l, &b)) == 0) {
+        h = hash_batch(h, b);
+        n += ferry_batch_size(b);
+        ferry_batch_release(b);
+    }
+    CHECK_RC(rc, FERRY_END);
+    if (nsamples)
+        *nsamples = n;
+    return h;
+}
+
+TEST(same_bytes_for_any_workers_and_prefetch)
+{
+    ferry_dataset *ds = synthetic(3001, 24, 37, 0, 0);
+    uint64_t want[2] = {0, 0};
+    uint32_t workers[] = {0, 1, 2, 3, 5};
+    uint32_t prefetch[] = {1, 2, 7};
+    for (size_t w = 0; w < sizeof workers / sizeof *workers; w++) {
+        for (size_t p = 0; p < sizeof prefetch / sizeof *prefetch; p++) {
+            ferry_loader_opts o = opts(64, workers[w], prefetch[p], 1);
+            ferry_loader *l;
+            CHECK_OK(ferry_loader_create(&l, ds, &o));
+            for (uint64_t e = 0; e < 2; e++) {
+                uint64_t n, h = run_epoch(l, e, &n);
+                CHECK_U64(n, 3001);
+                if (!want[e])
+                    want[e] = h;
+                if (h != want[e])
+                    test_fail(__FILE__, __LINE__, "workers %u prefetch %u epoch %llu: digest differs",
+                              workers[w], prefetch[p], (unsigned long long)e);
+            }
+            ferry_loader_free(l);
+        }
+    }
+    CHECK(want[0] != want[1]); /* a new epoch, a new order */
+    ferry_dataset_free(ds);
+}
+
+TEST(batches_hold_the_samples_the_sampler_names)
+{
+    ferry_dataset *ds = synthetic(1000, 8, 5, 0, 0);
+    ferry_loader_opts o = opts(33, 2, 3, 1);
+    ferry_loader *l;
+    ferry_ctx *ctx;
+    CHECK_OK(ferry_ctx_create(&ctx, 0, 0));
+    CHECK_OK(ferry_loader_create(&l, ds, &o));
+    CHECK_U64(ferry_loader_len(l), 31); /* ceil(1000 / 33) */
+    uint8_t seen[1000] = {0};
+    ferry_batch *b;
+    uint64_t k = 0;
+    int rc;
+    while ((rc = ferry_loader_next(l, &b)) == 0) {
+        CHECK_U64(ferry_batch_number(b), k);
+        CHECK_EQ(ferry_batch_size(b), k == 30 ? 1000 - 30 * 33 : 33);
+        ferry_tensor data, label, text, len;
+        CHECK_OK(ferry_batch_field(b, 0, &data));
+        CHECK_OK(ferry_batch_field(b, 1, &label));
+        CHECK_OK(ferry_batch_field(b, 2, &text));
+        CHECK_OK(ferry_batch_lengths(b, 2, &len));
+        CHECK_RC(ferry_batch_lengths(b, 0, &len), FERRY_EINVAL);
+        CHECK_OK(ferry_batch_lengths(b, 2, &len));
+        for (uint32_t i = 0; i < ferry_batch_size(b); i++) {
+            uint64_t idx = ferry_batch_indices(b)[i];
+            CHECK(idx < 1000);
+            CHECK(!seen[idx]);
+            seen[idx] = 1;
+            /* the slot equals a direct read of the sample */
+            uint8_t d[8], t[5] = {0};
+            int64_t lab, lens[3] = {0, 0, 0};
+            void *ptrs[3] = {d, &lab, t};
+            ferry_sample s = {3, ptrs, lens};
+            CHECK_OK(ferry_dataset_get(ds, idx, &s, ctx));
+            CHECK(!memcmp((uint8_t *)data.data + i * 8, d, 8));
+            CHECK_EQ(((int64_t *)label.data)[i], lab);
+            CHECK_EQ(((int64_t *)len.data)[i], lens[2]);
+            const uint8_t *row = (uint8_t *)text.data + i * 5;
+            CHECK(!memcmp(row, t, (size_t)lens[2]));
+            for (int64_t j = lens[2]; j < 5; j++)
+                CHECK_EQ(row[j], 0); /* padded with zeros */
+        }
+        ferry_batch_release(b);
+        k++;
+    }
+    CHECK_RC(rc, FERRY_END);
+    CHECK_RC(ferry_loader_next(l, &b), FERRY_END); /* stays over until the next start */
+    for (int i = 0; i < 1000; i++)
+        CHECK(seen[i]);
+    ferry_loader_free(l);
+    ferry_ctx_free(ctx);
+    ferry_dataset_free(ds);
+}
+
+TEST(drop_last_and_batch_counts)
+{
+    ferry_dataset *ds = synthetic(100, 4, 0, 0, 0);
+    ferry_loader_opts o = opts(30, 2, 0, 0);
+    o.drop_last = 1;
+    ferry_loader *l;
+    CHECK_OK(ferry_loader_create(&l, ds, &o));
+    CHECK_U64(ferry_loader_len(l), 3);
+    uint64_t n;
+    run_epoch(l, 0, &n);
+    CHECK_U64(n, 90);
+    ferry_loader_free(l);
+    ferry_dataset_free(ds);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+TEST(completion_order_delivers_the_same_batches)
+{
+    ferry_dataset *ds = synthetic(2000, 16, 0, 0, 0);
+    uint64_t hs[2][64];
+    for (int mode = 0; mode < 2; mode++) {
+        ferry_loader_opts o = opts(32, 3, 6, 1);
+        o.order = mode ? FERRY_ORDER_COMPLETION : FERRY_ORDER_SAMPLER;
+        ferry_loader *l;
+        CHECK_OK(ferry_loader_create(&l, ds, &o));
+        ferry_batch *b;
+        int n = 0, rc;
+        while ((rc = ferry_loader_next(l, &b)) == 0) {
+            CHECK(n < 63);
+            hs[mode][n++] = hash_batch(ferry_batch_number(b), b);
+            ferry_batch_release(b);
+        }
+        CHECK_RC(rc, FERRY_END);
+        CHECK_EQ(n, 63);
+        qsort(hs[mode], 63, sizeof(uint64_t), cmp_u64);
+        ferry_loader_free(l);
+    }
+    CHECK(!memcmp(hs[0], hs[1], 63 * sizeof(uint64_t)));
+    ferry_dataset_free(ds);
+}
+
+TEST(error_names_the_sample_whatever_the_workers)
+{
+    ferry_dataset *ds = synthetic(1000, 8, 0, 250, 0); /* samples 249, 499, ... fail */
+    for (uint32_t w = 0; w <= 4; w++) {
+        ferry_loader_opts o = opts(100, w, 3, 0);
+        ferry_loader *l;
+        CHECK_OK(ferry_loader_create(&l, ds, &o));
+        ferry_batch *b;
+        int rc, good = 0;
+        while ((rc = ferry_loader_next(l, &b)) == 0) {
+            good++;
+            ferry_batch_release(b);
+        }
+        CHECK_RC(rc, FERRY_ECORRUPT);
+        CHECK_EQ(good, 2); /* batches 0 and 1 come out; batch 2 holds sample 249 */
+        CHECK_CONTAINS(ferry_loader_errmsg(l), "batch 2, sample 249");
+        CHECK_CONTAINS(ferry_loader_errmsg(l), "injected failure");
+        CHECK_RC(ferry_loader_next(l, &b), FERRY_END); /* the epoch is over */
+        /* a new epoch starts cleanly */
+        CHECK_OK(ferry_loader_start(l, 1, 0));
+        CHECK_OK(ferry_loader_next(l, &b));
+        ferry_batch_release(b);
+        ferry_loader_free(l);
+    }
+    ferry_dataset_free(ds);
+}
+
+TEST(skip_policy_drops_bad_samples_within_budget)
+{
+    ferry_dataset *ds = synthetic(1000, 8, 3, 100, 0); /* 10 bad samples */
+    uint64_t want = 0;
+    for (uint32_t w = 0; w <= 3; w++) {
+        ferry_loader_opts o = opts(64, w, 4, 1);
+        o.on_error = FERRY_ON_ERROR_SKIP;
+        o.skip_budget = 10;
+        ferry_loader *l;
+        CHECK_OK(ferry_loader_create(&l, ds, &o));
+        ferry_batch *b;
+        int rc;
+        uint64_t n = 0, h = 1;
+        while ((rc = ferry_loader_next(l, &b)) == 0) {
+            for (uint32_t i = 0; i < ferry_batch_size(b); i++)
+                CHECK(ferry_batch_indices(b)[i] % 100 != 99);
+            n += ferry_batch_size(b);
+            h = hash_batch(h, b);
+            ferry_batch_release(b);
+        }
+        CHECK_RC(rc, FERRY_END);
+        CHECK_U64(n, 990);
+        if (!want)
+            want = h;
+        CHECK_U64(h, want);
+        ferry_loader_stats st;
+        CHECK_OK(ferry_loader_stats_get(l, &st));
+        CHECK_U64(st.skipped, 10);
+        CHECK_U64(st.samples, 990);
+        ferry_loader_free(l);
+    }
+    /* one over the budget */
+    ferry_loader_opts o = opts(64, 2, 4, 0);
+    o.on_error = FERRY_ON_ERROR_SKIP;
+    o.skip_budget = 9;
+    ferry_loader *l;
+    CHECK_OK(ferry_loader_create(&l, ds, &o));
+    ferry_batch *b;
+    int rc;
+    while ((rc = ferry_loader_next(l, &b)) == 0)
+        ferry_batch_release(b);
+    CHECK_RC(rc, FERRY_EBUDGET);
+    CHECK_CONTAINS(ferry_loader_errmsg(l), "skip budget of 9");
+    CHECK_CONTAINS(ferry_loader_errmsg(l), "sample 999");
+    ferry_loader_free(l);
+    ferry_dataset_free(ds);
+}
+
+TEST(timeout_names_the_batch_and_outstanding_samples)
+{
+    ferry_dataset *ds = synthetic(64, 8, 0, 0, 300000); /* 0.3 s a sample */
+    ferry_loader_opts o = opts(4, 2, 2, 0);
+    o.timeout_ms = 30;
+    ferry_loader *l;
+    CHECK_OK(ferry_loader_create(&l, ds, &o));
+    ferry_batch *b;
+    uint64_t t0 = ferry_now_ns();
+    CHECK_RC(ferry_loader_next(l, &b), FERRY_ETIMEDOUT);
+    CHECK(ferry_now_ns() - t0 < 250000000u);
+    CHECK_CONTAINS(ferry_loader_errmsg(l), "timed out after 30 ms");
+    CHECK_CONTAINS(ferry_loader_errmsg(l), "batch 0");
+    CHECK_CONTAINS(ferry_loader_errmsg(l), "samples outstanding");
+    /* a timeout does not end the epoch: with patience the batch arrives */
+    ferry_loader_free(l);
+    o.timeout_ms = 5000;
+    CHECK_OK(ferry_loader_create(&l, ds, &o));
+    CHECK_OK(ferry_loader_next(l, &b));
+    CHECK_EQ(ferry_batch_size(b), 4);
+    ferry_batch_release(b);
+    ferry_loader_free(l);
+    ferry_dataset_free(ds);
+}
+
+typedef struct {
+    ferry_loader *l;
+    unsigned delay_us;
+} cancel_arg;
+
+static void *cancel_later(void *p)
+{
+    cancel_arg *a = p;
+    usleep(a->delay_us);
+    ferry_loader_cancel(a->l);
+    return NULL;
+}
+
+TEST(cancel_from_another_thread_mid_epoch)
+{
+    ferry_dataset *ds = synthetic(100000, 8, 0, 0, 200);
+    for (uint32_t w = 0; w <= 2; w += 2) {
+        ferry_loader_opts o = opts(16, w, 4, 1);
+        ferry_loader *l;
+        CHECK_OK(ferry_loader_create(&l, ds, &o));
+        cancel_arg a = {l, 30000};
+        pthread_t t;
+        pthread_create(&t, NULL, cancel_later, &a);
+        ferry_batch *b;
+        int rc, n = 0;
+        while ((rc = ferry_loader_next(l, &b)) == 0) {
+            n++;
+            ferry_batch_release(b);
+        }
+        pthread_join(t, NULL);
+        CHECK_RC(rc, FERRY_ECANCELED);
+        CHECK(n < 100000 / 16);
+        CHECK_RC(ferry_loader_next(l, &b), FERRY_ECANCELED); /* until the next start */
+        CHECK_OK(ferry_loader_start(l, 1, 0));
+        CHECK_OK(ferry_loader_next(l, &b));
+        ferry_batch_release(b);
+        ferry_loader_free(l);
+    }
+    ferry_dataset_free(ds);
+}
+
+TEST(free_at_any_point_with_batches_held)
+{
+    ferry_dataset *ds = synthetic(5000, 32, 9, 0, 0);
+    for (int stop = 0; stop < 6; stop++) {
+        ferry_loader_opts o = opts(16, 3, 6, 1);
+        ferry_loader *l;
+        CHECK_OK(ferry_loader_create(&l, ds, &o));
+        ferry_batch *held[3] = {0};
+        int nheld = 0;
+        for (int i = 0; i < stop; i++) {
+            ferry_batch *b;
+            CHECK_OK(ferry_loader_next(l, &b));
+            if (i % 2 == 0 && nheld < 3)
+                held[nheld++] = b;
+            else
+                ferry_batch_release(b);
+        }
+        ferry_loader_free(l); /* workers mid-epoch, batches still out */
+        for (int i = 0; i < nheld; i++) {
+            ferry_tensor t;
+            CHECK_OK(ferry_batch_field(held[i], 0, &t));
+            CHECK_EQ(t.shape[0], 16);
+            CHECK(test_hash(1, t.data, ferry_tensor_nbytes(&t)) != 0);
+            ferry_batch_release(held[i]); /* the last one frees the loader's memory */
+        }
+    }
+    ferry_dataset_free(ds);
+}
+
+TEST(consumer_holds_batches_and_releases_in_any_order)
+{
+    ferry_dataset *ds = synthetic(1000, 8, 0, 0, 0);
+    ferry_loader_opts o = opts(10, 2, 5, 0);
+    ferry_loader *l;
+    CHECK_OK(ferry_loader_create(&l, ds, &o));
+    ferry_batch *b[5], *extra;
+    for (int i = 0; i < 5; i++) {
+        CHECK_OK(ferry_loader_next(l, &b[i]));
+        CHECK_U64(ferry_batch_number(b[i]), i);
+    }
+    CHECK_RC(ferry_loader_next(l, &extra), FERRY_ESTATE); /* every buffer is out */
+    CHECK_CONTAINS(ferry_loader_errmsg(l), "held by the caller");
+    int order[5] = {3, 0, 4, 1, 2};
+    for (int i = 0; i < 5; i++)
+        ferry_batch_release(b[order[i]]);
+    /* the epoch goes on where it was */
+    CHECK_OK(ferry_loader_next(l, &extra));
+    CHECK_U64(ferry_batch_number(extra), 5);
+    CHECK_U64(ferry_batch_indices(extra)[0], 50);
+    ferry_batch_release(extra);
+    ferry_loader_free(l);
+    ferry_dataset_free(ds);
+}
+
+static atomic_uint init_calls, init_mask;
+
+static int count_init(uint32_t worker, uint32_t n, uint64_t seed, void *arg)
+{
+    CHECK_U64(seed, 1234);
+    CHECK(arg == &init_calls);
+    CHECK(worker < n);
+    atomic_fetch_add(&init_calls, 1);
+    atomic_fetch_or(&init_mask, 1u << worker);
+    return 0;
+}
+
+static int failing_init(uint32_t worker, uint32_t n, uint64_t seed, void *arg)
+{
+    return worker == 1 ? ferry_error(-1, "no GPU for worker %u", worker) : 0;
+}
+
+TEST(worker_init_runs_once_per_worker)
+{
+    ferry_dataset *ds = synthetic(100, 8, 0, 0, 0);
+    ferry_loader_opts o = opts(10, 4, 0, 0);
+    o.worker_init = count_init;
+    o.worker_init_arg = &init_calls;
+    ferry_loader *l;
+    CHECK_OK(ferry_loader_create(&l, ds, &o));
+    CHECK_EQ(atomic_load(&init_calls), 4);
+    CHECK_EQ(atomic_load(&init_mask), 0xf);
+    uint64_t n;
+    run_epoch(l, 0, &n);
+    run_epoch(l, 1, &n); /* workers persist: no new init */
+    CHECK_EQ(atomic_load(&init_calls), 4);
+    ferry_loader_free(l);
+
+    o.worker_init = failing_init;
+    CHECK_RC(ferry_loader_create(&l, ds, &o), FERRY_ECALLBACK);
+    CHECK(l == NULL);
+    CHECK_CONTAINS(ferry_last_errmsg(), "worker 1");
+    CHECK_CONTAINS(ferry_last_errmsg(), "no GPU for worker 1");
+    ferry_dataset_free(ds);
+}
+
+TEST(invalid_settings_name_the_setting_and_range)
+{
+    ferry_dataset *ds = synthetic(10, 8, 0, 0, 0);
+    ferry_loader *l = NULL;
+    ferry_loader_opts o;
+
+    o = opts(0, 1, 0, 0);
+    CHECK_RC(ferry_loader_create(&l, ds, &o), FERRY_EINVAL);
+    CHECK_CONTAINS(ferry_last_errmsg(), "batch_size 0 is outside [1, ");
+    o = opts(1 << 25, 1, 0, 0);
+    CHECK_RC(ferry_loader_create(&l, ds, &o), FERRY_EINVAL);
+    CHECK_CONTAINS(ferry_last_errmsg(), "batch_size");
+    o = opts(4, 5000, 0, 0);
+    CHECK_RC(ferry_loader_create(&l, ds, &o), FERRY_EINVAL);
+    CHECK_CONTAINS(ferry_last_errmsg(), "num_workers 5000 is outside [0, 1024]");
+    o = opts(4, 1, 100000, 0);
+    CHECK_RC(ferry_loader_create(&l, ds, &o), FERRY_EINVAL);
+    CHECK_CONTAINS(ferry_last_errmsg(), "prefetch 100000");
+    o = opts(4, 1, 0, 0);
+    o.timeout_ms = -1;
+    CHECK_RC(ferry_loader_create(&l, ds, &o), FERRY_EINVAL);
+    CHECK_CONTAINS(ferry_last_errmsg(), "timeout_ms -1 is negative");
+    o = opts(4, 1, 0, 0);
+    o.order = 7;
+    CHECK_RC(ferry_loader_create(&l, ds, &o), FERRY_EINVAL);
+    CHECK_CONTAINS(ferry_last_errmsg(), "order 7");
+    o = opts(4, 1, 0, 0);
+    o.on_error = 3;
+    CHECK_RC(ferry_loader_create(&l, ds, &o), FERRY_EINVAL);
+    CHECK_CONTAINS(ferry_last_errmsg(), "on_error 3");
+    CHECK(l == NULL);
+    ferry_dataset_free(ds);
+}
+
+TEST(resume_mid_epoch_gives_the_same_batches)
+{
+    ferry_dataset *ds = synthetic(999, 12, 0, 0, 0);
+    ferry_loader_opts o = opts(50, 2, 3, 1);
+    ferry_loader *l;
+    CHECK_OK(ferry_loader_create(&l, ds, &o));
+    uint64_t full[20];
+    int n = 0, rc;
+    ferry_batch *b;
+    CHECK_OK(ferry_loader_start(l, 3, 0));
+    while ((rc = ferry_loader_next(l, &b)) == 0) {
+        full[n++] = hash_batch(0, b);
+        ferry_batch_release(b);
+    }
+    CHECK_EQ(n, 20);
+    /* stop in the middle of an epoch (batches in flight), then resume at batch 7 */
+    CHECK_OK(ferry_loader_start(l, 3, 0));
+    CHECK_OK(ferry_loader_next(l, &b));
+    ferry_batch_release(b);
+    CHECK_OK(ferry_loader_start(l, 3, 7));
+    for (int k = 7; k < 20; k++) {
+        CHECK_OK(ferry_loader_next(l, &b));
+        CHECK_U64(ferry_batch_number(b), k);
+        CHECK_U64(hash_batch(0, b), full[k]);
+        ferry_batch_release(b);
+    }
+    CHECK_RC(ferry_loader_next(l, &b), FERRY_END);
+    CHECK_RC(ferry_loader_start(l, 3, 21), FERRY_ERANGE);
+    ferry_loader_free(l);
+    ferry_dataset_free(ds);
+}
+
+TEST(borrowed_distributed_sampler_sets_the_indices)
+{
+    ferry_dataset *ds = synthetic(100, 4, 0, 0, 0);
+    uint8_t seen[100] = {0};
+    for (int64_t r = 0; r < 3; r++) {
+        ferry_distributed_opts d = {100, r, 3, 1, 5, 0};
+        ferry_sampler *s;
+        CHECK_OK(ferry_sampler_distributed(&s, &d));
+        ferry_loader_opts o = opts(8, 2, 0, 0);
+        o.sampler = s;
+        ferry_loader *l;
+        CHECK_OK(ferry_loader_create(&l, ds, &o));
+        CHECK_U64(ferry_loader_len(l), 5); /* 34 samples a rank */
+        ferry_batch *b;
+        int rc;
+        uint64_t pos = 0;
+        while ((rc = ferry_loader_next(l, &b)) == 0) {
+            for (uint32_t i = 0; i < ferry_batch_size(b); i++, pos++) {
+                CHECK_U64(ferry_batch_indices(b)[i], ferry_sampler_at(s, pos));
+                seen[ferry_batch_indices(b)[i]] = 1;
+            }
+            ferry_batch_release(b);
+        }
+        CHECK_RC(rc, FERRY_END);
+        CHECK_U64(pos, 34);
+        ferry_loader_free(l);
+        ferry_sampler_free(s);
+    }
+    for (int i = 0; i < 100; i++)
+        CHECK(seen[i]);
+    ferry_dataset_free(ds);
+}
+
+TEST(stream_shards_cover_the_data_once_for_any_workers)
+{
+    ferry_dataset *ds = synthetic(1003, 8, 0, 0, 0);
+    ferry_stream *st;
+    CHECK_OK(ferry_stream_from_dataset(&st, ds));
+    uint64_t want = 0;
+    for (uint32_t w = 0; w <= 4; w++) {
+        ferry_loader_opts o = opts(16, w, 0, 0);
+        o.stream_shards = 3;
+        o.rank = 0;
+        o.world_size = 1;
+        ferry_loader *l;
+        CHECK_OK(ferry_loader_create_stream(&l, st, &o));
+        for (uint64_t e = 0; e < 2; e++) {
+            CHECK_OK(ferry_loader_start(l, e, 0));
+            ferry_batch *b;
+            int rc;
+            uint64_t h = 1, n = 0;
+            while ((rc = ferry_loader_next(l, &b)) == 0) {
+                ferry_tensor t;
+                CHECK_OK(ferry_batch_field(b, 1, &t)); /* label = index % 1000 */
+                for (uint32_t i = 0; i < ferry_batch_size(b); i++) {
+                    CHECK_U64(ferry_batch_indices(b)[i], UINT64_MAX);
+                    n++;
+                }
+                h = hash_batch(h, b);
+                ferry_batch_release(b);
+            }
+            CHECK_RC(rc, FERRY_END);
+            CHECK_U64(n, 1003);
+            if (!want)
+                want = h;
+            CHECK_U64(h, want);
+        }
+        CHECK_RC(ferry_loader_start(l, 0, 3), FERRY_ENOTSUP);
+        ferry_loader_free(l);
+    }
+    ferry_stream_free(st);
+    ferry_dataset_free(ds);
+}
+
+TEST(stream_ranks_split_the_shards)
+{
+    ferry_dataset *ds = synthetic(500, 8, 0, 0, 0);
+    ferry_stream *st;
+    CHECK_OK(ferry_stream_from_dataset(&st, ds));
+    uint64_t total = 0;
+    for (int64_t r = 0; r < 2; r++) {
+        ferry_loader_opts o = opts(7, 2, 0, 0);
+        o.stream_shards = 2;
+        o.rank = r;
+        o.world_size = 2;
+        ferry_loader *l;
+        CHECK_OK(ferry_loader_create_stream(&l, st, &o));
+        uint64_t n;
+        run_epoch(l, 0, &n);
+        CHECK_U64(n, 125 * 2); /* shards r*2, r*2+1 of 4 hold 125 each */
+        total += n;
+        ferry_loader_free(l);
+    }
+    CHECK_U64(total, 500);
+    ferry_loader_opts o = opts(7, 2, 0, 0);
+    o.rank = 2;
+    o.world_size = 2;
+    ferry_loader *l;
+    CHECK_RC(ferry_loader_create_stream(&l, st, &o), FERRY_EINVAL);
+    CHECK_CONTAINS(ferry_last_errmsg(), "rank 2");
+    ferry_stream_free(st);
+    ferry_dataset_free(ds);
+}
+
+TEST(stats_count_what_was_delivered)
+{
+    ferry_dataset *ds = synthetic(640, 16, 0, 0, 0);
+    ferry_loader_opts o = opts(64, 2, 0, 0);
+    ferry_loader *l;
+    CHECK_OK(ferry_loader_create(&l, ds, &o));
+    uint64_t n;
+    run_epoch(l, 0, &n);
+    run_epoch(l, 1, &n);
+    ferry_loader_stats st;
+    CHECK_OK(ferry_loader_stats_get(l, &st));
+    CHECK_U64(st.samples, 1280);
+    CHECK_U64(st.batches, 20);
+    CHECK_U64(st.bytes, 1280 * (16 + 8));
+    CHECK_EQ(st.num_workers, 2);
+    CHECK(st.elapsed_ns > 0);
+    CHECK(st.first_batch_ns > 0 && st.first_batch_ns <= st.elapsed_ns);
+    CHECK(st.consumer_wait_ns <= st.elapsed_ns);
+    CHECK(st.worker_busy_ns > 0);
+    CHECK_U64(st.stage_ns[FERRY_STAGE_READ], st.worker_busy_ns);
+    ferry_loader_free(l);
+    ferry_dataset_free(ds);
+}
+
+TEST(create_survives_every_allocation_failure)
+{
+    ferry_dataset *ds = synthetic(100, 8, 4, 0, 0);
+    for (uint32_t w = 0; w <= 2; w += 2) {
+        int done = 0;
+        for (long n = 0; n < 1000 && !done; n++) {
+            ferry_loader_opts o = opts(8, w, 3, 1);
+            ferry_loader *l = (ferry_loader *)1;
+            ferry__test_fail_alloc(n);
+            int rc = ferry_loader_create(&l, ds, &o);
+            ferry__test_fail_alloc(-1);
+            if (rc == 0) {
+                uint64_t k;
+                run_epoch(l, 0, &k);
+                CHECK_U64(k, 100);
+                ferry_loader_free(l);
+                done = 1;
+            } else {
+                CHECK_RC(rc, FERRY_ENOMEM);
+                CHECK(l == NULL);
+            }
+        }
+        CHECK(done);
+    }
+    ferry_dataset_free(ds);
+}
+
+TEST(many_epochs_reuse_the_workers)
+{
+    ferry_dataset *ds = synthetic(300, 8, 0, 0, 0);
+    ferry_loader_opts o = opts(32, 2, 0, 1);
+    ferry_loader *l;
+    CHECK_OK(ferry_loader_create(&l, ds, &o));
+    uint64_t prev = 0;
+    for (uint64_t e = 0; e < 50; e++) {
+        uint64_t n, h = run_epoch(l, e, &n);
+        CHECK_U64(n, 300);
+        CHECK(h != prev);
+        prev = h;
+    }
+    ferry_loader_free(l);
+    ferry_dataset_free(ds);
+}
+
+TEST(a_sampler_past_the_dataset_is_an_error)
+{
+    ferry_dataset *ds = synthetic(10, 8, 0, 0, 0);
+    ferry_sampler *s;
+    CHECK_OK(ferry_sampler_sequential(&s, 20));
+    ferry_loader_opts o = opts(5, 1, 0, 0);
+    o.sampler = s;
+    ferry_loader *l;
+    CHECK_OK(ferry_loader_create(&l, ds, &o));
+    ferry_batch *b;
+    CHECK_OK(ferry_loader_next(l, &b));
+    ferry_batch_release(b);
+    CHECK_OK(ferry_loader_next(l, &b));
+    ferry_batch_release(b);
+    CHECK_RC(ferry_loader_next(l, &b), FERRY_ERANGE);
+    CHECK_CONTAINS(ferry_loader_errmsg(l), "sample 10");
+    CHECK_CONTAINS(ferry_loader_errmsg(l), "past the dataset");
+    ferry_loader_free(l);
+    ferry_sampler_free(s);
+    ferry_dataset_free(ds);
+}

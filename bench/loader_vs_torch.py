@@ -146,7 +146,10 @@ def ferry_run(ferry, source, batch, workers, epochs=1):
 
 
 def ferry_config(ferry, batch, workers):
-    source = "synthetic:%d,bytes=%d" % (FERRY_COUNT, SAMPLE_BYTES)
+    # The same work per sample as the PyTorch side: copy from a pool of
+    # TrivialDataset.POOL samples precomputed in memory, plus a label.
+    source = "synthetic:%d,bytes=%d,pool=%d" % (FERRY_COUNT, SAMPLE_BYTES,
+                                                TrivialDataset.POOL)
     pilot = ferry_run(ferry, source, batch, workers, 1)
     epochs = max(1, int(math.ceil(
         pilot["samples_per_s"] * FERRY_TARGET_S / FERRY_COUNT)))
@@ -269,9 +272,10 @@ def main():
       "precomputed in-memory pool, default collate, one full pass per "
       "config, timed from DataLoader construction to the last batch"
       % torch.__version__)
-    p("  ferry: `ferry bench synthetic:%d,bytes=%d --epochs E` (E sized so "
-      "each config runs >= %.1f s); first batch as ferry reports it"
-      % (FERRY_COUNT, SAMPLE_BYTES, FERRY_MIN_S))
+    p("  ferry: `ferry bench synthetic:%d,bytes=%d,pool=%d --epochs E` (the "
+      "same precomputed in-memory pool; E sized so each config runs >= %.1f s);"
+      " first batch as ferry reports it"
+      % (FERRY_COUNT, SAMPLE_BYTES, TrivialDataset.POOL, FERRY_MIN_S))
     p("  host: %d CPUs, Python %s" % (os.cpu_count() or 0,
                                       platform.python_version()))
     p("")

@@ -120,8 +120,10 @@ typedef struct ferry_tensor {
 } ferry_tensor;
 
 /* Fills *t with a contiguous tensor of fresh, zeroed, 64-byte-aligned memory owned
- * by the tensor (freed by ferry_tensor_release). Shape values must be >= 0 and the
- * byte size must fit in size_t: FERRY_EINVAL / FERRY_EOVERFLOW otherwise. */
+ * by the tensor (freed by ferry_tensor_release). Shape values must be >= 0
+ * (FERRY_EINVAL) and the byte size of the non-zero dimensions must fit in int64_t
+ * and size_t (FERRY_EOVERFLOW), so that strides and element counts cannot
+ * overflow. */
 FERRY_API int ferry_tensor_alloc(ferry_tensor *t, ferry_dtype dt, int ndim, const int64_t *shape);
 /* Describes borrowed memory. strides may be NULL for C-contiguous. No ownership. */
 FERRY_API int ferry_tensor_wrap(ferry_tensor *t, void *data, ferry_dtype dt, int ndim,

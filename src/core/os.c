@@ -3,6 +3,7 @@
  */
 #include "internal.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <time.h>
@@ -64,7 +65,7 @@ static int number_base(const char **s)
 
 bool ferry__parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)
 {
-    if (!s || !*s || *s == ' ')
+    if (!s || !*s || isspace((unsigned char)*s))
         return false;
     char *end;
     errno = 0;
@@ -77,7 +78,7 @@ bool ferry__parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)
 
 bool ferry__parse_u64(const char *s, uint64_t *out)
 {
-    if (!s || !*s || *s == '-' || *s == '+' || *s == ' ')
+    if (!s || !*s || *s == '-' || *s == '+' || isspace((unsigned char)*s))
         return false;
     char *end;
     errno = 0;

@@ -50,25 +50,35 @@ ferry_dtype ferry_dtype_from_name(const char *name)
     return FERRY_DTYPE_INVALID;
 }
 
-/* Checks dtype and shape and computes the contiguous byte size. */
+/* Checks dtype and shape and computes the contiguous byte size. Strides and
+ * element counts are int64_t, so the product of the non-zero dimensions times the
+ * element size must fit in int64_t (as NumPy requires), whatever size_t allows. */
 static int check_shape(ferry_dtype dt, int ndim, const int64_t *shape, size_t *nbytes)
 {
-    size_t n = ferry_dtype_size(dt);
-    if (n == 0)
+    size_t item = ferry_dtype_size(dt);
+    if (item == 0)
         return ferry__err(FERRY_EINVAL, "tensor: invalid dtype %d", (int)dt);
     if (ndim < 0 || ndim > FERRY_MAX_DIMS)
         return ferry__err(FERRY_EINVAL, "tensor: ndim %d is outside [0, %d]", ndim,
                           FERRY_MAX_DIMS);
     if (ndim > 0 && !shape)
         return ferry__err(FERRY_EINVAL, "tensor: shape is NULL");
+    int64_t n = (int64_t)item;
+    bool empty = false;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0)
             return ferry__err(FERRY_EINVAL, "tensor: shape[%d] = %lld is negative", i,
                               (long long)shape[i]);
-        if ((uint64_t)shape[i] > SIZE_MAX || !ferry__mul_size(n, (size_t)shape[i], &n))
-            return ferry__err(FERRY_EOVERFLOW, "tensor: size overflows");
+        if (shape[i] == 0) {
+            empty = true;
+            continue;
+        }
+        if (__builtin_mul_overflow(n, shape[i], &n))
+            return ferry__err(FERRY_EOVERFLOW, "tensor: the shape's byte size overflows int64");
     }
-    *nbytes = n;
+    if ((uint64_t)n > SIZE_MAX)
+        return ferry__err(FERRY_EOVERFLOW, "tensor: the shape's byte size overflows size_t");
+    *nbytes = empty ? 0 : (size_t)n;
     return 0;
 }
 

@@ -76,18 +76,42 @@ static uint64_t digest_batch(uint64_t h, const ferry_batch *b)
 
 int cmd_bench(int argc, char **argv)
 {
-    enum { O_BATCH = 256, O_WORKERS, O_PREFETCH, O_SHUFFLE, O_SEED, O_EPOCHS, O_DROP, O_RANK,
-           O_WORLD, O_ORDER, O_TIMEOUT, O_ONERR, O_BUDGET, O_DIGEST, O_JSON, O_NOPROG };
-    static const struct option opts[] = {
-        {"batch", required_argument, 0, O_BATCH},       {"workers", required_argument, 0, O_WORKERS},
-        {"prefetch", required_argument, 0, O_PREFETCH}, {"shuffle", no_argument, 0, O_SHUFFLE},
-        {"seed", required_argument, 0, O_SEED},         {"epochs", required_argument, 0, O_EPOCHS},
-        {"drop-last", no_argument, 0, O_DROP},          {"rank", required_argument, 0, O_RANK},
-        {"world-size", required_argument, 0, O_WORLD},  {"order", required_argument, 0, O_ORDER},
-        {"timeout", required_argument, 0, O_TIMEOUT},   {"on-error", required_argument, 0, O_ONERR},
-        {"skip-budget", required_argument, 0, O_BUDGET}, {"digest", no_argument, 0, O_DIGEST},
-        {"json", no_argument, 0, O_JSON},               {"no-progress", no_argument, 0, O_NOPROG},
-        {"help", no_argument, 0, 'h'},                  {0, 0, 0, 0}};
+    enum {
+        O_BATCH = 256,
+        O_WORKERS,
+        O_PREFETCH,
+        O_SHUFFLE,
+        O_SEED,
+        O_EPOCHS,
+        O_DROP,
+        O_RANK,
+        O_WORLD,
+        O_ORDER,
+        O_TIMEOUT,
+        O_ONERR,
+        O_BUDGET,
+        O_DIGEST,
+        O_JSON,
+        O_NOPROG
+    };
+    static const struct option opts[] = {{"batch", required_argument, 0, O_BATCH},
+                                         {"workers", required_argument, 0, O_WORKERS},
+                                         {"prefetch", required_argument, 0, O_PREFETCH},
+                                         {"shuffle", no_argument, 0, O_SHUFFLE},
+                                         {"seed", required_argument, 0, O_SEED},
+                                         {"epochs", required_argument, 0, O_EPOCHS},
+                                         {"drop-last", no_argument, 0, O_DROP},
+                                         {"rank", required_argument, 0, O_RANK},
+                                         {"world-size", required_argument, 0, O_WORLD},
+                                         {"order", required_argument, 0, O_ORDER},
+                                         {"timeout", required_argument, 0, O_TIMEOUT},
+                                         {"on-error", required_argument, 0, O_ONERR},
+                                         {"skip-budget", required_argument, 0, O_BUDGET},
+                                         {"digest", no_argument, 0, O_DIGEST},
+                                         {"json", no_argument, 0, O_JSON},
+                                         {"no-progress", no_argument, 0, O_NOPROG},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     ferry_loader_opts o;
     ferry_loader_opts_default(&o);
     o.batch_size = 64;
@@ -181,8 +205,8 @@ int cmd_bench(int argc, char **argv)
         }
     }
     if (optind != argc - 1) {
-        cli_error(EXIT_USAGE, optind >= argc ? "bench: SOURCE is missing"
-                                             : "bench: one SOURCE expected");
+        cli_error(EXIT_USAGE,
+                  optind >= argc ? "bench: SOURCE is missing" : "bench: one SOURCE expected");
         bench_usage(stderr);
         return EXIT_USAGE;
     }
@@ -217,8 +241,8 @@ int cmd_bench(int argc, char **argv)
         goto done;
     }
     if (world > 1) {
-        ferry_distributed_opts d = {ferry_dataset_len(ds), rank, world, o.shuffle, o.seed,
-                                    o.drop_last};
+        ferry_distributed_opts d = {
+            ferry_dataset_len(ds), rank, world, o.shuffle, o.seed, o.drop_last};
         if ((rc = ferry_sampler_distributed(&sampler, &d)) < 0) {
             status = cli_error(EXIT_USAGE, "%s", ferry_last_errmsg());
             goto done;
@@ -274,11 +298,11 @@ int cmd_bench(int argc, char **argv)
                ", \"workers\": %u, \"prefetch\": %u, \"seconds\": %.6f, \"samples_per_s\": %.1f"
                ", \"batches_per_s\": %.1f, \"bytes_per_s\": %.1f, \"first_batch_ms\": %.3f"
                ", \"consumer_wait_fraction\": %.4f, \"errors\": %llu, \"skipped\": %llu"
-               ", \"worker_busy_s\": %.6f, \"worker_idle_s\": %.6f, \"stage_s\": {\"read\": %.6f, \"decode\": %.6f"
+               ", \"worker_busy_s\": %.6f, \"worker_idle_s\": %.6f, \"stage_s\": {\"read\": %.6f, "
+               "\"decode\": %.6f"
                ", \"transform\": %.6f, \"write\": %.6f}",
-               (unsigned long long)samples, (unsigned long long)batches,
-               (unsigned long long)epochs, o.batch_size, o.num_workers,
-               st.prefetch, secs, sps,
+               (unsigned long long)samples, (unsigned long long)batches, (unsigned long long)epochs,
+               o.batch_size, o.num_workers, st.prefetch, secs, sps,
                secs > 0 ? (double)batches / secs : 0, bps, first_ms, wait,
                (unsigned long long)errors, (unsigned long long)st.skipped,
                (double)st.worker_busy_ns / 1e9, (double)st.worker_idle_ns / 1e9,
@@ -310,8 +334,7 @@ int cmd_bench(int argc, char **argv)
         if (st.num_workers)
             printf("workers     busy %.1f%% (read %.3f s, decode %.3f s, transform %.3f s, write "
                    "%.3f s)\n",
-                   100.0 * (double)st.worker_busy_ns /
-                       ((double)st.elapsed_ns * st.num_workers + 1),
+                   100.0 * (double)st.worker_busy_ns / ((double)st.elapsed_ns * st.num_workers + 1),
                    (double)st.stage_ns[0] / 1e9, (double)st.stage_ns[1] / 1e9,
                    (double)st.stage_ns[2] / 1e9, (double)st.stage_ns[3] / 1e9);
         if (digest)

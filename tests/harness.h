@@ -17,64 +17,64 @@ void test_register(const char *name, test_fn fn);
 void test_fail(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4), noreturn));
 
-#define TEST(name)                                                                             \
-    static void test_##name(void);                                                             \
-    __attribute__((constructor)) static void reg_##name(void)                                  \
-    {                                                                                          \
-        test_register(#name, test_##name);                                                     \
-    }                                                                                          \
+#define TEST(name)                                                                                 \
+    static void test_##name(void);                                                                 \
+    __attribute__((constructor)) static void reg_##name(void)                                      \
+    {                                                                                              \
+        test_register(#name, test_##name);                                                         \
+    }                                                                                              \
     static void test_##name(void)
 
-#define CHECK(c)                                                                               \
-    do {                                                                                       \
-        if (!(c))                                                                              \
-            test_fail(__FILE__, __LINE__, "CHECK(%s)", #c);                                    \
+#define CHECK(c)                                                                                   \
+    do {                                                                                           \
+        if (!(c))                                                                                  \
+            test_fail(__FILE__, __LINE__, "CHECK(%s)", #c);                                        \
     } while (0)
 
-#define CHECK_EQ(a, b)                                                                         \
-    do {                                                                                       \
-        long long a_ = (long long)(a), b_ = (long long)(b);                                    \
-        if (a_ != b_)                                                                          \
-            test_fail(__FILE__, __LINE__, "%s == %s: %lld != %lld", #a, #b, a_, b_);           \
+#define CHECK_EQ(a, b)                                                                             \
+    do {                                                                                           \
+        long long a_ = (long long)(a), b_ = (long long)(b);                                        \
+        if (a_ != b_)                                                                              \
+            test_fail(__FILE__, __LINE__, "%s == %s: %lld != %lld", #a, #b, a_, b_);               \
     } while (0)
 
-#define CHECK_U64(a, b)                                                                        \
-    do {                                                                                       \
-        unsigned long long a_ = (unsigned long long)(a), b_ = (unsigned long long)(b);         \
-        if (a_ != b_)                                                                          \
-            test_fail(__FILE__, __LINE__, "%s == %s: %llu != %llu", #a, #b, a_, b_);           \
+#define CHECK_U64(a, b)                                                                            \
+    do {                                                                                           \
+        unsigned long long a_ = (unsigned long long)(a), b_ = (unsigned long long)(b);             \
+        if (a_ != b_)                                                                              \
+            test_fail(__FILE__, __LINE__, "%s == %s: %llu != %llu", #a, #b, a_, b_);               \
     } while (0)
 
 /* rc must be 0; on failure prints ferry's message too. */
-#define CHECK_OK(expr)                                                                         \
-    do {                                                                                       \
-        int rc_ = (expr);                                                                      \
-        if (rc_ != 0)                                                                          \
-            test_fail(__FILE__, __LINE__, "%s returned %d (%s): %s", #expr, rc_,               \
-                      ferry_errname(rc_), ferry_last_errmsg());                                \
+#define CHECK_OK(expr)                                                                             \
+    do {                                                                                           \
+        int rc_ = (expr);                                                                          \
+        if (rc_ != 0)                                                                              \
+            test_fail(__FILE__, __LINE__, "%s returned %d (%s): %s", #expr, rc_,                   \
+                      ferry_errname(rc_), ferry_last_errmsg());                                    \
     } while (0)
 
-#define CHECK_RC(expr, want)                                                                   \
-    do {                                                                                       \
-        int rc_ = (expr);                                                                      \
-        if (rc_ != (want))                                                                     \
-            test_fail(__FILE__, __LINE__, "%s returned %d (%s), wanted %s: %s", #expr, rc_,    \
-                      ferry_errname(rc_), #want, ferry_last_errmsg());                         \
+#define CHECK_RC(expr, want)                                                                       \
+    do {                                                                                           \
+        int rc_ = (expr);                                                                          \
+        if (rc_ != (want))                                                                         \
+            test_fail(__FILE__, __LINE__, "%s returned %d (%s), wanted %s: %s", #expr, rc_,        \
+                      ferry_errname(rc_), #want, ferry_last_errmsg());                             \
     } while (0)
 
-#define CHECK_CONTAINS(hay, needle)                                                            \
-    do {                                                                                       \
-        const char *h_ = (hay);                                                                \
-        if (!h_ || !strstr(h_, (needle)))                                                      \
-            test_fail(__FILE__, __LINE__, "\"%s\" does not contain \"%s\"", h_ ? h_ : "(null)", \
-                      (needle));                                                               \
+#define CHECK_CONTAINS(hay, needle)                                                                \
+    do {                                                                                           \
+        const char *h_ = (hay);                                                                    \
+        if (!h_ || !strstr(h_, (needle)))                                                          \
+            test_fail(__FILE__, __LINE__, "\"%s\" does not contain \"%s\"", h_ ? h_ : "(null)",    \
+                      (needle));                                                                   \
     } while (0)
 
-#define SKIP(why)                                                                              \
-    do {                                                                                       \
-        printf("SKIP: %s\n", (why));                                                           \
-        fflush(stdout);                                                                        \
-        exit(77);                                                                              \
+#define SKIP(why)                                                                                  \
+    do {                                                                                           \
+        printf("SKIP: %s\n", (why));                                                               \
+        fflush(stdout);                                                                            \
+        exit(77);                                                                                  \
     } while (0)
 
 /* FNV-1a over bytes, for comparing batches. */

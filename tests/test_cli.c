@@ -44,8 +44,15 @@ TEST(bench_json_has_the_summary_fields)
                    "--no-progress",
                    out, sizeof out),
              0);
-    static const char *keys[] = {"samples", "batches", "seconds", "samples_per_s", "bytes_per_s",
-                                 "first_batch_ms", "consumer_wait_fraction", "errors", "digest"};
+    static const char *keys[] = {"samples",
+                                 "batches",
+                                 "seconds",
+                                 "samples_per_s",
+                                 "bytes_per_s",
+                                 "first_batch_ms",
+                                 "consumer_wait_fraction",
+                                 "errors",
+                                 "digest"};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
         if (!json_field(out, keys[i], v, sizeof v))
             test_fail(__FILE__, __LINE__, "no \"%s\" in %s", keys[i], out);
@@ -134,8 +141,8 @@ TEST(environment_that_is_not_a_number_is_an_error)
 TEST(a_bad_sample_fails_the_run_with_its_index)
 {
     char out[8192];
-    CHECK_EQ(ferry("bench synthetic:1000,fail_every=300 --workers 2 --no-progress", out, sizeof out),
-             1);
+    CHECK_EQ(
+        ferry("bench synthetic:1000,fail_every=300 --workers 2 --no-progress", out, sizeof out), 1);
     CHECK_CONTAINS(out, "sample 299");
     CHECK_CONTAINS(out, "injected failure");
     CHECK_EQ(ferry("bench synthetic:1000,fail_every=300 --on-error skip --skip-budget 3 --json "
@@ -151,10 +158,9 @@ TEST(help_documents_every_option)
 {
     char out[16384];
     CHECK_EQ(ferry("bench --help", out, sizeof out), 0);
-    static const char *opts[] = {"--batch",     "--workers", "--prefetch", "--shuffle",
-                                 "--seed",      "--epochs",  "--drop-last", "--rank",
-                                 "--world-size", "--json",   "--digest",   "--timeout",
-                                 "--on-error",  "--order"};
+    static const char *opts[] = {"--batch",  "--workers",   "--prefetch", "--shuffle",    "--seed",
+                                 "--epochs", "--drop-last", "--rank",     "--world-size", "--json",
+                                 "--digest", "--timeout",   "--on-error", "--order"};
     for (size_t i = 0; i < sizeof opts / sizeof *opts; i++)
         CHECK_CONTAINS(out, opts[i]);
     CHECK_EQ(ferry("version", out, sizeof out), 0);

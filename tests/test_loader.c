@@ -90,8 +90,9 @@ TEST(same_bytes_for_any_workers_and_prefetch)
                 if (!want[e])
                     want[e] = h;
                 if (h != want[e])
-                    test_fail(__FILE__, __LINE__, "workers %u prefetch %u epoch %llu: digest differs",
-                              workers[w], prefetch[p], (unsigned long long)e);
+                    test_fail(__FILE__, __LINE__,
+                              "workers %u prefetch %u epoch %llu: digest differs", workers[w],
+                              prefetch[p], (unsigned long long)e);
             }
             ferry_loader_free(l);
         }
@@ -693,5 +694,35 @@ TEST(a_sampler_past_the_dataset_is_an_error)
     CHECK_CONTAINS(ferry_loader_errmsg(l), "past the dataset");
     ferry_loader_free(l);
     ferry_sampler_free(s);
+    ferry_dataset_free(ds);
+}
+
+TEST(exported_tensors_keep_the_batch_alive)
+{
+    ferry_dataset *ds = synthetic(64, 16, 6, 0, 0);
+    ferry_loader_opts o = opts(8, 2, 2, 0);
+    ferry_loader *l;
+    CHECK_OK(ferry_loader_create(&l, ds, &o));
+    ferry_batch *b, *c;
+    CHECK_OK(ferry_loader_next(l, &b));
+    ferry_tensor data, lens;
+    CHECK_OK(ferry_batch_export(b, 0, 0, &data));
+    CHECK_OK(ferry_batch_export(b, 2, 1, &lens));
+    CHECK(data.release != NULL && data.owner == b);
+    CHECK_RC(ferry_batch_export(b, 0, 1, &lens), FERRY_EINVAL); /* a fixed field has no lengths */
+    CHECK_OK(ferry_batch_export(b, 2, 1, &lens));
+    uint64_t h = test_hash(1, data.data, ferry_tensor_nbytes(&data));
+    ferry_batch_release(b); /* the tensors still hold it: its buffer is not reused */
+    CHECK_OK(ferry_loader_next(l, &c));
+    ferry_batch_release(c);
+    CHECK_OK(ferry_loader_next(l, &c)); /* a pool of 2: only one buffer cycles */
+    CHECK(ferry_batch_number(c) == 2);
+    ferry_batch_release(c);
+    ferry_loader_free(l); /* and they outlive the loader */
+    CHECK_U64(test_hash(1, data.data, ferry_tensor_nbytes(&data)), h);
+    CHECK_EQ(lens.shape[0], 8);
+    ferry_tensor_release(&data);
+    ferry_tensor_release(&lens); /* the last reference frees the loader's memory */
+    CHECK(data.data == NULL);
     ferry_dataset_free(ds);
 }

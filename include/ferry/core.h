@@ -30,7 +30,7 @@ extern "C" {
 #define FERRY_VERSION_MAJOR 0
 #define FERRY_VERSION_MINOR 1
 #define FERRY_VERSION_PATCH 0
-#define FERRY_VERSION_NUMBER                                                                   \
+#define FERRY_VERSION_NUMBER                                                                       \
     (FERRY_VERSION_MAJOR * 10000 + FERRY_VERSION_MINOR * 100 + FERRY_VERSION_PATCH)
 #define FERRY_VERSION_STRING "0.1.0"
 

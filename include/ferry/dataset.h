@@ -154,8 +154,8 @@ typedef struct ferry_synthetic_opts {
     uint64_t bytes;
     uint64_t cost;
     uint64_t seed;
-    uint64_t classes;  /* 0 means 1000 */
-    uint64_t var_max;  /* 0: no "text" field */
+    uint64_t classes; /* 0 means 1000 */
+    uint64_t var_max; /* 0: no "text" field */
     uint64_t fail_every;
     uint64_t sleep_us; /* sleeps this long per sample (for timeout tests) */
     uint64_t pool;     /* > 0: precompute this many samples' data in memory and copy

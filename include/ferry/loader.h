@@ -110,15 +110,15 @@ FERRY_API uint64_t ferry_loader_len(const ferry_loader *l);
 FERRY_API const char *ferry_loader_errmsg(const ferry_loader *l);
 
 typedef struct ferry_loader_stats {
-    uint64_t samples;         /* delivered */
-    uint64_t batches;         /* delivered */
-    uint64_t bytes;           /* of delivered batches (their buffers' used bytes) */
-    uint64_t skipped;         /* bad samples skipped */
-    uint64_t elapsed_ns;      /* since the first start */
-    uint64_t first_batch_ns;  /* from the first start to the first batch handed out */
-    uint64_t consumer_wait_ns; /* time the consumer spent waiting in next() */
-    uint64_t worker_busy_ns;  /* summed over workers: time spent on samples */
-    uint64_t worker_idle_ns;  /* summed over workers: time spent waiting for work */
+    uint64_t samples;                     /* delivered */
+    uint64_t batches;                     /* delivered */
+    uint64_t bytes;                       /* of delivered batches (their buffers' used bytes) */
+    uint64_t skipped;                     /* bad samples skipped */
+    uint64_t elapsed_ns;                  /* since the first start */
+    uint64_t first_batch_ns;              /* from the first start to the first batch handed out */
+    uint64_t consumer_wait_ns;            /* time the consumer spent waiting in next() */
+    uint64_t worker_busy_ns;              /* summed over workers: time spent on samples */
+    uint64_t worker_idle_ns;              /* summed over workers: time spent waiting for work */
     uint64_t stage_ns[FERRY_STAGE_COUNT]; /* summed over workers */
     uint32_t num_workers;
     uint32_t prefetch; /* batch buffers in the pool (the default resolved) */
@@ -148,7 +148,17 @@ FERRY_API int ferry_batch_field(const ferry_batch *b, int f, ferry_tensor *out);
 FERRY_API int ferry_batch_lengths(const ferry_batch *b, int f, ferry_tensor *out);
 /* The schema of field f. */
 FERRY_API const ferry_field *ferry_batch_field_info(const ferry_batch *b, int f);
-/* Gives the batch's buffer back to the pool. NULL is a no-op. */
+/* Field f (or, with lengths nonzero, its lengths) as a tensor that holds a
+ * reference to the batch: the buffer stays valid until both the caller has
+ * released the batch and ferry_tensor_release has run on every exported tensor.
+ * This is what zero-copy exports (NumPy, DLPack) hand their deleters. */
+FERRY_API int ferry_batch_export(ferry_batch *b, int f, int lengths, ferry_tensor *out);
+
+/* Takes another reference to a batch, to be dropped with ferry_batch_release. */
+FERRY_API void ferry_batch_retain(ferry_batch *b);
+
+/* Drops a reference; the last one gives the batch's buffer back to the pool.
+ * NULL is a no-op. */
 FERRY_API void ferry_batch_release(ferry_batch *b);
 
 #ifdef __cplusplus

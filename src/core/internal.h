@@ -54,16 +54,16 @@ void ferry__err_copy(char *buf);
 void ferry__err_clear(void);
 
 /* Fail or forward an error and jump to the function's one cleanup label. */
-#define FERRY_TRY(expr)                                                                        \
-    do {                                                                                       \
-        rc = (expr);                                                                           \
-        if (rc < 0)                                                                            \
-            goto cleanup;                                                                      \
+#define FERRY_TRY(expr)                                                                            \
+    do {                                                                                           \
+        rc = (expr);                                                                               \
+        if (rc < 0)                                                                                \
+            goto cleanup;                                                                          \
     } while (0)
-#define FERRY_FAIL(code, ...)                                                                  \
-    do {                                                                                       \
-        rc = ferry__err((code), __VA_ARGS__);                                                  \
-        goto cleanup;                                                                          \
+#define FERRY_FAIL(code, ...)                                                                      \
+    do {                                                                                           \
+        rc = ferry__err((code), __VA_ARGS__);                                                      \
+        goto cleanup;                                                                              \
     } while (0)
 
 /* ---- Threads: a thin OS layer ---- */

@@ -49,8 +49,9 @@ int ferry__pool_create(ferry__pool **out, unsigned threads, size_t queue_size)
     int rc = 0;
     *out = NULL;
     if (threads == 0 || threads > 4096 || queue_size == 0 || queue_size > (1u << 24))
-        return ferry__err(FERRY_EINVAL, "pool: threads %u must be in [1, 4096] and queue %zu in "
-                                        "[1, 16777216]",
+        return ferry__err(FERRY_EINVAL,
+                          "pool: threads %u must be in [1, 4096] and queue %zu in "
+                          "[1, 16777216]",
                           threads, queue_size);
     ferry__pool *p = ferry__calloc(1, sizeof *p);
     if (!p)

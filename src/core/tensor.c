@@ -59,8 +59,7 @@ static int check_shape(ferry_dtype dt, int ndim, const int64_t *shape, size_t *n
     if (item == 0)
         return ferry__err(FERRY_EINVAL, "tensor: invalid dtype %d", (int)dt);
     if (ndim < 0 || ndim > FERRY_MAX_DIMS)
-        return ferry__err(FERRY_EINVAL, "tensor: ndim %d is outside [0, %d]", ndim,
-                          FERRY_MAX_DIMS);
+        return ferry__err(FERRY_EINVAL, "tensor: ndim %d is outside [0, %d]", ndim, FERRY_MAX_DIMS);
     if (ndim > 0 && !shape)
         return ferry__err(FERRY_EINVAL, "tensor: shape is NULL");
     int64_t n = (int64_t)item;

@@ -41,8 +41,7 @@ int ferry__check_fields(const ferry_field *fields, int nfields)
                               FERRY_MAX_NAME - 1);
         for (int j = 0; j < i; j++)
             if (!strcmp(fields[j].name, f->name))
-                return ferry__err(FERRY_EINVAL, "schema: field name \"%s\" appears twice",
-                                  f->name);
+                return ferry__err(FERRY_EINVAL, "schema: field name \"%s\" appears twice", f->name);
         if (ferry_dtype_size(f->dtype) == 0)
             return ferry__err(FERRY_EINVAL, "schema: field \"%s\": invalid dtype %d", f->name,
                               (int)f->dtype);
@@ -50,8 +49,8 @@ int ferry__check_fields(const ferry_field *fields, int nfields)
             return ferry__err(FERRY_EINVAL, "schema: field \"%s\": ndim %d is outside [0, %d]",
                               f->name, f->ndim, FERRY_MAX_DIMS - 1);
         if (f->variable && f->ndim < 1)
-            return ferry__err(FERRY_EINVAL, "schema: field \"%s\": a variable field needs ndim >= 1",
-                              f->name);
+            return ferry__err(FERRY_EINVAL,
+                              "schema: field \"%s\": a variable field needs ndim >= 1", f->name);
         size_t n = ferry_dtype_size(f->dtype);
         for (int d = 0; d < f->ndim; d++) {
             if (f->shape[d] < 0 || (uint64_t)f->shape[d] > FIELD_MAX_BYTES ||

@@ -29,6 +29,8 @@ int ferry__spec_parse(ferry__spec *s, const char *text)
         return 0;
     *comma = 0;
     p = comma + 1;
+    if (!*p)
+        return ferry__err(FERRY_EINVAL, "source %s: empty option after ','", s->kind);
     while (*p) {
         if (s->nopts == FERRY_SPEC_MAX_OPTS)
             return ferry__err(FERRY_EINVAL, "source \"%.64s\": more than %d options", text,
@@ -38,13 +40,13 @@ int ferry__spec_parse(ferry__spec *s, const char *text)
             *end = 0;
         char *eq = strchr(p, '=');
         if (!eq || eq == p)
-            return ferry__err(FERRY_EINVAL, "source %s: option \"%.64s\" is not key=value",
-                              s->kind, p);
+            return ferry__err(FERRY_EINVAL, "source %s: option \"%.64s\" is not key=value", s->kind,
+                              p);
         *eq = 0;
         for (int i = 0; i < s->nopts; i++)
             if (!strcmp(s->key[i], p))
-                return ferry__err(FERRY_EINVAL, "source %s: option \"%.64s\" given twice",
-                                  s->kind, p);
+                return ferry__err(FERRY_EINVAL, "source %s: option \"%.64s\" given twice", s->kind,
+                                  p);
         s->key[s->nopts] = p;
         s->value[s->nopts] = eq + 1;
         s->nopts++;
@@ -65,8 +67,9 @@ int ferry__spec_u64(ferry__spec *s, const char *key, uint64_t lo, uint64_t hi, u
         s->used[i] = true;
         uint64_t v;
         if (!ferry__parse_u64(s->value[i], &v) || v < lo || v > hi)
-            return ferry__err(FERRY_EINVAL, "source %s: %s=\"%.64s\" is not a number in [%llu, "
-                                            "%llu]",
+            return ferry__err(FERRY_EINVAL,
+                              "source %s: %s=\"%.64s\" is not a number in [%llu, "
+                              "%llu]",
                               s->kind, key, s->value[i], (unsigned long long)lo,
                               (unsigned long long)hi);
         *out = v;

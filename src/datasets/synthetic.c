@@ -41,11 +41,13 @@ static int syn_get(void *self, uint64_t index, ferry_sample *out, ferry_ctx *ctx
     (void)ctx;
     const ferry_synthetic_opts *o = &((synthetic *)self)->o;
     if (o->sleep_us) {
-        struct timespec ts = {(time_t)(o->sleep_us / 1000000), (long)(o->sleep_us % 1000000) * 1000};
+        struct timespec ts = {(time_t)(o->sleep_us / 1000000),
+                              (long)(o->sleep_us % 1000000) * 1000};
         nanosleep(&ts, NULL);
     }
     if (o->fail_every && index % o->fail_every == o->fail_every - 1)
-        return ferry_error(FERRY_ECORRUPT, "synthetic: sample %llu: injected failure (fail_every=%llu)",
+        return ferry_error(FERRY_ECORRUPT,
+                           "synthetic: sample %llu: injected failure (fail_every=%llu)",
                            (unsigned long long)index, (unsigned long long)o->fail_every);
     const synthetic *syn = self;
     ferry_rng r;

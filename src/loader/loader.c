@@ -65,6 +65,7 @@ struct ferry_batch {
     uint32_t out_size; /* samples delivered, after skips are compacted away */
     uint32_t skipped;
     bool ready, held;
+    atomic_uint users; /* while held: the caller's reference and each exported tensor's */
     int shard;         /* stream batches: which shard fills it */
     bool shard_ended;  /* set by the worker filling it; applied under m in publish */
     /* the first failure, by slot, under l->m */
@@ -112,14 +113,14 @@ struct ferry_loader {
     atomic_ullong published; /* batches made ready; the consumer polls it */
     atomic_ullong released;  /* buffers returned to the pool; idle workers poll it */
     uint64_t ns_per_sample;  /* moving average of a sample's cost, under m; 0 = unknown */
-    int refs;          /* under m: the handle + held batches */
+    int refs;                /* under m: the handle + held batches */
 
     ferry_batch *bufs;
     uint32_t nbufs;
     ferry_batch *free_list;
     uint32_t nfree, wake_free; /* wake idle workers once this many buffers are free */
-    ferry_batch **by_number; /* sampler order: ring by batch number */
-    ferry_batch **open;      /* FIFO of batches with unclaimed slots */
+    ferry_batch **by_number;   /* sampler order: ring by batch number */
+    ferry_batch **open;        /* FIFO of batches with unclaimed slots */
     uint32_t open_head, open_count;
     ferry_batch **ready_q; /* completion order: FIFO of ready batches */
     uint32_t ready_head, ready_count;
@@ -326,8 +327,8 @@ static int start_locked(ferry_loader *l, uint64_t epoch, uint64_t first_batch)
     l->undelivered = 0;
     if (l->ds) {
         FERRY_TRY(ferry_sampler_set_epoch(l->sampler, epoch));
-        l->nbatches = ferry_batch_count(ferry_sampler_len(l->sampler), l->o.batch_size,
-                                        l->o.drop_last);
+        l->nbatches =
+            ferry_batch_count(ferry_sampler_len(l->sampler), l->o.batch_size, l->o.drop_last);
         if (first_batch > l->nbatches)
             FERRY_FAIL(FERRY_ERANGE, "loader: first_batch %llu is past the epoch's %llu batches",
                        (unsigned long long)first_batch, (unsigned long long)l->nbatches);
@@ -658,8 +659,9 @@ static void *worker_main_thread(void *arg)
     pthread_mutex_lock(&l->m);
     if (irc != 0 && l->init_rc == 0) {
         l->init_rc = FERRY_ECALLBACK;
-        snprintf(l->init_msg, sizeof l->init_msg, "worker_init failed on worker %u (returned %d)%s%s",
-                 w->id, irc, ferry_last_errmsg()[0] ? ": " : "", ferry_last_errmsg());
+        snprintf(l->init_msg, sizeof l->init_msg,
+                 "worker_init failed on worker %u (returned %d)%s%s", w->id, irc,
+                 ferry_last_errmsg()[0] ? ": " : "", ferry_last_errmsg());
     }
     l->inited++;
     pthread_cond_broadcast(&l->ready_cv);
@@ -668,7 +670,8 @@ static void *worker_main_thread(void *arg)
         if (l->shutdown)
             break;
         uint32_t first, count;
-        ferry_batch *b = l->started && !atomic_load(&l->cancelled) ? claim(l, &first, &count) : NULL;
+        ferry_batch *b =
+            l->started && !atomic_load(&l->cancelled) ? claim(l, &first, &count) : NULL;
         if (!b) {
             uint64_t t0 = ferry_now_ns();
             if (!polled && l->started && !atomic_load(&l->cancelled) && cheap_batches(l)) {
@@ -705,8 +708,8 @@ static void *worker_main_thread(void *arg)
             w->stage_ns[s] += w->ctx.stage_ns[s];
             claimed += w->ctx.stage_ns[s];
         }
-        w->stage_ns[FERRY_STAGE_READ] += w->ctx.stage_ns[FERRY_STAGE_READ] +
-                                         (dt > claimed ? dt - claimed : 0);
+        w->stage_ns[FERRY_STAGE_READ] +=
+            w->ctx.stage_ns[FERRY_STAGE_READ] + (dt > claimed ? dt - claimed : 0);
         l->busy_workers--;
         if (l->busy_workers == 0)
             pthread_cond_broadcast(&l->ready_cv);
@@ -731,8 +734,8 @@ static int check_opts(ferry_loader_opts *o)
         return ferry__err(FERRY_EINVAL, "loader: batch_size %u is outside [1, %u]", o->batch_size,
                           MAX_BATCH);
     if (o->num_workers > MAX_WORKERS)
-        return ferry__err(FERRY_EINVAL, "loader: num_workers %u is outside [0, %u]",
-                          o->num_workers, MAX_WORKERS);
+        return ferry__err(FERRY_EINVAL, "loader: num_workers %u is outside [0, %u]", o->num_workers,
+                          MAX_WORKERS);
     if (o->prefetch > MAX_PREFETCH)
         return ferry__err(FERRY_EINVAL, "loader: prefetch %u is outside [1, %u] (0 = default)",
                           o->prefetch, MAX_PREFETCH);
@@ -740,12 +743,14 @@ static int check_opts(ferry_loader_opts *o)
         return ferry__err(FERRY_EINVAL, "loader: timeout_ms %lld is negative (0 = no timeout)",
                           (long long)o->timeout_ms);
     if (o->order != FERRY_ORDER_SAMPLER && o->order != FERRY_ORDER_COMPLETION)
-        return ferry__err(FERRY_EINVAL, "loader: order %d is not FERRY_ORDER_SAMPLER (0) or "
-                                        "FERRY_ORDER_COMPLETION (1)",
+        return ferry__err(FERRY_EINVAL,
+                          "loader: order %d is not FERRY_ORDER_SAMPLER (0) or "
+                          "FERRY_ORDER_COMPLETION (1)",
                           o->order);
     if (o->on_error != FERRY_ON_ERROR_FAIL && o->on_error != FERRY_ON_ERROR_SKIP)
-        return ferry__err(FERRY_EINVAL, "loader: on_error %d is not FERRY_ON_ERROR_FAIL (0) or "
-                                        "FERRY_ON_ERROR_SKIP (1)",
+        return ferry__err(FERRY_EINVAL,
+                          "loader: on_error %d is not FERRY_ON_ERROR_FAIL (0) or "
+                          "FERRY_ON_ERROR_SKIP (1)",
                           o->on_error);
     if (o->stream_shards > MAX_SHARDS)
         return ferry__err(FERRY_EINVAL, "loader: stream_shards %u is outside [1, %u] (0 = 1)",
@@ -811,7 +816,8 @@ static int create(ferry_loader **out, ferry_dataset *ds, ferry_stream *st,
     memcpy(l->fields, ds ? ds->fields : st->fields, (size_t)l->nfields * sizeof l->fields[0]);
     for (int f = 0; f < l->nfields; f++) {
         l->field_stride[f] = ferry_field_nbytes(&l->fields[f]);
-        l->row_bytes[f] = ferry_field_row_elems(&l->fields[f]) * ferry_dtype_size(l->fields[f].dtype);
+        l->row_bytes[f] =
+            ferry_field_row_elems(&l->fields[f]) * ferry_dtype_size(l->fields[f].dtype);
         l->any_variable |= l->fields[f].variable != 0;
     }
     if (ds) {
@@ -864,8 +870,9 @@ static int create(ferry_loader **out, ferry_dataset *ds, ferry_stream *st,
         ferry__err_clear();
         int irc = o.worker_init(0, 0, o.seed, o.worker_init_arg);
         if (irc != 0)
-            FERRY_FAIL(FERRY_ECALLBACK, "loader: worker_init failed on the caller's thread "
-                                        "(returned %d)",
+            FERRY_FAIL(FERRY_ECALLBACK,
+                       "loader: worker_init failed on the caller's thread "
+                       "(returned %d)",
                        irc);
     }
     *out = l;
@@ -958,7 +965,8 @@ static int timeout_error(ferry_loader *l)
         for (uint32_t i = 0; i < l->nbufs; i++)
             if (!l->bufs[i].ready && !l->bufs[i].held && l->bufs[i].size &&
                 l->bufs[i].gen == atomic_load(&l->gen) &&
-                atomic_load(&l->bufs[i].done) < l->bufs[i].size && (!b || l->bufs[i].number < b->number))
+                atomic_load(&l->bufs[i].done) < l->bufs[i].size &&
+                (!b || l->bufs[i].number < b->number))
                 b = &l->bufs[i];
     if (!b || b->gen != atomic_load(&l->gen)) {
         uint32_t held = 0;
@@ -987,9 +995,8 @@ static int timeout_error(ferry_loader *l)
                       "loader: timed out after %lld ms waiting for batch %llu of epoch %llu: %u of "
                       "%u samples outstanding%s%s%s",
                       (long long)l->o.timeout_ms, (unsigned long long)b->number,
-                      (unsigned long long)b->epoch, outstanding, b->size,
-                      used ? " (indices " : "", list,
-                      used ? (outstanding > TIMEOUT_LIST ? ", ...)" : ")") : "");
+                      (unsigned long long)b->epoch, outstanding, b->size, used ? " (indices " : "",
+                      list, used ? (outstanding > TIMEOUT_LIST ? ", ...)" : ")") : "");
 }
 
 /* A ready batch to hand out, or NULL. Under m. */
@@ -1058,6 +1065,7 @@ static int deliver(ferry_loader *l, ferry_batch *b, ferry_batch **out)
         return FERRY_END; /* nothing in it: the caller loops on */
     }
     b->held = true;
+    atomic_store(&b->users, 1);
     l->delivered++;
     l->refs++;
     l->samples += b->out_size;
@@ -1225,9 +1233,14 @@ int ferry_batch_lengths(const ferry_batch *b, int f, ferry_tensor *out)
     return ferry_tensor_wrap(out, b->lengths[f], FERRY_I64, 1, shape, NULL);
 }
 
+void ferry_batch_retain(ferry_batch *b)
+{
+    atomic_fetch_add(&b->users, 1);
+}
+
 void ferry_batch_release(ferry_batch *b)
 {
-    if (!b)
+    if (!b || atomic_fetch_sub(&b->users, 1) != 1)
         return;
     ferry_loader *l = b->l;
     pthread_mutex_lock(&l->m);
@@ -1236,4 +1249,20 @@ void ferry_batch_release(ferry_batch *b)
     pthread_mutex_unlock(&l->m);
     if (last)
         destroy(l);
+}
+
+static void release_hook(void *owner)
+{
+    ferry_batch_release(owner);
+}
+
+int ferry_batch_export(ferry_batch *b, int f, int lengths, ferry_tensor *out)
+{
+    int rc = lengths ? ferry_batch_lengths(b, f, out) : ferry_batch_field(b, f, out);
+    if (rc < 0)
+        return rc;
+    ferry_batch_retain(b);
+    out->owner = b;
+    out->release = release_hook;
+    return 0;
 }

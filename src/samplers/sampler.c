@@ -64,7 +64,15 @@ uint64_t ferry_permutation_at(const ferry_permutation *p, uint64_t x)
 
 /* ---- Samplers ---- */
 
-typedef enum { K_SEQ, K_RANDOM, K_RANDOM_REPL, K_SUBSET, K_WEIGHTED, K_WEIGHTED_NOREPL, K_DIST } kind;
+typedef enum {
+    K_SEQ,
+    K_RANDOM,
+    K_RANDOM_REPL,
+    K_SUBSET,
+    K_WEIGHTED,
+    K_WEIGHTED_NOREPL,
+    K_DIST
+} kind;
 
 struct ferry_sampler {
     kind kind;
@@ -72,8 +80,8 @@ struct ferry_sampler {
     uint64_t len; /* positions per epoch */
     uint64_t seed, epoch;
     ferry_permutation perm;
-    uint64_t *subset;    /* K_SUBSET: the indices */
-    double *prob;        /* K_WEIGHTED: alias table */
+    uint64_t *subset; /* K_SUBSET: the indices */
+    double *prob;     /* K_WEIGHTED: alias table */
     uint64_t *alias;
     double *weights;     /* K_WEIGHTED_NOREPL */
     uint64_t *order;     /* K_WEIGHTED_NOREPL: this epoch's order */
@@ -200,8 +208,9 @@ int ferry_sampler_weighted(ferry_sampler **out, const double *weights, uint64_t 
     uint64_t positive = 0;
     for (uint64_t i = 0; i < n; i++) {
         if (!isfinite(weights[i]) || weights[i] < 0)
-            return ferry__err(FERRY_EINVAL, "weighted sampler: weight %llu is %g; weights must "
-                                            "be finite and >= 0",
+            return ferry__err(FERRY_EINVAL,
+                              "weighted sampler: weight %llu is %g; weights must "
+                              "be finite and >= 0",
                               (unsigned long long)i, weights[i]);
         positive += weights[i] > 0;
     }
@@ -417,8 +426,9 @@ uint64_t ferry_sampler_at(const ferry_sampler *s, uint64_t pos)
 int ferry_sampler_fill(const ferry_sampler *s, uint64_t pos, uint64_t count, uint64_t *out)
 {
     if (pos > s->len || count > s->len - pos)
-        return ferry__err(FERRY_ERANGE, "%s sampler: positions [%llu, %llu) are past its length "
-                                        "%llu",
+        return ferry__err(FERRY_ERANGE,
+                          "%s sampler: positions [%llu, %llu) are past its length "
+                          "%llu",
                           ferry_sampler_kind(s), (unsigned long long)pos,
                           (unsigned long long)(pos + count), (unsigned long long)s->len);
     for (uint64_t i = 0; i < count; i++)

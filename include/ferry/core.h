@@ -40,7 +40,8 @@ FERRY_API const char *ferry_version_string(void);
 
 /* ---- Status codes. Values are only ever appended. ---- */
 #define FERRY_OK 0
-#define FERRY_END 1 /* not an error: no more batches (or samples) in this epoch */
+#define FERRY_END 1   /* not an error: no more batches (or samples) in this epoch */
+#define FERRY_BREAK 2 /* not an error: a stream ends the current batch here (group-batch) */
 
 #define FERRY_EINVAL (-1)     /* an argument or setting is out of its range */
 #define FERRY_ENOMEM (-2)     /* an allocation failed */

@@ -120,7 +120,9 @@ typedef struct ferry_stream_vtable {
     /* Opens shard `shard` of `nshards` for `epoch` (a disjoint part; together the
      * shards cover the stream once). *iter is the cursor. */
     int (*open)(void *self, uint64_t shard, uint64_t nshards, uint64_t epoch, void **iter);
-    /* Writes the next sample. 0, FERRY_END when the shard is done, or an error. */
+    /* Writes the next sample. 0, FERRY_END when the shard is done, or an error.
+     * FERRY_BREAK (nothing written) asks the loader to end the current batch here,
+     * so that the samples before it form a batch of their own (group-batch). */
     int (*next)(void *iter, ferry_sample *out, ferry_ctx *ctx);
     void (*close)(void *iter);
     void (*destroy)(void *self); /* may be NULL */

@@ -25,6 +25,7 @@ static const struct {
 } codes[] = {
     {FERRY_OK, "FERRY_OK", "success"},
     {FERRY_END, "FERRY_END", "end of epoch"},
+    {FERRY_BREAK, "FERRY_BREAK", "end of batch"},
     {FERRY_EINVAL, "FERRY_EINVAL", "invalid argument"},
     {FERRY_ENOMEM, "FERRY_ENOMEM", "out of memory"},
     {FERRY_EIO, "FERRY_EIO", "input/output error"},

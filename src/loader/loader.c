@@ -544,6 +544,8 @@ static void work(ferry_loader *l, ferry_batch *b, uint32_t first, uint32_t count
         if (sh) {
             for (;;) {
                 rc = fill_slot(l, b, i, UINT64_MAX, ctx, true, sh);
+                if (rc == FERRY_BREAK && i == first)
+                    continue; /* a break before any sample: nothing to end */
                 if (rc < 0 && l->o.on_error == FERRY_ON_ERROR_SKIP) {
                     /* a stream has no hole to leave: count it and read the next one,
                      * unless the budget is gone (a stream stuck on one bad sample) */
@@ -560,6 +562,8 @@ static void work(ferry_loader *l, ferry_batch *b, uint32_t first, uint32_t count
                 b->shard_ended = true;
                 break;
             }
+            if (rc == FERRY_BREAK)
+                break; /* the stream ends this batch early (a group is complete) */
         } else {
             index = ferry_sampler_at(l->sampler, b->first_pos + i);
             rc = fill_slot(l, b, i, index, ctx, false, NULL);

@@ -296,7 +296,8 @@ TEST(strerror_and_errname_for_every_code)
     CHECK(strcmp(ferry_strerror(FERRY_OK), ferry_strerror(FERRY_EINVAL)) != 0);
     CHECK(!strcmp(ferry_errname(FERRY_ERROR_MIN - 1), "FERRY_UNKNOWN"));
     CHECK(!strcmp(ferry_errname(-1000), "FERRY_UNKNOWN"));
-    CHECK(!strcmp(ferry_errname(2), "FERRY_UNKNOWN"));
+    CHECK(!strcmp(ferry_errname(FERRY_BREAK), "FERRY_BREAK"));
+    CHECK(!strcmp(ferry_errname(3), "FERRY_UNKNOWN"));
     CHECK(ferry_strerror(FERRY_ERROR_MIN - 1) != NULL);
 }
 

@@ -54,6 +54,10 @@ typedef struct ferry__spec {
 int ferry__spec_parse(ferry__spec *s, const char *text);
 /* Takes option `key` as an unsigned number in [lo, hi] (keeps *out when absent). */
 int ferry__spec_u64(ferry__spec *s, const char *key, uint64_t lo, uint64_t hi, uint64_t *out);
+/* The value of option `key` (marked as taken), or NULL when absent. */
+const char *ferry__spec_str(ferry__spec *s, const char *key);
+/* Takes option `key` as 0/1 (also false/true, no/yes, off/on). */
+int ferry__spec_bool(ferry__spec *s, const char *key, int *out);
 /* FERRY_EINVAL naming the first option no one took. */
 int ferry__spec_check_used(const ferry__spec *s);
 

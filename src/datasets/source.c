@@ -43,6 +43,16 @@ int ferry__spec_parse(ferry__spec *s, const char *text)
             return ferry__err(FERRY_EINVAL, "source %s: option \"%.64s\" is not key=value", s->kind,
                               p);
         *eq = 0;
+        /* "key=," is a comma (a delimiter, say) when it ends the text or an option */
+        if (end && end == eq + 1 && (end[1] == 0 || end[1] == ',')) {
+            *end = ','; /* the value is the comma itself */
+            if (end[1] == 0) {
+                end = NULL;
+            } else {
+                end++; /* the next comma separates */
+                *end = 0;
+            }
+        }
         for (int i = 0; i < s->nopts; i++)
             if (!strcmp(s->key[i], p))
                 return ferry__err(FERRY_EINVAL, "source %s: option \"%.64s\" given twice", s->kind,
@@ -75,6 +85,32 @@ int ferry__spec_u64(ferry__spec *s, const char *key, uint64_t lo, uint64_t hi, u
         *out = v;
         return 0;
     }
+    return 0;
+}
+
+const char *ferry__spec_str(ferry__spec *s, const char *key)
+{
+    for (int i = 0; i < s->nopts; i++) {
+        if (!strcmp(s->key[i], key)) {
+            s->used[i] = true;
+            return s->value[i];
+        }
+    }
+    return NULL;
+}
+
+int ferry__spec_bool(ferry__spec *s, const char *key, int *out)
+{
+    const char *v = ferry__spec_str(s, key);
+    if (!v)
+        return 0;
+    if (!strcmp(v, "1") || !strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "on"))
+        *out = 1;
+    else if (!strcmp(v, "0") || !strcmp(v, "false") || !strcmp(v, "no") || !strcmp(v, "off"))
+        *out = 0;
+    else
+        return ferry__err(FERRY_EINVAL, "source %s: %s=\"%.64s\" is not 0 or 1", s->kind, key,
+                          v);
     return 0;
 }
 

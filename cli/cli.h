@@ -34,5 +34,7 @@ void cli_progress_end(cli_progress *p);
 void cli_json_string(FILE *f, const char *s);
 
 int cmd_bench(int argc, char **argv);
+int cmd_index(int argc, char **argv);
+int cmd_head(int argc, char **argv);
 
 #endif

@@ -108,10 +108,13 @@ static void usage(FILE *f)
                "\n"
                "commands:\n"
                "  bench SOURCE [options]   run a loading pipeline and report its throughput\n"
+               "  index FILE               write the line index of a text file (FILE.fidx)\n"
+               "  head SOURCE [-n N]       print the first records of a source\n"
                "  version                  print the version\n"
                "  help                     this text\n"
                "\n"
-               "SOURCE is KIND:LOCATION[,key=value...], e.g. synthetic:100000,bytes=16.\n"
+               "SOURCE is KIND:LOCATION[,key=value...], e.g. synthetic:100000,bytes=16 or\n"
+               "lines:train.txt,max=512.\n"
                "'ferry COMMAND --help' describes a command.\n");
 }
 
@@ -124,6 +127,10 @@ int main(int argc, char **argv)
     const char *cmd = argv[1];
     if (!strcmp(cmd, "bench"))
         return cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "index"))
+        return cmd_index(argc - 1, argv + 1);
+    if (!strcmp(cmd, "head"))
+        return cmd_head(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("ferry %s\n", ferry_version_string());
         return 0;

@@ -25,7 +25,7 @@ static void one_destroy(void *self)
     destroyed++;
 }
 
-static const ferry_dataset_vtable one_vt = {one_len, one_get, one_destroy};
+static const ferry_dataset_vtable one_vt = {.len = one_len, .get = one_get, .destroy = one_destroy};
 
 static ferry_field field(const char *name, ferry_dtype dt, int ndim, int64_t d0, int variable)
 {

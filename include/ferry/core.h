@@ -56,7 +56,8 @@ FERRY_API const char *ferry_version_string(void);
 #define FERRY_ESTATE (-11)    /* the call is not allowed in the handle's current state */
 #define FERRY_ECALLBACK (-12) /* a user callback reported failure */
 #define FERRY_EOVERFLOW (-13) /* a value does not fit (a sample longer than its field) */
-#define FERRY_ERROR_MIN (-13) /* the most negative code this version returns */
+#define FERRY_ESTALE (-14)    /* an index no longer matches its source */
+#define FERRY_ERROR_MIN (-14) /* the most negative code this version returns */
 
 /* A static, constant description of a status code ("invalid argument", ...). */
 FERRY_API const char *ferry_strerror(int rc);

@@ -95,6 +95,12 @@ typedef struct ferry_dataset_vtable {
     int (*get)(void *self, uint64_t index, ferry_sample *out, ferry_ctx *ctx);
     /* Frees self. May be NULL. */
     void (*destroy)(void *self);
+    /* Optional (may be NULL): indices the loader will read. soon = 0: a later
+     * batch (ask the kernel to read ahead); soon = 1: the next calls to get, in
+     * this order (prefetch into the CPU's caches: several misses then overlap
+     * instead of stalling one after another). Called from worker threads, outside
+     * any lock; must not block for long. */
+    void (*hint)(void *self, const uint64_t *indices, size_t n, int soon);
 } ferry_dataset_vtable;
 
 /* Wraps a user dataset. The schema is copied; vt must stay valid for the dataset's
@@ -170,9 +176,14 @@ FERRY_API int ferry_dataset_synthetic(ferry_dataset **out, const ferry_synthetic
 /* ---- Sources described as text ----
  * "kind:location[,key=value...]", the form the CLI and the Python module take.
  * Built in: "synthetic:COUNT[,bytes=N][,cost=N][,seed=N][,classes=N][,var=N]
- * [,fail_every=N][,sleep_us=N][,pool=N]". Unknown kinds and keys are FERRY_EINVAL naming
- * them. */
+ * [,fail_every=N][,sleep_us=N][,pool=N]" and "lines:FILE[,max=N][,index=PATH][,build=1]
+ * [,error_long=1][,readahead=auto|on|off][,io=mmap|pread]" (ferry/lines.h). Unknown kinds and keys are
+ * FERRY_EINVAL naming them. */
 FERRY_API int ferry_dataset_open(ferry_dataset **out, const char *spec);
+
+/* Opens any described source: a map-style kind sets *ds, a stream kind (csv) sets
+ * *st; the other is set to NULL. Free with ferry_dataset_free / ferry_stream_free. */
+FERRY_API int ferry_source_open(const char *spec, ferry_dataset **ds, ferry_stream **st);
 
 #ifdef __cplusplus
 }

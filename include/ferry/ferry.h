@@ -12,5 +12,6 @@
 #include "sampler.h"
 #include "dataset.h"
 #include "loader.h"
+#include "lines.h"
 
 #endif /* FERRY_H */

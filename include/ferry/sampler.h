@@ -97,8 +97,7 @@ FERRY_API int ferry_batch_positions(uint64_t len, uint64_t batch_size, int drop_
 /* ---- The keyed bijection itself, for callers that need an order of their own ---- */
 typedef struct ferry_permutation {
     uint64_t n;
-    uint64_t half_mask;
-    unsigned half_bits;
+    unsigned bits; /* the network's width: ceil(log2 n), at least 2 */
     uint64_t keys[4];
 } ferry_permutation;
 

@@ -39,6 +39,7 @@ static const struct {
     {FERRY_ESTATE, "FERRY_ESTATE", "not allowed in the current state"},
     {FERRY_ECALLBACK, "FERRY_ECALLBACK", "callback failed"},
     {FERRY_EOVERFLOW, "FERRY_EOVERFLOW", "value too large"},
+    {FERRY_ESTALE, "FERRY_ESTALE", "index is stale"},
 };
 
 const char *ferry_strerror(int rc)

@@ -61,4 +61,7 @@ int ferry__spec_bool(ferry__spec *s, const char *key, int *out);
 /* FERRY_EINVAL naming the first option no one took. */
 int ferry__spec_check_used(const ferry__spec *s);
 
+/* The built-in kinds, each opened from a parsed description. */
+int ferry__lines_open_spec(ferry_dataset **out, ferry__spec *s);
+
 #endif

@@ -143,20 +143,38 @@ static int open_synthetic(ferry_dataset **out, ferry__spec *s)
     return ferry_dataset_synthetic(out, &o);
 }
 
-int ferry_dataset_open(ferry_dataset **out, const char *spec)
+int ferry_source_open(const char *spec, ferry_dataset **ds, ferry_stream **st)
 {
-    *out = NULL;
+    *ds = NULL;
+    if (st)
+        *st = NULL;
     ferry__spec *s = ferry__malloc(sizeof *s);
     if (!s)
         return ferry__err(FERRY_ENOMEM, "source: out of memory");
     int rc = ferry__spec_parse(s, spec);
     if (rc == 0) {
         if (!strcmp(s->kind, "synthetic"))
-            rc = open_synthetic(out, s);
+            rc = open_synthetic(ds, s);
+        else if (!strcmp(s->kind, "lines"))
+            rc = ferry__lines_open_spec(ds, s);
         else
-            rc = ferry__err(FERRY_EINVAL, "source: unknown kind \"%.64s\" (known: synthetic)",
-                            s->kind);
+            rc = ferry__err(FERRY_EINVAL,
+                            "source: unknown kind \"%.64s\" (known: synthetic, lines)", s->kind);
     }
     ferry__free(s);
+    return rc;
+}
+
+int ferry_dataset_open(ferry_dataset **out, const char *spec)
+{
+    ferry_stream *st = NULL;
+    int rc = ferry_source_open(spec, out, &st);
+    if (rc == 0 && st) {
+        ferry_stream_free(st);
+        return ferry__err(FERRY_EINVAL,
+                          "source \"%.64s\" is a stream, not map-style: open it with "
+                          "ferry_source_open",
+                          spec);
+    }
     return rc;
 }

@@ -85,6 +85,7 @@ typedef struct worker {
     ferry_loader *l;
     uint32_t id;
     ferry_ctx ctx;
+    uint64_t *hint; /* batch_size indices, for datasets that take read-ahead hints */
     uint64_t busy_ns, idle_ns, stage_ns[FERRY_STAGE_COUNT]; /* under l->m */
 } worker;
 
@@ -138,7 +139,7 @@ struct ferry_loader {
     uint64_t t_start, t_first, consumer_wait_ns, samples, batches, bytes, skipped;
     bool consumer_waiting;
 
-    ferry_ctx inline_ctx;
+    worker inline_worker; /* the caller's thread, when num_workers is 0 */
     char errmsg[FERRY_ERRMSG_MAX];
 };
 
@@ -216,10 +217,13 @@ static void destroy(ferry_loader *l)
     ferry__free(l->open);
     ferry__free(l->ready_q);
     if (l->workers)
-        for (uint32_t i = 0; i < l->nworkers; i++)
+        for (uint32_t i = 0; i < l->o.num_workers; i++) {
             ferry__ctx_release(&l->workers[i].ctx);
+            ferry__free(l->workers[i].hint);
+        }
+    ferry__free(l->inline_worker.hint);
     ferry__free(l->workers);
-    ferry__ctx_release(&l->inline_ctx);
+    ferry__ctx_release(&l->inline_worker.ctx);
     ferry__free(l->shards);
     ferry_sampler_free(l->own_sampler);
     pthread_mutex_destroy(&l->m);
@@ -536,6 +540,13 @@ static void work(ferry_loader *l, ferry_batch *b, uint32_t first, uint32_t count
     ctx->epoch = b->epoch;
     shard *sh = b->shard >= 0 ? &l->shards[b->shard] : NULL;
     uint32_t filled = first;
+    if (!sh) {
+        /* the grain's indices first, so the dataset can fetch them all at once */
+        for (uint32_t i = first; i < first + count; i++)
+            b->indices[i] = ferry_sampler_at(l->sampler, b->first_pos + i);
+        if (l->ds->vt->hint)
+            l->ds->vt->hint(l->ds->self, b->indices + first, count, 1);
+    }
     for (uint32_t i = first; i < first + count; i++) {
         if (atomic_load_explicit(&l->gen, memory_order_relaxed) != b->gen)
             break; /* stale: drop the rest */
@@ -565,7 +576,7 @@ static void work(ferry_loader *l, ferry_batch *b, uint32_t first, uint32_t count
             if (rc == FERRY_BREAK)
                 break; /* the stream ends this batch early (a group is complete) */
         } else {
-            index = ferry_sampler_at(l->sampler, b->first_pos + i);
+            index = b->indices[i];
             rc = fill_slot(l, b, i, index, ctx, false, NULL);
         }
         b->indices[i] = index;
@@ -644,6 +655,22 @@ static void finish_grain(ferry_loader *l, ferry_batch *b, uint32_t count, uint32
         publish(l, b, nfilled);
 }
 
+/* A worker that opens batch k tells the dataset which samples batch k + prefetch
+ * will read: that batch comes next in this buffer, so its reads can be under way
+ * while the pool drains. Outside m. */
+static void hint_ahead(ferry_loader *l, worker *w, const ferry_batch *b, uint32_t first)
+{
+    if (first != 0 || !w->hint || b->shard >= 0)
+        return;
+    uint64_t pos, count, k = b->number + l->nbufs;
+    if (k >= l->nbatches || ferry_batch_positions(ferry_sampler_len(l->sampler), l->o.batch_size,
+                                                  l->o.drop_last, k, &pos, &count) < 0)
+        return;
+    for (uint64_t i = 0; i < count; i++)
+        w->hint[i] = ferry_sampler_at(l->sampler, pos + i);
+    l->ds->vt->hint(l->ds->self, w->hint, (size_t)count, 0);
+}
+
 static void *worker_main_thread(void *arg);
 
 static void worker_job(void *arg)
@@ -699,6 +726,7 @@ static void *worker_main_thread(void *arg)
 
         uint64_t t0 = ferry_now_ns();
         memset(w->ctx.stage_ns, 0, sizeof w->ctx.stage_ns);
+        hint_ahead(l, w, b, first);
         uint32_t nfilled;
         work(l, b, first, count, &w->ctx, &nfilled);
         uint64_t dt = ferry_now_ns() - t0;
@@ -840,7 +868,10 @@ static int create(ferry_loader **out, ferry_dataset *ds, ferry_stream *st,
     if (l->o.prefetch == 0)
         l->o.prefetch = auto_prefetch(l);
     FERRY_TRY(alloc_buffers(l, l->o.prefetch));
-    ferry__ctx_init(&l->inline_ctx, 0, o.seed, 0);
+    ferry__ctx_init(&l->inline_worker.ctx, 0, o.seed, 0);
+    bool hints = ds && ds->vt->hint;
+    if (hints && !(l->inline_worker.hint = ferry__malloc(o.batch_size * sizeof(uint64_t))))
+        FERRY_FAIL(FERRY_ENOMEM, "loader: out of memory");
     /* Start epoch 0 now, before the workers exist: each finds work on its first
      * look instead of sleeping until the first ferry_loader_next wakes it. */
     pthread_mutex_lock(&l->m);
@@ -856,6 +887,9 @@ static int create(ferry_loader **out, ferry_dataset *ds, ferry_stream *st,
             l->workers[i].l = l;
             l->workers[i].id = i;
             ferry__ctx_init(&l->workers[i].ctx, i, o.seed, 0);
+            if (hints &&
+                !(l->workers[i].hint = ferry__malloc(o.batch_size * sizeof(uint64_t))))
+                FERRY_FAIL(FERRY_ENOMEM, "loader: out of memory");
         }
         l->nworkers = o.num_workers;
         FERRY_TRY(ferry__pool_create(&l->pool, o.num_workers, o.num_workers));
@@ -1033,8 +1067,9 @@ static bool work_inline(ferry_loader *l)
         return false;
     l->busy_workers++;
     pthread_mutex_unlock(&l->m);
-    memset(l->inline_ctx.stage_ns, 0, sizeof l->inline_ctx.stage_ns);
-    work(l, b, first, count, &l->inline_ctx, &nfilled);
+    memset(l->inline_worker.ctx.stage_ns, 0, sizeof l->inline_worker.ctx.stage_ns);
+    hint_ahead(l, &l->inline_worker, b, first);
+    work(l, b, first, count, &l->inline_worker.ctx, &nfilled);
     finish_grain(l, b, count, nfilled);
     l->busy_workers--;
     return true;

@@ -1,10 +1,10 @@
 /*
  * Samplers: orders of indices as functions of (settings, seed, epoch).
  *
- * Random orders come from a keyed bijection on [0, n): a balanced four-round
- * Feistel network on the smallest even number of bits that covers n, walked in
- * cycles until the image falls inside [0, n). The domain is under 4n, so a walk
- * takes fewer than four steps on average, and nothing is stored per index.
+ * Random orders come from a keyed bijection on [0, n): a four-round Feistel
+ * network on the smallest number of bits that covers n, walked in cycles until the
+ * image falls inside [0, n). The domain is under 2n, so a walk takes fewer than two
+ * steps on average, and nothing is stored per index.
  */
 #include "ferry/sampler.h"
 #include "../core/internal.h"
@@ -27,29 +27,44 @@ void ferry_permutation_init(ferry_permutation *p, uint64_t n, uint64_t seed, uin
     unsigned bits = 0;
     while (bits < 64 && (n - 1) >> bits)
         bits++;
-    if (n <= 1)
-        bits = 0;
-    p->half_bits = (bits + 1) / 2;
-    if (p->half_bits == 0)
-        p->half_bits = 1;
-    p->half_mask = p->half_bits >= 32 ? 0xffffffffull : ((1ull << p->half_bits) - 1);
+    p->bits = bits < 2 ? 2 : bits; /* both halves at least one bit wide */
     uint64_t k = ferry_hash64(ferry_hash64(seed, SALT_PERM), epoch);
     for (int r = 0; r < 4; r++)
         p->keys[r] = ferry_hash64(k, (uint64_t)r + 1);
 }
 
+static inline uint64_t low_mask(unsigned w)
+{
+    return w >= 64 ? ~0ull : (1ull << w) - 1;
+}
+
+/* One multiply-xorshift round: enough mixing for an order, a few cycles. */
+static inline uint64_t round_fn(uint64_t x, uint64_t k)
+{
+    x ^= k;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 31;
+    x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 29);
+}
+
+/* An unbalanced Feistel network on exactly `bits` bits: the halves are
+ * ceil(bits/2) and floor(bits/2) wide and trade places each round, so after the
+ * four rounds the widths are back where they started. The domain is under 2n, so a
+ * cycle walk takes fewer than two steps on average. */
 static inline uint64_t feistel(const ferry_permutation *p, uint64_t x)
 {
-    unsigned h = p->half_bits;
-    uint64_t m = p->half_mask;
-    uint64_t left = (x >> h) & m, right = x & m;
+    unsigned wl = (p->bits + 1) / 2, wr = p->bits / 2;
+    uint64_t left = x >> wr, right = x & low_mask(wr);
     for (int r = 0; r < 4; r++) {
-        uint64_t f = ferry_hash64(right, p->keys[r]) & m;
-        uint64_t t = left ^ f;
+        uint64_t t = left ^ (round_fn(right, p->keys[r]) & low_mask(wl));
         left = right;
         right = t;
+        unsigned w = wl;
+        wl = wr;
+        wr = w;
     }
-    return (left << h) | right;
+    return (left << wr) | right;
 }
 
 uint64_t ferry_permutation_at(const ferry_permutation *p, uint64_t x)

@@ -1,0 +1,208 @@
+/*
+ * ferry head SOURCE: prints the first records of any source.
+ */
+#include "cli.h"
+
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void head_usage(FILE *f)
+{
+    fprintf(f, "usage: ferry head SOURCE [options]\n"
+               "\n"
+               "Prints the first records of SOURCE, one a line: the text itself for a source\n"
+               "of one text field (lines:), else a JSON object per record.\n"
+               "\n"
+               "options:\n"
+               "  -n N          records to print, 0..1000000000 (default 10)\n"
+               "  --json        JSON objects even for a text source\n"
+               "  -h, --help    this text\n");
+}
+
+static void print_text(const uint8_t *p, size_t n, bool json)
+{
+    if (json)
+        putchar('"');
+    for (size_t i = 0; i < n; i++) {
+        unsigned c = p[i];
+        if (json && (c == '"' || c == '\\'))
+            printf("\\%c", c);
+        else if (c == '\n')
+            fputs("\\n", stdout);
+        else if (c == '\t' && json)
+            fputs("\\t", stdout);
+        else if (c < 0x20 || c == 0x7f)
+            printf(json ? "\\u%04x" : "\\x%02x", c);
+        else
+            putchar((int)c);
+    }
+    if (json)
+        putchar('"');
+}
+
+static void print_scalar(ferry_dtype dt, const void *p)
+{
+    switch (dt) {
+    case FERRY_U8:
+    case FERRY_BOOL:
+        printf("%u", *(const uint8_t *)p);
+        break;
+    case FERRY_I8:
+        printf("%d", *(const int8_t *)p);
+        break;
+    case FERRY_U16:
+        printf("%u", *(const uint16_t *)p);
+        break;
+    case FERRY_I16:
+        printf("%d", *(const int16_t *)p);
+        break;
+    case FERRY_U32:
+        printf("%u", *(const uint32_t *)p);
+        break;
+    case FERRY_I32:
+        printf("%d", *(const int32_t *)p);
+        break;
+    case FERRY_U64:
+        printf("%llu", (unsigned long long)*(const uint64_t *)p);
+        break;
+    case FERRY_I64:
+        printf("%lld", (long long)*(const int64_t *)p);
+        break;
+    case FERRY_F32:
+        printf("%.9g", *(const float *)p);
+        break;
+    case FERRY_F64:
+        printf("%.17g", *(const double *)p);
+        break;
+    default: /* f16, bf16: the raw bits */
+        printf("%u", *(const uint16_t *)p);
+        break;
+    }
+}
+
+static void print_record(int nf, const ferry_field *const *fields, void *const *data,
+                         const int64_t *len, bool json)
+{
+    if (!json) {
+        print_text(data[0], (size_t)len[0], false);
+        putchar('\n');
+        return;
+    }
+    putchar('{');
+    for (int f = 0; f < nf; f++) {
+        const ferry_field *fi = fields[f];
+        printf("%s\"%s\": ", f ? ", " : "", fi->name);
+        size_t elems = 1;
+        for (int d = 0; d < fi->ndim; d++)
+            elems *= (size_t)fi->shape[d];
+        if (fi->variable)
+            elems = (size_t)len[f] * ferry_field_row_elems(fi);
+        if (fi->dtype == FERRY_U8 && fi->variable) {
+            print_text(data[f], elems, true);
+            continue;
+        }
+        size_t sz = ferry_dtype_size(fi->dtype);
+        if (fi->ndim == 0) {
+            print_scalar(fi->dtype, data[f]);
+            continue;
+        }
+        putchar('[');
+        for (size_t i = 0; i < elems; i++) {
+            if (i)
+                fputs(", ", stdout);
+            print_scalar(fi->dtype, (const uint8_t *)data[f] + i * sz);
+        }
+        putchar(']');
+    }
+    puts("}");
+}
+
+int cmd_head(int argc, char **argv)
+{
+    enum { O_JSON = 256 };
+    static const struct option opts[] = {
+        {"json", no_argument, 0, O_JSON}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    uint64_t n = 10;
+    bool force_json = false;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "n:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'n':
+            if (!cli_u64("-n", optarg, 0, 1000000000, &n))
+                return EXIT_USAGE;
+            break;
+        case O_JSON:
+            force_json = true;
+            break;
+        case 'h':
+            head_usage(stdout);
+            return 0;
+        default:
+            head_usage(stderr);
+            return EXIT_USAGE;
+        }
+    }
+    if (optind != argc - 1) {
+        cli_error(EXIT_USAGE, "head: one SOURCE expected");
+        head_usage(stderr);
+        return EXIT_USAGE;
+    }
+    ferry_dataset *ds = NULL;
+    ferry_stream *st = NULL;
+    ferry_stream_iter *it = NULL;
+    ferry_ctx *ctx = NULL;
+    uint8_t *buf = NULL;
+    int status = 0, rc;
+    if (ferry_source_open(argv[optind], &ds, &st) < 0)
+        return cli_error(EXIT_USAGE, "%s", ferry_last_errmsg());
+    int nf = ds ? ferry_dataset_nfields(ds) : ferry_stream_nfields(st);
+    const ferry_field *fields[FERRY_MAX_FIELDS];
+    void *data[FERRY_MAX_FIELDS];
+    int64_t len[FERRY_MAX_FIELDS];
+    size_t total = 0;
+    for (int f = 0; f < nf; f++) {
+        fields[f] = ds ? ferry_dataset_field(ds, f) : ferry_stream_field(st, f);
+        total += ferry_field_nbytes(fields[f]);
+    }
+    bool json = force_json || nf != 1 || fields[0]->dtype != FERRY_U8 || !fields[0]->variable;
+    buf = malloc(total ? total : 1);
+    if (!buf || ferry_ctx_create(&ctx, 0, 0) < 0) {
+        status = cli_error(1, "out of memory");
+        goto done;
+    }
+    for (int f = 0, off = 0; f < nf; f++) {
+        data[f] = buf + off;
+        off += (int)ferry_field_nbytes(fields[f]);
+    }
+    ferry_sample s = {nf, data, len};
+    if (st && (rc = ferry_stream_open(st, 0, 1, 0, &it)) < 0) {
+        status = cli_error(1, "%s", ferry_last_errmsg());
+        goto done;
+    }
+    uint64_t count = ds ? ferry_dataset_len(ds) : UINT64_MAX;
+    for (uint64_t i = 0; i < n && i < count; i++) {
+        memset(len, 0, sizeof len);
+        rc = ds ? ferry_dataset_get(ds, i, &s, ctx) : ferry_stream_next(it, &s, ctx);
+        if (rc == FERRY_END)
+            break;
+        if (rc == FERRY_BREAK) {
+            i--;
+            continue;
+        }
+        if (rc < 0) {
+            fflush(stdout);
+            status = cli_error(1, "%s", ferry_last_errmsg());
+            break;
+        }
+        print_record(nf, fields, data, len, json);
+    }
+done:
+    ferry_stream_close(it);
+    ferry_ctx_free(ctx);
+    free(buf);
+    ferry_stream_free(st);
+    ferry_dataset_free(ds);
+    return status;
+}

@@ -1,0 +1,209 @@
+/*
+ * The file layer (POSIX).
+ */
+#include "io.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int errno_code(int e)
+{
+    return e == ENOENT || e == ENOTDIR ? FERRY_ENOENT : e == ENOMEM ? FERRY_ENOMEM : FERRY_EIO;
+}
+
+int ferry__stat(const char *path, uint64_t *size, int64_t *mtime_ns)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return ferry__err(errno_code(errno), "%s: %s", path, strerror(errno));
+    *size = (uint64_t)st.st_size;
+    *mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    return 0;
+}
+
+int ferry__file_open(ferry__file *f, const char *path)
+{
+    struct stat st;
+    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (f->fd < 0)
+        return ferry__err(errno_code(errno), "%s: %s", path, strerror(errno));
+    if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        int e = errno;
+        close(f->fd);
+        f->fd = -1;
+        return S_ISDIR(st.st_mode) ? ferry__err(FERRY_EIO, "%s: is a directory", path)
+                                   : ferry__err(FERRY_EIO, "%s: %s", path, strerror(e));
+    }
+    f->size = (uint64_t)st.st_size;
+    f->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    return 0;
+}
+
+void ferry__file_close(ferry__file *f)
+{
+    if (f->fd >= 0)
+        close(f->fd);
+    f->fd = -1;
+}
+
+int ferry__file_pread(const ferry__file *f, const char *name, void *buf, size_t n, uint64_t off,
+                      size_t *got)
+{
+    size_t done = 0;
+    while (done < n) {
+        ssize_t r = pread(f->fd, (char *)buf + done, n - done, (off_t)(off + done));
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return ferry__err(FERRY_EIO, "%s: read of %zu bytes at offset %llu: %s", name, n,
+                              (unsigned long long)off, strerror(errno));
+        }
+        if (r == 0)
+            break;
+        done += (size_t)r;
+    }
+    *got = done;
+    return 0;
+}
+
+int ferry__map_file(ferry__map *m, const char *path)
+{
+    ferry__file f = {-1, 0, 0};
+    m->data = NULL;
+    m->size = 0;
+    int rc = ferry__file_open(&f, path);
+    if (rc < 0)
+        return rc;
+    if (f.size > SIZE_MAX) {
+        ferry__file_close(&f);
+        return ferry__err(FERRY_EOVERFLOW, "%s: too large to map", path);
+    }
+    if (f.size) {
+        void *p = mmap(NULL, (size_t)f.size, PROT_READ, MAP_SHARED, f.fd, 0);
+        if (p == MAP_FAILED) {
+            int e = errno;
+            ferry__file_close(&f);
+            return ferry__err(errno_code(e), "%s: cannot map: %s", path, strerror(e));
+        }
+        m->data = p;
+        m->size = (size_t)f.size;
+    }
+    ferry__file_close(&f);
+    return 0;
+}
+
+void ferry__unmap(ferry__map *m)
+{
+    if (m->data)
+        munmap(m->data, m->size);
+    m->data = NULL;
+    m->size = 0;
+}
+
+int ferry__atomic_open(ferry__atomic_file *w, const char *path)
+{
+    memset(w, 0, sizeof *w);
+    w->fd = -1;
+    size_t n = strlen(path);
+    w->path = ferry__strdup(path);
+    w->tmp = ferry__malloc(n + 16);
+    if (!w->path || !w->tmp) {
+        ferry__atomic_abort(w);
+        return ferry__err(FERRY_ENOMEM, "%s: out of memory", path);
+    }
+    /* A dot-prefixed name would be nicer, but the temporary must be in the same
+     * directory (same filesystem) for rename to be atomic; keep the path's form. */
+    snprintf(w->tmp, n + 16, "%s.tmp.XXXXXX", path);
+    w->fd = mkostemp(w->tmp, O_CLOEXEC);
+    if (w->fd < 0) {
+        int e = errno;
+        ferry__free(w->tmp);
+        w->tmp = NULL;
+        ferry__atomic_abort(w);
+        return ferry__err(errno_code(e), "%s: cannot create a temporary file: %s", path,
+                          strerror(e));
+    }
+    fchmod(w->fd, 0644);
+    return 0;
+}
+
+int ferry__atomic_write(ferry__atomic_file *w, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n) {
+        ssize_t r = write(w->fd, c, n);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return ferry__err(FERRY_EIO, "%s: write: %s", w->tmp, strerror(errno));
+        }
+        c += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+int ferry__atomic_pwrite(ferry__atomic_file *w, const void *p, size_t n, uint64_t off)
+{
+    const char *c = p;
+    while (n) {
+        ssize_t r = pwrite(w->fd, c, n, (off_t)off);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return ferry__err(FERRY_EIO, "%s: write: %s", w->tmp, strerror(errno));
+        }
+        c += r;
+        n -= (size_t)r;
+        off += (uint64_t)r;
+    }
+    return 0;
+}
+
+int ferry__atomic_commit(ferry__atomic_file *w)
+{
+    int rc = 0;
+    if (fsync(w->fd) != 0)
+        FERRY_FAIL(FERRY_EIO, "%s: fsync: %s", w->tmp, strerror(errno));
+    if (close(w->fd) != 0) {
+        w->fd = -1;
+        FERRY_FAIL(FERRY_EIO, "%s: close: %s", w->tmp, strerror(errno));
+    }
+    w->fd = -1;
+    if (rename(w->tmp, w->path) != 0)
+        FERRY_FAIL(FERRY_EIO, "%s: rename into place: %s", w->path, strerror(errno));
+    ferry__free(w->tmp);
+    w->tmp = NULL;
+    /* make the rename itself durable */
+    char *dir = ferry__strdup(w->path);
+    if (dir) {
+        int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) {
+            fsync(dfd);
+            close(dfd);
+        }
+        ferry__free(dir);
+    }
+cleanup:
+    ferry__atomic_abort(w);
+    return rc;
+}
+
+void ferry__atomic_abort(ferry__atomic_file *w)
+{
+    if (w->fd >= 0)
+        close(w->fd);
+    if (w->tmp)
+        unlink(w->tmp);
+    ferry__free(w->tmp);
+    ferry__free(w->path);
+    w->fd = -1;
+    w->tmp = w->path = NULL;
+}

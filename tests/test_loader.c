@@ -726,3 +726,25 @@ TEST(exported_tensors_keep_the_batch_alive)
     CHECK(data.data == NULL);
     ferry_dataset_free(ds);
 }
+
+TEST(drop_last_drops_short_stream_batches)
+{
+    ferry_dataset *ds = synthetic(100, 4, 0, 0, 0);
+    ferry_stream *st;
+    CHECK_OK(ferry_stream_from_dataset(&st, ds));
+    for (int drop = 0; drop < 2; drop++) {
+        ferry_loader_opts o = opts(15, 2, 0, 0);
+        o.stream_shards = 2; /* 50 samples a shard: 3 full batches and one of 5 */
+        o.rank = 0;
+        o.world_size = 1;
+        o.drop_last = drop;
+        ferry_loader *l;
+        CHECK_OK(ferry_loader_create_stream(&l, st, &o));
+        uint64_t n;
+        run_epoch(l, 0, &n);
+        CHECK_U64(n, drop ? 90 : 100);
+        ferry_loader_free(l);
+    }
+    ferry_stream_free(st);
+    ferry_dataset_free(ds);
+}

@@ -13,5 +13,6 @@
 #include "dataset.h"
 #include "loader.h"
 #include "lines.h"
+#include "stream.h"
 
 #endif /* FERRY_H */

@@ -40,7 +40,7 @@ typedef int (*ferry_worker_init_fn)(uint32_t worker, uint32_t num_workers, uint6
 
 typedef struct ferry_loader_opts {
     uint32_t batch_size;  /* 1 .. 1<<24 */
-    int drop_last;        /* drop a last, partial batch */
+    int drop_last;        /* drop a last, partial batch (streams: every short batch) */
     uint32_t num_workers; /* 0 .. 1024; 0 = the consumer's thread does the work */
     uint32_t prefetch;    /* batch buffers (in flight + held), 1 .. 65536; 0 = 2 per worker
                            * (at least 2), more for small batches: up to 32 MiB of

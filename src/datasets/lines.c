@@ -62,14 +62,16 @@ got_line:
     if (len > n) {
         /* One byte over may be the "\r" of a CRLF line that fits exactly. */
         uint8_t last = 0;
-        if (len == (uint64_t)n + 1 && ferry__file_pread(&d->f, d->path, &last, 1, off + n, &got) == 0 &&
-            got == 1 && last == '\r') {
+        if (len == (uint64_t)n + 1 &&
+            ferry__file_pread(&d->f, d->path, &last, 1, off + n, &got) == 0 && got == 1 &&
+            last == '\r') {
             out->length[0] = (int64_t)n;
             return 0;
         }
         if (d->on_long == FERRY_LINES_LONG_ERROR)
-            return ferry_error(FERRY_EOVERFLOW, "%s: line %llu at offset %llu is %llu bytes, over "
-                                                "max_len %u",
+            return ferry_error(FERRY_EOVERFLOW,
+                               "%s: line %llu at offset %llu is %llu bytes, over "
+                               "max_len %u",
                                d->path, (unsigned long long)i, (unsigned long long)off,
                                (unsigned long long)len, d->max_len);
         atomic_fetch_add_explicit(&d->truncated, 1, memory_order_relaxed);
@@ -215,8 +217,7 @@ int ferry__lines_open_spec(ferry_dataset **out, ferry__spec *s)
     o.index_path = ferry__spec_str(s, "index");
     if ((rc = ferry__spec_u64(s, "max", 1, MAX_MAX_LEN, &max)) < 0 ||
         (rc = ferry__spec_bool(s, "build", &build)) < 0 ||
-        (rc = ferry__spec_bool(s, "error_long", &err)) < 0 ||
-        (rc = ferry__spec_check_used(s)) < 0)
+        (rc = ferry__spec_bool(s, "error_long", &err)) < 0 || (rc = ferry__spec_check_used(s)) < 0)
         return rc;
     if (ra && !strcmp(ra, "on"))
         o.readahead = FERRY_READAHEAD_ON;

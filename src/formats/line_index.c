@@ -27,8 +27,8 @@
 #define MAGIC "FERRYLIX"
 #define VERSION 1u
 #define HEADER 64u
-#define FLAG_FINAL_NEWLINE 1u /* the last line ends with "\n" */
-#define EDGE 4096u            /* bytes hashed at each end of the source */
+#define FLAG_FINAL_NEWLINE 1u   /* the last line ends with "\n" */
+#define EDGE 4096u              /* bytes hashed at each end of the source */
 #define CHUNK ((size_t)1 << 20) /* read size: small enough to stay in cache for the scan */
 #define NCHUNKS 4
 #define SINK_CAP ((size_t)1 << 17)
@@ -363,10 +363,11 @@ static int check_index(ferry_line_index *ix, const char *path, const char *index
     if (rc < 0)
         return rc;
     if (f.size != h.size || f.mtime_ns != h.mtime_ns)
-        return ferry__err(FERRY_ESTALE,
-                          "%s is stale: %s changed since it was indexed (%llu bytes then, %llu now%s)",
-                          name, path, (unsigned long long)h.size, (unsigned long long)f.size,
-                          f.size == h.size ? ", modified since" : "");
+        return ferry__err(
+            FERRY_ESTALE,
+            "%s is stale: %s changed since it was indexed (%llu bytes then, %llu now%s)", name,
+            path, (unsigned long long)h.size, (unsigned long long)f.size,
+            f.size == h.size ? ", modified since" : "");
     if (head != h.head_hash || tail != h.tail_hash)
         return ferry__err(FERRY_ESTALE, "%s is the index of another file than %s (contents differ)",
                           name, path);
@@ -442,8 +443,7 @@ uint64_t ferry_line_index_source_size(const ferry_line_index *ix)
     return ix->size;
 }
 
-int ferry_line_index_get(const ferry_line_index *ix, uint64_t i, uint64_t *offset,
-                         uint64_t *length)
+int ferry_line_index_get(const ferry_line_index *ix, uint64_t i, uint64_t *offset, uint64_t *length)
 {
     if (i >= ix->count)
         return ferry__err(FERRY_ERANGE, "%s: line %llu is past the last (%llu lines)", ix->name,

@@ -552,6 +552,7 @@ static void work(ferry_loader *l, ferry_batch *b, uint32_t first, uint32_t count
             break; /* stale: drop the rest */
         uint64_t index = UINT64_MAX;
         int rc;
+        bool recorded = false;
         if (sh) {
             for (;;) {
                 rc = fill_slot(l, b, i, UINT64_MAX, ctx, true, sh);
@@ -566,6 +567,7 @@ static void work(ferry_loader *l, ferry_batch *b, uint32_t first, uint32_t count
                     pthread_mutex_unlock(&l->m);
                     if (!over_budget)
                         continue;
+                    recorded = true; /* counted already: the batch ends here */
                 }
                 break;
             }
@@ -581,9 +583,11 @@ static void work(ferry_loader *l, ferry_batch *b, uint32_t first, uint32_t count
         }
         b->indices[i] = index;
         if (rc < 0) {
-            pthread_mutex_lock(&l->m);
-            record_failure(l, b, i, index, rc);
-            pthread_mutex_unlock(&l->m);
+            if (!recorded) {
+                pthread_mutex_lock(&l->m);
+                record_failure(l, b, i, index, rc);
+                pthread_mutex_unlock(&l->m);
+            }
             atomic_store_explicit(&b->state[i], SLOT_FAILED, memory_order_relaxed);
             filled = i + 1;
             if (sh)
@@ -887,8 +891,7 @@ static int create(ferry_loader **out, ferry_dataset *ds, ferry_stream *st,
             l->workers[i].l = l;
             l->workers[i].id = i;
             ferry__ctx_init(&l->workers[i].ctx, i, o.seed, 0);
-            if (hints &&
-                !(l->workers[i].hint = ferry__malloc(o.batch_size * sizeof(uint64_t))))
+            if (hints && !(l->workers[i].hint = ferry__malloc(o.batch_size * sizeof(uint64_t))))
                 FERRY_FAIL(FERRY_ENOMEM, "loader: out of memory");
         }
         l->nworkers = o.num_workers;
@@ -986,8 +989,10 @@ const char *ferry_loader_errmsg(const ferry_loader *l)
 
 void ferry_loader_cancel(ferry_loader *l)
 {
-    atomic_store(&l->cancelled, true);
+    /* flag and stop together, so that a start racing with this either comes
+     * before (and its epoch is cancelled) or after (and runs whole) */
     pthread_mutex_lock(&l->m);
+    atomic_store(&l->cancelled, true);
     stop_epoch(l);
     pthread_cond_broadcast(&l->work_cv);
     pthread_mutex_unlock(&l->m);
@@ -1099,9 +1104,10 @@ static int deliver(ferry_loader *l, ferry_batch *b, ferry_batch **out)
             return rc;
         }
     }
-    if (b->out_size == 0) {
+    /* nothing in it (or, with drop_last, a short stream batch): the caller loops on */
+    if (b->out_size == 0 || (l->st && l->o.drop_last && b->out_size < l->o.batch_size)) {
         recycle(l, b);
-        return FERRY_END; /* nothing in it: the caller loops on */
+        return FERRY_END;
     }
     b->held = true;
     atomic_store(&b->users, 1);
@@ -1166,7 +1172,8 @@ int ferry_loader_next(ferry_loader *l, ferry_batch **out)
         bool poll = !t0 && l->nworkers && cheap_batches(l);
         if (!t0) {
             t0 = ferry_now_ns();
-            if (l->o.timeout_ms)
+            /* a timeout too long to add to the clock is no timeout */
+            if (l->o.timeout_ms && (uint64_t)l->o.timeout_ms < (UINT64_MAX - t0) / 1000000u)
                 deadline = t0 + (uint64_t)l->o.timeout_ms * 1000000u;
         }
         if (poll) {

@@ -166,3 +166,45 @@ TEST(help_documents_every_option)
     CHECK_EQ(ferry("version", out, sizeof out), 0);
     CHECK_CONTAINS(out, "ferry 0.1.0");
 }
+
+TEST(index_then_head_and_bench_a_text_file)
+{
+    char dir[256], file[300], args[700], out[16384];
+    const char *t = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/ferry-cli-XXXXXX", t ? t : "/tmp");
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(file, sizeof file, "%s/text.txt", dir);
+    FILE *f = fopen(file, "w");
+    for (int i = 0; i < 1000; i++)
+        fprintf(f, "line number %d\n", i);
+    fclose(f);
+    snprintf(args, sizeof args, "bench lines:%s", file);
+    CHECK_EQ(ferry(args, out, sizeof out), 2); /* no index yet */
+    CHECK_CONTAINS(out, "text.txt.fidx");
+    snprintf(args, sizeof args, "index %s --no-progress", file);
+    CHECK_EQ(ferry(args, out, sizeof out), 0);
+    CHECK_CONTAINS(out, "1000 lines");
+    snprintf(args, sizeof args, "head lines:%s -n 3", file);
+    CHECK_EQ(ferry(args, out, sizeof out), 0);
+    CHECK(!strcmp(out, "line number 0\nline number 1\nline number 2\n"));
+    snprintf(args, sizeof args, "head lines:%s -n 1 --json", file);
+    CHECK_EQ(ferry(args, out, sizeof out), 0);
+    CHECK(!strcmp(out, "{\"line\": \"line number 0\"}\n"));
+    snprintf(args, sizeof args, "bench lines:%s,max=32 --shuffle --json --no-progress", file);
+    CHECK_EQ(ferry(args, out, sizeof out), 0);
+    char v[64];
+    CHECK(!strcmp(json_field(out, "samples", v, sizeof v), "1000"));
+    f = fopen(file, "a"); /* the file changes: the index is stale */
+    fputs("one more\n", f);
+    fclose(f);
+    snprintf(args, sizeof args, "head lines:%s", file);
+    CHECK_EQ(ferry(args, out, sizeof out), 2);
+    CHECK_CONTAINS(out, "is stale");
+    snprintf(args, sizeof args, "index %s/missing.txt", dir);
+    CHECK_EQ(ferry(args, out, sizeof out), 1);
+    CHECK_CONTAINS(out, "missing.txt");
+    CHECK_EQ(ferry("head synthetic:2,bytes=2 -n 5", out, sizeof out), 0);
+    CHECK_CONTAINS(out, "\"label\": 1}");
+    snprintf(args, sizeof args, "rm -rf '%s'", dir);
+    CHECK(system(args) == 0);
+}

@@ -5,12 +5,12 @@
 # Installs only what is missing, so a second run costs nothing.
 set -euo pipefail
 
-pkgs=(build-essential cmake pkg-config python3)
+pkgs=(build-essential cmake pkg-config python3 libzstd-dev liblmdb-dev)
 if [ "${1:-}" = fuzz ]; then
   pkgs+=(clang libclang-rt-14-dev)
 fi
 if [ "${1:-}" = bench ]; then
-  pkgs+=(python3-numpy python3-torch)
+  pkgs+=(python3-numpy python3-torch python3-lmdb lmdb-utils)
 fi
 
 missing=()

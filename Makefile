@@ -52,8 +52,9 @@ fuzz:
 	CC=clang cmake -S . -B $(BUILD)-fuzz -DCMAKE_BUILD_TYPE=Debug -DFERRY_FUZZ=ON >/dev/null
 	cmake --build $(BUILD)-fuzz -j$(JOBS)
 	@for t in $(BUILD)-fuzz/tests/fuzz_*; do case $$t in *_replay) continue;; esac; \
-	  c=tests/fuzz/corpus/$$(basename $$t | sed 's/^fuzz_//'); \
-	  echo "== $$t"; $$t -max_total_time=$(FUZZ_SECONDS) $$c || exit 1; done
+	  n=$$(basename $$t | sed 's/^fuzz_//'); new=$(BUILD)-fuzz/found/$$n; mkdir -p $$new; \
+	  echo "== $$t (new inputs go to $$new; the seeds stay as they are)"; \
+	  $$t -max_total_time=$(FUZZ_SECONDS) $$new tests/fuzz/corpus/$$n || exit 1; done
 
 format:
 	clang-format -i include/ferry/*.h src/*/*.c src/*/*.h cli/*.c cli/*.h tests/*.c tests/*.h tests/fuzz/*.c

@@ -1,0 +1,102 @@
+/*
+ * ferry/records.h - ferry's own record shards: pack once, read many times.
+ *
+ * A shard file (NAME-00003-of-00016.ferry) holds records, each a sample whose
+ * fields follow the shard's schema (the same ferry_field list datasets use), with
+ * a length and a CRC-32C, optionally zstd-compressed, and a footer index that
+ * makes record i one lookup in the mapped file. A file whose footer is missing (its
+ * writer died) is still read by a scan, which recovers every whole record.
+ * docs/record-format.md specifies the bytes.
+ *
+ * Writing is a transaction: records go to temporary files; commit syncs them,
+ * renames them into place with their final names and writes the manifest
+ * (NAME.manifest) last. An abort, or a writer killed at any point, leaves no file
+ * a reader would take for a whole shard.
+ */
+#ifndef FERRY_RECORDS_H
+#define FERRY_RECORDS_H
+
+#include "dataset.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* CRC-32C (Castagnoli), with the SSE4.2 instruction where the CPU has it.
+ * Start with crc = 0; chain calls to cover several buffers. */
+FERRY_API uint32_t ferry_crc32c(uint32_t crc, const void *data, size_t n);
+
+/* ---- Writing ---- */
+typedef struct ferry_record_writer ferry_record_writer;
+
+typedef struct ferry_writer_opts {
+    const char *dir;          /* created if missing */
+    const char *name;         /* shard name prefix; NULL = "data" */
+    const ferry_field *fields; /* the schema (copied) */
+    int nfields;
+    uint64_t shard_bytes;     /* start a new shard past this size; 0 = 1 GiB */
+    uint64_t shard_records;   /* ... or past this many records; 0 = no limit */
+    int zstd_level;           /* 0 = store records as they are; 1..19 = compress each */
+} ferry_writer_opts;
+
+FERRY_API int ferry_writer_open(ferry_record_writer **out, const ferry_writer_opts *o);
+/* Appends a sample laid out as the loader lays it out: data[f] holds field f
+ * (variable fields: length[f] rows of it). The writer copies what it needs. */
+FERRY_API int ferry_writer_append(ferry_record_writer *w, const ferry_sample *s);
+/* Finishes every shard (footer, fsync), renames them to NAME-%05d-of-%05d.ferry,
+ * and writes NAME.manifest (shards, record counts, sizes, file CRCs) atomically.
+ * Frees the writer, whatever the result; on failure nothing is left that a
+ * reader takes for whole. */
+FERRY_API int ferry_writer_commit(ferry_record_writer *w);
+/* Removes what was written and frees the writer. NULL is fine. */
+FERRY_API void ferry_writer_abort(ferry_record_writer *w);
+FERRY_API uint64_t ferry_writer_records(const ferry_record_writer *w);
+
+/* ---- Reading one shard ---- */
+typedef struct ferry_record_file ferry_record_file;
+
+enum {
+    FERRY_RECORD_RECOVER = 1 /* no valid footer: scan for whole records instead of failing */
+};
+
+/* Maps a shard and checks its header and footer. Errors name the file and say why
+ * (FERRY_ECORRUPT); with FERRY_RECORD_RECOVER a missing or damaged footer is
+ * replaced by a scan that keeps every whole record before the first bad one. */
+FERRY_API int ferry_record_file_open(ferry_record_file **out, const char *path, int flags);
+FERRY_API void ferry_record_file_free(ferry_record_file *f);
+FERRY_API uint64_t ferry_record_file_count(const ferry_record_file *f);
+FERRY_API int ferry_record_file_nfields(const ferry_record_file *f);
+FERRY_API const ferry_field *ferry_record_file_field(const ferry_record_file *f, int i);
+/* 1 when the footer was missing or damaged and the records were found by a scan. */
+FERRY_API int ferry_record_file_recovered(const ferry_record_file *f);
+
+/* Record i's stored bytes (compressed if the shard is), zero-copy from the mapping:
+ * valid until ferry_record_file_free. The CRC is checked (FERRY_ECORRUPT naming
+ * the file, record and offset on a mismatch). */
+FERRY_API int ferry_record_file_raw(const ferry_record_file *f, uint64_t i, const void **data,
+                                    size_t *size, uint64_t *offset);
+/* Decodes record i into a sample (data[f] sized as ferry_field_nbytes): checks
+ * the CRC, decompresses into ctx's scratch memory when needed, checks every field's
+ * size against the schema. */
+FERRY_API int ferry_record_file_read(const ferry_record_file *f, uint64_t i, ferry_sample *out,
+                                     ferry_ctx *ctx);
+
+/* ---- A set of shards, as a dataset ---- */
+
+/* Map-style over every record of every shard in DIR (named by its manifest, else
+ * every *.ferry file in name order), through one global index, so any sampler works.
+ * Only the shards with (position % num_shards == shard_id) are taken: Caffe2's
+ * DBReader sharding; (0, 1) takes all. The manifest's record counts and sizes are
+ * checked against the files; a shard it names that is missing is an error. */
+FERRY_API int ferry_dataset_records(ferry_dataset **out, const char *dir, uint64_t shard_id,
+                                    uint64_t num_shards);
+
+/* A stream over the shards of DIR: each epoch shuffles the shard order (seeded by
+ * seed and epoch), stream shard k of n reads every n-th shard of that order, and
+ * each shard is read front to back. */
+FERRY_API int ferry_stream_records(ferry_stream **out, const char *dir, uint64_t seed);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FERRY_RECORDS_H */

@@ -33,6 +33,11 @@ void cli_progress_end(cli_progress *p);
 /* Writes s as a JSON string (quoted, escaped). */
 void cli_json_string(FILE *f, const char *s);
 
+/* One record: the text itself when json is false (a single text field), else a JSON
+ * object; then a newline. */
+void cli_print_record(int nf, const ferry_field *const *fields, void *const *data,
+                      const int64_t *len, bool json);
+
 int cmd_bench(int argc, char **argv);
 int cmd_index(int argc, char **argv);
 int cmd_head(int argc, char **argv);

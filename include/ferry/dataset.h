@@ -177,7 +177,9 @@ FERRY_API int ferry_dataset_synthetic(ferry_dataset **out, const ferry_synthetic
  * "kind:location[,key=value...]", the form the CLI and the Python module take.
  * Built in: "synthetic:COUNT[,bytes=N][,cost=N][,seed=N][,classes=N][,var=N]
  * [,fail_every=N][,sleep_us=N][,pool=N]" and "lines:FILE[,max=N][,index=PATH][,build=1]
- * [,error_long=1][,readahead=auto|on|off][,io=mmap|pread]" (ferry/lines.h). Unknown kinds and keys are
+ * [,error_long=1][,readahead=auto|on|off][,io=mmap|pread]" (ferry/lines.h), and the stream
+ * "csv:DIR[,prefix=part-][,digits=5][,suffix=][,delim=,][,header=1][,dtype=f32]
+ * [,fields=x:0-3;y:4:i64][,cols=N]" (ferry/csv.h). Unknown kinds and keys are
  * FERRY_EINVAL naming them. */
 FERRY_API int ferry_dataset_open(ferry_dataset **out, const char *spec);
 

@@ -14,5 +14,6 @@
 #include "loader.h"
 #include "lines.h"
 #include "stream.h"
+#include "csv.h"
 
 #endif /* FERRY_H */

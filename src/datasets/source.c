@@ -3,6 +3,7 @@
  * the Python module and pipeline descriptions.
  */
 #include "dataset_internal.h"
+#include "csv_internal.h"
 
 #include <string.h>
 
@@ -157,9 +158,14 @@ int ferry_source_open(const char *spec, ferry_dataset **ds, ferry_stream **st)
             rc = open_synthetic(ds, s);
         else if (!strcmp(s->kind, "lines"))
             rc = ferry__lines_open_spec(ds, s);
+        else if (!strcmp(s->kind, "csv"))
+            rc = st ? ferry__csv_open_spec(st, s)
+                    : ferry__err(FERRY_EINVAL,
+                                 "source csv: a stream; open it with ferry_source_open");
         else
             rc = ferry__err(FERRY_EINVAL,
-                            "source: unknown kind \"%.64s\" (known: synthetic, lines)", s->kind);
+                            "source: unknown kind \"%.64s\" (known: synthetic, lines, csv)",
+                            s->kind);
     }
     ferry__free(s);
     return rc;

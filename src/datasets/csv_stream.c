@@ -1,0 +1,658 @@
+/*
+ * A stream over a directory of numeric CSV part files (part-00000, part-00001, ...):
+ * shard k of n reads the parts i with i % n == k, line by line through one buffer
+ * per open shard, and parses each row straight into the sample's fields.
+ */
+#include "csv_internal.h"
+#include "../io/io.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A line of FERRY_CSV_MAX_LINE bytes with its "\r\n" fits in the buffer. */
+#define READ_CAP (FERRY_CSV_MAX_LINE + 2)
+#define MAX_DIGITS 18
+#define MAX_AFFIX 255
+#define NO_FIELD 0xff
+
+typedef struct {
+    char *dir, *prefix, *suffix;
+    unsigned digits;
+    int header;
+    uint64_t nparts;
+    size_t ncols;
+    size_t path_cap; /* bytes for dir/prefix+number+suffix and its NUL */
+    ferry_csv_parser *parser;
+    uint8_t *col_field; /* [ncols]: the field column c goes to, or NO_FIELD */
+    uint32_t *col_off;  /* [ncols]: its byte offset within that field */
+} csv_source;
+
+/* Lines of one file, read through a buffer of READ_CAP bytes. */
+typedef struct {
+    ferry__file f; /* f.fd is -1 when no file is open */
+    char *buf;
+    size_t start, end; /* unread bytes: buf[start .. end) */
+    uint64_t off;      /* file offset of buf[end] */
+    bool eof;
+    uint64_t line; /* lines handed out so far: the last one's 1-based number */
+    char *path;    /* [path_cap]: the open file, for messages */
+} reader;
+
+static const char *errno_text(int e, char *buf, size_t n)
+{
+    return strerror_r(e, buf, n); /* the GNU variant: may return a static string */
+}
+
+static void part_name(const csv_source *src, uint64_t part, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s/%s%0*llu%s", src->dir, src->prefix, (int)src->digits,
+             (unsigned long long)part, src->suffix);
+}
+
+static int reader_open(reader *r, const csv_source *src, uint64_t part)
+{
+    part_name(src, part, r->path, src->path_cap);
+    r->start = r->end = 0;
+    r->off = 0;
+    r->eof = false;
+    r->line = 0;
+    int rc = ferry__file_open(&r->f, r->path);
+    if (rc < 0)
+        return rc;
+    (void)posix_fadvise(r->f.fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    return 0;
+}
+
+static void reader_close(reader *r)
+{
+    ferry__file_close(&r->f);
+}
+
+/* The next line, without its "\n" (a "\r" before it stays; the row parser drops it).
+ * 1 and *line, *len set; 0 at the end of the file; or an error. *line is valid until
+ * the next call. */
+static int reader_line(reader *r, const char **line, size_t *len)
+{
+    for (;;) {
+        char *b = r->buf + r->start;
+        size_t avail = r->end - r->start;
+        char *nl = memchr(b, '\n', avail);
+        if (nl || (r->eof && avail > 0)) {
+            size_t n = nl ? (size_t)(nl - b) : avail;
+            r->start += nl ? n + 1 : n;
+            r->line++;
+            if (n - (n > 0 && b[n - 1] == '\r') > FERRY_CSV_MAX_LINE)
+                break;
+            *line = b;
+            *len = n;
+            return 1;
+        }
+        if (r->eof)
+            return 0;
+        if (r->start > 0) {
+            memmove(r->buf, b, avail);
+            r->start = 0;
+            r->end = avail;
+        }
+        if (r->end == READ_CAP) { /* a full buffer and no newline */
+            r->line++;
+            break;
+        }
+        size_t want = READ_CAP - r->end, got;
+        int rc = ferry__file_pread(&r->f, r->path, r->buf + r->end, want, r->off, &got);
+        if (rc < 0)
+            return rc;
+        r->eof = got < want; /* short only at the end of the file */
+        r->end += got;
+        r->off += got;
+    }
+    return ferry__err(FERRY_ECORRUPT, "%s: line %llu: longer than %zu bytes", r->path,
+                      (unsigned long long)r->line, FERRY_CSV_MAX_LINE);
+}
+
+/* ---- The stream ---- */
+
+typedef struct {
+    const csv_source *src;
+    uint64_t part, step;
+    reader r;
+    void **col_dst; /* [ncols] */
+} csv_iter;
+
+static void csv_close(void *iter)
+{
+    csv_iter *it = iter;
+    if (!it)
+        return;
+    reader_close(&it->r);
+    ferry__free(it->r.buf);
+    ferry__free(it->r.path);
+    ferry__free(it->col_dst);
+    ferry__free(it);
+}
+
+static int csv_open(void *self, uint64_t shard, uint64_t nshards, uint64_t epoch, void **iter)
+{
+    (void)epoch; /* the order is the file order */
+    const csv_source *src = self;
+    csv_iter *it = ferry__calloc(1, sizeof *it);
+    if (!it)
+        return ferry__err(FERRY_ENOMEM, "csv: out of memory");
+    it->src = src;
+    it->part = shard;
+    it->step = nshards;
+    it->r.f.fd = -1;
+    it->r.buf = ferry__malloc(READ_CAP);
+    it->r.path = ferry__malloc(src->path_cap);
+    it->col_dst = ferry__calloc(src->ncols, sizeof *it->col_dst);
+    if (!it->r.buf || !it->r.path || !it->col_dst) {
+        csv_close(it);
+        return ferry__err(FERRY_ENOMEM, "csv: out of memory for a read buffer");
+    }
+    *iter = it;
+    return 0;
+}
+
+static void next_part(csv_iter *it)
+{
+    reader_close(&it->r);
+    it->part = it->part + it->step < it->part ? UINT64_MAX : it->part + it->step;
+}
+
+static int csv_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
+{
+    (void)ctx;
+    csv_iter *it = iter;
+    const csv_source *src = it->src;
+    const char *line;
+    size_t len;
+    int rc;
+    for (;;) {
+        if (it->r.f.fd < 0) {
+            if (it->part >= src->nparts)
+                return FERRY_END;
+            rc = reader_open(&it->r, src, it->part);
+            if (rc < 0) {
+                next_part(it);
+                return rc;
+            }
+            if (src->header) {
+                rc = reader_line(&it->r, &line, &len);
+                if (rc <= 0) { /* an error, or a file without even its header */
+                    next_part(it);
+                    if (rc < 0)
+                        return rc;
+                    continue;
+                }
+            }
+        }
+        rc = reader_line(&it->r, &line, &len);
+        if (rc == 1)
+            break;
+        /* a bad line or read ends this file; a skip policy goes on with the next */
+        next_part(it);
+        if (rc < 0)
+            return rc;
+    }
+    const size_t ncols = src->ncols;
+    void **dst = it->col_dst;
+    for (size_t c = 0; c < ncols; c++)
+        if (src->col_field[c] != NO_FIELD)
+            dst[c] = (char *)out->data[src->col_field[c]] + src->col_off[c];
+    ferry_csv_error e;
+    rc = ferry_csv_parse_row(src->parser, line, len, dst, &e);
+    if (rc < 0) {
+        char msg[FERRY_ERRMSG_MAX];
+        ferry__err_copy(msg);
+        return ferry__err(rc, "%s: line %llu%s%s", it->r.path, (unsigned long long)it->r.line,
+                          e.column ? ", " : ": ", msg);
+    }
+    return 0;
+}
+
+static void csv_destroy(void *self)
+{
+    csv_source *src = self;
+    if (!src)
+        return;
+    ferry_csv_parser_free(src->parser);
+    ferry__free(src->col_field);
+    ferry__free(src->col_off);
+    ferry__free(src->dir);
+    ferry__free(src->prefix);
+    ferry__free(src->suffix);
+    ferry__free(src);
+}
+
+static const ferry_stream_vtable csv_vtable = {csv_open, csv_next, csv_close, csv_destroy};
+
+/* ---- Finding the parts ---- */
+
+/* The part number of a name prefix + digits + suffix, where the digits are exactly
+ * what "%0*llu" writes: `digits` wide, wider only without a leading zero. */
+static bool match_part(const csv_source *src, const char *name, uint64_t *num)
+{
+    size_t pl = strlen(src->prefix), sl = strlen(src->suffix), nl = strlen(name);
+    if (nl < pl + src->digits + sl || memcmp(name, src->prefix, pl) ||
+        memcmp(name + nl - sl, src->suffix, sl))
+        return false;
+    const char *d = name + pl;
+    size_t dl = nl - pl - sl;
+    if (dl > 19 || (dl > src->digits && d[0] == '0'))
+        return false;
+    uint64_t v = 0;
+    for (size_t i = 0; i < dl; i++) {
+        if (d[i] < '0' || d[i] > '9')
+            return false;
+        v = v * 10 + (uint64_t)(d[i] - '0');
+    }
+    *num = v;
+    return true;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* "part-NNNNN.csv": the pattern, for messages. */
+static void pattern(const csv_source *src, char *out, size_t cap)
+{
+    char n[MAX_DIGITS + 1];
+    memset(n, 'N', src->digits);
+    n[src->digits] = 0;
+    snprintf(out, cap, "%s%s%s", src->prefix, n, src->suffix);
+}
+
+static int list_parts(csv_source *src)
+{
+    int rc = 0;
+    uint64_t *nums = NULL;
+    size_t n = 0, cap = 0;
+    char eb[128], pat[2 * MAX_AFFIX + MAX_DIGITS + 1];
+    pattern(src, pat, sizeof pat);
+    DIR *d = opendir(src->dir);
+    if (!d) {
+        int e = errno;
+        FERRY_FAIL(e == ENOENT || e == ENOTDIR ? FERRY_ENOENT : FERRY_EIO,
+                   "csv: cannot open the directory \"%s\": %s", src->dir,
+                   errno_text(e, eb, sizeof eb));
+    }
+    for (;;) {
+        errno = 0;
+        struct dirent *de = readdir(d);
+        if (!de) {
+            if (errno) {
+                int e = errno;
+                FERRY_FAIL(FERRY_EIO, "csv: cannot list the directory \"%s\": %s", src->dir,
+                           errno_text(e, eb, sizeof eb));
+            }
+            break;
+        }
+        uint64_t num;
+        if (!match_part(src, de->d_name, &num))
+            continue;
+        if (n == cap) {
+            size_t ncap = cap ? cap * 2 : 64;
+            uint64_t *p = ferry__realloc(nums, ncap * sizeof *nums);
+            if (!p)
+                FERRY_FAIL(FERRY_ENOMEM, "csv: out of memory listing \"%s\"", src->dir);
+            nums = p;
+            cap = ncap;
+        }
+        nums[n++] = num;
+    }
+    if (n == 0)
+        FERRY_FAIL(FERRY_ENOENT, "csv: the directory \"%s\" has no part files named %s", src->dir,
+                   pat);
+    qsort(nums, n, sizeof *nums, cmp_u64);
+    for (size_t i = 0; i < n; i++) {
+        if (nums[i] != i) {
+            char *missing = ferry__malloc(src->path_cap);
+            if (!missing)
+                FERRY_FAIL(FERRY_ENOMEM, "csv: out of memory");
+            part_name(src, i, missing, src->path_cap);
+            rc = ferry__err(FERRY_ENOENT,
+                            "csv: %s is missing: parts %s must be numbered from 0 without gaps "
+                            "(found %zu, the highest number %llu)",
+                            missing, pat, n, (unsigned long long)nums[n - 1]);
+            ferry__free(missing);
+            goto cleanup;
+        }
+    }
+    src->nparts = n;
+cleanup:
+    if (d)
+        closedir(d);
+    ferry__free(nums);
+    return rc;
+}
+
+/* The column count of part 0's first data row. */
+static int detect_cols(const csv_source *src, char delim, size_t *ncols)
+{
+    int rc = 0;
+    reader r = {.f = {.fd = -1}};
+    r.buf = ferry__malloc(READ_CAP);
+    r.path = ferry__malloc(src->path_cap);
+    if (!r.buf || !r.path)
+        FERRY_FAIL(FERRY_ENOMEM, "csv: out of memory for a read buffer");
+    FERRY_TRY(reader_open(&r, src, 0));
+    const char *line = NULL;
+    size_t len = 0;
+    for (int i = 0; i <= (src->header != 0); i++) {
+        FERRY_TRY(reader_line(&r, &line, &len));
+        if (rc == 0)
+            FERRY_FAIL(FERRY_ECORRUPT, "%s: no data row to take the column count from (set cols=N)",
+                       r.path);
+    }
+    size_t n = ferry_csv_count_columns(line, len, delim);
+    if (n == 0)
+        FERRY_FAIL(FERRY_ECORRUPT, "%s: line %llu: 0 columns (an empty row)", r.path,
+                   (unsigned long long)r.line);
+    if (n > FERRY_CSV_MAX_COLS)
+        FERRY_FAIL(FERRY_ECORRUPT, "%s: line %llu: %zu columns, over the limit of %zu", r.path,
+                   (unsigned long long)r.line, n, FERRY_CSV_MAX_COLS);
+    *ncols = n;
+    rc = 0;
+cleanup:
+    reader_close(&r);
+    ferry__free(r.buf);
+    ferry__free(r.path);
+    return rc;
+}
+
+/* ---- Fields ---- */
+
+typedef struct {
+    char name[FERRY_MAX_NAME];
+    uint64_t first, last;
+    bool scalar;
+    ferry_dtype dtype;
+} field_spec;
+
+static bool csv_dtype_ok(ferry_dtype dt)
+{
+    return dt == FERRY_F32 || dt == FERRY_F64 || dt == FERRY_I64;
+}
+
+static bool parse_col(const char *s, uint64_t *out)
+{
+    if (!*s || strlen(s) > 9)
+        return false;
+    uint64_t v = 0;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9')
+            return false;
+        v = v * 10 + (uint64_t)(*s - '0');
+    }
+    *out = v;
+    return true;
+}
+
+/* "NAME:COL[:DTYPE]" or "NAME:FIRST-LAST[:DTYPE]", separated by ';'. */
+static int parse_fields(const char *text, ferry_dtype dflt, field_spec *fs, int *nfs)
+{
+    int n = 0;
+    const char *s = text;
+    if (!*text)
+        return ferry__err(FERRY_EINVAL, "csv: fields is empty");
+    for (;;) {
+        const char *e = strchr(s, ';');
+        size_t len = e ? (size_t)(e - s) : strlen(s);
+        char item[256];
+        if (len == 0)
+            return ferry__err(FERRY_EINVAL, "csv: fields \"%.64s\": an empty item", text);
+        if (len >= sizeof item)
+            return ferry__err(FERRY_EINVAL, "csv: fields: item \"%.64s...\" is too long", s);
+        if (n == FERRY_MAX_FIELDS)
+            return ferry__err(FERRY_EINVAL, "csv: fields: more than %d", FERRY_MAX_FIELDS);
+        memcpy(item, s, len);
+        item[len] = 0;
+        field_spec *f = &fs[n];
+        memset(f, 0, sizeof *f);
+        char *c1 = strchr(item, ':');
+        if (!c1)
+            return ferry__err(FERRY_EINVAL,
+                              "csv: fields: \"%s\" is not NAME:COL or NAME:FIRST-LAST[:DTYPE]",
+                              item);
+        *c1 = 0;
+        char *cols = c1 + 1, *c2 = strchr(cols, ':'), *dt = NULL;
+        if (c2) {
+            *c2 = 0;
+            dt = c2 + 1;
+        }
+        size_t nl = strlen(item);
+        if (nl == 0 || nl >= FERRY_MAX_NAME)
+            return ferry__err(FERRY_EINVAL, "csv: fields: a name must be 1..%d bytes (\"%.64s\")",
+                              FERRY_MAX_NAME - 1, item);
+        memcpy(f->name, item, nl + 1);
+        char *dash = strchr(cols, '-');
+        if (dash)
+            *dash = 0;
+        if (!parse_col(cols, &f->first) || (dash && !parse_col(dash + 1, &f->last)))
+            return ferry__err(FERRY_EINVAL,
+                              "csv: field \"%s\": columns must be COL or FIRST-LAST (numbers from "
+                              "0)",
+                              f->name);
+        f->scalar = !dash;
+        if (!dash)
+            f->last = f->first;
+        if (f->last < f->first)
+            return ferry__err(FERRY_EINVAL, "csv: field \"%s\": columns %llu-%llu run backwards",
+                              f->name, (unsigned long long)f->first, (unsigned long long)f->last);
+        f->dtype = dflt;
+        if (dt) {
+            f->dtype = ferry_dtype_from_name(dt);
+            if (!csv_dtype_ok(f->dtype))
+                return ferry__err(FERRY_EINVAL,
+                                  "csv: field \"%s\": dtype \"%.32s\" is not f32, f64 or i64",
+                                  f->name, dt);
+        }
+        n++;
+        if (!e)
+            break;
+        s = e + 1;
+    }
+    *nfs = n;
+    return 0;
+}
+
+/* Maps columns to fields and builds the schema and the parser. */
+static int build_layout(csv_source *src, char delim, const field_spec *fs, int nfs,
+                        ferry_field *fields)
+{
+    int rc = 0;
+    ferry_dtype *col_dtype = NULL;
+    const size_t ncols = src->ncols;
+    src->col_field = ferry__malloc(ncols);
+    src->col_off = ferry__calloc(ncols, sizeof *src->col_off);
+    col_dtype = ferry__calloc(ncols, sizeof *col_dtype);
+    if (!src->col_field || !src->col_off || !col_dtype)
+        FERRY_FAIL(FERRY_ENOMEM, "csv: out of memory for %zu columns", ncols);
+    memset(src->col_field, NO_FIELD, ncols);
+    for (int i = 0; i < nfs; i++) {
+        const field_spec *f = &fs[i];
+        if (f->last >= ncols)
+            FERRY_FAIL(FERRY_EINVAL,
+                       "csv: field \"%s\": column %llu is past the last column (%zu columns, "
+                       "numbered from 0)",
+                       f->name, (unsigned long long)f->last, ncols);
+        size_t size = ferry_dtype_size(f->dtype);
+        for (uint64_t c = f->first; c <= f->last; c++) {
+            if (src->col_field[c] != NO_FIELD)
+                FERRY_FAIL(FERRY_EINVAL, "csv: column %llu is in both fields \"%s\" and \"%s\"",
+                           (unsigned long long)c, fs[src->col_field[c]].name, f->name);
+            src->col_field[c] = (uint8_t)i;
+            src->col_off[c] = (uint32_t)((c - f->first) * size);
+            col_dtype[c] = f->dtype;
+        }
+        ferry_field *o = &fields[i];
+        memset(o, 0, sizeof *o);
+        memcpy(o->name, f->name, sizeof o->name);
+        o->dtype = f->dtype;
+        o->ndim = f->scalar ? 0 : 1;
+        o->shape[0] = f->scalar ? 0 : (int64_t)(f->last - f->first + 1);
+    }
+    FERRY_TRY(ferry_csv_parser_create(&src->parser, delim, ncols, col_dtype));
+cleanup:
+    ferry__free(col_dtype);
+    return rc;
+}
+
+/* ---- Construction ---- */
+
+void ferry_csv_opts_default(ferry_csv_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->prefix = "part-";
+    o->digits = 5;
+    o->suffix = "";
+    o->delim = ',';
+    o->header = 0;
+    o->dtype = FERRY_F32;
+    o->fields = NULL;
+    o->cols = 0;
+}
+
+static int check_affix(const char *what, const char *s)
+{
+    if (strlen(s) > MAX_AFFIX)
+        return ferry__err(FERRY_EINVAL, "csv: %s is longer than %d bytes", what, MAX_AFFIX);
+    if (strchr(s, '/'))
+        return ferry__err(FERRY_EINVAL, "csv: %s \"%s\" holds a '/'", what, s);
+    return 0;
+}
+
+int ferry_stream_csv(ferry_stream **out, const ferry_csv_opts *o)
+{
+    int rc = 0;
+    csv_source *src = NULL;
+    field_spec *fs = NULL;
+    int nfs = 0;
+    *out = NULL;
+    if (!o || !o->dir || !*o->dir)
+        FERRY_FAIL(FERRY_EINVAL, "csv: dir is %s", o && o->dir ? "empty" : "NULL");
+    const char *prefix = o->prefix ? o->prefix : "part-";
+    const char *suffix = o->suffix ? o->suffix : "";
+    unsigned digits = o->digits ? o->digits : 5;
+    char delim = o->delim ? o->delim : ',';
+    ferry_dtype dtype = o->dtype ? o->dtype : FERRY_F32;
+    FERRY_TRY(check_affix("prefix", prefix));
+    FERRY_TRY(check_affix("suffix", suffix));
+    if (digits > MAX_DIGITS)
+        FERRY_FAIL(FERRY_EINVAL, "csv: digits %u is outside [1, %d]", digits, MAX_DIGITS);
+    if (!ferry__csv_delim_ok(delim))
+        FERRY_FAIL(FERRY_EINVAL,
+                   "csv: delimiter 0x%02x is not a tab, a space or a printable character "
+                   "outside letters, digits, '+', '-' and '.'",
+                   (unsigned char)delim);
+    if (!csv_dtype_ok(dtype))
+        FERRY_FAIL(FERRY_EINVAL, "csv: dtype %s is not float32, float64 or int64",
+                   ferry_dtype_name(dtype));
+    if (o->cols > FERRY_CSV_MAX_COLS)
+        FERRY_FAIL(FERRY_EINVAL, "csv: cols %llu is outside [1, %zu] (0: from the first row)",
+                   (unsigned long long)o->cols, FERRY_CSV_MAX_COLS);
+    fs = ferry__malloc(FERRY_MAX_FIELDS * sizeof *fs);
+    if (!fs)
+        FERRY_FAIL(FERRY_ENOMEM, "csv: out of memory");
+    if (o->fields) {
+        FERRY_TRY(parse_fields(o->fields, dtype, fs, &nfs));
+    } else {
+        memset(&fs[0], 0, sizeof fs[0]);
+        strcpy(fs[0].name, "data");
+        fs[0].dtype = dtype;
+        nfs = 1; /* its columns are set once the count is known */
+    }
+
+    src = ferry__calloc(1, sizeof *src);
+    if (!src)
+        FERRY_FAIL(FERRY_ENOMEM, "csv: out of memory");
+    src->dir = ferry__strdup(o->dir);
+    src->prefix = ferry__strdup(prefix);
+    src->suffix = ferry__strdup(suffix);
+    if (!src->dir || !src->prefix || !src->suffix)
+        FERRY_FAIL(FERRY_ENOMEM, "csv: out of memory");
+    src->digits = digits;
+    src->header = o->header != 0;
+    /* dir '/' prefix, at most 19 digits (see match_part), suffix, NUL */
+    src->path_cap = strlen(o->dir) + 1 + strlen(prefix) + 19 + strlen(suffix) + 1;
+    FERRY_TRY(list_parts(src));
+    if (o->cols)
+        src->ncols = (size_t)o->cols;
+    else
+        FERRY_TRY(detect_cols(src, delim, &src->ncols));
+    if (!o->fields)
+        fs[0].last = src->ncols - 1;
+    ferry_field fields[FERRY_MAX_FIELDS];
+    FERRY_TRY(build_layout(src, delim, fs, nfs, fields));
+    ferry__free(fs);
+    /* owns src from here, also when it fails */
+    return ferry_stream_create(out, &csv_vtable, src, fields, nfs);
+cleanup:
+    ferry__free(fs);
+    csv_destroy(src);
+    return rc;
+}
+
+/* ---- "csv:DIR,key=value,..." ---- */
+
+static int spec_delim(const char *v, char *out)
+{
+    static const struct {
+        const char *name;
+        char c;
+    } names[] = {{"comma", ','}, {"tab", '\t'}, {"space", ' '}, {"semicolon", ';'}, {"pipe", '|'}};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        if (!strcmp(v, names[i].name)) {
+            *out = names[i].c;
+            return 0;
+        }
+    }
+    if (strlen(v) == 1 && ferry__csv_delim_ok(v[0])) {
+        *out = v[0];
+        return 0;
+    }
+    return ferry__err(FERRY_EINVAL,
+                      "source csv: delim=\"%.64s\" is not comma, tab, space, semicolon, pipe or "
+                      "one printable character other than a letter, digit, '+', '-' or '.'",
+                      v);
+}
+
+int ferry__csv_open_spec(ferry_stream **out, ferry__spec *s)
+{
+    int rc = 0;
+    ferry_csv_opts o;
+    *out = NULL;
+    ferry_csv_opts_default(&o);
+    o.dir = s->location;
+    if (!*o.dir)
+        return ferry__err(FERRY_EINVAL, "source csv: DIR is empty");
+    const char *v;
+    uint64_t digits = o.digits;
+    if ((v = ferry__spec_str(s, "prefix")))
+        o.prefix = v;
+    if ((v = ferry__spec_str(s, "suffix")))
+        o.suffix = v;
+    FERRY_TRY(ferry__spec_u64(s, "digits", 1, MAX_DIGITS, &digits));
+    o.digits = (uint32_t)digits;
+    if ((v = ferry__spec_str(s, "delim")))
+        FERRY_TRY(spec_delim(v, &o.delim));
+    FERRY_TRY(ferry__spec_bool(s, "header", &o.header));
+    if ((v = ferry__spec_str(s, "dtype"))) {
+        o.dtype = ferry_dtype_from_name(v);
+        if (!csv_dtype_ok(o.dtype))
+            FERRY_FAIL(FERRY_EINVAL, "source csv: dtype=\"%.64s\" is not f32, f64 or i64", v);
+    }
+    o.fields = ferry__spec_str(s, "fields");
+    FERRY_TRY(ferry__spec_u64(s, "cols", 1, FERRY_CSV_MAX_COLS, &o.cols));
+    FERRY_TRY(ferry__spec_check_used(s));
+    return ferry_stream_csv(out, &o);
+cleanup:
+    return rc;
+}

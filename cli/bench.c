@@ -5,6 +5,9 @@
 #include "cli.h"
 
 #include <getopt.h>
+
+/* Streams are read as this many shards by default, whatever --workers says. */
+#define STREAM_SHARDS 4
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +24,9 @@ static void bench_usage(FILE *f)
             "      Philox rounds of CPU per sample; var=N adds a variable-length field up to N;\n"
             "      fail_every=N makes every N-th sample fail; pool=N copies each sample's data\n"
             "      from N precomputed in memory instead of generating it\n"
+            "  lines:FILE[,max=N][,build=1][,io=mmap|pread]  one sample per line (ferry index)\n"
+            "  csv:DIR[,prefix=part-][,digits=5][,delim=,][,header=1][,dtype=f32][,fields=..]\n"
+            "      numeric CSV part files, read as a stream\n"
             "\n"
             "options:\n"
             "  --batch N         samples per batch, 1..16777216 (default 64)\n"
@@ -41,6 +47,8 @@ static void bench_usage(FILE *f)
             "  --digest          hash every batch's bytes in delivery order (adds 'digest')\n"
             "  --json            print the summary as one JSON object on stdout\n"
             "  --no-progress     no progress bar\n"
+            "  --stream-shards N a stream source is read as N shards in parallel, 1..65536\n"
+            "                    (default 4; fixed, so the batches do not depend on --workers)\n"
             "  -h, --help        this text\n");
 }
 
@@ -92,7 +100,8 @@ int cmd_bench(int argc, char **argv)
         O_BUDGET,
         O_DIGEST,
         O_JSON,
-        O_NOPROG
+        O_NOPROG,
+        O_SHARDS
     };
     static const struct option opts[] = {{"batch", required_argument, 0, O_BATCH},
                                          {"workers", required_argument, 0, O_WORKERS},
@@ -110,6 +119,7 @@ int cmd_bench(int argc, char **argv)
                                          {"digest", no_argument, 0, O_DIGEST},
                                          {"json", no_argument, 0, O_JSON},
                                          {"no-progress", no_argument, 0, O_NOPROG},
+                                         {"stream-shards", required_argument, 0, O_SHARDS},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     ferry_loader_opts o;
@@ -196,6 +206,11 @@ int cmd_bench(int argc, char **argv)
         case O_NOPROG:
             progress = false;
             break;
+        case O_SHARDS:
+            if (!cli_u64("--stream-shards", optarg, 1, 65536, &v))
+                return EXIT_USAGE;
+            o.stream_shards = (uint32_t)v;
+            break;
         case 'h':
             bench_usage(stdout);
             return 0;
@@ -214,12 +229,13 @@ int cmd_bench(int argc, char **argv)
 
     int rc, status = 0;
     ferry_dataset *ds = NULL;
+    ferry_stream *stream = NULL;
     ferry_sampler *sampler = NULL;
     ferry_loader *l = NULL;
     uint64_t t0 = ferry_now_ns(), t_first = 0, samples = 0, batches = 0, h = 0xcbf29ce484222325ull;
     char errbuf[1024] = "";
 
-    if ((rc = ferry_dataset_open(&ds, spec)) < 0) {
+    if ((rc = ferry_source_open(spec, &ds, &stream)) < 0) {
         status = cli_error(EXIT_USAGE, "%s", ferry_last_errmsg());
         goto done;
     }
@@ -240,7 +256,11 @@ int cmd_bench(int argc, char **argv)
                            (long long)rank, (long long)world - 1, (long long)world);
         goto done;
     }
-    if (world > 1) {
+    if (stream && !o.stream_shards)
+        o.stream_shards = STREAM_SHARDS; /* fixed, so the batches do not depend on --workers */
+    o.rank = rank;
+    o.world_size = world;
+    if (world > 1 && ds) {
         ferry_distributed_opts d = {
             ferry_dataset_len(ds), rank, world, o.shuffle, o.seed, o.drop_last};
         if ((rc = ferry_sampler_distributed(&sampler, &d)) < 0) {
@@ -250,11 +270,12 @@ int cmd_bench(int argc, char **argv)
         o.sampler = sampler;
     }
     t0 = ferry_now_ns();
-    if ((rc = ferry_loader_create(&l, ds, &o)) < 0) {
+    if ((rc = ds ? ferry_loader_create(&l, ds, &o) : ferry_loader_create_stream(&l, stream, &o)) <
+        0) {
         status = cli_error(EXIT_USAGE, "%s", ferry_last_errmsg());
         goto done;
     }
-    uint64_t per_epoch = ferry_loader_len(l);
+    uint64_t per_epoch = ds ? ferry_loader_len(l) : 0; /* a stream's length is unknown */
     cli_progress bar;
     cli_progress_start(&bar, "bench", per_epoch * epochs, progress);
     for (uint64_t e = 0; e < epochs && status == 0; e++) {
@@ -343,6 +364,7 @@ int cmd_bench(int argc, char **argv)
 done:
     ferry_loader_free(l);
     ferry_sampler_free(sampler);
+    ferry_stream_free(stream);
     ferry_dataset_free(ds);
     return status;
 }

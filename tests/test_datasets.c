@@ -7,6 +7,8 @@
 #include <ferry/ferry.h>
 #include "core/internal.h"
 
+#include <sys/stat.h>
+
 static int destroyed;
 
 static uint64_t one_len(void *self)
@@ -292,4 +294,56 @@ TEST(synthetic_failures_and_limits)
         }
         CHECK_RC(rc, FERRY_ENOMEM);
     }
+}
+
+TEST(a_folder_of_files_in_the_imagefolder_layout)
+{
+    char dir[256], path[512], spec[600];
+    const char *t = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/ferry-files-XXXXXX", t ? t : "/tmp");
+    CHECK(mkdtemp(dir) != NULL);
+    static const char *files[] = {"zebra/b.JPG", "zebra/a.jpg", "ant/x.png", "ant/skip.txt",
+                                  "top.jpg"};
+    snprintf(path, sizeof path, "%s/zebra", dir);
+    CHECK(mkdir(path, 0755) == 0);
+    snprintf(path, sizeof path, "%s/ant", dir);
+    CHECK(mkdir(path, 0755) == 0);
+    for (int i = 0; i < 5; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        FILE *f = fopen(path, "w");
+        fprintf(f, "contents of %s", files[i]);
+        fclose(f);
+    }
+    ferry_dataset *ds;
+    snprintf(spec, sizeof spec, "files:%s,ext=jpg;png", dir);
+    CHECK_OK(ferry_dataset_open(&ds, spec));
+    CHECK_U64(ferry_dataset_len(ds), 4); /* skip.txt is filtered out */
+    /* sorted by path; ant is class 0, zebra class 1, top-level files -1 */
+    static const char *want[] = {"ant/x.png", "top.jpg", "zebra/a.jpg", "zebra/b.JPG"};
+    static const int64_t labels[] = {0, -1, 1, 1};
+    ferry_ctx *ctx;
+    CHECK_OK(ferry_ctx_create(&ctx, 0, 0));
+    for (uint64_t i = 0; i < 4; i++) {
+        char data[64] = {0}, p[1024] = {0}, expect[64];
+        int64_t label, lens[3];
+        void *ptrs[3] = {data, p, &label};
+        ferry_sample s = {3, ptrs, lens};
+        CHECK_OK(ferry_dataset_get(ds, i, &s, ctx));
+        CHECK(!strcmp(p, want[i]));
+        CHECK_EQ(label, labels[i]);
+        snprintf(expect, sizeof expect, "contents of %s", want[i]);
+        CHECK_EQ(lens[0], strlen(expect));
+        CHECK(!memcmp(data, expect, strlen(expect)));
+    }
+    ferry_ctx_free(ctx);
+    ferry_dataset_free(ds);
+    snprintf(spec, sizeof spec, "files:%s,ext=gif", dir);
+    CHECK_RC(ferry_dataset_open(&ds, spec), FERRY_ENOENT);
+    CHECK_CONTAINS(ferry_last_errmsg(), "no files with extension gif");
+    snprintf(spec, sizeof spec, "files:%s,max=5", dir);
+    CHECK_RC(ferry_dataset_open(&ds, spec), FERRY_EOVERFLOW);
+    CHECK_CONTAINS(ferry_last_errmsg(), "over max=5");
+    CHECK_RC(ferry_dataset_open(&ds, "files:/nonexistent/dir"), FERRY_ENOENT);
+    snprintf(path, sizeof path, "rm -rf '%s'", dir);
+    CHECK(system(path) == 0);
 }

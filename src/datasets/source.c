@@ -158,13 +158,15 @@ int ferry_source_open(const char *spec, ferry_dataset **ds, ferry_stream **st)
             rc = open_synthetic(ds, s);
         else if (!strcmp(s->kind, "lines"))
             rc = ferry__lines_open_spec(ds, s);
+        else if (!strcmp(s->kind, "files"))
+            rc = ferry__files_open_spec(ds, s);
         else if (!strcmp(s->kind, "csv"))
             rc = st ? ferry__csv_open_spec(st, s)
                     : ferry__err(FERRY_EINVAL,
                                  "source csv: a stream; open it with ferry_source_open");
         else
             rc = ferry__err(FERRY_EINVAL,
-                            "source: unknown kind \"%.64s\" (known: synthetic, lines, csv)",
+                            "source: unknown kind \"%.64s\" (known: synthetic, lines, files, csv)",
                             s->kind);
     }
     ferry__free(s);

@@ -20,7 +20,7 @@ build: deps
 	@cmake --build $(BUILD) -j$(JOBS)
 
 run: build
-	@scripts/demo.sh $(BUILD)/ferry
+	@scripts/demo.sh $(BUILD)/ferry $(BUILD)/demo
 
 test: deps test-release test-asan test-tsan
 

@@ -13,8 +13,8 @@ static void print_text(const uint8_t *p, size_t n, bool json)
             printf("\\%c", c);
         else if (c == '\n')
             fputs("\\n", stdout);
-        else if (c == '\t' && json)
-            fputs("\\t", stdout);
+        else if (c == '\t')
+            fputs(json ? "\\t" : "\t", stdout);
         else if (c < 0x20 || c == 0x7f)
             printf(json ? "\\u%04x" : "\\x%02x", c);
         else

@@ -183,7 +183,9 @@ FERRY_API int ferry_dataset_synthetic(ferry_dataset **out, const ferry_synthetic
  * every file under DIR (sorted by path) is a sample with "data" (its bytes, variable
  * up to the largest file or max), "path" (relative, up to 1023 bytes) and "label"
  * (int64: the position of its top-level subdirectory among the sorted ones, the
- * torchvision ImageFolder layout; -1 for files directly in DIR). Unknown kinds and keys are
+ * torchvision ImageFolder layout; -1 for files directly in DIR), and
+ * "lmdb:PATH[,db=NAME][,datum=auto|1|0][,max=N][,lock=0|1]" (ferry/lmdb.h: Caffe
+ * Datum values decode to "data", "label" and "float_data"). Unknown kinds and keys are
  * FERRY_EINVAL naming them. */
 FERRY_API int ferry_dataset_open(ferry_dataset **out, const char *spec);
 

@@ -15,5 +15,6 @@
 #include "lines.h"
 #include "stream.h"
 #include "csv.h"
+#include "lmdb.h"
 
 #endif /* FERRY_H */

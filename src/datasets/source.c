@@ -4,6 +4,7 @@
  */
 #include "dataset_internal.h"
 #include "csv_internal.h"
+#include "lmdb_internal.h"
 
 #include <string.h>
 
@@ -158,6 +159,8 @@ int ferry_source_open(const char *spec, ferry_dataset **ds, ferry_stream **st)
             rc = open_synthetic(ds, s);
         else if (!strcmp(s->kind, "lines"))
             rc = ferry__lines_open_spec(ds, s);
+        else if (!strcmp(s->kind, "lmdb"))
+            rc = ferry__lmdb_open_spec(ds, s);
         else if (!strcmp(s->kind, "files"))
             rc = ferry__files_open_spec(ds, s);
         else if (!strcmp(s->kind, "csv"))
@@ -166,7 +169,7 @@ int ferry_source_open(const char *spec, ferry_dataset **ds, ferry_stream **st)
                                  "source csv: a stream; open it with ferry_source_open");
         else
             rc = ferry__err(FERRY_EINVAL,
-                            "source: unknown kind \"%.64s\" (known: synthetic, lines, files, csv)",
+                            "source: unknown kind \"%.64s\" (known: synthetic, lines, files, lmdb, csv)",
                             s->kind);
     }
     ferry__free(s);

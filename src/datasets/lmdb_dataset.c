@@ -1,0 +1,285 @@
+/*
+ * The lmdb dataset: sample i is entry i of an LMDB database, in key order. The
+ * entries are located once at open (lmdb_env.c); get copies a value out of the
+ * map into the batch slot, decoding a Caffe Datum on the way, with no LMDB call
+ * and no allocation.
+ */
+#include "lmdb_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define DEFAULT_MAX_LEN ((uint64_t)1 << 20)
+#define MAX_MAX_LEN ((uint64_t)1 << 30)
+
+typedef struct lmdb_ds {
+    ferry__lmdb_reader *r;
+    bool datum, encoded;
+    int f_data, f_label, f_float; /* field numbers, -1 when absent */
+    int32_t c, h, w;
+    size_t nfloat;
+    uint64_t max_len;
+} lmdb_ds;
+
+static uint64_t lmdb_len(void *self)
+{
+    return ((lmdb_ds *)self)->r->n;
+}
+
+/* Sets the thread's message for entry i and returns rc. */
+static int entry_err(const lmdb_ds *d, uint64_t i, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int entry_err(const lmdb_ds *d, uint64_t i, int rc, const char *fmt, ...)
+{
+    char key[96], what[FERRY_ERRMSG_MAX];
+    const ferry__lmdb_entry *e = &d->r->e[i];
+    ferry__lmdb_key_repr(key, sizeof key, e->key, e->klen);
+    if (!fmt)
+        return ferry__err_prefix(rc, "%s: entry %llu (key \"%s\")", d->r->path,
+                                 (unsigned long long)i, key);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return ferry__err(rc, "%s: entry %llu (key \"%s\"): %s", d->r->path, (unsigned long long)i, key,
+                      what);
+}
+
+static int get_datum(const lmdb_ds *d, uint64_t i, ferry_sample *out)
+{
+    const ferry__lmdb_entry *e = &d->r->e[i];
+    ferry_datum dt;
+    int rc = ferry_datum_decode(e->val, e->vlen, &dt);
+    if (rc < 0)
+        return entry_err(d, i, rc, NULL);
+    if (d->f_data >= 0) {
+        if (d->encoded) {
+            if (!dt.encoded)
+                return entry_err(d, i, FERRY_ECORRUPT,
+                                 "raw %dx%dx%d pixels, but the first entry is encoded", dt.channels,
+                                 dt.height, dt.width);
+            if (dt.data_size > d->max_len)
+                return entry_err(d, i, FERRY_EOVERFLOW,
+                                 "the encoded image is %zu bytes, over max %llu", dt.data_size,
+                                 (unsigned long long)d->max_len);
+            out->length[d->f_data] = (int64_t)dt.data_size;
+        } else if (dt.encoded || dt.channels != d->c || dt.height != d->h || dt.width != d->w ||
+                   dt.data_size != (size_t)d->c * (size_t)d->h * (size_t)d->w) {
+            return entry_err(d, i, FERRY_ECORRUPT,
+                             "%s [%d, %d, %d] (%zu data bytes), but the first entry's is "
+                             "[%d, %d, %d]",
+                             dt.encoded ? "encoded, shape" : "shape", dt.channels, dt.height,
+                             dt.width, dt.data_size, d->c, d->h, d->w);
+        }
+        if (dt.data_size) /* an encoded Datum may have no data at all (NULL) */
+            memcpy(out->data[d->f_data], dt.data, dt.data_size);
+    }
+    int64_t label = dt.label;
+    memcpy(out->data[d->f_label], &label, sizeof label);
+    if (d->f_float >= 0) {
+        if (dt.float_count != d->nfloat)
+            return entry_err(d, i, FERRY_ECORRUPT,
+                             "%zu float_data values, but the first entry has %zu", dt.float_count,
+                             d->nfloat);
+        ferry_datum_floats(&dt, out->data[d->f_float], d->nfloat);
+    }
+    return 0;
+}
+
+static int lmdb_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
+{
+    const lmdb_ds *d = self;
+    if (d->datum)
+        return get_datum(d, i, out);
+    const ferry__lmdb_entry *e = &d->r->e[i];
+    if (e->vlen > d->max_len)
+        return entry_err(d, i, FERRY_EOVERFLOW, "the value is %zu bytes, over max %llu", e->vlen,
+                         (unsigned long long)d->max_len);
+    memcpy(out->data[0], e->key, e->klen);
+    out->length[0] = (int64_t)e->klen;
+    if (e->vlen)
+        memcpy(out->data[1], e->val, e->vlen);
+    out->length[1] = (int64_t)e->vlen;
+    return 0;
+}
+
+/* soon: pull the entries and their values' first lines into the cache; later
+ * batches: ask the kernel to read the values' pages ahead (a database larger
+ * than memory). */
+static void lmdb_hint(void *self, const uint64_t *indices, size_t count, int soon)
+{
+    const lmdb_ds *d = self;
+    const ferry__lmdb_reader *r = d->r;
+    for (size_t k = 0; k < count; k++) {
+        if (indices[k] >= r->n)
+            continue;
+        const ferry__lmdb_entry *e = &r->e[indices[k]];
+        if (soon) {
+            __builtin_prefetch(e->val);
+            continue;
+        }
+        uintptr_t a = (uintptr_t)e->val, page = 4096;
+        if (e->vlen)
+            madvise((void *)(a & ~(page - 1)), e->vlen + (a & (page - 1)), MADV_WILLNEED);
+    }
+}
+
+static void lmdb_destroy(void *self)
+{
+    lmdb_ds *d = self;
+    ferry__lmdb_reader_free(d->r);
+    ferry__free(d);
+}
+
+static const ferry_dataset_vtable lmdb_vtable = {
+    .len = lmdb_len, .get = lmdb_get, .destroy = lmdb_destroy, .hint = lmdb_hint};
+
+void ferry_lmdb_opts_default(ferry_lmdb_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->datum = FERRY_LMDB_DATUM_AUTO;
+    o->max_len = DEFAULT_MAX_LEN;
+}
+
+static void add_field(ferry_field *f, int *n, const char *name, ferry_dtype dt, int ndim,
+                      const int64_t *shape, int variable)
+{
+    ferry_field *x = &f[(*n)++];
+    memset(x, 0, sizeof *x);
+    snprintf(x->name, sizeof x->name, "%s", name);
+    x->dtype = dt;
+    x->ndim = ndim;
+    for (int k = 0; k < ndim; k++)
+        x->shape[k] = shape[k];
+    x->variable = variable;
+}
+
+int ferry_dataset_lmdb(ferry_dataset **out, const ferry_lmdb_opts *o)
+{
+    int rc = 0;
+    *out = NULL;
+    if (!o || !o->path)
+        return ferry__err(FERRY_EINVAL, "lmdb: path is NULL");
+    uint64_t max_len = o->max_len ? o->max_len : DEFAULT_MAX_LEN;
+    if (max_len > MAX_MAX_LEN)
+        return ferry__err(FERRY_EINVAL, "lmdb: max_len %llu is outside [1, %llu]",
+                          (unsigned long long)max_len, (unsigned long long)MAX_MAX_LEN);
+    if (o->datum < FERRY_LMDB_DATUM_AUTO || o->datum > FERRY_LMDB_DATUM_OFF)
+        return ferry__err(FERRY_EINVAL, "lmdb: datum %d is not AUTO (0), ON (1) or OFF (2)",
+                          o->datum);
+    lmdb_ds *d = ferry__calloc(1, sizeof *d);
+    if (!d)
+        return ferry__err(FERRY_ENOMEM, "lmdb: out of memory");
+    d->max_len = max_len;
+    d->f_data = d->f_label = d->f_float = -1;
+    FERRY_TRY(ferry__lmdb_reader_open(&d->r, o->path, o->db, o->lock));
+    ferry_field f[3];
+    int nf = 0;
+    ferry_datum first;
+    memset(&first, 0, sizeof first);
+    if (o->datum == FERRY_LMDB_DATUM_ON && d->r->n == 0)
+        FERRY_FAIL(FERRY_EINVAL,
+                   "%s: datum=1, but the database is empty (no first entry to "
+                   "take the shape from)",
+                   d->r->path);
+    if (o->datum != FERRY_LMDB_DATUM_OFF && d->r->n > 0) {
+        rc = ferry_datum_decode(d->r->e[0].val, d->r->e[0].vlen, &first);
+        if (rc < 0 && o->datum == FERRY_LMDB_DATUM_ON) {
+            char key[96];
+            ferry__lmdb_key_repr(key, sizeof key, d->r->e[0].key, d->r->e[0].klen);
+            rc = ferry__err_prefix(rc, "%s: entry 0 (key \"%s\") is not a Caffe Datum", d->r->path,
+                                   key);
+            goto cleanup;
+        }
+        d->datum = rc == 0 && (o->datum == FERRY_LMDB_DATUM_ON || first.data_size > 0 ||
+                               first.float_count > 0);
+        rc = 0;
+    }
+    if (d->datum) {
+        if (first.data_size > 0 || first.encoded) {
+            d->f_data = nf;
+            if (first.encoded) {
+                d->encoded = true;
+                int64_t shape[1] = {(int64_t)max_len};
+                add_field(f, &nf, "data", FERRY_U8, 1, shape, 1);
+            } else {
+                d->c = first.channels;
+                d->h = first.height;
+                d->w = first.width;
+                int64_t shape[3] = {d->c, d->h, d->w};
+                add_field(f, &nf, "data", FERRY_U8, 3, shape, 0);
+            }
+        }
+        d->f_label = nf;
+        add_field(f, &nf, "label", FERRY_I64, 0, NULL, 0);
+        if (first.float_count > 0) {
+            d->f_float = nf;
+            d->nfloat = first.float_count;
+            int64_t shape[1] = {(int64_t)first.float_count};
+            add_field(f, &nf, "float_data", FERRY_F32, 1, shape, 0);
+        }
+    } else {
+        int64_t kshape[1] = {d->r->max_klen ? (int64_t)d->r->max_klen : 1};
+        int64_t vshape[1] = {(int64_t)max_len};
+        add_field(f, &nf, "key", FERRY_U8, 1, kshape, 1);
+        add_field(f, &nf, "value", FERRY_U8, 1, vshape, 1);
+    }
+    return ferry_dataset_create(out, &lmdb_vtable, d, f, nf);
+cleanup:
+    lmdb_destroy(d);
+    return rc;
+}
+
+int ferry_lmdb_entry(const ferry_dataset *ds, uint64_t i, const void **key, size_t *klen,
+                     const void **val, size_t *vlen)
+{
+    if (!ds || ds->vt != &lmdb_vtable)
+        return ferry__err(FERRY_EINVAL, "lmdb: not an lmdb dataset");
+    const ferry__lmdb_reader *r = ((const lmdb_ds *)ds->self)->r;
+    if (i >= r->n)
+        return ferry__err(FERRY_ERANGE, "%s: entry %llu is past the end (%llu entries)", r->path,
+                          (unsigned long long)i, (unsigned long long)r->n);
+    const ferry__lmdb_entry *e = &r->e[i];
+    if (key)
+        *key = e->key;
+    if (klen)
+        *klen = e->klen;
+    if (val)
+        *val = e->val;
+    if (vlen)
+        *vlen = e->vlen;
+    return 0;
+}
+
+int ferry__lmdb_open_spec(ferry_dataset **out, ferry__spec *s)
+{
+    ferry_lmdb_opts o;
+    ferry_lmdb_opts_default(&o);
+    o.path = s->location;
+    o.db = ferry__spec_str(s, "db");
+    const char *datum = ferry__spec_str(s, "datum");
+    uint64_t max = o.max_len;
+    int rc, lock = 0;
+    if ((rc = ferry__spec_u64(s, "max", 1, MAX_MAX_LEN, &max)) < 0 ||
+        (rc = ferry__spec_bool(s, "lock", &lock)) < 0 || (rc = ferry__spec_check_used(s)) < 0)
+        return rc;
+    if (!datum || !strcmp(datum, "auto"))
+        o.datum = FERRY_LMDB_DATUM_AUTO;
+    else if (!strcmp(datum, "1") || !strcmp(datum, "true") || !strcmp(datum, "yes") ||
+             !strcmp(datum, "on"))
+        o.datum = FERRY_LMDB_DATUM_ON;
+    else if (!strcmp(datum, "0") || !strcmp(datum, "false") || !strcmp(datum, "no") ||
+             !strcmp(datum, "off"))
+        o.datum = FERRY_LMDB_DATUM_OFF;
+    else
+        return ferry__err(FERRY_EINVAL, "source %s: datum=\"%.32s\" is not auto, 1 or 0", s->kind,
+                          datum);
+    if (o.db && !*o.db)
+        return ferry__err(FERRY_EINVAL, "source %s: db= is empty", s->kind);
+    if (!*o.path)
+        return ferry__err(FERRY_EINVAL, "source %s: PATH is empty", s->kind);
+    o.max_len = max;
+    o.lock = lock;
+    return ferry_dataset_lmdb(out, &o);
+}

@@ -96,7 +96,7 @@ static int walk(const uint8_t *p, size_t n, ferry_datum *d, uint8_t *fdst, size_
             if (field == 7) {
                 d->encoded = v != 0;
             } else if (known) {
-                int32_t x;
+                int32_t x = 0;
                 if ((rc = to_int32(v, at, field, &x)) < 0)
                     return rc;
                 if (field == 5) {

@@ -93,8 +93,13 @@ FERRY_API int ferry_loader_start(ferry_loader *l, uint64_t epoch, uint64_t first
 /* The next batch: 0 and *out set; FERRY_END when the epoch is over (until the next
  * ferry_loader_start); or an error: a sample that failed (its index and message),
  * FERRY_EBUDGET, FERRY_ETIMEDOUT (naming the batch and the samples outstanding),
- * FERRY_ECANCELED. After an error other than FERRY_ETIMEDOUT the epoch is over.
- * The batch is the caller's until ferry_batch_release. */
+ * FERRY_ECANCELED, or FERRY_ESTATE when the caller holds every buffer of the pool.
+ * After an error other than FERRY_ETIMEDOUT and FERRY_ESTATE the epoch is over.
+ * With num_workers 0 the caller's thread does the work inside this call, so there
+ * is no one to time out: timeout_ms applies to workers. Batch numbers follow the
+ * sampler's positions, so a batch that ends up empty (every sample skipped, or a
+ * stream's tail) leaves its number unused. The batch is the caller's until
+ * ferry_batch_release. */
 FERRY_API int ferry_loader_next(ferry_loader *l, ferry_batch **out);
 
 /* Makes a waiting or future ferry_loader_next return FERRY_ECANCELED, stops the

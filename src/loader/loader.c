@@ -494,6 +494,12 @@ static int fill_slot(ferry_loader *l, ferry_batch *b, uint32_t i, uint64_t index
                         (unsigned long long)index, (unsigned long long)l->ds->len);
     else
         rc = l->ds->vt->get(l->ds->self, index, &s, ctx);
+    if (rc > 0 && (!stream_next || (rc != FERRY_END && rc != FERRY_BREAK)))
+        /* not a sample: the slot holds nothing written for it */
+        rc = ferry__err(FERRY_ECALLBACK,
+                        "the dataset's %s returned %d, which is not a status it "
+                        "may return",
+                        stream_next ? "next" : "get", rc);
     if (rc != 0 || !l->any_variable)
         return rc;
     for (int f = 0; f < l->nfields; f++) {
@@ -555,6 +561,10 @@ static void work(ferry_loader *l, ferry_batch *b, uint32_t first, uint32_t count
         bool recorded = false;
         if (sh) {
             for (;;) {
+                if (atomic_load_explicit(&l->gen, memory_order_relaxed) != b->gen) {
+                    rc = FERRY_ECANCELED; /* stale: the epoch was stopped while retrying */
+                    break;
+                }
                 rc = fill_slot(l, b, i, UINT64_MAX, ctx, true, sh);
                 if (rc == FERRY_BREAK && i == first)
                     continue; /* a break before any sample: nothing to end */
@@ -577,6 +587,8 @@ static void work(ferry_loader *l, ferry_batch *b, uint32_t first, uint32_t count
             }
             if (rc == FERRY_BREAK)
                 break; /* the stream ends this batch early (a group is complete) */
+            if (rc == FERRY_ECANCELED && atomic_load(&l->gen) != b->gen)
+                break; /* dropped with the rest of the stale grain */
         } else {
             index = b->indices[i];
             rc = fill_slot(l, b, i, index, ctx, false, NULL);
@@ -834,8 +846,10 @@ static int create(ferry_loader **out, ferry_dataset *ds, ferry_stream *st,
             if (o.world_size < 0)
                 o.world_size = w;
         }
-        if (o.world_size < 1 || o.rank >= o.world_size)
-            FERRY_FAIL(FERRY_EINVAL, "loader: rank %lld is outside [0, world_size %lld)",
+        if (o.world_size < 1 || o.world_size > ((int64_t)1 << 31) || o.rank >= o.world_size)
+            FERRY_FAIL(FERRY_EINVAL,
+                       "loader: rank %lld is outside [0, world_size %lld), or world_size is "
+                       "outside [1, 2^31]",
                        (long long)o.rank, (long long)o.world_size);
     }
     l = ferry__calloc(1, sizeof *l);

@@ -41,5 +41,10 @@ void cli_print_record(int nf, const ferry_field *const *fields, void *const *dat
 int cmd_bench(int argc, char **argv);
 int cmd_index(int argc, char **argv);
 int cmd_head(int argc, char **argv);
+int cmd_pack(int argc, char **argv);
+int cmd_ls(int argc, char **argv);
+int cmd_cat(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
+int cmd_stat(int argc, char **argv);
 
 #endif

@@ -110,6 +110,11 @@ static void usage(FILE *f)
                "  bench SOURCE [options]   run a loading pipeline and report its throughput\n"
                "  index FILE               write the line index of a text file (FILE.fidx)\n"
                "  head SOURCE [-n N]       print the first records of a source\n"
+               "  pack SOURCE OUTDIR       write a source as record shards and a manifest\n"
+               "  ls DIR|FILE              list record shards\n"
+               "  cat FILE [-f I] [-n N]   print records of a shard\n"
+               "  verify DIR|FILE          check every record's CRC and the manifest\n"
+               "  stat DIR|FILE            summarise record shards\n"
                "  version                  print the version\n"
                "  help                     this text\n"
                "\n"
@@ -131,6 +136,16 @@ int main(int argc, char **argv)
         return cmd_index(argc - 1, argv + 1);
     if (!strcmp(cmd, "head"))
         return cmd_head(argc - 1, argv + 1);
+    if (!strcmp(cmd, "pack"))
+        return cmd_pack(argc - 1, argv + 1);
+    if (!strcmp(cmd, "ls"))
+        return cmd_ls(argc - 1, argv + 1);
+    if (!strcmp(cmd, "cat"))
+        return cmd_cat(argc - 1, argv + 1);
+    if (!strcmp(cmd, "verify"))
+        return cmd_verify(argc - 1, argv + 1);
+    if (!strcmp(cmd, "stat"))
+        return cmd_stat(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("ferry %s\n", ferry_version_string());
         return 0;

@@ -16,5 +16,6 @@
 #include "stream.h"
 #include "csv.h"
 #include "lmdb.h"
+#include "records.h"
 
 #endif /* FERRY_H */

@@ -81,6 +81,20 @@ FERRY_API int ferry_record_file_raw(const ferry_record_file *f, uint64_t i, cons
 FERRY_API int ferry_record_file_read(const ferry_record_file *f, uint64_t i, ferry_sample *out,
                                      ferry_ctx *ctx);
 
+/* ---- Checking ---- */
+
+/* Receives one problem found by ferry_records_verify: a message naming the file,
+ * record and offset, and what is wrong. */
+typedef void (*ferry_report_fn)(const char *message, void *arg);
+
+/* Checks a shard file, or a directory's shard set by its manifest: the manifest's
+ * sizes, record counts and file CRCs against the files, shards it does not name,
+ * every footer, and every record's CRC. Each problem goes to report (may be NULL)
+ * and the check goes on. *problems counts them, *records the records that passed.
+ * Returns 0 when the check ran, whatever it found; an error when it could not. */
+FERRY_API int ferry_records_verify(const char *path, ferry_report_fn report, void *arg,
+                                   uint64_t *problems, uint64_t *records);
+
 /* ---- A set of shards, as a dataset ---- */
 
 /* Map-style over every record of every shard in DIR (named by its manifest, else

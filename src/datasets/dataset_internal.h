@@ -64,5 +64,6 @@ int ferry__spec_check_used(const ferry__spec *s);
 /* The built-in kinds, each opened from a parsed description. */
 int ferry__lines_open_spec(ferry_dataset **out, ferry__spec *s);
 int ferry__files_open_spec(ferry_dataset **out, ferry__spec *s);
+int ferry__records_open_spec(ferry_dataset **ds, ferry_stream **st, ferry__spec *s);
 
 #endif

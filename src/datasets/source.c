@@ -159,6 +159,8 @@ int ferry_source_open(const char *spec, ferry_dataset **ds, ferry_stream **st)
             rc = open_synthetic(ds, s);
         else if (!strcmp(s->kind, "lines"))
             rc = ferry__lines_open_spec(ds, s);
+        else if (!strcmp(s->kind, "records"))
+            rc = ferry__records_open_spec(ds, st, s);
         else if (!strcmp(s->kind, "lmdb"))
             rc = ferry__lmdb_open_spec(ds, s);
         else if (!strcmp(s->kind, "files"))
@@ -169,7 +171,7 @@ int ferry_source_open(const char *spec, ferry_dataset **ds, ferry_stream **st)
                                  "source csv: a stream; open it with ferry_source_open");
         else
             rc = ferry__err(FERRY_EINVAL,
-                            "source: unknown kind \"%.64s\" (known: synthetic, lines, files, lmdb, csv)",
+                            "source: unknown kind \"%.64s\" (known: synthetic, lines, files, records, lmdb, csv)",
                             s->kind);
     }
     ferry__free(s);

@@ -1,0 +1,386 @@
+/*
+ * Record shards from the command line: pack, ls, cat, verify, stat.
+ */
+#include "cli.h"
+
+#include <dirent.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* ---- ferry pack SOURCE OUTDIR ---- */
+
+static void pack_usage(FILE *f)
+{
+    fprintf(f, "usage: ferry pack SOURCE OUTDIR [options]\n"
+               "\n"
+               "Reads every sample of SOURCE (any source: lines:, csv:, lmdb:, records:, ...)\n"
+               "in order and writes them as record shards NAME-00000-of-000NN.ferry and\n"
+               "NAME.manifest in OUTDIR. Nothing a reader takes for whole appears before the\n"
+               "end: shards are renamed into place and the manifest written last.\n"
+               "\n"
+               "options:\n"
+               "  --name NAME        shard name prefix (default: data)\n"
+               "  --shard-size BYTES start a new shard past this size (default 1 GiB; K, M, G)\n"
+               "  --shard-records N  ... or past this many records\n"
+               "  --zstd LEVEL       compress each record with zstd, 1..19 (default: none)\n"
+               "  --workers N        threads reading the source, 0..1024 (default 2)\n"
+               "  --no-progress      no progress bar\n"
+               "  -h, --help         this text\n");
+}
+
+static bool parse_size(const char *opt, const char *s, uint64_t *out)
+{
+    char buf[64];
+    size_t n = strlen(s);
+    uint64_t mul = 1;
+    if (n && n < sizeof buf) {
+        char last = s[n - 1];
+        mul = last == 'K' || last == 'k'   ? 1ull << 10
+              : last == 'M' || last == 'm' ? 1ull << 20
+              : last == 'G' || last == 'g' ? 1ull << 30
+                                           : 1;
+        memcpy(buf, s, n + 1);
+        if (mul > 1)
+            buf[n - 1] = 0;
+        s = buf;
+    }
+    uint64_t v;
+    if (!cli_u64(opt, s, 1, UINT64_MAX / mul, &v))
+        return false;
+    *out = v * mul;
+    return true;
+}
+
+int cmd_pack(int argc, char **argv)
+{
+    enum { O_NAME = 256, O_SIZE, O_RECS, O_ZSTD, O_WORKERS, O_NOPROG };
+    static const struct option opts[] = {{"name", required_argument, 0, O_NAME},
+                                         {"shard-size", required_argument, 0, O_SIZE},
+                                         {"shard-records", required_argument, 0, O_RECS},
+                                         {"zstd", required_argument, 0, O_ZSTD},
+                                         {"workers", required_argument, 0, O_WORKERS},
+                                         {"no-progress", no_argument, 0, O_NOPROG},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    ferry_writer_opts w;
+    memset(&w, 0, sizeof w);
+    uint64_t v, workers = 2;
+    bool progress = true;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case O_NAME:
+            w.name = optarg;
+            break;
+        case O_SIZE:
+            if (!parse_size("--shard-size", optarg, &w.shard_bytes))
+                return EXIT_USAGE;
+            break;
+        case O_RECS:
+            if (!cli_u64("--shard-records", optarg, 1, UINT64_MAX, &w.shard_records))
+                return EXIT_USAGE;
+            break;
+        case O_ZSTD:
+            if (!cli_u64("--zstd", optarg, 1, 19, &v))
+                return EXIT_USAGE;
+            w.zstd_level = (int)v;
+            break;
+        case O_WORKERS:
+            if (!cli_u64("--workers", optarg, 0, 1024, &workers))
+                return EXIT_USAGE;
+            break;
+        case O_NOPROG:
+            progress = false;
+            break;
+        case 'h':
+            pack_usage(stdout);
+            return 0;
+        default:
+            pack_usage(stderr);
+            return EXIT_USAGE;
+        }
+    }
+    if (optind != argc - 2) {
+        cli_error(EXIT_USAGE, "pack: SOURCE and OUTDIR expected");
+        pack_usage(stderr);
+        return EXIT_USAGE;
+    }
+    ferry_dataset *ds = NULL;
+    ferry_stream *st = NULL;
+    ferry_loader *l = NULL;
+    ferry_record_writer *wr = NULL;
+    int rc, status = 0;
+    if (ferry_source_open(argv[optind], &ds, &st) < 0)
+        return cli_error(EXIT_USAGE, "%s", ferry_last_errmsg());
+    int nf = ds ? ferry_dataset_nfields(ds) : ferry_stream_nfields(st);
+    ferry_field fields[FERRY_MAX_FIELDS];
+    for (int f = 0; f < nf; f++)
+        fields[f] = *(ds ? ferry_dataset_field(ds, f) : ferry_stream_field(st, f));
+    w.dir = argv[optind + 1];
+    w.fields = fields;
+    w.nfields = nf;
+    /* read through a loader: in order, with workers doing the source's work */
+    ferry_loader_opts o;
+    ferry_loader_opts_default(&o);
+    o.batch_size = 64;
+    o.num_workers = (uint32_t)workers;
+    o.rank = 0;
+    o.world_size = 1;
+    if ((rc = ds ? ferry_loader_create(&l, ds, &o) : ferry_loader_create_stream(&l, st, &o)) < 0 ||
+        (rc = ferry_writer_open(&wr, &w)) < 0) {
+        status = cli_error(1, "%s", ferry_last_errmsg());
+        goto done;
+    }
+    cli_progress bar;
+    uint64_t t0 = ferry_now_ns(), bytes = 0;
+    cli_progress_start(&bar, "pack", ds ? ferry_dataset_len(ds) : 0, progress);
+    ferry_batch *b;
+    while ((rc = ferry_loader_next(l, &b)) == 0) {
+        ferry_tensor t[FERRY_MAX_FIELDS], lens[FERRY_MAX_FIELDS];
+        for (int f = 0; f < nf; f++) {
+            ferry_batch_field(b, f, &t[f]);
+            if (fields[f].variable)
+                ferry_batch_lengths(b, f, &lens[f]);
+        }
+        for (uint32_t i = 0; i < ferry_batch_size(b) && rc == 0; i++) {
+            void *data[FERRY_MAX_FIELDS];
+            int64_t len[FERRY_MAX_FIELDS];
+            for (int f = 0; f < nf; f++) {
+                data[f] = (uint8_t *)t[f].data + (size_t)i * (size_t)t[f].strides[0];
+                len[f] = fields[f].variable ? ((int64_t *)lens[f].data)[i] : 0;
+                bytes += fields[f].variable ? (uint64_t)len[f] * ferry_field_row_elems(&fields[f]) *
+                                                  ferry_dtype_size(fields[f].dtype)
+                                            : ferry_field_nbytes(&fields[f]);
+            }
+            ferry_sample s = {nf, data, len};
+            rc = ferry_writer_append(wr, &s);
+        }
+        ferry_batch_release(b);
+        if (rc < 0)
+            break;
+        cli_progress_update(&bar, ferry_writer_records(wr), "records");
+    }
+    cli_progress_end(&bar);
+    if (rc != FERRY_END) {
+        status = cli_error(
+            1, "%s", ferry_loader_errmsg(l)[0] ? ferry_loader_errmsg(l) : ferry_last_errmsg());
+        goto done;
+    }
+    uint64_t records = ferry_writer_records(wr);
+    rc = ferry_writer_commit(wr);
+    wr = NULL;
+    if (rc < 0) {
+        status = cli_error(1, "%s", ferry_last_errmsg());
+        goto done;
+    }
+    double secs = (double)(ferry_now_ns() - t0) / 1e9;
+    printf("%s: %llu records, %.1f MB of fields, in %.3f s (%.0f MB/s)\n", w.dir,
+           (unsigned long long)records, (double)bytes / 1e6, secs,
+           secs > 0 ? (double)bytes / 1e6 / secs : 0);
+done:
+    ferry_writer_abort(wr);
+    ferry_loader_free(l);
+    ferry_stream_free(st);
+    ferry_dataset_free(ds);
+    return status;
+}
+
+/* ---- Shards of a path: a .ferry file, or a directory of them ---- */
+
+typedef struct shard_list {
+    char **paths;
+    size_t n;
+} shard_list;
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void list_free(shard_list *s)
+{
+    for (size_t i = 0; i < s->n; i++)
+        free(s->paths[i]);
+    free(s->paths);
+}
+
+static int list_shards(const char *path, shard_list *out)
+{
+    struct stat st;
+    memset(out, 0, sizeof *out);
+    if (stat(path, &st) != 0)
+        return cli_error(EXIT_USAGE, "%s: no such file or directory", path);
+    if (!S_ISDIR(st.st_mode)) {
+        out->paths = malloc(sizeof *out->paths);
+        out->paths[0] = strdup(path);
+        out->n = 1;
+        return 0;
+    }
+    DIR *d = opendir(path);
+    struct dirent *e;
+    size_t cap = 0;
+    while (d && (e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (len <= 6 || strcmp(e->d_name + len - 6, ".ferry"))
+            continue;
+        if (out->n == cap) {
+            cap = cap ? 2 * cap : 16;
+            out->paths = realloc(out->paths, cap * sizeof *out->paths);
+        }
+        size_t n = strlen(path) + len + 2;
+        out->paths[out->n] = malloc(n);
+        snprintf(out->paths[out->n++], n, "%s/%s", path, e->d_name);
+    }
+    if (d)
+        closedir(d);
+    if (out->n == 0)
+        return cli_error(1, "%s: no .ferry shards", path);
+    qsort(out->paths, out->n, sizeof *out->paths, cmp_str);
+    return 0;
+}
+
+static void print_schema(const ferry_record_file *f)
+{
+    for (int i = 0; i < ferry_record_file_nfields(f); i++) {
+        const ferry_field *fi = ferry_record_file_field(f, i);
+        printf("  field %-12s %s [", fi->name, ferry_dtype_name(fi->dtype));
+        for (int d = 0; d < fi->ndim; d++)
+            printf("%s%s%lld", d ? ", " : "", d == 0 && fi->variable ? "<=" : "",
+                   (long long)fi->shape[d]);
+        printf("]\n");
+    }
+}
+
+int cmd_ls(int argc, char **argv)
+{
+    if (argc != 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        printf("usage: ferry ls DIR|FILE\n\nLists record shards: records, bytes, fields.\n");
+        return argc == 2 ? 0 : EXIT_USAGE;
+    }
+    shard_list s;
+    int status = list_shards(argv[1], &s);
+    for (size_t i = 0; i < s.n && status == 0; i++) {
+        ferry_record_file *f;
+        struct stat st;
+        if (ferry_record_file_open(&f, s.paths[i], 0) < 0) {
+            status = cli_error(1, "%s", ferry_last_errmsg());
+            break;
+        }
+        stat(s.paths[i], &st);
+        printf("%s  %llu records  %lld bytes\n", s.paths[i],
+               (unsigned long long)ferry_record_file_count(f), (long long)st.st_size);
+        if (i == 0)
+            print_schema(f);
+        ferry_record_file_free(f);
+    }
+    list_free(&s);
+    return status;
+}
+
+int cmd_cat(int argc, char **argv)
+{
+    uint64_t from = 0, n = 10;
+    int c;
+    optind = 1;
+    while ((c = getopt(argc, argv, "f:n:h")) != -1) {
+        if (c == 'f' && !cli_u64("-f", optarg, 0, UINT64_MAX, &from))
+            return EXIT_USAGE;
+        if (c == 'n' && !cli_u64("-n", optarg, 0, UINT64_MAX, &n))
+            return EXIT_USAGE;
+        if (c == 'h' || c == '?') {
+            printf("usage: ferry cat FILE [-f FIRST] [-n COUNT]\n\n"
+                   "Prints records FIRST.. of a shard as JSON objects (10 by default).\n");
+            return c == 'h' ? 0 : EXIT_USAGE;
+        }
+    }
+    if (optind != argc - 1)
+        return cli_error(EXIT_USAGE, "cat: one shard FILE expected");
+    ferry_record_file *f;
+    if (ferry_record_file_open(&f, argv[optind], FERRY_RECORD_RECOVER) < 0)
+        return cli_error(1, "%s", ferry_last_errmsg());
+    int nf = ferry_record_file_nfields(f), status = 0;
+    const ferry_field *fields[FERRY_MAX_FIELDS];
+    void *data[FERRY_MAX_FIELDS];
+    int64_t len[FERRY_MAX_FIELDS];
+    size_t total = 0;
+    for (int i = 0; i < nf; i++) {
+        fields[i] = ferry_record_file_field(f, i);
+        total += ferry_field_nbytes(fields[i]);
+    }
+    uint8_t *buf = malloc(total ? total : 1);
+    for (int i = 0, off = 0; i < nf; i++, off += (int)ferry_field_nbytes(fields[i - 1]))
+        data[i] = buf + off;
+    ferry_ctx *ctx;
+    ferry_ctx_create(&ctx, 0, 0);
+    ferry_sample s = {nf, data, len};
+    for (uint64_t i = from; i < ferry_record_file_count(f) && i - from < n; i++) {
+        if (ferry_record_file_read(f, i, &s, ctx) < 0) {
+            fflush(stdout);
+            status = cli_error(1, "%s", ferry_last_errmsg());
+            break;
+        }
+        cli_print_record(nf, fields, data, len, true);
+    }
+    ferry_ctx_free(ctx);
+    free(buf);
+    ferry_record_file_free(f);
+    return status;
+}
+
+static void print_problem(const char *message, void *arg)
+{
+    (void)arg;
+    printf("damaged: %s\n", message);
+}
+
+int cmd_verify(int argc, char **argv)
+{
+    if (argc != 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        printf("usage: ferry verify DIR|FILE\n\n"
+               "Checks a shard set by its manifest (or one shard): every record's CRC, every\n"
+               "footer, and the manifest's counts, sizes and file CRCs. Prints each problem\n"
+               "with its file, record and offset; exits 1 if there is any.\n");
+        return argc == 2 ? 0 : EXIT_USAGE;
+    }
+    uint64_t problems = 0, records = 0;
+    if (ferry_records_verify(argv[1], print_problem, NULL, &problems, &records) < 0)
+        return cli_error(1, "%s", ferry_last_errmsg());
+    printf("%s: %llu records checked, %llu problem%s\n", argv[1], (unsigned long long)records,
+           (unsigned long long)problems, problems == 1 ? "" : "s");
+    return problems ? 1 : 0;
+}
+
+int cmd_stat(int argc, char **argv)
+{
+    if (argc != 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        printf("usage: ferry stat DIR|FILE\n\nSummarises record shards: shards, records, "
+               "bytes, bytes a record, fields.\n");
+        return argc == 2 ? 0 : EXIT_USAGE;
+    }
+    shard_list s;
+    int status = list_shards(argv[1], &s);
+    uint64_t records = 0, bytes = 0;
+    for (size_t i = 0; i < s.n && status == 0; i++) {
+        ferry_record_file *f;
+        struct stat st;
+        if (ferry_record_file_open(&f, s.paths[i], 0) < 0) {
+            status = cli_error(1, "%s", ferry_last_errmsg());
+            break;
+        }
+        stat(s.paths[i], &st);
+        records += ferry_record_file_count(f);
+        bytes += (uint64_t)st.st_size;
+        if (i + 1 == s.n) {
+            printf("%s: %zu shard%s, %llu records, %llu bytes, %.1f bytes a record\n", argv[1], s.n,
+                   s.n == 1 ? "" : "s", (unsigned long long)records, (unsigned long long)bytes,
+                   records ? (double)bytes / (double)records : 0.0);
+            print_schema(f);
+        }
+        ferry_record_file_free(f);
+    }
+    list_free(&s);
+    return status;
+}

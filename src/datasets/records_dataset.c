@@ -1,0 +1,361 @@
+/*
+ * Datasets over a set of record shards: map-style through a global index (prefix
+ * sums of the shards' record counts), or a stream that reads whole shards in a
+ * per-epoch shuffled order.
+ */
+#include "ferry/records.h"
+#include "ferry/sampler.h"
+#include "dataset_internal.h"
+#include "../formats/records_internal.h"
+#include "../io/io.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_SHARDS 1000000u
+
+typedef struct shard_set {
+    ferry_record_file **files;
+    char **names;
+    uint64_t *first; /* first[k] = records before shard k; first[n] = total */
+    size_t n;
+    int nfields;
+    ferry_field fields[FERRY_MAX_FIELDS];
+} shard_set;
+
+static void set_free(shard_set *s)
+{
+    if (!s)
+        return;
+    for (size_t k = 0; k < s->n; k++) {
+        ferry_record_file_free(s->files ? s->files[k] : NULL);
+        ferry__free(s->names ? s->names[k] : NULL);
+    }
+    ferry__free(s->files);
+    ferry__free(s->names);
+    ferry__free(s->first);
+    ferry__free(s);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Without a manifest, shards named NAME-%05d-of-%05d.ferry must all be there:
+ * a writer that died while renaming its shards into place leaves some of them,
+ * whole each, but not a whole set. */
+static int check_complete(const char *dir, char **names, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned k, total;
+        int end = 0;
+        const char *dash = strstr(names[i], "-of-");
+        if (!dash || dash - names[i] < 6 ||
+            sscanf(dash - 6, "-%5u-of-%5u.ferry%n", &k, &total, &end) != 2 || dash[-6] != '-' ||
+            dash[-6 + end] != 0)
+            continue;
+        size_t prefix = (size_t)(dash - 6 - names[i]);
+        unsigned found = 0;
+        for (size_t j = 0; j < n; j++)
+            found += !strncmp(names[j], names[i], prefix) && strlen(names[j]) == strlen(names[i]) &&
+                     !strcmp(names[j] + prefix + 6, names[i] + prefix + 6);
+        if (found != total)
+            return ferry__err(FERRY_ECORRUPT,
+                              "%s: %u of the %u shards %.*s-*-of-%05u.ferry are there and there is "
+                              "no manifest (a writer that did not finish?)",
+                              dir, found, total, (int)prefix, names[i], total);
+    }
+    return 0;
+}
+
+/* The shard files of dir: the manifest's, in its order, else every *.ferry file
+ * in name order. */
+static int list_shards(const char *dir, char ***names, uint64_t **counts, uint64_t **bytes,
+                       size_t *n)
+{
+    int rc = 0;
+    *names = NULL;
+    *counts = *bytes = NULL;
+    *n = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return ferry__err(FERRY_ENOENT, "%s: cannot open the shard directory", dir);
+    char manifest[4096] = "";
+    size_t cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (len > 9 && !strcmp(e->d_name + len - 9, ".manifest")) {
+            if (manifest[0]) {
+                closedir(d);
+                return ferry__err(FERRY_EINVAL,
+                                  "%s: more than one manifest (%s, %s): give the set's manifest",
+                                  dir, manifest + strlen(dir) + 1, e->d_name);
+            }
+            snprintf(manifest, sizeof manifest, "%s/%s", dir, e->d_name);
+            continue;
+        }
+        if (len <= 6 || strcmp(e->d_name + len - 6, ".ferry"))
+            continue;
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 16;
+            char **grown = ferry__realloc(*names, cap * sizeof *grown);
+            if (!grown) {
+                rc = ferry__err(FERRY_ENOMEM, "%s: out of memory", dir);
+                break;
+            }
+            *names = grown;
+        }
+        if (!((*names)[*n] = ferry__strdup(e->d_name))) {
+            rc = ferry__err(FERRY_ENOMEM, "%s: out of memory", dir);
+            break;
+        }
+        (*n)++;
+    }
+    closedir(d);
+    if (rc == 0 && manifest[0]) {
+        /* the manifest decides which files make the set */
+        for (size_t k = 0; k < *n; k++)
+            ferry__free((*names)[k]);
+        ferry__free(*names);
+        *names = NULL;
+        *n = 0;
+        ferry__manifest_entry *m = NULL;
+        size_t count = 0;
+        if ((rc = ferry__manifest_read(manifest, &m, &count)) < 0)
+            return rc;
+        *names = ferry__calloc(count, sizeof **names);
+        *counts = ferry__calloc(count, sizeof **counts);
+        *bytes = ferry__calloc(count, sizeof **bytes);
+        if (!*names || !*counts || !*bytes)
+            rc = ferry__err(FERRY_ENOMEM, "%s: out of memory", dir);
+        for (size_t k = 0; rc == 0 && k < count; k++) {
+            if (!((*names)[k] = ferry__strdup(m[k].file)))
+                rc = ferry__err(FERRY_ENOMEM, "%s: out of memory", dir);
+            (*counts)[k] = m[k].records;
+            (*bytes)[k] = m[k].bytes;
+            *n = k + 1;
+        }
+        ferry__free(m);
+        return rc;
+    }
+    if (rc == 0 && *n == 0)
+        rc = ferry__err(FERRY_ENOENT, "%s: no manifest and no .ferry shard files", dir);
+    if (rc == 0)
+        qsort(*names, *n, sizeof **names, cmp_str);
+    if (rc == 0)
+        rc = check_complete(dir, *names, *n);
+    return rc;
+}
+
+static bool same_schema(const shard_set *s, const ferry_record_file *f)
+{
+    if (ferry_record_file_nfields(f) != s->nfields)
+        return false;
+    for (int i = 0; i < s->nfields; i++)
+        if (memcmp(ferry_record_file_field(f, i), &s->fields[i], sizeof s->fields[i]) != 0)
+            return false;
+    return true;
+}
+
+static int set_open(shard_set **out, const char *dir, uint64_t shard_id, uint64_t num_shards)
+{
+    int rc = 0;
+    char **names = NULL;
+    uint64_t *counts = NULL, *bytes = NULL;
+    size_t n = 0;
+    shard_set *s = NULL;
+    *out = NULL;
+    if (num_shards == 0 || shard_id >= num_shards || num_shards > MAX_SHARDS)
+        return ferry__err(FERRY_EINVAL, "records: shard_id %llu is outside [0, num_shards %llu)",
+                          (unsigned long long)shard_id, (unsigned long long)num_shards);
+    FERRY_TRY(list_shards(dir, &names, &counts, &bytes, &n));
+    s = ferry__calloc(1, sizeof *s);
+    size_t take = n > shard_id ? (n - shard_id + num_shards - 1) / num_shards : 0;
+    if (!s)
+        FERRY_FAIL(FERRY_ENOMEM, "records: out of memory");
+    s->files = ferry__calloc(take ? take : 1, sizeof *s->files);
+    s->names = ferry__calloc(take ? take : 1, sizeof *s->names);
+    s->first = ferry__calloc(take + 1, sizeof *s->first);
+    if (!s->files || !s->names || !s->first)
+        FERRY_FAIL(FERRY_ENOMEM, "records: out of memory");
+    if (take == 0)
+        FERRY_FAIL(FERRY_EINVAL, "%s: %zu shards leave none for shard_id %llu of %llu", dir, n,
+                   (unsigned long long)shard_id, (unsigned long long)num_shards);
+    for (size_t p = shard_id; p < n; p += num_shards) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, names[p]);
+        size_t k = s->n;
+        if (!(s->names[k] = ferry__strdup(names[p])))
+            FERRY_FAIL(FERRY_ENOMEM, "records: out of memory");
+        s->n++;
+        uint64_t size;
+        int64_t mtime;
+        if (ferry__stat(path, &size, &mtime) < 0)
+            FERRY_FAIL(FERRY_ENOENT, "%s: the manifest names %s, which is missing", dir, names[p]);
+        if (bytes && size != bytes[p])
+            FERRY_FAIL(FERRY_ECORRUPT, "%s: %llu bytes, the manifest says %llu", path,
+                       (unsigned long long)size, (unsigned long long)bytes[p]);
+        FERRY_TRY(ferry_record_file_open(&s->files[k], path, 0));
+        uint64_t c = ferry_record_file_count(s->files[k]);
+        if (counts && c != counts[p])
+            FERRY_FAIL(FERRY_ECORRUPT, "%s: %llu records, the manifest says %llu", path,
+                       (unsigned long long)c, (unsigned long long)counts[p]);
+        if (k == 0) {
+            s->nfields = ferry_record_file_nfields(s->files[0]);
+            for (int i = 0; i < s->nfields; i++)
+                s->fields[i] = *ferry_record_file_field(s->files[0], i);
+        } else if (!same_schema(s, s->files[k])) {
+            FERRY_FAIL(FERRY_ECORRUPT, "%s: its fields differ from %s's", path, s->names[0]);
+        }
+        s->first[k + 1] = s->first[k] + c;
+    }
+    *out = s;
+    s = NULL;
+cleanup:
+    set_free(s);
+    for (size_t k = 0; k < n; k++)
+        ferry__free(names[k]);
+    ferry__free(names);
+    ferry__free(counts);
+    ferry__free(bytes);
+    return rc;
+}
+
+/* ---- Map-style ---- */
+
+static uint64_t set_len(void *self)
+{
+    shard_set *s = self;
+    return s->first[s->n];
+}
+
+static int set_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
+{
+    shard_set *s = self;
+    size_t lo = 0, hi = s->n; /* the last k with first[k] <= i */
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (s->first[mid] <= i)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return ferry_record_file_read(s->files[lo], i - s->first[lo], out, ctx);
+}
+
+static void set_destroy(void *self)
+{
+    set_free(self);
+}
+
+static const ferry_dataset_vtable set_vtable = {
+    .len = set_len, .get = set_get, .destroy = set_destroy};
+
+int ferry_dataset_records(ferry_dataset **out, const char *dir, uint64_t shard_id,
+                          uint64_t num_shards)
+{
+    *out = NULL;
+    if (!dir)
+        return ferry__err(FERRY_EINVAL, "records: dir is NULL");
+    shard_set *s;
+    int rc = set_open(&s, dir, shard_id, num_shards);
+    if (rc < 0)
+        return rc;
+    return ferry_dataset_create(out, &set_vtable, s, s->fields, s->nfields);
+}
+
+/* ---- Stream ---- */
+
+typedef struct set_stream {
+    shard_set *set;
+    uint64_t seed;
+} set_stream;
+
+typedef struct set_iter {
+    const set_stream *st;
+    ferry_permutation order;
+    uint64_t pos, step, record; /* position in the shuffled order; record in that shard */
+} set_iter;
+
+static int st_open(void *self, uint64_t shard, uint64_t nshards, uint64_t epoch, void **iter)
+{
+    set_stream *st = self;
+    set_iter *it = ferry__calloc(1, sizeof *it);
+    if (!it)
+        return ferry__err(FERRY_ENOMEM, "records stream: out of memory");
+    it->st = st;
+    ferry_permutation_init(&it->order, st->set->n, st->seed, epoch);
+    it->pos = shard;
+    it->step = nshards;
+    *iter = it;
+    return 0;
+}
+
+static int st_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
+{
+    set_iter *it = iter;
+    const shard_set *s = it->st->set;
+    for (;;) {
+        if (it->pos >= s->n)
+            return FERRY_END;
+        const ferry_record_file *f = s->files[ferry_permutation_at(&it->order, it->pos)];
+        if (it->record < ferry_record_file_count(f))
+            return ferry_record_file_read(f, it->record++, out, ctx);
+        it->pos += it->step;
+        it->record = 0;
+    }
+}
+
+static void st_close(void *iter)
+{
+    ferry__free(iter);
+}
+
+static void st_destroy(void *self)
+{
+    set_stream *st = self;
+    set_free(st->set);
+    ferry__free(st);
+}
+
+static const ferry_stream_vtable stream_vtable = {st_open, st_next, st_close, st_destroy};
+
+int ferry_stream_records(ferry_stream **out, const char *dir, uint64_t seed)
+{
+    *out = NULL;
+    if (!dir)
+        return ferry__err(FERRY_EINVAL, "records: dir is NULL");
+    set_stream *st = ferry__calloc(1, sizeof *st);
+    if (!st)
+        return ferry__err(FERRY_ENOMEM, "records stream: out of memory");
+    st->seed = seed;
+    int rc = set_open(&st->set, dir, 0, 1);
+    if (rc < 0) {
+        ferry__free(st);
+        return rc;
+    }
+    return ferry_stream_create(out, &stream_vtable, st, st->set->fields, st->set->nfields);
+}
+
+int ferry__records_open_spec(ferry_dataset **ds, ferry_stream **st, ferry__spec *s)
+{
+    uint64_t shard = 0, of = 1, seed = 0;
+    int stream = 0, rc;
+    if ((rc = ferry__spec_u64(s, "shard", 0, MAX_SHARDS - 1, &shard)) < 0 ||
+        (rc = ferry__spec_u64(s, "of", 1, MAX_SHARDS, &of)) < 0 ||
+        (rc = ferry__spec_bool(s, "stream", &stream)) < 0 ||
+        (rc = ferry__spec_u64(s, "seed", 0, UINT64_MAX, &seed)) < 0 ||
+        (rc = ferry__spec_check_used(s)) < 0)
+        return rc;
+    if (stream) {
+        if (shard != 0 || of != 1)
+            return ferry__err(FERRY_EINVAL, "source records: a stream is split by the loader's "
+                                            "ranks and shards, not shard=/of=");
+        return ferry_stream_records(st, s->location, seed);
+    }
+    return ferry_dataset_records(ds, s->location, shard, of);
+}

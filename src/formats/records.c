@@ -1,0 +1,1261 @@
+/*
+ * Record shards (docs/record-format.md): the writer, the mapped reader with its
+ * recovery scan, and the manifest.
+ *
+ *   header (24) | schema (S) | pad to 8 | records | u64 offsets[N] | trailer (32)
+ *
+ * Everything read from a file is distrusted: each size is checked against the
+ * mapping before it is used, and the records' CRCs are checked on every access.
+ */
+#define ZSTD_STATIC_LINKING_ONLY /* ZSTD_create?Ctx_advanced: allocate through ferry */
+#include "ferry/records.h"
+#include "../datasets/dataset_internal.h"
+#include "../io/io.h"
+#include "records_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zstd.h>
+#include <zstd_errors.h>
+
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the record format is little-endian; this host is not"
+#endif
+
+#define MAGIC "FERRYREC"
+#define END_MAGIC "FERRYEND"
+#define VERSION 1u
+#define FLAG_ZSTD 1u
+#define HEADER 24u
+#define REC_HEADER 16u
+#define TRAILER 32u
+#define DCTX_SLOTS 1024u
+#define DEFAULT_SHARD_BYTES ((uint64_t)1 << 30)
+#define MAX_LEVEL 19
+#define MAX_NAME 200 /* a writer's name prefix, so that shard names fit a manifest entry */
+#define CRC_CHUNK ((size_t)1 << 20)
+
+static inline uint16_t get16(const uint8_t *p)
+{
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+static inline uint32_t get32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static inline uint64_t get64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+static inline void put16(uint8_t *p, uint16_t v)
+{
+    memcpy(p, &v, 2);
+}
+static inline void put32(uint8_t *p, uint32_t v)
+{
+    memcpy(p, &v, 4);
+}
+static inline void put64(uint8_t *p, uint64_t v)
+{
+    memcpy(p, &v, 8);
+}
+static inline uint64_t align8(uint64_t n)
+{
+    return (n + 7) & ~(uint64_t)7;
+}
+
+/* zstd allocates through ferry, so its allocations fail under the tests' injection
+ * like every other. */
+static void *zalloc(void *opaque, size_t n)
+{
+    (void)opaque;
+    return ferry__malloc(n);
+}
+static void zfree(void *opaque, void *p)
+{
+    (void)opaque;
+    ferry__free(p);
+}
+static const ZSTD_customMem zmem = {zalloc, zfree, NULL};
+
+static int zstd_rc(size_t r)
+{
+    return ZSTD_getErrorCode(r) == ZSTD_error_memory_allocation ? FERRY_ENOMEM : FERRY_ECORRUPT;
+}
+
+/* ---- Schema ---- */
+
+/* Bytes of the encoded schema. */
+static size_t schema_size(const ferry_field *fs, int n)
+{
+    size_t s = 2;
+    for (int i = 0; i < n; i++)
+        s += 1 + strlen(fs[i].name) + 3 + 8 * (size_t)fs[i].ndim;
+    return s;
+}
+
+static void schema_encode(const ferry_field *fs, int n, uint8_t *p)
+{
+    put16(p, (uint16_t)n);
+    p += 2;
+    for (int i = 0; i < n; i++) {
+        size_t len = strlen(fs[i].name);
+        *p++ = (uint8_t)len;
+        memcpy(p, fs[i].name, len);
+        p += len;
+        *p++ = (uint8_t)fs[i].dtype;
+        *p++ = (uint8_t)fs[i].ndim;
+        *p++ = fs[i].variable ? 1 : 0;
+        for (int d = 0; d < fs[i].ndim; d++, p += 8)
+            put64(p, (uint64_t)fs[i].shape[d]);
+    }
+}
+
+static int schema_decode(const char *name, const uint8_t *p, size_t size, ferry_field *fs,
+                         int *nfields)
+{
+    size_t pos = 0;
+#define NEED(k, what)                                                                              \
+    do {                                                                                           \
+        if (size - pos < (k))                                                                      \
+            return ferry__err(FERRY_ECORRUPT, "%s: schema: %s runs past its %zu bytes", name,      \
+                              (what), size);                                                       \
+    } while (0)
+    NEED(2, "the field count");
+    unsigned n = get16(p);
+    pos = 2;
+    if (n < 1 || n > FERRY_MAX_FIELDS)
+        return ferry__err(FERRY_ECORRUPT, "%s: schema: %u fields is outside [1, %d]", name, n,
+                          FERRY_MAX_FIELDS);
+    for (unsigned i = 0; i < n; i++) {
+        ferry_field *f = &fs[i];
+        memset(f, 0, sizeof *f);
+        NEED(1, "a field name");
+        unsigned len = p[pos++];
+        if (len < 1 || len >= FERRY_MAX_NAME)
+            return ferry__err(FERRY_ECORRUPT,
+                              "%s: schema: field %u: name of %u bytes is outside "
+                              "[1, %d]",
+                              name, i, len, FERRY_MAX_NAME - 1);
+        NEED(len, "a field name");
+        if (memchr(p + pos, 0, len))
+            return ferry__err(FERRY_ECORRUPT, "%s: schema: field %u: name holds a NUL byte", name,
+                              i);
+        memcpy(f->name, p + pos, len);
+        pos += len;
+        NEED(3, "a field's dtype, ndim and variable flag");
+        unsigned dtype = p[pos], ndim = p[pos + 1], variable = p[pos + 2];
+        pos += 3;
+        if (ndim > FERRY_MAX_DIMS - 1)
+            return ferry__err(FERRY_ECORRUPT,
+                              "%s: schema: field \"%s\": ndim %u is outside [0, %d]", name, f->name,
+                              ndim, FERRY_MAX_DIMS - 1);
+        if (variable > 1)
+            return ferry__err(FERRY_ECORRUPT,
+                              "%s: schema: field \"%s\": variable flag %u is neither 0 nor 1", name,
+                              f->name, variable);
+        NEED(8 * (size_t)ndim, "a field's dims");
+        f->dtype = (ferry_dtype)dtype;
+        f->ndim = (int)ndim;
+        f->variable = (int)variable;
+        for (unsigned d = 0; d < ndim; d++, pos += 8) {
+            uint64_t v = get64(p + pos);
+            if (v > (uint64_t)INT64_MAX)
+                return ferry__err(FERRY_ECORRUPT, "%s: schema: field \"%s\": dim %u is %llu", name,
+                                  f->name, d, (unsigned long long)v);
+            f->shape[d] = (int64_t)v;
+        }
+    }
+#undef NEED
+    if (pos != size)
+        return ferry__err(FERRY_ECORRUPT, "%s: schema: %zu bytes left over after %u fields", name,
+                          size - pos, n);
+    int rc = ferry__check_fields(fs, (int)n);
+    if (rc < 0) {
+        char msg[FERRY_ERRMSG_MAX];
+        ferry__err_copy(msg);
+        return ferry__err(FERRY_ECORRUPT, "%s: %s", name, msg);
+    }
+    *nfields = (int)n;
+    return 0;
+}
+
+/* The largest payload the schema allows: every field at its bound, plus the row
+ * counts. Fields are at most 2^34 bytes each (ferry__check_fields), so no overflow
+ * on 64-bit hosts; checked anyway. */
+static bool max_payload(const ferry_field *fs, int n, size_t *out)
+{
+    size_t total = 0;
+    for (int i = 0; i < n; i++)
+        if (!ferry__add_size(total, ferry_field_nbytes(&fs[i]) + (fs[i].variable ? 4 : 0), &total))
+            return false;
+    *out = total;
+    return true;
+}
+
+/* ---- Writing ---- */
+
+typedef struct wshard {
+    ferry__atomic_file af; /* the temporary; its fd is closed once the shard is finished */
+    uint64_t records, bytes;
+    uint32_t crc; /* of the bytes written so far: the file's CRC once finished */
+    bool finished;
+} wshard;
+
+struct ferry_record_writer {
+    char *dir, *name;
+    int nfields;
+    ferry_field fields[FERRY_MAX_FIELDS];
+    uint64_t shard_bytes, shard_records, total;
+    int level;
+    bool broken; /* a write failed part way: only abort is left */
+    ZSTD_CCtx *cctx;
+    uint8_t *prefix; /* header, schema and padding: the start of every shard */
+    size_t prefix_len;
+    uint8_t *rec; /* record header + stored payload + padding */
+    size_t rec_cap;
+    uint8_t *raw; /* the payload before compression (compressed shards only) */
+    size_t raw_cap;
+    uint64_t *off; /* offsets of the current shard's records */
+    size_t off_cap;
+    wshard *shards;
+    size_t nshards, shards_cap;
+};
+
+/* A path "dir/..." built with printf, allocated with ferry__malloc. */
+__attribute__((format(printf, 2, 3))) static char *path_fmt(const char *dir, const char *fmt, ...)
+{
+    char tail[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(tail, sizeof tail, fmt, ap);
+    va_end(ap);
+    if (k < 0 || (size_t)k >= sizeof tail)
+        return NULL;
+    size_t n = strlen(dir) + 1 + (size_t)k + 1;
+    char *p = ferry__malloc(n);
+    if (p)
+        snprintf(p, n, "%s/%s", dir, tail);
+    return p;
+}
+
+/* mkdir -p. */
+static int make_dirs(const char *dir)
+{
+    char *p = ferry__strdup(dir);
+    if (!p)
+        return ferry__err(FERRY_ENOMEM, "writer: out of memory");
+    int rc = 0;
+    for (char *s = p + 1;; s++) {
+        if (*s != '/' && *s != '\0')
+            continue;
+        char c = *s;
+        *s = '\0';
+        if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+            rc = ferry__err(FERRY_EIO, "%s: cannot create directory: %s", p, strerror(errno));
+            break;
+        }
+        *s = c;
+        if (c == '\0')
+            break;
+    }
+    ferry__free(p);
+    struct stat st;
+    if (rc == 0 && (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)))
+        rc = ferry__err(FERRY_EIO, "%s: not a directory", dir);
+    return rc;
+}
+
+static int grow(void *bufp, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    size_t n = *cap ? *cap : 64;
+    while (n < need)
+        if (!ferry__mul_size(n, 2, &n))
+            return ferry__err(FERRY_ENOMEM, "writer: %zu elements is too large", need);
+    size_t bytes;
+    if (!ferry__mul_size(n, elem, &bytes))
+        return ferry__err(FERRY_ENOMEM, "writer: %zu elements is too large", need);
+    void *p = ferry__realloc(*(void **)bufp, bytes);
+    if (!p)
+        return ferry__err(FERRY_ENOMEM, "writer: out of memory (%zu bytes)", bytes);
+    *(void **)bufp = p;
+    *cap = n;
+    return 0;
+}
+
+static wshard *current(ferry_record_writer *w)
+{
+    if (w->nshards == 0 || w->shards[w->nshards - 1].finished)
+        return NULL;
+    return &w->shards[w->nshards - 1];
+}
+
+/* Creates the next shard's temporary (DIR/NAME-%05d.ferry.tmp.XXXXXX) and writes its
+ * header and schema. */
+static int shard_start(ferry_record_writer *w)
+{
+    int rc = grow(&w->shards, &w->shards_cap, w->nshards + 1, sizeof *w->shards);
+    if (rc < 0)
+        return rc;
+    wshard *s = &w->shards[w->nshards];
+    memset(s, 0, sizeof *s);
+    s->af.fd = -1;
+    char *target = path_fmt(w->dir, "%s-%05zu.ferry", w->name, w->nshards);
+    if (!target)
+        return ferry__err(FERRY_ENOMEM, "writer: out of memory");
+    rc = ferry__atomic_open(&s->af, target);
+    ferry__free(target);
+    if (rc < 0)
+        return rc;
+    rc = ferry__atomic_write(&s->af, w->prefix, w->prefix_len);
+    if (rc < 0) {
+        ferry__atomic_abort(&s->af);
+        return rc;
+    }
+    s->bytes = w->prefix_len;
+    s->crc = ferry_crc32c(0, w->prefix, w->prefix_len);
+    w->nshards++;
+    return 0;
+}
+
+/* Writes the index and trailer and closes the temporary (commit reopens it to sync
+ * and rename it): a set of many shards holds no descriptors. */
+static int shard_finish(ferry_record_writer *w, wshard *s)
+{
+    size_t ixbytes = (size_t)s->records * 8;
+    uint8_t t[TRAILER];
+    put64(t, s->records);
+    put64(t + 8, s->bytes);
+    put32(t + 16, ferry_crc32c(0, w->off, ixbytes));
+    put32(t + 20, ferry_crc32c(0, t, 20));
+    memcpy(t + 24, END_MAGIC, 8);
+    int rc = ferry__atomic_write(&s->af, w->off, ixbytes);
+    if (rc == 0)
+        rc = ferry__atomic_write(&s->af, t, sizeof t);
+    if (rc < 0) {
+        w->broken = true;
+        return rc;
+    }
+    s->crc = ferry_crc32c(s->crc, w->off, ixbytes);
+    s->crc = ferry_crc32c(s->crc, t, sizeof t);
+    s->bytes += ixbytes + TRAILER;
+    s->finished = true;
+    int fd = s->af.fd;
+    s->af.fd = -1;
+    if (close(fd) != 0) {
+        w->broken = true;
+        return ferry__err(FERRY_EIO, "%s: close: %s", s->af.tmp, strerror(errno));
+    }
+    return 0;
+}
+
+static void writer_free(ferry_record_writer *w)
+{
+    for (size_t i = 0; i < w->nshards; i++)
+        ferry__atomic_abort(&w->shards[i].af);
+    ZSTD_freeCCtx(w->cctx);
+    ferry__free(w->shards);
+    ferry__free(w->off);
+    ferry__free(w->raw);
+    ferry__free(w->rec);
+    ferry__free(w->prefix);
+    ferry__free(w->dir);
+    ferry__free(w->name);
+    ferry__free(w);
+}
+
+void ferry_writer_abort(ferry_record_writer *w)
+{
+    if (w)
+        writer_free(w);
+}
+
+static bool valid_name(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > MAX_NAME)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] == '/' || (unsigned char)s[i] <= ' ' || s[i] == 0x7f)
+            return false;
+    return true;
+}
+
+int ferry_writer_open(ferry_record_writer **out, const ferry_writer_opts *o)
+{
+    int rc = 0;
+    ferry_record_writer *w = NULL;
+    if (!out)
+        return ferry__err(FERRY_EINVAL, "writer: out is NULL");
+    *out = NULL;
+    if (!o)
+        return ferry__err(FERRY_EINVAL, "writer: options are NULL");
+    if (!o->dir || !o->dir[0])
+        return ferry__err(FERRY_EINVAL, "writer: dir is NULL or empty");
+    const char *name = o->name ? o->name : "data";
+    if (!valid_name(name))
+        return ferry__err(FERRY_EINVAL,
+                          "writer: name \"%s\" must be 1..%d bytes without '/', spaces or control "
+                          "characters",
+                          name, MAX_NAME);
+    if (o->zstd_level < 0 || o->zstd_level > MAX_LEVEL)
+        return ferry__err(FERRY_EINVAL, "writer: zstd_level %d is outside [0, %d]", o->zstd_level,
+                          MAX_LEVEL);
+    FERRY_TRY(ferry__check_fields(o->fields, o->nfields));
+    w = ferry__calloc(1, sizeof *w);
+    if (!w)
+        FERRY_FAIL(FERRY_ENOMEM, "writer: out of memory");
+    w->dir = ferry__strdup(o->dir);
+    w->name = ferry__strdup(name);
+    if (!w->dir || !w->name)
+        FERRY_FAIL(FERRY_ENOMEM, "writer: out of memory");
+    w->nfields = o->nfields;
+    memcpy(w->fields, o->fields, (size_t)o->nfields * sizeof *o->fields);
+    w->shard_bytes = o->shard_bytes ? o->shard_bytes : DEFAULT_SHARD_BYTES;
+    w->shard_records = o->shard_records ? o->shard_records : UINT64_MAX;
+    w->level = o->zstd_level;
+    size_t s = schema_size(w->fields, w->nfields); /* at most 32 * 123 + 2 bytes */
+    w->prefix_len = (size_t)align8(HEADER + s);
+    w->prefix = ferry__calloc(1, w->prefix_len);
+    if (!w->prefix)
+        FERRY_FAIL(FERRY_ENOMEM, "writer: out of memory");
+    memcpy(w->prefix, MAGIC, 8);
+    put32(w->prefix + 8, VERSION);
+    put32(w->prefix + 12, w->level ? FLAG_ZSTD : 0);
+    put32(w->prefix + 16, (uint32_t)s);
+    schema_encode(w->fields, w->nfields, w->prefix + HEADER);
+    uint32_t crc = ferry_crc32c(0, w->prefix, 20);
+    put32(w->prefix + 20, ferry_crc32c(crc, w->prefix + HEADER, s));
+    if (w->level && !(w->cctx = ZSTD_createCCtx_advanced(zmem)))
+        FERRY_FAIL(FERRY_ENOMEM, "writer: out of memory (zstd context)");
+    FERRY_TRY(make_dirs(w->dir));
+    FERRY_TRY(shard_start(w));
+    *out = w;
+    return 0;
+cleanup:
+    if (w)
+        writer_free(w);
+    return rc;
+}
+
+/* Lays the sample out as a payload in dst (raw bytes, already sized). */
+static void encode_payload(const ferry_record_writer *w, const ferry_sample *s, uint8_t *dst)
+{
+    for (int i = 0; i < w->nfields; i++) {
+        const ferry_field *f = &w->fields[i];
+        size_t n = ferry_field_nbytes(f);
+        if (f->variable) {
+            uint32_t rows = (uint32_t)s->length[i];
+            put32(dst, rows);
+            dst += 4;
+            n = (size_t)rows * ferry_field_row_elems(f) * ferry_dtype_size(f->dtype);
+        }
+        if (n)
+            memcpy(dst, s->data[i], n);
+        dst += n;
+    }
+}
+
+int ferry_writer_append(ferry_record_writer *w, const ferry_sample *s)
+{
+    int rc = 0;
+    if (!w || !s)
+        return ferry__err(FERRY_EINVAL, "writer: NULL writer or sample");
+    if (w->broken)
+        return ferry__err(FERRY_ESTATE, "writer: an earlier write failed; abort the writer");
+    if (s->nfields != w->nfields)
+        return ferry__err(FERRY_EINVAL, "writer: sample has %d fields, the schema %d", s->nfields,
+                          w->nfields);
+    /* the payload's size, with every length checked against its field */
+    size_t raw = 0;
+    for (int i = 0; i < w->nfields; i++) {
+        const ferry_field *f = &w->fields[i];
+        size_t n = ferry_field_nbytes(f);
+        if (f->variable) {
+            if (!s->length)
+                return ferry__err(FERRY_EINVAL, "writer: field \"%s\" is variable; length is NULL",
+                                  f->name);
+            int64_t rows = s->length[i];
+            if (rows < 0 || rows > f->shape[0] || rows > (int64_t)UINT32_MAX)
+                return ferry__err(FERRY_EOVERFLOW,
+                                  "writer: field \"%s\": %lld rows is outside [0, %lld]", f->name,
+                                  (long long)rows, (long long)f->shape[0]);
+            n = (size_t)rows * ferry_field_row_elems(f) * ferry_dtype_size(f->dtype) + 4;
+        }
+        if (n && !s->data[i])
+            return ferry__err(FERRY_EINVAL, "writer: field \"%s\": data is NULL", f->name);
+        if (!ferry__add_size(raw, n, &raw) || raw > FERRY__RECORD_MAX_SIZE)
+            return ferry__err(FERRY_EOVERFLOW, "writer: record %llu is over the %u-byte limit",
+                              (unsigned long long)w->total, FERRY__RECORD_MAX_SIZE);
+    }
+    size_t stored = raw;
+    if (w->level) {
+        size_t bound = ZSTD_compressBound(raw);
+        FERRY_TRY(grow(&w->raw, &w->raw_cap, raw, 1));
+        FERRY_TRY(grow(&w->rec, &w->rec_cap, REC_HEADER + bound + 8, 1));
+        encode_payload(w, s, w->raw);
+        stored = ZSTD_compressCCtx(w->cctx, w->rec + REC_HEADER, bound, w->raw, raw, w->level);
+        if (ZSTD_isError(stored))
+            FERRY_FAIL(zstd_rc(stored) == FERRY_ENOMEM ? FERRY_ENOMEM : FERRY_EIO,
+                       "writer: record %llu: zstd: %s", (unsigned long long)w->total,
+                       ZSTD_getErrorName(stored));
+        if (stored > FERRY__RECORD_MAX_SIZE)
+            FERRY_FAIL(FERRY_EOVERFLOW,
+                       "writer: record %llu compresses to %zu bytes, over the limit",
+                       (unsigned long long)w->total, stored);
+    } else {
+        FERRY_TRY(grow(&w->rec, &w->rec_cap, REC_HEADER + raw + 8, 1));
+        encode_payload(w, s, w->rec + REC_HEADER);
+    }
+    uint8_t *h = w->rec;
+    put32(h, (uint32_t)stored);
+    put32(h + 4, (uint32_t)raw);
+    put32(h + 8, ferry_crc32c(0, h + REC_HEADER, stored));
+    put32(h + 12, ferry_crc32c(0, h, 12));
+    size_t total = (size_t)align8(REC_HEADER + stored);
+    memset(h + REC_HEADER + stored, 0, total - REC_HEADER - stored);
+
+    wshard *sh = current(w);
+    if (sh && sh->records > 0 &&
+        (sh->records >= w->shard_records ||
+         sh->bytes + total + 8 * (sh->records + 1) + TRAILER > w->shard_bytes)) {
+        FERRY_TRY(shard_finish(w, sh));
+        sh = NULL;
+    }
+    if (!sh) {
+        FERRY_TRY(shard_start(w));
+        sh = current(w);
+    }
+    FERRY_TRY(grow(&w->off, &w->off_cap, (size_t)sh->records + 1, sizeof *w->off));
+    rc = ferry__atomic_write(&sh->af, h, total);
+    if (rc < 0) {
+        w->broken = true;
+        goto cleanup;
+    }
+    w->off[sh->records++] = sh->bytes;
+    sh->bytes += total;
+    sh->crc = ferry_crc32c(sh->crc, h, total);
+    w->total++;
+cleanup:
+    return rc;
+}
+
+uint64_t ferry_writer_records(const ferry_record_writer *w)
+{
+    return w ? w->total : 0;
+}
+
+int ferry_writer_commit(ferry_record_writer *w)
+{
+    int rc = 0;
+    char **finals = NULL;
+    char *text = NULL;
+    size_t renamed = 0;
+    ferry__atomic_file m = {-1, NULL, NULL};
+    if (!w)
+        return ferry__err(FERRY_EINVAL, "writer: NULL writer");
+    if (w->broken)
+        FERRY_FAIL(FERRY_ESTATE, "%s: an earlier write failed; nothing was committed", w->dir);
+    wshard *sh = current(w);
+    if (sh)
+        FERRY_TRY(shard_finish(w, sh));
+    size_t n = w->nshards;
+    finals = ferry__calloc(n, sizeof *finals);
+    if (!finals)
+        FERRY_FAIL(FERRY_ENOMEM, "writer: out of memory");
+    for (size_t k = 0; k < n; k++)
+        if (!(finals[k] = path_fmt(w->dir, "%s-%05zu-of-%05zu.ferry", w->name, k, n)))
+            FERRY_FAIL(FERRY_ENOMEM, "writer: out of memory");
+    /* the manifest's text first: nothing is renamed before it is known to fit */
+    size_t cap = 64 + n * (strlen(w->name) + 160); /* a line is at most name + 120 */
+    text = ferry__malloc(cap);
+    if (!text)
+        FERRY_FAIL(FERRY_ENOMEM, "writer: out of memory");
+    size_t len = (size_t)snprintf(text, cap, "ferry-records 1\nshards %zu records %llu\n", n,
+                                  (unsigned long long)w->total);
+    for (size_t k = 0; k < n; k++)
+        len +=
+            (size_t)snprintf(text + len, cap - len, "%s %llu %llu %08x\n",
+                             strrchr(finals[k], '/') + 1, (unsigned long long)w->shards[k].records,
+                             (unsigned long long)w->shards[k].bytes, w->shards[k].crc);
+    for (size_t k = 0; k < n; k++) {
+        wshard *s = &w->shards[k];
+        char *target = ferry__strdup(finals[k]);
+        if (!target)
+            FERRY_FAIL(FERRY_ENOMEM, "writer: out of memory");
+        ferry__free(s->af.path);
+        s->af.path = target;
+        /* reopened so that ferry__atomic_commit can sync, rename and sync the dir */
+        s->af.fd = open(s->af.tmp, O_RDONLY | O_CLOEXEC);
+        if (s->af.fd < 0)
+            FERRY_FAIL(FERRY_EIO, "%s: reopen: %s", s->af.tmp, strerror(errno));
+        FERRY_TRY(ferry__atomic_commit(&s->af));
+        renamed = k + 1;
+    }
+    char *mpath = path_fmt(w->dir, "%s.manifest", w->name);
+    if (!mpath)
+        FERRY_FAIL(FERRY_ENOMEM, "writer: out of memory");
+    rc = ferry__atomic_open(&m, mpath);
+    ferry__free(mpath);
+    if (rc < 0)
+        goto cleanup;
+    FERRY_TRY(ferry__atomic_write(&m, text, len));
+    FERRY_TRY(ferry__atomic_commit(&m));
+cleanup:
+    if (rc < 0) {
+        /* shards already in place would pass for whole without their manifest */
+        for (size_t k = 0; k < renamed; k++)
+            unlink(finals[k]);
+        ferry__atomic_abort(&m);
+    }
+    if (finals)
+        for (size_t k = 0; k < w->nshards; k++)
+            ferry__free(finals[k]);
+    ferry__free(finals);
+    ferry__free(text);
+    writer_free(w);
+    return rc;
+}
+
+/* ---- Reading ---- */
+
+struct ferry_record_file {
+    ferry__map map;
+    const uint8_t *base;
+    uint64_t size;
+    char *name;
+    uint32_t hflags;
+    int nfields;
+    ferry_field fields[FERRY_MAX_FIELDS];
+    size_t max_payload;
+    uint64_t start; /* record 0 */
+    uint64_t end;   /* the index (or where the scan stopped): the records' end */
+    uint64_t count;
+    const uint8_t *index; /* the mapped offsets, or NULL after a scan */
+    uint64_t *scanned;    /* the offsets a recovery scan found */
+    int recovered;
+    /* decompression contexts by worker id (modulo DCTX_SLOTS). A reader takes a
+     * context out of its slot (exchange with NULL) and puts it back (compare and
+     * swap from NULL), so two threads with the same worker id never share one: the
+     * second makes its own, and the spare is freed when the slot is taken. */
+    _Atomic(ZSTD_DCtx *) *dctx;
+};
+
+static inline uint64_t rec_offset(const ferry_record_file *f, uint64_t i)
+{
+    return f->index ? get64(f->index + 8 * i) : f->scanned[i];
+}
+
+static int read_header(ferry_record_file *f)
+{
+    const char *name = f->name;
+    const uint8_t *b = f->base;
+    if (f->size < HEADER)
+        return ferry__err(FERRY_ECORRUPT, "%s: %llu bytes is too short for a record shard", name,
+                          (unsigned long long)f->size);
+    if (memcmp(b, MAGIC, 8) != 0)
+        return ferry__err(FERRY_ECORRUPT, "%s: not a ferry record shard (bad magic)", name);
+    uint32_t version = get32(b + 8), flags = get32(b + 12), s = get32(b + 16);
+    if (version != VERSION)
+        return ferry__err(FERRY_ECORRUPT, "%s: record format version %u; this ferry reads %u", name,
+                          version, VERSION);
+    if (flags & ~FLAG_ZSTD)
+        return ferry__err(FERRY_ECORRUPT, "%s: unknown flags 0x%x in the header", name, flags);
+    if (s > FERRY__RECORD_MAX_SCHEMA)
+        return ferry__err(FERRY_ECORRUPT, "%s: schema of %u bytes is over the %u-byte limit", name,
+                          s, FERRY__RECORD_MAX_SCHEMA);
+    if (s > f->size - HEADER)
+        return ferry__err(FERRY_ECORRUPT, "%s: schema of %u bytes runs past the end of the file",
+                          name, s);
+    uint32_t crc = ferry_crc32c(ferry_crc32c(0, b, 20), b + HEADER, s);
+    if (crc != get32(b + 20))
+        return ferry__err(FERRY_ECORRUPT, "%s: header crc mismatch (damaged header or schema)",
+                          name);
+    int rc = schema_decode(name, b + HEADER, s, f->fields, &f->nfields);
+    if (rc < 0)
+        return rc;
+    if (!max_payload(f->fields, f->nfields, &f->max_payload))
+        return ferry__err(FERRY_ECORRUPT, "%s: schema: records would be too large", name);
+    f->hflags = flags;
+    f->start = align8(HEADER + (uint64_t)s);
+    return 0;
+}
+
+/* The trailer and index: false with the reason in why when they are missing or
+ * damaged. Every offset is checked once here, so that access is one lookup. */
+static bool read_footer(ferry_record_file *f, char *why, size_t cap)
+{
+    const uint8_t *b = f->base;
+    uint64_t size = f->size;
+    if (size < f->start || size - f->start < TRAILER) {
+        snprintf(why, cap, "%llu bytes leave no room for a footer", (unsigned long long)size);
+        return false;
+    }
+    const uint8_t *t = b + size - TRAILER;
+    if (memcmp(t + 24, END_MAGIC, 8) != 0) {
+        snprintf(why, cap, "no end magic");
+        return false;
+    }
+    if (ferry_crc32c(0, t, 20) != get32(t + 20)) {
+        snprintf(why, cap, "trailer crc mismatch");
+        return false;
+    }
+    uint64_t n = get64(t), ix = get64(t + 8), ixend = size - TRAILER;
+    if (ix < f->start || ix > ixend || ix % 8 != 0 || (ixend - ix) / 8 != n ||
+        (ixend - ix) % 8 != 0) {
+        snprintf(why, cap, "an index of %llu records at offset %llu does not fit the file",
+                 (unsigned long long)n, (unsigned long long)ix);
+        return false;
+    }
+    if (ferry_crc32c(0, b + ix, (size_t)(8 * n)) != get32(t + 16)) {
+        snprintf(why, cap, "index crc mismatch");
+        return false;
+    }
+    uint64_t prev = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t off = get64(b + ix + 8 * i);
+        bool ok = i == 0 ? off == f->start : off >= prev + REC_HEADER;
+        if (!ok || off % 8 != 0 || off > ix - REC_HEADER) {
+            snprintf(why, cap,
+                     "index entry %llu (offset %llu) is out of order or outside the records",
+                     (unsigned long long)i, (unsigned long long)off);
+            return false;
+        }
+        prev = off;
+    }
+    f->index = b + ix;
+    f->count = n;
+    f->end = ix;
+    return true;
+}
+
+/* Walks records from the end of the schema while each is whole: header CRC, sizes
+ * within the limit, payload inside the file, payload CRC. */
+static int scan(ferry_record_file *f)
+{
+    const uint8_t *b = f->base;
+    uint64_t pos = f->start, n = 0, end = f->start;
+    size_t cap = 0;
+    uint64_t *offs = NULL;
+    bool zstd = f->hflags & FLAG_ZSTD;
+    while (pos <= f->size && f->size - pos >= REC_HEADER) {
+        const uint8_t *h = b + pos;
+        uint32_t stored = get32(h), raw = get32(h + 4);
+        if (ferry_crc32c(0, h, 12) != get32(h + 12) || stored > FERRY__RECORD_MAX_SIZE ||
+            raw > FERRY__RECORD_MAX_SIZE || (!zstd && raw != stored) ||
+            stored > f->size - pos - REC_HEADER ||
+            ferry_crc32c(0, h + REC_HEADER, stored) != get32(h + 8))
+            break;
+        if (n == cap) {
+            size_t ncap = cap ? 2 * cap : 1024;
+            uint64_t *p = ferry__realloc(offs, ncap * sizeof *offs);
+            if (!p) {
+                ferry__free(offs);
+                return ferry__err(FERRY_ENOMEM, "%s: out of memory for %llu record offsets",
+                                  f->name, (unsigned long long)n);
+            }
+            offs = p;
+            cap = ncap;
+        }
+        offs[n++] = pos;
+        end = pos + REC_HEADER + stored;
+        pos = align8(end);
+    }
+    f->scanned = offs;
+    f->count = n;
+    /* a last record whose padding was cut off is still whole */
+    f->end = n ? (align8(end) < f->size ? align8(end) : f->size) : f->start;
+    f->recovered = 1;
+    return 0;
+}
+
+int ferry_record_file_open(ferry_record_file **out, const char *path, int flags)
+{
+    int rc = 0;
+    ferry_record_file *f = NULL;
+    char why[160];
+    if (!out)
+        return ferry__err(FERRY_EINVAL, "record file: out is NULL");
+    *out = NULL;
+    if (!path)
+        return ferry__err(FERRY_EINVAL, "record file: path is NULL");
+    if (flags & ~FERRY_RECORD_RECOVER)
+        return ferry__err(FERRY_EINVAL, "%s: unknown open flags 0x%x", path, (unsigned)flags);
+    f = ferry__calloc(1, sizeof *f);
+    if (!f || !(f->name = ferry__strdup(path)))
+        FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", path);
+    FERRY_TRY(ferry__map_file(&f->map, path));
+    f->base = f->map.data;
+    f->size = f->map.size;
+    FERRY_TRY(read_header(f));
+    if (!read_footer(f, why, sizeof why)) {
+        if (!(flags & FERRY_RECORD_RECOVER))
+            FERRY_FAIL(FERRY_ECORRUPT,
+                       "%s: no valid footer (the writer did not finish?): open with "
+                       "FERRY_RECORD_RECOVER to read the whole records it has (%s)",
+                       path, why);
+        FERRY_TRY(scan(f));
+    }
+    if (f->hflags & FLAG_ZSTD) {
+        f->dctx = ferry__calloc(DCTX_SLOTS, sizeof *f->dctx);
+        if (!f->dctx)
+            FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", path);
+    }
+    *out = f;
+    f = NULL;
+cleanup:
+    ferry_record_file_free(f);
+    return rc;
+}
+
+void ferry_record_file_free(ferry_record_file *f)
+{
+    if (!f)
+        return;
+    if (f->dctx)
+        for (unsigned i = 0; i < DCTX_SLOTS; i++)
+            ZSTD_freeDCtx(atomic_load_explicit(&f->dctx[i], memory_order_acquire));
+    ferry__free((void *)f->dctx);
+    ferry__unmap(&f->map);
+    ferry__free(f->scanned);
+    ferry__free(f->name);
+    ferry__free(f);
+}
+
+uint64_t ferry_record_file_count(const ferry_record_file *f)
+{
+    return f->count;
+}
+
+int ferry_record_file_nfields(const ferry_record_file *f)
+{
+    return f->nfields;
+}
+
+const ferry_field *ferry_record_file_field(const ferry_record_file *f, int i)
+{
+    return i >= 0 && i < f->nfields ? &f->fields[i] : NULL;
+}
+
+int ferry_record_file_recovered(const ferry_record_file *f)
+{
+    return f->recovered;
+}
+
+const char *ferry__record_file_name(const ferry_record_file *f)
+{
+    return f->name;
+}
+
+int ferry__record_file_span(const ferry_record_file *f, uint64_t i, const void **p, size_t *n)
+{
+    if (i >= f->count)
+        return ferry__err(FERRY_ERANGE, "%s: record %llu is past the last (%llu records)", f->name,
+                          (unsigned long long)i, (unsigned long long)f->count);
+    uint64_t off = rec_offset(f, i), next = i + 1 < f->count ? rec_offset(f, i + 1) : f->end;
+    *p = f->base + off;
+    *n = (size_t)(next - off);
+    return 0;
+}
+
+typedef struct rec {
+    uint64_t off;
+    const uint8_t *payload;
+    uint32_t stored, raw;
+} rec;
+
+#define REC_FMT "%s: record %llu at offset %llu: "
+#define REC_ARGS(f, i, off) (f)->name, (unsigned long long)(i), (unsigned long long)(off)
+
+/* Finds record i and checks it: its header, its place between its neighbours, its
+ * payload's CRC. */
+static int locate(const ferry_record_file *f, uint64_t i, rec *r)
+{
+    if (i >= f->count)
+        return ferry__err(FERRY_ERANGE, "%s: record %llu is past the last (%llu records)", f->name,
+                          (unsigned long long)i, (unsigned long long)f->count);
+    uint64_t off = rec_offset(f, i), next = i + 1 < f->count ? rec_offset(f, i + 1) : f->end;
+    /* the open checked the offsets; checked again, cheaply, because memory safety
+     * rests on them */
+    if (off < f->start || next > f->end || off > next || next - off < REC_HEADER)
+        return ferry__err(FERRY_ECORRUPT, REC_FMT "outside the records (next at %llu)",
+                          REC_ARGS(f, i, off), (unsigned long long)next);
+    const uint8_t *h = f->base + off;
+    if (ferry_crc32c(0, h, 12) != get32(h + 12))
+        return ferry__err(FERRY_ECORRUPT,
+                          REC_FMT "header crc mismatch (a damaged header, or the index points "
+                                  "elsewhere than a record)",
+                          REC_ARGS(f, i, off));
+    uint32_t stored = get32(h), raw = get32(h + 4);
+    if (stored > FERRY__RECORD_MAX_SIZE || raw > FERRY__RECORD_MAX_SIZE)
+        return ferry__err(FERRY_ECORRUPT, REC_FMT "sizes %u and %u are over the %u-byte limit",
+                          REC_ARGS(f, i, off), stored, raw, FERRY__RECORD_MAX_SIZE);
+    if (!(f->hflags & FLAG_ZSTD) && raw != stored)
+        return ferry__err(FERRY_ECORRUPT,
+                          REC_FMT "raw size %u differs from its stored size %u, uncompressed",
+                          REC_ARGS(f, i, off), raw, stored);
+    uint64_t room = next - off - REC_HEADER;
+    if (stored > room)
+        return ferry__err(FERRY_ECORRUPT,
+                          REC_FMT "payload of %u bytes runs past the record's end at offset %llu%s",
+                          REC_ARGS(f, i, off), stored, (unsigned long long)next,
+                          next == f->size ? " (the end of the file)" : "");
+    if (room - stored >= 8)
+        return ferry__err(FERRY_ECORRUPT,
+                          REC_FMT "ends %llu bytes before the next at offset %llu (the index "
+                                  "disagrees with the records)",
+                          REC_ARGS(f, i, off), (unsigned long long)(room - stored),
+                          (unsigned long long)next);
+    if (ferry_crc32c(0, h + REC_HEADER, stored) != get32(h + 8))
+        return ferry__err(FERRY_ECORRUPT, REC_FMT "crc mismatch", REC_ARGS(f, i, off));
+    r->off = off;
+    r->payload = h + REC_HEADER;
+    r->stored = stored;
+    r->raw = raw;
+    return 0;
+}
+
+int ferry_record_file_raw(const ferry_record_file *f, uint64_t i, const void **data, size_t *size,
+                          uint64_t *offset)
+{
+    if (!f || !data || !size)
+        return ferry__err(FERRY_EINVAL, "record file: NULL argument");
+    rec r = {0};
+    int rc = locate(f, i, &r);
+    if (rc < 0)
+        return rc;
+    *data = r.payload;
+    *size = r.stored;
+    if (offset)
+        *offset = r.off;
+    return 0;
+}
+
+static ZSTD_DCtx *dctx_take(const ferry_record_file *f, uint32_t worker)
+{
+    ZSTD_DCtx *d =
+        atomic_exchange_explicit(&f->dctx[worker % DCTX_SLOTS], NULL, memory_order_acquire);
+    return d ? d : ZSTD_createDCtx_advanced(zmem);
+}
+
+static void dctx_give(const ferry_record_file *f, uint32_t worker, ZSTD_DCtx *d)
+{
+    ZSTD_DCtx *empty = NULL;
+    if (!atomic_compare_exchange_strong_explicit(&f->dctx[worker % DCTX_SLOTS], &empty, d,
+                                                 memory_order_release, memory_order_relaxed))
+        ZSTD_freeDCtx(d);
+}
+
+/* Copies the fields of a payload into the sample, checking each length against the
+ * schema and the payload's end. */
+static int parse(const ferry_record_file *f, uint64_t i, uint64_t off, const uint8_t *p, size_t n,
+                 ferry_sample *out)
+{
+    size_t pos = 0;
+    for (int k = 0; k < f->nfields; k++) {
+        const ferry_field *fl = &f->fields[k];
+        size_t bytes = ferry_field_nbytes(fl);
+        if (fl->variable) {
+            if (n - pos < 4)
+                return ferry__err(FERRY_ECORRUPT, REC_FMT "field \"%s\": row count past the end",
+                                  REC_ARGS(f, i, off), fl->name);
+            uint32_t rows = get32(p + pos);
+            pos += 4;
+            if ((int64_t)rows > fl->shape[0])
+                return ferry__err(FERRY_ECORRUPT,
+                                  REC_FMT "field \"%s\": %u rows is more than its bound %lld",
+                                  REC_ARGS(f, i, off), fl->name, rows, (long long)fl->shape[0]);
+            /* rows <= bound, so this is at most the field's size */
+            bytes = (size_t)rows * ferry_field_row_elems(fl) * ferry_dtype_size(fl->dtype);
+            if (!out->length)
+                return ferry__err(FERRY_EINVAL, "%s: sample has no lengths for field \"%s\"",
+                                  f->name, fl->name);
+            out->length[k] = rows;
+        }
+        if (n - pos < bytes)
+            return ferry__err(FERRY_ECORRUPT,
+                              REC_FMT "field \"%s\" needs %zu bytes; the payload has %zu left",
+                              REC_ARGS(f, i, off), fl->name, bytes, n - pos);
+        if (bytes) {
+            if (!out->data[k])
+                return ferry__err(FERRY_EINVAL, "%s: sample has no memory for field \"%s\"",
+                                  f->name, fl->name);
+            memcpy(out->data[k], p + pos, bytes);
+        }
+        pos += bytes;
+    }
+    if (pos != n)
+        return ferry__err(FERRY_ECORRUPT, REC_FMT "%zu bytes left over after the last field",
+                          REC_ARGS(f, i, off), n - pos);
+    return 0;
+}
+
+int ferry_record_file_read(const ferry_record_file *f, uint64_t i, ferry_sample *out,
+                           ferry_ctx *ctx)
+{
+    if (!f || !out || !out->data)
+        return ferry__err(FERRY_EINVAL, "record file: NULL argument");
+    if (out->nfields != f->nfields)
+        return ferry__err(FERRY_EINVAL, "%s: sample has %d fields, the shard %d", f->name,
+                          out->nfields, f->nfields);
+    rec r = {0};
+    int rc = locate(f, i, &r);
+    if (rc < 0)
+        return rc;
+    if (!(f->hflags & FLAG_ZSTD))
+        return parse(f, i, r.off, r.payload, r.stored, out);
+    if (!ctx)
+        return ferry__err(FERRY_EINVAL, "%s: reading a compressed shard needs a ctx", f->name);
+    uint64_t t0 = ferry_now_ns();
+    if (r.raw > f->max_payload)
+        return ferry__err(FERRY_ECORRUPT,
+                          REC_FMT "raw size %u is more than the schema allows (%zu)",
+                          REC_ARGS(f, i, r.off), r.raw, f->max_payload);
+    unsigned long long fcs = ZSTD_getFrameContentSize(r.payload, r.stored);
+    if (fcs == ZSTD_CONTENTSIZE_ERROR || (fcs != ZSTD_CONTENTSIZE_UNKNOWN && fcs != r.raw))
+        return ferry__err(FERRY_ECORRUPT,
+                          REC_FMT "not a zstd frame of the %u bytes its header says",
+                          REC_ARGS(f, i, r.off), r.raw);
+    uint8_t *dst = ferry_ctx_scratch(ctx, r.raw ? r.raw : 1);
+    if (!dst)
+        return ferry__err(FERRY_ENOMEM, REC_FMT "out of memory for %u bytes", REC_ARGS(f, i, r.off),
+                          r.raw);
+    uint32_t worker = ferry_ctx_worker(ctx);
+    ZSTD_DCtx *d = dctx_take(f, worker);
+    if (!d)
+        return ferry__err(FERRY_ENOMEM, "%s: out of memory (zstd context)", f->name);
+    size_t got = ZSTD_decompressDCtx(d, dst, r.raw, r.payload, r.stored);
+    dctx_give(f, worker, d);
+    if (ZSTD_isError(got))
+        return ferry__err(zstd_rc(got), REC_FMT "zstd: %s", REC_ARGS(f, i, r.off),
+                          ZSTD_getErrorName(got));
+    if (got != r.raw)
+        return ferry__err(FERRY_ECORRUPT, REC_FMT "decompresses to %zu bytes, its header says %u",
+                          REC_ARGS(f, i, r.off), got, r.raw);
+    rc = parse(f, i, r.off, dst, got, out);
+    ferry_ctx_stage_add(ctx, FERRY_STAGE_DECODE, ferry_now_ns() - t0);
+    return rc;
+}
+
+/* ---- The manifest and whole-file CRCs ---- */
+
+int ferry__crc32c_file(const char *path, uint32_t *crc, uint64_t *size)
+{
+    int rc = 0;
+    ferry__file f = {-1, 0, 0};
+    uint8_t *buf = NULL;
+    uint32_t c = 0;
+    uint64_t done = 0;
+    FERRY_TRY(ferry__file_open(&f, path));
+    buf = ferry__malloc(CRC_CHUNK);
+    if (!buf)
+        FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", path);
+    for (;;) {
+        size_t got;
+        FERRY_TRY(ferry__file_pread(&f, path, buf, CRC_CHUNK, done, &got));
+        c = ferry_crc32c(c, buf, got);
+        done += got;
+        if (got < CRC_CHUNK)
+            break;
+    }
+    if (done != f.size)
+        FERRY_FAIL(FERRY_EIO, "%s: changed size while being read (%llu bytes, then %llu)", path,
+                   (unsigned long long)f.size, (unsigned long long)done);
+    *crc = c;
+    *size = done;
+cleanup:
+    ferry__free(buf);
+    ferry__file_close(&f);
+    return rc;
+}
+
+/* A whole token of decimal digits, at most UINT64_MAX. */
+static bool parse_dec(const char *s, uint64_t *out)
+{
+    uint64_t v = 0;
+    if (!*s)
+        return false;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9' || v > (UINT64_MAX - (uint64_t)(*s - '0')) / 10)
+            return false;
+        v = v * 10 + (uint64_t)(*s - '0');
+    }
+    *out = v;
+    return true;
+}
+
+static bool parse_hex32(const char *s, uint32_t *out)
+{
+    uint32_t v = 0;
+    size_t n = strlen(s);
+    if (n < 1 || n > 8)
+        return false;
+    for (; *s; s++) {
+        int d = *s >= '0' && *s <= '9'   ? *s - '0'
+                : *s >= 'a' && *s <= 'f' ? *s - 'a' + 10
+                : *s >= 'A' && *s <= 'F' ? *s - 'A' + 10
+                                         : -1;
+        if (d < 0)
+            return false;
+        v = v << 4 | (uint32_t)d;
+    }
+    *out = v;
+    return true;
+}
+
+/* Splits a line in place at single spaces into at most max tokens; returns how
+ * many there were (max + 1 when there are more). */
+static int split(char *line, char **tok, int max)
+{
+    int n = 0;
+    for (char *s = line;;) {
+        if (n == max)
+            return max + 1;
+        tok[n++] = s;
+        char *sp = strchr(s, ' ');
+        if (!sp)
+            return n;
+        *sp = '\0';
+        s = sp + 1;
+    }
+}
+
+static int cmp_names(const void *a, const void *b)
+{
+    const ferry__manifest_entry *x = *(const ferry__manifest_entry *const *)a;
+    const ferry__manifest_entry *y = *(const ferry__manifest_entry *const *)b;
+    return strcmp(x->file, y->file);
+}
+
+int ferry__manifest_read(const char *path, ferry__manifest_entry **entries, size_t *nout)
+{
+    int rc = 0;
+    ferry__file f = {-1, 0, 0};
+    char *buf = NULL;
+    ferry__manifest_entry *e = NULL;
+    const ferry__manifest_entry **sorted = NULL;
+    size_t got, n = 0, lineno = 0;
+    uint64_t shards = 0, total = 0, sum = 0;
+    *entries = NULL;
+    *nout = 0;
+    FERRY_TRY(ferry__file_open(&f, path));
+    if (f.size > FERRY__MANIFEST_MAX)
+        FERRY_FAIL(FERRY_ECORRUPT, "%s: %llu bytes is too large for a manifest", path,
+                   (unsigned long long)f.size);
+    buf = ferry__malloc((size_t)f.size + 1);
+    if (!buf)
+        FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", path);
+    FERRY_TRY(ferry__file_pread(&f, path, buf, (size_t)f.size, 0, &got));
+    if (got != f.size)
+        FERRY_FAIL(FERRY_EIO, "%s: shrank while being read", path);
+    buf[got] = '\0';
+    char *s = buf, *end = buf + got;
+    while (s < end) {
+        char *nl = memchr(s, '\n', (size_t)(end - s));
+        char *line = s;
+        if (nl) {
+            *nl = '\0';
+            s = nl + 1;
+        } else {
+            s = end;
+        }
+        lineno++;
+        if (strlen(line) != (size_t)((nl ? nl : end) - line))
+            FERRY_FAIL(FERRY_ECORRUPT, "%s: line %zu: holds a NUL byte", path, lineno);
+        char *tok[5];
+        int k = split(line, tok, 4);
+        if (lineno == 1) {
+            if (k != 2 || strcmp(tok[0], "ferry-records") != 0)
+                FERRY_FAIL(FERRY_ECORRUPT,
+                           "%s: line 1: not a ferry manifest (expected \"ferry-records 1\")", path);
+            if (strcmp(tok[1], "1") != 0)
+                FERRY_FAIL(FERRY_ECORRUPT,
+                           "%s: line 1: manifest version \"%.20s\"; this ferry "
+                           "reads 1",
+                           path, tok[1]);
+        } else if (lineno == 2) {
+            if (k != 4 || strcmp(tok[0], "shards") != 0 || strcmp(tok[2], "records") != 0 ||
+                !parse_dec(tok[1], &shards) || !parse_dec(tok[3], &total))
+                FERRY_FAIL(FERRY_ECORRUPT,
+                           "%s: line 2: expected \"shards N records TOTAL\" with decimal numbers",
+                           path);
+            /* each entry line takes at least 8 bytes ("a 0 0 0\n") */
+            if (shards > (uint64_t)(end - s) / 8 + 1)
+                FERRY_FAIL(FERRY_ECORRUPT, "%s: line 2: %llu shards cannot fit in the file", path,
+                           (unsigned long long)shards);
+            if (shards && !(e = ferry__calloc((size_t)shards, sizeof *e)))
+                FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", path);
+        } else {
+            if (n == shards)
+                FERRY_FAIL(FERRY_ECORRUPT, "%s: line %zu: more shards than the %llu of line 2",
+                           path, lineno, (unsigned long long)shards);
+            ferry__manifest_entry *x = &e[n];
+            if (k != 4)
+                FERRY_FAIL(FERRY_ECORRUPT,
+                           "%s: line %zu: expected \"FILE RECORDS BYTES CRC\" separated by single "
+                           "spaces",
+                           path, lineno);
+            size_t len = strlen(tok[0]);
+            if (len == 0 || len >= sizeof x->file || strchr(tok[0], '/') || !strcmp(tok[0], ".") ||
+                !strcmp(tok[0], ".."))
+                FERRY_FAIL(FERRY_ECORRUPT,
+                           "%s: line %zu: \"%.64s\" is not a file name in the manifest's directory",
+                           path, lineno, tok[0]);
+            memcpy(x->file, tok[0], len + 1);
+            if (!parse_dec(tok[1], &x->records) || !parse_dec(tok[2], &x->bytes))
+                FERRY_FAIL(FERRY_ECORRUPT,
+                           "%s: line %zu: record count and size must be decimal numbers", path,
+                           lineno);
+            if (!parse_hex32(tok[3], &x->crc))
+                FERRY_FAIL(FERRY_ECORRUPT, "%s: line %zu: crc \"%.16s\" is not 1..8 hex digits",
+                           path, lineno, tok[3]);
+            if (__builtin_add_overflow(sum, x->records, &sum))
+                FERRY_FAIL(FERRY_ECORRUPT, "%s: line %zu: record counts overflow", path, lineno);
+            n++;
+        }
+    }
+    if (lineno < 2)
+        FERRY_FAIL(FERRY_ECORRUPT, "%s: line %zu: ends before the \"shards\" line", path,
+                   lineno + 1);
+    if (n != shards)
+        FERRY_FAIL(FERRY_ECORRUPT, "%s: line %zu: line 2 says %llu shards; the manifest lists %zu",
+                   path, lineno + 1, (unsigned long long)shards, n);
+    if (sum != total)
+        FERRY_FAIL(FERRY_ECORRUPT,
+                   "%s: line 2: says %llu records; the shards' counts add up to %llu", path,
+                   (unsigned long long)total, (unsigned long long)sum);
+    if (n > 1) {
+        sorted = ferry__malloc(n * sizeof *sorted);
+        if (!sorted)
+            FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", path);
+        for (size_t i = 0; i < n; i++)
+            sorted[i] = &e[i];
+        qsort(sorted, n, sizeof *sorted, cmp_names);
+        for (size_t i = 1; i < n; i++)
+            if (!strcmp(sorted[i - 1]->file, sorted[i]->file))
+                FERRY_FAIL(FERRY_ECORRUPT, "%s: line %zu: %s is listed twice", path,
+                           (size_t)(sorted[i] - e) + 3, sorted[i]->file);
+    }
+    *entries = e;
+    *nout = n;
+    e = NULL;
+cleanup:
+    ferry__free(sorted);
+    ferry__free(e);
+    ferry__free(buf);
+    ferry__file_close(&f);
+    return rc;
+}

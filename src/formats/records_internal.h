@@ -1,0 +1,49 @@
+/*
+ * Record shard internals shared with the datasets layer and the tests
+ * (docs/record-format.md specifies the bytes).
+ */
+#ifndef FERRY_RECORDS_INTERNAL_H
+#define FERRY_RECORDS_INTERNAL_H
+
+#include "ferry/records.h"
+
+/* Limits on what a file may ask of a reader. */
+#define FERRY__RECORD_MAX_SCHEMA ((uint32_t)64 << 10) /* schema bytes S */
+#define FERRY__RECORD_MAX_SIZE ((uint32_t)1 << 31)    /* a record's stored or raw size */
+#define FERRY__MANIFEST_MAX ((uint64_t)64 << 20)      /* bytes of a NAME.manifest */
+
+/* ---- The manifest (NAME.manifest) ---- */
+typedef struct ferry__manifest_entry {
+    char file[256]; /* a name in the manifest's directory: no '/', not "." or ".." */
+    uint64_t records, bytes;
+    uint32_t crc; /* CRC-32C of the whole file */
+} ferry__manifest_entry;
+
+/* Parses NAME.manifest: the "ferry-records 1" line, "shards N records TOTAL", then N
+ * lines "FILE RECORDS BYTES CRC-IN-HEX". The number of lines must be N, the records
+ * must add up to TOTAL and no file may appear twice. FERRY_ECORRUPT naming the file
+ * and line on any malformed line; FERRY_ENOENT / FERRY_EIO from the file layer.
+ * *entries is allocated with ferry__malloc (free it with ferry__free), NULL when
+ * *n is 0 or on failure. */
+int ferry__manifest_read(const char *path, ferry__manifest_entry **entries, size_t *n);
+
+/* CRC-32C and size of a whole file, read with pread in chunks. */
+int ferry__crc32c_file(const char *path, uint32_t *crc, uint64_t *size);
+
+/* ---- Reading helpers for the datasets layer ---- */
+
+/* The mapped bytes of record i, header through padding, as the index says (not
+ * checked against the record: for prefetch and read-ahead hints only). Valid
+ * until ferry_record_file_free. FERRY_ERANGE past the last record. */
+int ferry__record_file_span(const ferry_record_file *f, uint64_t i, const void **p, size_t *n);
+/* The path the file was opened with. */
+const char *ferry__record_file_name(const ferry_record_file *f);
+
+/* ---- CRC-32C, each implementation on its own (for the tests) ---- */
+uint32_t ferry__crc32c_sw(uint32_t crc, const void *data, size_t n);
+/* 1 when the CPU has the CRC-32C instruction (SSE4.2) and this build uses it. */
+int ferry__crc32c_hw_available(void);
+/* The instruction's version; falls back to the tables without it. */
+uint32_t ferry__crc32c_hw(uint32_t crc, const void *data, size_t n);
+
+#endif

@@ -1,0 +1,262 @@
+/*
+ * Sets of record shards: the map-style dataset (global index, shard_id/num_shards),
+ * the shuffled stream, manifests that disagree with the files, ferry pack / verify
+ * / ls / stat from the command line, and a pack killed at any moment.
+ */
+#include "harness.h"
+
+#include <ferry/ferry.h>
+
+#include <signal.h>
+#include <stdarg.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char dir[256];
+
+static void make_dir(void)
+{
+    const char *t = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/ferry-sets-XXXXXX", t ? t : "/tmp");
+    CHECK(mkdtemp(dir) != NULL);
+}
+
+static void remove_dir(void)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
+}
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...)
+{
+    char cmd[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Packs N synthetic samples (label = index) into dir/out with ~K records a shard. */
+static void pack(const char *out, int n, int per_shard, const char *extra)
+{
+    CHECK_EQ(sh("%s pack synthetic:%d,bytes=24,var=9,classes=1000000 '%s/%s' --shard-records %d "
+                "--no-progress %s > /dev/null",
+                FERRY_CLI, n, dir, out, per_shard, extra),
+             0);
+}
+
+static int64_t label_of(ferry_dataset *ds, uint64_t i)
+{
+    uint8_t data[24], text[9];
+    int64_t label, lens[3];
+    void *p[3] = {data, &label, text};
+    ferry_sample s = {3, p, lens};
+    ferry_ctx *ctx;
+    CHECK_OK(ferry_ctx_create(&ctx, 0, 0));
+    CHECK_OK(ferry_dataset_get(ds, i, &s, ctx));
+    ferry_ctx_free(ctx);
+    return label;
+}
+
+TEST(pack_then_read_the_set_through_one_global_index)
+{
+    make_dir();
+    pack("set", 1000, 300, "--zstd 3");
+    char path[512];
+    snprintf(path, sizeof path, "%s/set/data.manifest", dir);
+    struct stat st;
+    CHECK(stat(path, &st) == 0);
+    snprintf(path, sizeof path, "%s/set/data-00003-of-00004.ferry", dir);
+    CHECK(stat(path, &st) == 0);
+    snprintf(path, sizeof path, "%s/set", dir);
+    ferry_dataset *ds;
+    CHECK_OK(ferry_dataset_records(&ds, path, 0, 1));
+    CHECK_U64(ferry_dataset_len(ds), 1000);
+    CHECK_EQ(ferry_dataset_nfields(ds), 3);
+    CHECK(ferry_dataset_field(ds, 2)->variable);
+    for (uint64_t i = 0; i < 1000; i += 37)
+        CHECK_EQ(label_of(ds, i), (int64_t)i);
+    CHECK_EQ(label_of(ds, 999), 999);
+    ferry_dataset_free(ds);
+    /* Caffe2's DBReader sharding: shard k of n takes shards k, k+n, ... */
+    uint64_t total = 0;
+    for (uint64_t k = 0; k < 3; k++) {
+        CHECK_OK(ferry_dataset_records(&ds, path, k, 3));
+        total += ferry_dataset_len(ds);
+        if (k == 0)
+            CHECK_EQ(label_of(ds, 300), 900); /* shards 0 and 3 */
+        ferry_dataset_free(ds);
+    }
+    CHECK_U64(total, 1000);
+    CHECK_RC(ferry_dataset_records(&ds, path, 4, 5), FERRY_EINVAL); /* 4 shards: none for 4 */
+    CHECK_RC(ferry_dataset_records(&ds, path, 3, 3), FERRY_EINVAL);
+    remove_dir();
+}
+
+TEST(the_loader_and_bench_read_a_packed_set_like_its_source)
+{
+    make_dir();
+    pack("set", 2000, 700, "");
+    char out[4096], cmd[1024];
+    FILE *p;
+    /* the same bytes, in the same order, as the source itself */
+    snprintf(
+        cmd, sizeof cmd,
+        "%s bench records:%s/set --batch 100 --workers 2 --digest --no-progress | grep digest; "
+        "%s bench synthetic:2000,bytes=24,var=9,classes=1000000 --batch 100 --workers 0 "
+        "--digest --no-progress | grep digest",
+        FERRY_CLI, dir, FERRY_CLI);
+    p = popen(cmd, "r");
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    pclose(p);
+    char *second = strchr(out, '\n');
+    CHECK(second != NULL);
+    CHECK(!strncmp(out, second + 1, (size_t)(second - out)));
+    /* as a stream: every record once, shard order shuffled per epoch */
+    char path[512];
+    snprintf(path, sizeof path, "%s/set", dir);
+    ferry_stream *st;
+    CHECK_OK(ferry_stream_records(&st, path, 7));
+    ferry_loader_opts o;
+    ferry_loader_opts_default(&o);
+    o.batch_size = 64;
+    o.num_workers = 2;
+    o.stream_shards = 2;
+    o.rank = 0;
+    o.world_size = 1;
+    ferry_loader *l;
+    CHECK_OK(ferry_loader_create_stream(&l, st, &o));
+    uint8_t seen[2000] = {0};
+    ferry_batch *b;
+    int rc;
+    while ((rc = ferry_loader_next(l, &b)) == 0) {
+        ferry_tensor t;
+        CHECK_OK(ferry_batch_field(b, 1, &t));
+        for (uint32_t i = 0; i < ferry_batch_size(b); i++) {
+            int64_t label = ((int64_t *)t.data)[i];
+            CHECK(label >= 0 && label < 2000 && !seen[label]);
+            seen[label] = 1;
+        }
+        ferry_batch_release(b);
+    }
+    CHECK_RC(rc, FERRY_END);
+    for (int i = 0; i < 2000; i++)
+        CHECK(seen[i]);
+    ferry_loader_free(l);
+    ferry_stream_free(st);
+    remove_dir();
+}
+
+TEST(manifest_disagreements_are_errors)
+{
+    make_dir();
+    pack("set", 600, 200, "");
+    char path[512], shard[600];
+    snprintf(path, sizeof path, "%s/set", dir);
+    ferry_dataset *ds;
+    /* a shard the manifest names is missing */
+    snprintf(shard, sizeof shard, "%s/data-00001-of-00003.ferry", path);
+    CHECK_EQ(sh("mv '%s' '%s.away'", shard, shard), 0);
+    CHECK_RC(ferry_dataset_records(&ds, path, 0, 1), FERRY_ENOENT);
+    CHECK_CONTAINS(ferry_last_errmsg(), "names data-00001-of-00003.ferry, which is missing");
+    /* a shard of another size */
+    CHECK_EQ(sh("mv '%s.away' '%s' && printf x >> '%s'", shard, shard, shard), 0);
+    CHECK_RC(ferry_dataset_records(&ds, path, 0, 1), FERRY_ECORRUPT);
+    CHECK_CONTAINS(ferry_last_errmsg(), "the manifest says");
+    remove_dir();
+}
+
+TEST(verify_reports_file_record_and_offset)
+{
+    make_dir();
+    pack("set", 500, 250, "");
+    char out[8192], cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s verify '%s/set'", FERRY_CLI, dir);
+    CHECK_EQ(sh("%s > /dev/null", cmd), 0);
+    /* flip one byte in the middle of a shard's records */
+    char shard[600];
+    snprintf(shard, sizeof shard, "%s/set/data-00000-of-00002.ferry", dir);
+    FILE *f = fopen(shard, "r+b");
+    CHECK(f != NULL);
+    fseek(f, 4000, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, 4000, SEEK_SET);
+    fputc(c ^ 0x40, f);
+    fclose(f);
+    FILE *p = popen(cmd, "r");
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    CHECK_EQ(WEXITSTATUS(st), 1);
+    CHECK_CONTAINS(out, "data-00000-of-00002.ferry: record ");
+    CHECK_CONTAINS(out, "at offset ");
+    CHECK_CONTAINS(out, "file CRC-32C"); /* the manifest's CRC disagrees too */
+    /* ls and stat describe the set */
+    snprintf(cmd, sizeof cmd, "%s stat '%s/set'", FERRY_CLI, dir);
+    p = popen(cmd, "r");
+    n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    pclose(p);
+    CHECK_CONTAINS(out, "2 shards, 500 records");
+    CHECK_CONTAINS(out, "field text");
+    remove_dir();
+}
+
+/* A writer killed at any moment leaves either no shard set or a whole one. */
+TEST(a_pack_killed_at_any_moment_leaves_no_set_or_a_whole_one)
+{
+    make_dir();
+    /* time a pack that runs to the end, then kill others across that span */
+    uint64_t t0 = ferry_now_ns();
+    CHECK_EQ(sh("%s pack synthetic:60000,bytes=200 '%s/full' --shard-records 7000 --no-progress "
+                "> /dev/null",
+                FERRY_CLI, dir),
+             0);
+    uint64_t span_us = (ferry_now_ns() - t0) / 1000;
+    int whole = 0, none = 0;
+    for (int k = 0; k < 14; k++) {
+        char out[512];
+        snprintf(out, sizeof out, "%s/kill%d", dir, k);
+        pid_t pid = fork();
+        if (pid == 0) {
+            freopen("/dev/null", "w", stdout);
+            execl(FERRY_CLI, FERRY_CLI, "pack", "synthetic:60000,bytes=200", out, "--shard-records",
+                  "7000", "--no-progress", (char *)NULL);
+            _exit(127);
+        }
+        usleep((useconds_t)(span_us * (uint64_t)k / 10)); /* from the start to past the end */
+        kill(pid, SIGKILL);
+        int st;
+        waitpid(pid, &st, 0);
+        char manifest[600];
+        snprintf(manifest, sizeof manifest, "%s/data.manifest", out);
+        struct stat sb;
+        ferry_dataset *ds;
+        if (stat(manifest, &sb) == 0) {
+            CHECK_OK(ferry_dataset_records(&ds, out, 0, 1)); /* a whole set */
+            CHECK_U64(ferry_dataset_len(ds), 60000);
+            ferry_dataset_free(ds);
+            CHECK_EQ(sh("%s verify '%s' > /dev/null", FERRY_CLI, out), 0);
+            whole++;
+        } else {
+            /* no manifest: no reader may take what is there for a whole set */
+            int rc = ferry_dataset_records(&ds, out, 0, 1);
+            if (rc == 0) {
+                /* only possible if every shard was renamed: then all are whole */
+                CHECK_U64(ferry_dataset_len(ds), 60000);
+                ferry_dataset_free(ds);
+            }
+            none++;
+        }
+    }
+    CHECK(none > 0);  /* the early kills */
+    CHECK(whole > 0); /* the late ones */
+    printf("killed packs: %d whole sets, %d without a manifest\n", whole, none);
+    remove_dir();
+}

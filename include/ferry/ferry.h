@@ -17,5 +17,6 @@
 #include "csv.h"
 #include "lmdb.h"
 #include "records.h"
+#include "db.h"
 
 #endif /* FERRY_H */

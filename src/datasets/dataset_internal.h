@@ -65,5 +65,9 @@ int ferry__spec_check_used(const ferry__spec *s);
 int ferry__lines_open_spec(ferry_dataset **out, ferry__spec *s);
 int ferry__files_open_spec(ferry_dataset **out, ferry__spec *s);
 int ferry__records_open_spec(ferry_dataset **ds, ferry_stream **st, ferry__spec *s);
+/* Record i of a records dataset as stored (zero-copy, CRC checked), and whether
+ * its shard is compressed. */
+int ferry__records_raw(const ferry_dataset *ds, uint64_t i, const void **payload, size_t *n,
+                       int *compressed);
 
 #endif

@@ -233,10 +233,10 @@ static uint64_t set_len(void *self)
     return s->first[s->n];
 }
 
-static int set_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
+/* The shard holding global record i: the last k with first[k] <= i. */
+static size_t shard_of(const shard_set *s, uint64_t i)
 {
-    shard_set *s = self;
-    size_t lo = 0, hi = s->n; /* the last k with first[k] <= i */
+    size_t lo = 0, hi = s->n;
     while (hi - lo > 1) {
         size_t mid = (lo + hi) / 2;
         if (s->first[mid] <= i)
@@ -244,7 +244,29 @@ static int set_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
         else
             hi = mid;
     }
-    return ferry_record_file_read(s->files[lo], i - s->first[lo], out, ctx);
+    return lo;
+}
+
+static int set_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
+{
+    shard_set *s = self;
+    size_t k = shard_of(s, i);
+    return ferry_record_file_read(s->files[k], i - s->first[k], out, ctx);
+}
+
+int ferry__records_raw(const ferry_dataset *ds, uint64_t i, const void **payload, size_t *n,
+                       int *compressed)
+{
+    const shard_set *s = ds->self;
+    if (ds->vt->get != set_get)
+        return ferry__err(FERRY_EINVAL, "records: not a records dataset");
+    if (i >= s->first[s->n])
+        return ferry__err(FERRY_ERANGE, "records: record %llu is past the last (%llu)",
+                          (unsigned long long)i, (unsigned long long)s->first[s->n]);
+    size_t k = shard_of(s, i);
+    *compressed = ferry__record_file_compressed(s->files[k]);
+    uint64_t off;
+    return ferry_record_file_raw(s->files[k], i - s->first[k], payload, n, &off);
 }
 
 static void set_destroy(void *self)

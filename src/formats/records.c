@@ -855,6 +855,11 @@ int ferry_record_file_recovered(const ferry_record_file *f)
     return f->recovered;
 }
 
+int ferry__record_file_compressed(const ferry_record_file *f)
+{
+    return (f->hflags & FLAG_ZSTD) != 0;
+}
+
 const char *ferry__record_file_name(const ferry_record_file *f)
 {
     return f->name;

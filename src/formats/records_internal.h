@@ -36,6 +36,8 @@ int ferry__crc32c_file(const char *path, uint32_t *crc, uint64_t *size);
  * checked against the record: for prefetch and read-ahead hints only). Valid
  * until ferry_record_file_free. FERRY_ERANGE past the last record. */
 int ferry__record_file_span(const ferry_record_file *f, uint64_t i, const void **p, size_t *n);
+/* 1 when the shard's records are zstd-compressed. */
+int ferry__record_file_compressed(const ferry_record_file *f);
 /* The path the file was opened with. */
 const char *ferry__record_file_name(const ferry_record_file *f);
 

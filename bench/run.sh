@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ferry loader benchmark: ferry vs PyTorch DataLoader, and worker scaling.
 # Usage: bench/run.sh [FERRY]   (FERRY defaults to build/ferry in the repo root)
-# Prints a table on stdout and writes bench/results/loader.json. Exits 0
+# Also ferry lines vs PyTorch seek + readline (lines_vs_torch.py).
+# Prints tables on stdout and writes bench/results/{loader,lines}.json. Exits 0
 # whether or not the targets pass; non-zero only if something breaks.
 set -euo pipefail
 
@@ -25,4 +26,5 @@ if ! "$python" -c 'import torch' 2>/dev/null; then
 fi
 
 mkdir -p "$here/results"
-exec "$python" "$here/loader_vs_torch.py" --ferry "$ferry" --out "$here/results/loader.json"
+"$python" "$here/loader_vs_torch.py" --ferry "$ferry" --out "$here/results/loader.json" || exit $?
+"$python" "$here/lines_vs_torch.py" --ferry "$ferry" --out "$here/results/lines.json" || exit $?

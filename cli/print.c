@@ -3,6 +3,8 @@
  */
 #include "cli.h"
 
+#include <string.h>
+
 static void print_text(const uint8_t *p, size_t n, bool json)
 {
     if (json)
@@ -24,42 +26,59 @@ static void print_text(const uint8_t *p, size_t n, bool json)
         putchar('"');
 }
 
+/* Values are copied out: a field's bytes need not be aligned for its type. */
 static void print_scalar(ferry_dtype dt, const void *p)
 {
+    union {
+        uint8_t u8;
+        int8_t i8;
+        uint16_t u16;
+        int16_t i16;
+        uint32_t u32;
+        int32_t i32;
+        uint64_t u64;
+        int64_t i64;
+        float f32;
+        double f64;
+    } v;
+    size_t n = ferry_dtype_size(dt);
+    memcpy(&v, p, n <= sizeof v ? n : sizeof v);
     switch (dt) {
     case FERRY_U8:
     case FERRY_BOOL:
-        printf("%u", *(const uint8_t *)p);
+        printf("%u", v.u8);
         break;
     case FERRY_I8:
-        printf("%d", *(const int8_t *)p);
+        printf("%d", v.i8);
         break;
     case FERRY_U16:
-        printf("%u", *(const uint16_t *)p);
+    case FERRY_F16: /* f16, bf16: the raw bits */
+    case FERRY_BF16:
+        printf("%u", v.u16);
         break;
     case FERRY_I16:
-        printf("%d", *(const int16_t *)p);
+        printf("%d", v.i16);
         break;
     case FERRY_U32:
-        printf("%u", *(const uint32_t *)p);
+        printf("%u", v.u32);
         break;
     case FERRY_I32:
-        printf("%d", *(const int32_t *)p);
+        printf("%d", v.i32);
         break;
     case FERRY_U64:
-        printf("%llu", (unsigned long long)*(const uint64_t *)p);
+        printf("%llu", (unsigned long long)v.u64);
         break;
     case FERRY_I64:
-        printf("%lld", (long long)*(const int64_t *)p);
+        printf("%lld", (long long)v.i64);
         break;
     case FERRY_F32:
-        printf("%.9g", *(const float *)p);
+        printf("%.9g", v.f32);
         break;
     case FERRY_F64:
-        printf("%.17g", *(const double *)p);
+        printf("%.17g", v.f64);
         break;
-    default: /* f16, bf16: the raw bits */
-        printf("%u", *(const uint16_t *)p);
+    default:
+        printf("null");
         break;
     }
 }

@@ -28,3 +28,4 @@ fi
 mkdir -p "$here/results"
 "$python" "$here/loader_vs_torch.py" --ferry "$ferry" --out "$here/results/loader.json" || exit $?
 "$python" "$here/lines_vs_torch.py" --ferry "$ferry" --out "$here/results/lines.json" || exit $?
+"$python" "$here/records_vs.py" --ferry "$ferry" --out "$here/results/records.json" || exit $?

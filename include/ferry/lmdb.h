@@ -174,8 +174,9 @@ FERRY_API void ferry_lmdb_writer_free(ferry_lmdb_writer *w);
  *    (every entry must then have N).
  * Without datum:
  *  - "key": uint8 variable up to the longest key.
- *  - "value": uint8 variable up to max_len (a longer value is FERRY_EOVERFLOW
- *    naming its key).
+ *  - "value": uint8 variable up to max_len, by default the largest value in the
+ *    database (with a smaller max_len, a longer value is FERRY_EOVERFLOW naming
+ *    its key).
  * A value that does not decode as a Datum is FERRY_ECORRUPT naming the entry:
  * "data.mdb: entry 7 (key \"00000007_x.png\"): datum: byte 12: ...".
  *
@@ -189,7 +190,8 @@ typedef struct ferry_lmdb_opts {
     int datum;        /* AUTO: datum when the first value decodes as a Datum that
                        * carries data or floats (an empty database: off); ON: the
                        * first value must decode; OFF: key and value as bytes */
-    uint64_t max_len; /* bound of the variable fields, 1 .. 2^30; 0 = 1 MiB */
+    uint64_t max_len; /* bound of the variable fields, 1 .. 2^30; 0 = the largest
+                       * value (key/value), or 1 MiB (encoded Datum data) */
     int lock;         /* 0 (default): read without LMDB's lock file (MDB_NOLOCK), so
                        * nothing is written beside the database and read-only
                        * directories work; a writer in another process must then not
@@ -201,7 +203,7 @@ typedef struct ferry_lmdb_opts {
                        * freed: the file may grow meanwhile). */
 } ferry_lmdb_opts;
 
-/* Defaults: datum AUTO, max_len 1 MiB, main DB, no lock. */
+/* Defaults: datum AUTO, max_len 0 (see above), main DB, no lock. */
 FERRY_API void ferry_lmdb_opts_default(ferry_lmdb_opts *o);
 
 /* Opens an lmdb dataset (free with ferry_dataset_free). As a described source:

@@ -139,7 +139,7 @@ void ferry_lmdb_opts_default(ferry_lmdb_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->datum = FERRY_LMDB_DATUM_AUTO;
-    o->max_len = DEFAULT_MAX_LEN;
+    o->max_len = 0; /* the largest value (key/value), 1 MiB (encoded Datum data) */
 }
 
 static void add_field(ferry_field *f, int *n, const char *name, ferry_dtype dt, int ndim,
@@ -162,6 +162,7 @@ int ferry_dataset_lmdb(ferry_dataset **out, const ferry_lmdb_opts *o)
     if (!o || !o->path)
         return ferry__err(FERRY_EINVAL, "lmdb: path is NULL");
     uint64_t max_len = o->max_len ? o->max_len : DEFAULT_MAX_LEN;
+    bool auto_len = o->max_len == 0;
     if (max_len > MAX_MAX_LEN)
         return ferry__err(FERRY_EINVAL, "lmdb: max_len %llu is outside [1, %llu]",
                           (unsigned long long)max_len, (unsigned long long)MAX_MAX_LEN);
@@ -220,6 +221,16 @@ int ferry_dataset_lmdb(ferry_dataset **out, const ferry_lmdb_opts *o)
             add_field(f, &nf, "float_data", FERRY_F32, 1, shape, 0);
         }
     } else {
+        if (auto_len) {
+            /* the bound is the batch slot's size: the largest value, not a guess */
+            uint64_t largest = 1;
+            for (size_t i = 0; i < d->r->n; i++)
+                largest = d->r->e[i].vlen > largest ? d->r->e[i].vlen : largest;
+            if (largest > MAX_MAX_LEN)
+                FERRY_FAIL(FERRY_EOVERFLOW, "%s: a value of %llu bytes is over 2^30", d->r->path,
+                           (unsigned long long)largest);
+            d->max_len = max_len = largest;
+        }
         int64_t kshape[1] = {d->r->max_klen ? (int64_t)d->r->max_klen : 1};
         int64_t vshape[1] = {(int64_t)max_len};
         add_field(f, &nf, "key", FERRY_U8, 1, kshape, 1);
@@ -259,7 +270,7 @@ int ferry__lmdb_open_spec(ferry_dataset **out, ferry__spec *s)
     o.path = s->location;
     o.db = ferry__spec_str(s, "db");
     const char *datum = ferry__spec_str(s, "datum");
-    uint64_t max = o.max_len;
+    uint64_t max = 0;
     int rc, lock = 0;
     if ((rc = ferry__spec_u64(s, "max", 1, MAX_MAX_LEN, &max)) < 0 ||
         (rc = ferry__spec_bool(s, "lock", &lock)) < 0 || (rc = ferry__spec_check_used(s)) < 0)

@@ -230,7 +230,7 @@ TEST(a_pack_killed_at_any_moment_leaves_no_set_or_a_whole_one)
                   "7000", "--no-progress", (char *)NULL);
             _exit(127);
         }
-        usleep((useconds_t)(span_us * (uint64_t)k / 10)); /* from the start to past the end */
+        usleep((useconds_t)(span_us * (uint64_t)k / 5)); /* from the start to well past the end */
         kill(pid, SIGKILL);
         int st;
         waitpid(pid, &st, 0);

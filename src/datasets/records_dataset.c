@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define MAX_SHARDS 1000000u
 
@@ -227,6 +228,13 @@ cleanup:
 
 /* ---- Map-style ---- */
 
+static void populate(uintptr_t a, uintptr_t e)
+{
+    uintptr_t page = 4096, start = a & ~(page - 1);
+    if (madvise((void *)start, e - start, MADV_POPULATE_READ) != 0)
+        madvise((void *)start, e - start, MADV_WILLNEED);
+}
+
 static uint64_t set_len(void *self)
 {
     shard_set *s = self;
@@ -269,13 +277,53 @@ int ferry__records_raw(const ferry_dataset *ds, uint64_t i, const void **payload
     return ferry_record_file_raw(s->files[k], i - s->first[k], payload, n, &off);
 }
 
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14; older kernels answer EINVAL, and it is only a hint */
+#endif
+
+/* soon: pull the grain's index entries and the starts of its records into the
+ * cache. Later batches: have the kernel map (or at least read) their pages ahead,
+ * for runs of records that lie together (a sequential read): a page fault per
+ * 64 KiB in the worker costs more than one call for the whole run. */
+static void set_hint(void *self, const uint64_t *indices, size_t count, int soon)
+{
+    shard_set *s = self;
+    uint64_t total = s->first[s->n];
+    uintptr_t run_start = 0, run_end = 0;
+    for (size_t k = 0; k < count; k++) {
+        if (indices[k] >= total)
+            continue;
+        size_t j = shard_of(s, indices[k]);
+        const void *p;
+        size_t n;
+        if (ferry__record_file_span(s->files[j], indices[k] - s->first[j], &p, &n) < 0)
+            continue;
+        if (soon) {
+            __builtin_prefetch(p);
+            __builtin_prefetch((const char *)p + 64);
+            continue;
+        }
+        uintptr_t a = (uintptr_t)p, e = a + n;
+        if (a == run_end) {
+            run_end = e;
+            continue;
+        }
+        if (run_end - run_start >= ((uintptr_t)64 << 10))
+            populate(run_start, run_end);
+        run_start = a;
+        run_end = e;
+    }
+    if (!soon && run_end - run_start >= ((uintptr_t)64 << 10))
+        populate(run_start, run_end);
+}
+
 static void set_destroy(void *self)
 {
     set_free(self);
 }
 
 static const ferry_dataset_vtable set_vtable = {
-    .len = set_len, .get = set_get, .destroy = set_destroy};
+    .len = set_len, .get = set_get, .destroy = set_destroy, .hint = set_hint};
 
 int ferry_dataset_records(ferry_dataset **out, const char *dir, uint64_t shard_id,
                           uint64_t num_shards)

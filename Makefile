@@ -54,7 +54,7 @@ fuzz:
 	@for t in $(BUILD)-fuzz/tests/fuzz_*; do case $$t in *_replay) continue;; esac; \
 	  n=$$(basename $$t | sed 's/^fuzz_//'); new=$(BUILD)-fuzz/found/$$n; mkdir -p $$new; \
 	  echo "== $$t (new inputs go to $$new; the seeds stay as they are)"; \
-	  $$t -max_total_time=$(FUZZ_SECONDS) $$new tests/fuzz/corpus/$$n || exit 1; done
+	  $$t -max_total_time=$(FUZZ_SECONDS) -artifact_prefix=$(BUILD)-fuzz/ $$new tests/fuzz/corpus/$$n || exit 1; done
 
 format:
 	clang-format -i include/ferry/*.h src/*/*.c src/*/*.h cli/*.c cli/*.h tests/*.c tests/*.h tests/fuzz/*.c

@@ -84,7 +84,7 @@ static void print_scalar(ferry_dtype dt, const void *p)
 }
 
 void cli_print_record(int nf, const ferry_field *const *fields, void *const *data,
-                         const int64_t *len, bool json)
+                      const int64_t *len, bool json)
 {
     if (!json) {
         print_text(data[0], (size_t)len[0], false);
@@ -119,4 +119,3 @@ void cli_print_record(int nf, const ferry_field *const *fields, void *const *dat
     }
     puts("}");
 }
-

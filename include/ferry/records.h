@@ -30,13 +30,13 @@ FERRY_API uint32_t ferry_crc32c(uint32_t crc, const void *data, size_t n);
 typedef struct ferry_record_writer ferry_record_writer;
 
 typedef struct ferry_writer_opts {
-    const char *dir;          /* created if missing */
-    const char *name;         /* shard name prefix; NULL = "data" */
+    const char *dir;           /* created if missing */
+    const char *name;          /* shard name prefix; NULL = "data" */
     const ferry_field *fields; /* the schema (copied) */
     int nfields;
-    uint64_t shard_bytes;     /* start a new shard past this size; 0 = 1 GiB */
-    uint64_t shard_records;   /* ... or past this many records; 0 = no limit */
-    int zstd_level;           /* 0 = store records as they are; 1..19 = compress each */
+    uint64_t shard_bytes;   /* start a new shard past this size; 0 = 1 GiB */
+    uint64_t shard_records; /* ... or past this many records; 0 = no limit */
+    int zstd_level;         /* 0 = store records as they are; 1..19 = compress each */
 } ferry_writer_opts;
 
 FERRY_API int ferry_writer_open(ferry_record_writer **out, const ferry_writer_opts *o);

@@ -111,8 +111,7 @@ int ferry__spec_bool(ferry__spec *s, const char *key, int *out)
     else if (!strcmp(v, "0") || !strcmp(v, "false") || !strcmp(v, "no") || !strcmp(v, "off"))
         *out = 0;
     else
-        return ferry__err(FERRY_EINVAL, "source %s: %s=\"%.64s\" is not 0 or 1", s->kind, key,
-                          v);
+        return ferry__err(FERRY_EINVAL, "source %s: %s=\"%.64s\" is not 0 or 1", s->kind, key, v);
     return 0;
 }
 
@@ -171,7 +170,8 @@ int ferry_source_open(const char *spec, ferry_dataset **ds, ferry_stream **st)
                                  "source csv: a stream; open it with ferry_source_open");
         else
             rc = ferry__err(FERRY_EINVAL,
-                            "source: unknown kind \"%.64s\" (known: synthetic, lines, files, records, lmdb, csv)",
+                            "source: unknown kind \"%.64s\" (known: synthetic, lines, files, "
+                            "records, lmdb, csv)",
                             s->kind);
     }
     ferry__free(s);

@@ -91,7 +91,8 @@ static void syn_destroy(void *self)
     ferry__free(s);
 }
 
-static const ferry_dataset_vtable syn_vtable = {.len = syn_len, .get = syn_get, .destroy = syn_destroy};
+static const ferry_dataset_vtable syn_vtable = {
+    .len = syn_len, .get = syn_get, .destroy = syn_destroy};
 
 int ferry_dataset_synthetic(ferry_dataset **out, const ferry_synthetic_opts *o)
 {

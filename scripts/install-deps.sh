@@ -5,7 +5,7 @@
 # Installs only what is missing, so a second run costs nothing.
 set -euo pipefail
 
-pkgs=(build-essential cmake pkg-config python3 libzstd-dev liblmdb-dev)
+pkgs=(build-essential cmake pkg-config python3 libzstd-dev liblmdb-dev libjpeg62-turbo-dev libspng-dev)
 if [ "${1:-}" = fuzz ]; then
   pkgs+=(clang libclang-rt-14-dev)
 fi

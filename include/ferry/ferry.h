@@ -18,5 +18,6 @@
 #include "lmdb.h"
 #include "records.h"
 #include "db.h"
+#include "image.h"
 
 #endif /* FERRY_H */

@@ -34,6 +34,36 @@ void test_fail(const char *file, int line, const char *fmt, ...)
     exit(1);
 }
 
+char test_dir[256];
+
+void test_make_dir(const char *tag)
+{
+    const char *t = getenv("TMPDIR");
+    snprintf(test_dir, sizeof test_dir, "%s/ferry-%s-XXXXXX", t ? t : "/tmp", tag);
+    CHECK(mkdtemp(test_dir) != NULL);
+}
+
+void test_remove_dir(void)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", test_dir);
+    CHECK(system(cmd) == 0);
+}
+
+const char *test_path(const char *name, char *buf)
+{
+    snprintf(buf, 512, "%s/%s", test_dir, name);
+    return buf;
+}
+
+void test_write_file(const char *path, const void *data, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    CHECK(fwrite(data, 1, n, f) == n);
+    CHECK(fclose(f) == 0);
+}
+
 static int run_one(int i)
 {
     alarm(TIMEOUT_S);

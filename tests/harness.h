@@ -77,6 +77,16 @@ void test_fail(const char *file, int line, const char *fmt, ...)
         exit(77);                                                                                  \
     } while (0)
 
+/* A fresh directory for one test's files, under $TMPDIR (or /tmp), named by tag:
+ * its path is test_dir until test_remove_dir. */
+extern char test_dir[256];
+void test_make_dir(const char *tag);
+void test_remove_dir(void);
+/* test_dir/name in buf (512 bytes); returns buf. */
+const char *test_path(const char *name, char *buf);
+/* Writes n bytes as the whole file at path. */
+void test_write_file(const char *path, const void *data, size_t n);
+
 /* FNV-1a over bytes, for comparing batches. */
 static inline uint64_t test_hash(uint64_t h, const void *p, size_t n)
 {

@@ -7,22 +7,6 @@
 #include <ferry/ferry.h>
 #include "core/internal.h"
 
-static char dir[256];
-
-static void make_dir(void)
-{
-    const char *t = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/ferry-db-XXXXXX", t ? t : "/tmp");
-    CHECK(mkdtemp(dir) != NULL);
-}
-
-static void remove_dir(void)
-{
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    CHECK(system(cmd) == 0);
-}
-
 static const char *backends[] = {"records", "lmdb"};
 
 /* Keys "%08d" in increasing order (LMDB's order is the key order), values of
@@ -59,10 +43,10 @@ static void check_entry(const void *k, size_t kl, const void *v, size_t vl, int 
 
 TEST(the_same_calls_on_both_backends)
 {
-    make_dir();
+    test_make_dir("db");
     for (int b = 0; b < 2; b++) {
         char path[512];
-        snprintf(path, sizeof path, "%s/%s", dir, backends[b]);
+        snprintf(path, sizeof path, "%s/%s", test_dir, backends[b]);
         write_entries(backends[b], path, 1000);
         ferry_db *db;
         CHECK_OK(ferry_db_open(&db, backends[b], path, FERRY_DB_READ));
@@ -98,15 +82,15 @@ TEST(the_same_calls_on_both_backends)
         CHECK_RC(ferry_db_begin(db, &t), FERRY_ESTATE); /* opened for reading */
         ferry_db_close(db);
     }
-    remove_dir();
+    test_remove_dir();
 }
 
 TEST(abort_leaves_the_previous_state)
 {
-    make_dir();
+    test_make_dir("db");
     for (int b = 0; b < 2; b++) {
         char path[512];
-        snprintf(path, sizeof path, "%s/%s", dir, backends[b]);
+        snprintf(path, sizeof path, "%s/%s", test_dir, backends[b]);
         write_entries(backends[b], path, 10);
         ferry_db *db;
         ferry_db_txn *t;
@@ -119,21 +103,21 @@ TEST(abort_leaves_the_previous_state)
         CHECK_U64(ferry_db_count(db), 10);
         ferry_db_close(db);
     }
-    remove_dir();
+    test_remove_dir();
 }
 
 TEST(bad_arguments_and_missing_databases)
 {
-    make_dir();
+    test_make_dir("db");
     ferry_db *db;
-    CHECK_RC(ferry_db_open(&db, "leveldb", dir, FERRY_DB_READ), FERRY_EINVAL);
+    CHECK_RC(ferry_db_open(&db, "leveldb", test_dir, FERRY_DB_READ), FERRY_EINVAL);
     CHECK_CONTAINS(ferry_last_errmsg(), "unknown backend \"leveldb\"");
-    CHECK_RC(ferry_db_open(&db, "records", dir, 7), FERRY_EINVAL);
+    CHECK_RC(ferry_db_open(&db, "records", test_dir, 7), FERRY_EINVAL);
     char path[512];
-    snprintf(path, sizeof path, "%s/none", dir);
+    snprintf(path, sizeof path, "%s/none", test_dir);
     CHECK(ferry_db_open(&db, "records", path, FERRY_DB_READ) < 0);
     CHECK(db == NULL);
-    snprintf(path, sizeof path, "%s/w", dir);
+    snprintf(path, sizeof path, "%s/w", test_dir);
     CHECK_OK(ferry_db_open(&db, "records", path, FERRY_DB_WRITE));
     ferry_db_txn *t;
     CHECK_OK(ferry_db_begin(db, &t));
@@ -147,5 +131,5 @@ TEST(bad_arguments_and_missing_databases)
     size_t kl, vl;
     CHECK_RC(ferry_db_entry(db, 0, &k, &kl, &v, &vl), FERRY_ESTATE);
     ferry_db_close(db);
-    remove_dir();
+    test_remove_dir();
 }

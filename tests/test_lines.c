@@ -12,36 +12,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static char dir[256];
-
-static void make_dir(void)
-{
-    const char *t = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/ferry-lines-XXXXXX", t ? t : "/tmp");
-    CHECK(mkdtemp(dir) != NULL);
-}
-
-static void remove_dir(void)
-{
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    CHECK(system(cmd) == 0);
-}
-
-static const char *path_of(const char *name, char *buf)
-{
-    snprintf(buf, 512, "%s/%s", dir, name);
-    return buf;
-}
-
-static void write_file(const char *path, const void *data, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    CHECK(f != NULL);
-    CHECK(fwrite(data, 1, n, f) == n);
-    CHECK(fclose(f) == 0);
-}
-
 static size_t read_file(const char *path, void *buf, size_t cap)
 {
     FILE *f = fopen(path, "rb");
@@ -79,10 +49,10 @@ static ferry_dataset *open_lines(const char *path, uint32_t max_len, int io, int
 
 TEST(line_ends_crlf_empty_lines_and_no_final_newline)
 {
-    make_dir();
+    test_make_dir("lines");
     char p[512];
     const char text[] = "alpha\r\nbeta\n\n\r\ngamma delta\nlast";
-    write_file(path_of("a.txt", p), text, sizeof text - 1);
+    test_write_file(test_path("a.txt", p), text, sizeof text - 1);
     uint64_t n;
     CHECK_OK(ferry_line_index_build(p, NULL, NULL, NULL, &n));
     CHECK_U64(n, 6);
@@ -113,24 +83,24 @@ TEST(line_ends_crlf_empty_lines_and_no_final_newline)
     CHECK_RC(ferry_line_index_get(ix, 6, &off, &len), FERRY_ERANGE);
     CHECK_U64(ferry_line_index_source_size(ix), sizeof text - 1);
     ferry_line_index_free(ix);
-    remove_dir();
+    test_remove_dir();
 }
 
 TEST(empty_and_newline_only_files)
 {
-    make_dir();
+    test_make_dir("lines");
     char p[512];
     uint64_t n = 99;
-    write_file(path_of("empty.txt", p), "", 0);
+    test_write_file(test_path("empty.txt", p), "", 0);
     CHECK_OK(ferry_line_index_build(p, NULL, NULL, NULL, &n));
     CHECK_U64(n, 0);
     ferry_dataset *ds = open_lines(p, 8, 0, 0);
     CHECK_U64(ferry_dataset_len(ds), 0);
     ferry_dataset_free(ds);
-    write_file(path_of("nl.txt", p), "\n", 1);
+    test_write_file(test_path("nl.txt", p), "\n", 1);
     CHECK_OK(ferry_line_index_build(p, NULL, NULL, NULL, &n));
     CHECK_U64(n, 1);
-    write_file(path_of("nl2.txt", p), "\n\n\n", 3);
+    test_write_file(test_path("nl2.txt", p), "\n\n\n", 3);
     CHECK_OK(ferry_line_index_build(p, NULL, NULL, NULL, &n));
     CHECK_U64(n, 3);
     /* every position of a newline against a 64-byte scan block */
@@ -138,7 +108,7 @@ TEST(empty_and_newline_only_files)
         char buf[256];
         memset(buf, 'x', sizeof buf);
         buf[k] = '\n';
-        write_file(path_of("pos.txt", p), buf, sizeof buf);
+        test_write_file(test_path("pos.txt", p), buf, sizeof buf);
         CHECK_OK(ferry_line_index_build(p, NULL, NULL, NULL, &n));
         CHECK_U64(n, 2);
         ferry_line_index *ix;
@@ -149,12 +119,12 @@ TEST(empty_and_newline_only_files)
         CHECK_U64(len, 255 - (uint64_t)k);
         ferry_line_index_free(ix);
     }
-    remove_dir();
+    test_remove_dir();
 }
 
 TEST(many_lines_match_a_plain_split)
 {
-    make_dir();
+    test_make_dir("lines");
     char p[512];
     size_t cap = 3 << 20, n = 0;
     char *text = malloc(cap);
@@ -170,7 +140,7 @@ TEST(many_lines_match_a_plain_split)
         text[n++] = '\n';
         lines++;
     }
-    write_file(path_of("many.txt", p), text, n);
+    test_write_file(test_path("many.txt", p), text, n);
     uint64_t got;
     CHECK_OK(ferry_line_index_build(p, NULL, NULL, NULL, &got));
     CHECK_U64(got, lines);
@@ -191,16 +161,16 @@ TEST(many_lines_match_a_plain_split)
     }
     ferry_dataset_free(ds);
     free(text);
-    remove_dir();
+    test_remove_dir();
 }
 
 TEST(stale_index_is_detected_and_rebuilt_on_request)
 {
-    make_dir();
+    test_make_dir("lines");
     char p[512];
-    write_file(path_of("s.txt", p), "one\ntwo\n", 8);
+    test_write_file(test_path("s.txt", p), "one\ntwo\n", 8);
     CHECK_OK(ferry_line_index_build(p, NULL, NULL, NULL, NULL));
-    write_file(p, "one\ntwo\nthree\n", 14); /* changed since */
+    test_write_file(p, "one\ntwo\nthree\n", 14); /* changed since */
     ferry_line_index *ix;
     CHECK_RC(ferry_line_index_open(&ix, p, NULL, 0), FERRY_ESTALE);
     CHECK_CONTAINS(ferry_last_errmsg(), "s.txt.fidx is stale");
@@ -214,38 +184,38 @@ TEST(stale_index_is_detected_and_rebuilt_on_request)
     CHECK_U64(ferry_dataset_len(ds), 3);
     ferry_dataset_free(ds);
     /* the same size, touched: also stale */
-    write_file(p, "one\ntwo\nthreE\n", 14);
+    test_write_file(p, "one\ntwo\nthreE\n", 14);
     struct timespec ts[2] = {{0, UTIME_OMIT}, {1000, 0}};
     CHECK(utimensat(AT_FDCWD, p, ts, 0) == 0);
     CHECK_RC(ferry_line_index_open(&ix, p, NULL, 0), FERRY_ESTALE);
     CHECK_CONTAINS(ferry_last_errmsg(), "modified since");
-    remove_dir();
+    test_remove_dir();
 }
 
 TEST(index_of_another_file_is_detected)
 {
-    make_dir();
+    test_make_dir("lines");
     char a[512], b[512], ia[512];
-    write_file(path_of("a.txt", a), "same size\nline\n", 15);
-    write_file(path_of("b.txt", b), "SAME SIZE\nLINE\n", 15);
+    test_write_file(test_path("a.txt", a), "same size\nline\n", 15);
+    test_write_file(test_path("b.txt", b), "SAME SIZE\nLINE\n", 15);
     struct timespec ts[2] = {{5, 0}, {5, 0}};
     CHECK(utimensat(AT_FDCWD, a, ts, 0) == 0);
     CHECK(utimensat(AT_FDCWD, b, ts, 0) == 0);
-    CHECK_OK(ferry_line_index_build(a, path_of("a.idx", ia), NULL, NULL, NULL));
+    CHECK_OK(ferry_line_index_build(a, test_path("a.idx", ia), NULL, NULL, NULL));
     ferry_line_index *ix;
     CHECK_RC(ferry_line_index_open(&ix, b, ia, 0), FERRY_ESTALE);
     CHECK_CONTAINS(ferry_last_errmsg(), "index of another file");
     CHECK_OK(ferry_line_index_open(&ix, a, ia, 0));
     ferry_line_index_free(ix);
-    remove_dir();
+    test_remove_dir();
 }
 
 TEST(damaged_indexes_say_what_is_wrong)
 {
-    make_dir();
+    test_make_dir("lines");
     char p[512], ip[512];
-    write_file(path_of("d.txt", p), "a\nbb\nccc\n", 9);
-    path_of("d.txt.fidx", ip);
+    test_write_file(test_path("d.txt", p), "a\nbb\nccc\n", 9);
+    test_path("d.txt.fidx", ip);
     CHECK_OK(ferry_line_index_build(p, NULL, NULL, NULL, NULL));
     uint8_t good[256], bad[256];
     size_t n = read_file(ip, good, sizeof good);
@@ -265,7 +235,7 @@ TEST(damaged_indexes_say_what_is_wrong)
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         memcpy(bad, good, n);
         bad[cases[i].at] = cases[i].value;
-        write_file(ip, bad, n - (size_t)cases[i].cut);
+        test_write_file(ip, bad, n - (size_t)cases[i].cut);
         CHECK_RC(ferry_line_index_open(&ix, p, NULL, 0), cases[i].rc);
         CHECK_CONTAINS(ferry_last_errmsg(), "d.txt.fidx");
         CHECK_CONTAINS(ferry_last_errmsg(), cases[i].says);
@@ -274,7 +244,7 @@ TEST(damaged_indexes_say_what_is_wrong)
     memcpy(bad, good, n);
     uint64_t o = 6;
     memcpy(bad + 64 + 8 * 1, &o, 8); /* offsets 0, 6, 5, 9: line 1 ends before it starts */
-    write_file(ip, bad, n);
+    test_write_file(ip, bad, n);
     CHECK_OK(ferry_line_index_open(&ix, p, NULL, 0));
     uint64_t off, len;
     CHECK_OK(ferry_line_index_get(ix, 0, &off, &len)); /* 0..6 is a plausible line */
@@ -289,39 +259,39 @@ TEST(damaged_indexes_say_what_is_wrong)
     CHECK_OK(ferry_line_index_open(&ix, p, NULL, 1)); /* built on request */
     CHECK_U64(ferry_line_index_count(ix), 3);
     ferry_line_index_free(ix);
-    CHECK_RC(ferry_line_index_open(&ix, path_of("nope.txt", ip), NULL, 1), FERRY_ENOENT);
+    CHECK_RC(ferry_line_index_open(&ix, test_path("nope.txt", ip), NULL, 1), FERRY_ENOENT);
     CHECK_CONTAINS(ferry_last_errmsg(), "nope.txt");
-    remove_dir();
+    test_remove_dir();
 }
 
 TEST(a_failed_rebuild_leaves_the_old_index)
 {
-    make_dir();
+    test_make_dir("lines");
     char p[512], ip[512], sub[512];
-    write_file(path_of("k.txt", p), "x\ny\n", 4);
-    CHECK_OK(ferry_line_index_build(p, path_of("k.idx", ip), NULL, NULL, NULL));
+    test_write_file(test_path("k.txt", p), "x\ny\n", 4);
+    CHECK_OK(ferry_line_index_build(p, test_path("k.idx", ip), NULL, NULL, NULL));
     uint8_t before[256], after[256];
     size_t n = read_file(ip, before, sizeof before);
-    CHECK(mkdir(path_of("sub", sub), 0755) == 0);
+    CHECK(mkdir(test_path("sub", sub), 0755) == 0);
     CHECK(ferry_line_index_build(sub, ip, NULL, NULL, NULL) < 0); /* a directory */
     CHECK_EQ(read_file(ip, after, sizeof after), n);
     CHECK(!memcmp(before, after, n));
     /* and no temporary is left behind */
     char cmd[700];
-    snprintf(cmd, sizeof cmd, "ls '%s' | grep -c tmp", dir);
+    snprintf(cmd, sizeof cmd, "ls '%s' | grep -c tmp", test_dir);
     FILE *ls = popen(cmd, "r");
     char out[16] = "";
     CHECK(fgets(out, sizeof out, ls) != NULL);
     pclose(ls);
     CHECK_EQ(atoi(out), 0);
-    remove_dir();
+    test_remove_dir();
 }
 
 TEST(offsets_past_4_gib)
 {
-    make_dir();
+    test_make_dir("lines");
     char p[512];
-    path_of("big.txt", p);
+    test_path("big.txt", p);
     int fd = open(p, O_CREAT | O_WRONLY | O_TRUNC, 0644);
     CHECK(fd >= 0);
     uint64_t hole = (5ull << 30);
@@ -352,14 +322,14 @@ TEST(offsets_past_4_gib)
         CHECK_U64(ferry_lines_truncated(ds), 1);
         ferry_dataset_free(ds);
     }
-    remove_dir();
+    test_remove_dir();
 }
 
 TEST(long_lines_are_cut_and_counted_or_an_error)
 {
-    make_dir();
+    test_make_dir("lines");
     char p[512];
-    write_file(path_of("l.txt", p), "12345678\n123456789\n1234567\r\n12345678\r\n", 38);
+    test_write_file(test_path("l.txt", p), "12345678\n123456789\n1234567\r\n12345678\r\n", 38);
     CHECK_OK(ferry_line_index_build(p, NULL, NULL, NULL, NULL));
     for (int io = 0; io < 2; io++) {
         ferry_dataset *ds = open_lines(p, 8, io, FERRY_LINES_LONG_TRUNCATE);
@@ -383,14 +353,14 @@ TEST(long_lines_are_cut_and_counted_or_an_error)
         CHECK_OK(rc);
         ferry_dataset_free(ds);
     }
-    remove_dir();
+    test_remove_dir();
 }
 
 TEST(loader_reads_every_line_once_for_any_workers)
 {
-    make_dir();
+    test_make_dir("lines");
     char p[512], spec[600];
-    FILE *f = fopen(path_of("w.txt", p), "w");
+    FILE *f = fopen(test_path("w.txt", p), "w");
     for (int i = 0; i < 5000; i++)
         fprintf(f, "line %d %.*s\n", i, i % 50,
                 "..................................................");
@@ -439,14 +409,14 @@ TEST(loader_reads_every_line_once_for_any_workers)
         }
         ferry_dataset_free(ds);
     }
-    remove_dir();
+    test_remove_dir();
 }
 
 TEST(settings_and_allocation_failures)
 {
-    make_dir();
+    test_make_dir("lines");
     char p[512], spec[600];
-    write_file(path_of("o.txt", p), "a\nb\n", 4);
+    test_write_file(test_path("o.txt", p), "a\nb\n", 4);
     CHECK_OK(ferry_line_index_build(p, NULL, NULL, NULL, NULL));
     ferry_lines_opts o;
     ferry_lines_opts_default(&o);
@@ -497,5 +467,5 @@ TEST(settings_and_allocation_failures)
             break;
         CHECK_RC(rc, FERRY_ENOMEM);
     }
-    remove_dir();
+    test_remove_dir();
 }

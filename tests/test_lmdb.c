@@ -25,40 +25,10 @@
 #define PY "/usr/bin/python3"
 #define FNV0 0xcbf29ce484222325ull
 
-static char dir[256];
-
 static void need_shared(void)
 {
     if (access(DB380, R_OK) != 0 || access(DB256, R_OK) != 0 || access(DBNAMED, R_OK) != 0)
         SKIP("../shared/testdata/lmdb is absent");
-}
-
-static void make_dir(void)
-{
-    const char *t = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/ferry-lmdb-XXXXXX", t ? t : "/tmp");
-    CHECK(mkdtemp(dir) != NULL);
-}
-
-static void remove_dir(void)
-{
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    CHECK(system(cmd) == 0);
-}
-
-static const char *path_of(const char *name, char *buf)
-{
-    snprintf(buf, 512, "%s/%s", dir, name);
-    return buf;
-}
-
-static void write_file(const char *path, const void *data, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    CHECK(f != NULL);
-    CHECK(fwrite(data, 1, n, f) == n);
-    CHECK(fclose(f) == 0);
 }
 
 static uint8_t *slurp(const char *path, size_t *n)
@@ -676,11 +646,11 @@ TEST(caffe_380_matches_mdb_dump)
     if (system("command -v mdb_dump >/dev/null 2>&1") != 0)
         SKIP("mdb_dump (lmdb-utils) is not installed");
     /* on a copy: mdb_dump takes LMDB's lock file (DB-lock) beside what it reads */
-    make_dir();
+    test_make_dir("lmdb");
     char copy[512], cmd[1200];
     size_t n;
     uint8_t *bytes = slurp(DB380, &n);
-    write_file(path_of("data.mdb", copy), bytes, n);
+    test_write_file(test_path("data.mdb", copy), bytes, n);
     free(bytes);
     snprintf(cmd, sizeof cmd, "mdb_dump -n -p '%s'", copy);
     FILE *f = popen(cmd, "r");
@@ -730,7 +700,7 @@ TEST(caffe_380_matches_mdb_dump)
     CHECK_U64(i, 380);
     sbuf_free(&b);
     ferry_dataset_free(ds);
-    remove_dir();
+    test_remove_dir();
 }
 
 static const char py_datum[] =
@@ -766,9 +736,9 @@ TEST(caffe_380_matches_a_python_reader)
     need_shared();
     if (!have_python_lmdb())
         SKIP("python3 with the lmdb module is not available");
-    make_dir();
+    test_make_dir("lmdb");
     char script[512], cmd[1200];
-    write_file(path_of("datum.py", script), py_datum, sizeof py_datum - 1);
+    test_write_file(test_path("datum.py", script), py_datum, sizeof py_datum - 1);
     snprintf(cmd, sizeof cmd, PY " '%s' '%s'", script, DB380);
     FILE *f = popen(cmd, "r");
     CHECK(f != NULL);
@@ -792,7 +762,7 @@ TEST(caffe_380_matches_a_python_reader)
     CHECK_U64(i, 380);
     sbuf_free(&b);
     ferry_dataset_free(ds);
-    remove_dir();
+    test_remove_dir();
 }
 
 TEST(caffe_256_labels_follow_the_file_names)
@@ -865,37 +835,37 @@ TEST(named_sub_databases)
 TEST(not_an_lmdb_missing_and_empty_files)
 {
     need_shared();
-    make_dir();
+    test_make_dir("lmdb");
     char p[512], text[3 * 4096 + 1];
     for (size_t i = 0; i < sizeof text - 1; i++)
         text[i] = (char)('a' + i % 26);
-    CHECK(mkdir(path_of("caffe_lmdb", p), 0755) == 0);
-    write_file(path_of("caffe_lmdb/data.mdb", p), text, sizeof text - 1);
+    CHECK(mkdir(test_path("caffe_lmdb", p), 0755) == 0);
+    test_write_file(test_path("caffe_lmdb/data.mdb", p), text, sizeof text - 1);
     CHECK_RC(try_open(p, NULL, 0), FERRY_ECORRUPT);
     CHECK_CONTAINS(ferry_last_errmsg(),
                    "caffe_lmdb/data.mdb: MDB_INVALID: File is not an LMDB file");
-    CHECK_RC(try_open(path_of("caffe_lmdb", p), NULL, 0), FERRY_ECORRUPT);
+    CHECK_RC(try_open(test_path("caffe_lmdb", p), NULL, 0), FERRY_ECORRUPT);
     CHECK_CONTAINS(ferry_last_errmsg(), "caffe_lmdb: MDB_INVALID");
-    CHECK(access(path_of("caffe_lmdb/lock.mdb", p), F_OK) != 0);
-    write_file(path_of("tiny", p), "xyz", 3);
+    CHECK(access(test_path("caffe_lmdb/lock.mdb", p), F_OK) != 0);
+    test_write_file(test_path("tiny", p), "xyz", 3);
     CHECK(try_open(p, NULL, 0) < 0);
     CHECK_CONTAINS(ferry_last_errmsg(), "tiny: ");
-    write_file(path_of("empty", p), "", 0);
+    test_write_file(test_path("empty", p), "", 0);
     CHECK(try_open(p, NULL, 0) < 0);
     CHECK_CONTAINS(ferry_last_errmsg(), "empty: ");
-    CHECK_RC(try_open(path_of("nothing-here", p), NULL, 0), FERRY_ENOENT);
+    CHECK_RC(try_open(test_path("nothing-here", p), NULL, 0), FERRY_ENOENT);
     CHECK_CONTAINS(ferry_last_errmsg(), "nothing-here: No such file or directory");
-    CHECK(mkdir(path_of("emptydir", p), 0755) == 0);
+    CHECK(mkdir(test_path("emptydir", p), 0755) == 0);
     CHECK(try_open(p, NULL, 0) < 0);
     CHECK_CONTAINS(ferry_last_errmsg(), "emptydir: ");
     CHECK_RC(try_open("/dev/null", NULL, 0), FERRY_EINVAL);
-    remove_dir();
+    test_remove_dir();
 }
 
 TEST(truncated_copies_fail_or_read_cleanly)
 {
     need_shared();
-    make_dir();
+    test_make_dir("lmdb");
     size_t n;
     uint8_t *all = slurp(DB380, &n);
     CHECK_EQ(n, 2097152);
@@ -904,9 +874,9 @@ TEST(truncated_copies_fail_or_read_cleanly)
                                   8192,        12288,   65536,   99999,   1000000, 1589248 - 4096,
                                   1589248 - 1, 1589248, 1589249, 2097151, 2097152};
     char p[512];
-    path_of("cut.mdb", p);
+    test_path("cut.mdb", p);
     for (size_t c = 0; c < sizeof cuts / sizeof *cuts; c++) {
-        write_file(p, all, cuts[c]);
+        test_write_file(p, all, cuts[c]);
         ferry_lmdb_opts o;
         ferry_lmdb_opts_default(&o);
         o.path = p;
@@ -931,11 +901,11 @@ TEST(truncated_copies_fail_or_read_cleanly)
     }
     /* both meta pages wiped: not an LMDB any more */
     memset(all, 0, 8192);
-    write_file(p, all, n);
+    test_write_file(p, all, n);
     CHECK_RC(try_open(p, NULL, 0), FERRY_ECORRUPT);
     CHECK_CONTAINS(ferry_last_errmsg(), "MDB_INVALID");
     free(all);
-    remove_dir();
+    test_remove_dir();
 }
 
 TEST(allocation_failures_are_reported)
@@ -1069,11 +1039,11 @@ static const char py_fnv[] =
 
 TEST(writer_round_trip_abort_crash_and_python)
 {
-    make_dir();
+    test_make_dir("lmdb");
     char p[512], key[32];
     uint8_t v[512];
     size_t vl;
-    path_of("db", p);
+    test_path("db", p);
     ferry_lmdb_writer *w = writer_at(p, 500, 0, 0, NULL);
     const uint64_t N = 3000;
     uint64_t h = FNV0;
@@ -1124,7 +1094,7 @@ TEST(writer_round_trip_abort_crash_and_python)
 
     if (have_python_lmdb()) {
         char script[512], cmd[1200], line[128];
-        write_file(path_of("fnv.py", script), py_fnv, sizeof py_fnv - 1);
+        test_write_file(test_path("fnv.py", script), py_fnv, sizeof py_fnv - 1);
         snprintf(cmd, sizeof cmd, PY " '%s' '%s'", script, p);
         FILE *f = popen(cmd, "r");
         CHECK(f != NULL);
@@ -1167,14 +1137,14 @@ TEST(writer_round_trip_abort_crash_and_python)
     check_key(ds, 99, "c0099");
     check_key(ds, 100, "k000000");
     ferry_dataset_free(ds);
-    remove_dir();
+    test_remove_dir();
 }
 
 TEST(writer_append_named_db_and_full_map)
 {
-    make_dir();
+    test_make_dir("lmdb");
     char p[512];
-    ferry_lmdb_writer *w = writer_at(path_of("app", p), 2, 0, 1, NULL);
+    ferry_lmdb_writer *w = writer_at(test_path("app", p), 2, 0, 1, NULL);
     CHECK_OK(ferry_lmdb_writer_put(w, "b", 1, "1", 1));
     CHECK_RC(ferry_lmdb_writer_put(w, "a", 1, "2", 1), FERRY_EINVAL);
     CHECK_CONTAINS(ferry_last_errmsg(), "key \"a\" is not after the previous key (append)");
@@ -1191,7 +1161,7 @@ TEST(writer_append_named_db_and_full_map)
     ferry_dataset_free(ds);
 
     /* a named database: the main DB then refuses to be read as values */
-    w = writer_at(path_of("named", p), 0, 0, 0, "imgs");
+    w = writer_at(test_path("named", p), 0, 0, 0, "imgs");
     CHECK_OK(ferry_lmdb_writer_put(w, "x", 1, "y", 1));
     CHECK_OK(ferry_lmdb_writer_commit(w));
     ferry_lmdb_writer_free(w);
@@ -1202,7 +1172,7 @@ TEST(writer_append_named_db_and_full_map)
     CHECK_CONTAINS(ferry_last_errmsg(), "sub-database (imgs)");
 
     /* the map fills: the pending puts are dropped, what was committed stays */
-    w = writer_at(path_of("full", p), 4, 1 << 20, 0, NULL);
+    w = writer_at(test_path("full", p), 4, 1 << 20, 0, NULL);
     static uint8_t chunk[60000];
     int rc = 0, i;
     char key[16];
@@ -1239,7 +1209,7 @@ TEST(writer_append_named_db_and_full_map)
     o.commit_every = (1u << 24) + 1;
     CHECK_RC(ferry_lmdb_writer_open(&w, &o), FERRY_EINVAL);
     CHECK_CONTAINS(ferry_last_errmsg(), "commit_every");
-    remove_dir();
+    test_remove_dir();
 }
 
 /* Writes records (already serialised) under keys d0, d1, ... */
@@ -1257,7 +1227,7 @@ static void write_records(const char *path, pb *recs, int n)
 
 TEST(datum_datasets_check_every_entry_against_the_first)
 {
-    make_dir();
+    test_make_dir("lmdb");
     char p[512];
     static pb recs[6];
     uint8_t px[60];
@@ -1275,7 +1245,7 @@ TEST(datum_datasets_check_every_entry_against_the_first)
         pb_int(&recs[i], 5, 10 + i);
         pb_int(&recs[i], 7, i == 4);
     }
-    write_records(path_of("raw", p), recs, 6);
+    write_records(test_path("raw", p), recs, 6);
     ferry_dataset *ds = open_lmdb(p, NULL, FERRY_LMDB_DATUM_AUTO, 0);
     const ferry_field *f = ferry_dataset_field(ds, 0);
     CHECK(f->ndim == 3 && f->shape[0] == 3 && f->shape[1] == 4 && f->shape[2] == 5);
@@ -1310,7 +1280,7 @@ TEST(datum_datasets_check_every_entry_against_the_first)
     recs[4].n = 0; /* encoded, without any data */
     pb_int(&recs[4], 5, 4);
     pb_int(&recs[4], 7, 1);
-    write_records(path_of("enc", p), recs, 5);
+    write_records(test_path("enc", p), recs, 5);
     ds = open_lmdb(p, NULL, FERRY_LMDB_DATUM_AUTO, 50);
     f = ferry_dataset_field(ds, 0);
     CHECK(f->ndim == 1 && f->variable && f->shape[0] == 50);
@@ -1347,7 +1317,7 @@ TEST(datum_datasets_check_every_entry_against_the_first)
             pb_packed(&recs[i], 6, fl, i == 2 ? 3 : 2);
         }
     }
-    write_records(path_of("fl", p), recs, 3);
+    write_records(test_path("fl", p), recs, 3);
     ds = open_lmdb(p, NULL, FERRY_LMDB_DATUM_AUTO, 0);
     CHECK_EQ(ferry_dataset_nfields(ds), 3);
     int ff = ferry_dataset_find_field(ds, "float_data");
@@ -1371,7 +1341,7 @@ TEST(datum_datasets_check_every_entry_against_the_first)
         pb_packed(&recs[i], 6, fl, 4);
         pb_int(&recs[i], 5, 7 * i);
     }
-    write_records(path_of("fonly", p), recs, 2);
+    write_records(test_path("fonly", p), recs, 2);
     ds = open_lmdb(p, NULL, FERRY_LMDB_DATUM_AUTO, 0);
     CHECK_EQ(ferry_dataset_nfields(ds), 2);
     CHECK(!strcmp(ferry_dataset_field(ds, 0)->name, "label"));
@@ -1384,7 +1354,7 @@ TEST(datum_datasets_check_every_entry_against_the_first)
     ferry_dataset_free(ds);
 
     /* an empty database: raw fields under auto, refused under datum=1 */
-    write_records(path_of("empty", p), recs, 0);
+    write_records(test_path("empty", p), recs, 0);
     ds = open_lmdb(p, NULL, FERRY_LMDB_DATUM_AUTO, 0);
     CHECK_U64(ferry_dataset_len(ds), 0);
     CHECK(!strcmp(ferry_dataset_field(ds, 0)->name, "key"));
@@ -1392,24 +1362,24 @@ TEST(datum_datasets_check_every_entry_against_the_first)
     CHECK_RC(try_open(p, NULL, FERRY_LMDB_DATUM_ON), FERRY_EINVAL);
     CHECK_CONTAINS(ferry_last_errmsg(), "datum=1, but the database is empty");
     /* binary keys are shown escaped */
-    ferry_lmdb_writer *w = writer_at(path_of("bin", p), 0, 0, 0, NULL);
+    ferry_lmdb_writer *w = writer_at(test_path("bin", p), 0, 0, 0, NULL);
     CHECK_OK(ferry_lmdb_writer_put(w, "\x01k\"\xff", 4, "\x08", 1)); /* a cut Datum */
     CHECK_OK(ferry_lmdb_writer_commit(w));
     ferry_lmdb_writer_free(w);
     CHECK_RC(try_open(p, NULL, FERRY_LMDB_DATUM_ON), FERRY_ECORRUPT);
     CHECK_CONTAINS(ferry_last_errmsg(), "entry 0 (key \"\\x01k\\x22\\xff\") is not a Caffe Datum");
-    remove_dir();
+    test_remove_dir();
 }
 
 /* A value's size is a field of its B-tree node that LMDB does not check against
  * the file: one bumped past the end must be refused at open, not read (SIGBUS). */
 TEST(a_value_running_past_the_file_is_refused)
 {
-    make_dir();
+    test_make_dir("lmdb");
     char p[512], f[512];
     static uint8_t big[10000];
     memset(big, 0xab, sizeof big);
-    ferry_lmdb_writer *w = writer_at(path_of("db", p), 0, 0, 0, NULL);
+    ferry_lmdb_writer *w = writer_at(test_path("db", p), 0, 0, 0, NULL);
     CHECK_OK(ferry_lmdb_writer_put(w, "bigvalue", 8, big, sizeof big)); /* overflow pages */
     CHECK_OK(ferry_lmdb_writer_put(w, "small", 5, "v", 1));
     CHECK_OK(ferry_lmdb_writer_commit(w));
@@ -1418,28 +1388,28 @@ TEST(a_value_running_past_the_file_is_refused)
     CHECK_U64(ferry_dataset_len(ds), 2);
     ferry_dataset_free(ds);
     size_t n;
-    uint8_t *file = slurp(path_of("db/data.mdb", f), &n);
+    uint8_t *file = slurp(test_path("db/data.mdb", f), &n);
     uint8_t *k = memmem(file, n, "bigvalue", 8);
     CHECK(k != NULL && k - file >= 8);
     /* the node: size (lo, hi: 2 + 2 bytes), flags (F_BIGDATA = 1), key size, key */
     CHECK(k[-2] == 8 && k[-1] == 0 && (k[-4] & 1));
     CHECK(k[-8] == (10000 & 0xff) && k[-7] == (10000 >> 8) && k[-6] == 0 && k[-5] == 0);
     k[-6] = 0xff; /* 10000 + 0xff0000 bytes */
-    write_file(f, file, n);
+    test_write_file(f, file, n);
     free(file);
     CHECK_RC(try_open(p, NULL, FERRY_LMDB_DATUM_OFF), FERRY_ECORRUPT);
     CHECK_CONTAINS(ferry_last_errmsg(), "db: entry 0 (key \"bigvalue\"): its value of 16721680 "
                                         "bytes lies outside the file's");
-    remove_dir();
+    test_remove_dir();
 }
 
 /* lock = 1: a reader slot in the lock file, so that a writer in another process
  * may go on while the dataset reads the state as of its open. */
 TEST(with_the_lock_a_dataset_reads_its_snapshot_while_a_writer_goes_on)
 {
-    make_dir();
+    test_make_dir("lmdb");
     char p[512], key[16];
-    ferry_lmdb_writer *w = writer_at(path_of("db", p), 0, 0, 0, NULL);
+    ferry_lmdb_writer *w = writer_at(test_path("db", p), 0, 0, 0, NULL);
     for (int i = 0; i < 10; i++) {
         snprintf(key, sizeof key, "a%02d", i);
         CHECK_OK(ferry_lmdb_writer_put(w, key, 3, key, 3));
@@ -1495,14 +1465,14 @@ TEST(with_the_lock_a_dataset_reads_its_snapshot_while_a_writer_goes_on)
     CHECK(b.len[1] == 4 && !memcmp(b.p[1], "new4", 4));
     sbuf_free(&b);
     ferry_dataset_free(ds);
-    remove_dir();
+    test_remove_dir();
 }
 
 /* The same walk over a database written here (needs no ../shared), and over the
  * writer's constructor. */
 TEST(allocation_failures_are_reported_for_written_databases)
 {
-    make_dir();
+    test_make_dir("lmdb");
     char p[512];
     static pb recs[3];
     for (int i = 0; i < 3; i++) {
@@ -1511,7 +1481,7 @@ TEST(allocation_failures_are_reported_for_written_databases)
         pb_bytes(&recs[i], 4, "abcd", 4);
         pb_int(&recs[i], 5, i);
     }
-    write_records(path_of("d", p), recs, 3);
+    write_records(test_path("d", p), recs, 3);
     int done = 0;
     for (long n = 0; n < 200 && !done; n++) {
         ferry_lmdb_opts o;
@@ -1534,7 +1504,7 @@ TEST(allocation_failures_are_reported_for_written_databases)
     for (long n = 0; n < 200 && !done; n++) {
         ferry_lmdb_writer_opts o;
         ferry_lmdb_writer_opts_default(&o);
-        o.path = path_of("w", p);
+        o.path = test_path("w", p);
         ferry_lmdb_writer *w = NULL;
         ferry__test_fail_alloc(n);
         int rc = ferry_lmdb_writer_open(&w, &o);
@@ -1546,5 +1516,5 @@ TEST(allocation_failures_are_reported_for_written_databases)
         done = 1;
     }
     CHECK(done);
-    remove_dir();
+    test_remove_dir();
 }

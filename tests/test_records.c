@@ -21,36 +21,6 @@
 #include <unistd.h>
 #include <zstd.h>
 
-static char dir[256];
-
-static void make_dir(void)
-{
-    const char *t = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/ferry-records-XXXXXX", t ? t : "/tmp");
-    CHECK(mkdtemp(dir) != NULL);
-}
-
-static void remove_dir(void)
-{
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    CHECK(system(cmd) == 0);
-}
-
-static const char *path_of(const char *name, char *buf)
-{
-    snprintf(buf, 512, "%s/%s", dir, name);
-    return buf;
-}
-
-static void write_file(const char *path, const void *data, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    CHECK(f != NULL);
-    CHECK(fwrite(data, 1, n, f) == n);
-    CHECK(fclose(f) == 0);
-}
-
 static uint8_t *read_all(const char *path, size_t *n)
 {
     FILE *f = fopen(path, "rb");
@@ -359,7 +329,7 @@ static size_t payload_of(uint64_t i, uint8_t *out)
 static void write_set(const char *name, uint64_t first, uint64_t count, int level,
                       uint64_t shard_bytes, uint64_t shard_records)
 {
-    ferry_writer_opts o = {dir, name, fields, NF, shard_bytes, shard_records, level};
+    ferry_writer_opts o = {test_dir, name, fields, NF, shard_bytes, shard_records, level};
     ferry_record_writer *w;
     CHECK_OK(ferry_writer_open(&w, &o));
     sample_buf b;
@@ -434,7 +404,7 @@ static void check_file(const char *path, uint64_t first, uint64_t count, int com
 static size_t check_manifest(const char *name, uint64_t total, ferry__manifest_entry **out)
 {
     char p[512], mp[512];
-    snprintf(mp, sizeof mp, "%s/%s.manifest", dir, name);
+    snprintf(mp, sizeof mp, "%s/%s.manifest", test_dir, name);
     ferry__manifest_entry *e;
     size_t n;
     CHECK_OK(ferry__manifest_read(mp, &e, &n));
@@ -445,7 +415,7 @@ static size_t check_manifest(const char *name, uint64_t total, ferry__manifest_e
         CHECK(!strcmp(e[k].file, want));
         uint32_t crc;
         uint64_t size;
-        CHECK_OK(ferry__crc32c_file(path_of(e[k].file, p), &crc, &size));
+        CHECK_OK(ferry__crc32c_file(test_path(e[k].file, p), &crc, &size));
         CHECK_U64(crc, e[k].crc);
         CHECK_U64(size, e[k].bytes);
         ferry_record_file *f;
@@ -473,15 +443,15 @@ static size_t check_manifest(const char *name, uint64_t total, ferry__manifest_e
 
 static void round_trip(int level)
 {
-    make_dir();
+    test_make_dir("records");
     schema();
     write_set("data", 0, 500, level, 0, 0);
     char p[512], ls[4096];
-    list_dir(dir, ls, sizeof ls);
+    list_dir(test_dir, ls, sizeof ls);
     CHECK(!strcmp(ls, "data-00000-of-00001.ferry data.manifest"));
-    check_file(path_of("data-00000-of-00001.ferry", p), 0, 500, level > 0);
+    check_file(test_path("data-00000-of-00001.ferry", p), 0, 500, level > 0);
     CHECK_EQ(check_manifest("data", 500, NULL), 1);
-    remove_dir();
+    test_remove_dir();
 }
 
 TEST(round_trip_uncompressed)
@@ -496,7 +466,7 @@ TEST(round_trip_zstd)
 
 TEST(zstd_shrinks_compressible_records)
 {
-    make_dir();
+    test_make_dir("records");
     ferry_field f;
     memset(&f, 0, sizeof f);
     strcpy(f.name, "page");
@@ -509,7 +479,7 @@ TEST(zstd_shrinks_compressible_records)
     uint64_t size[2];
     for (int level = 0; level <= 1; level++) {
         const char *name = level ? "packed" : "plain";
-        ferry_writer_opts o = {dir, name, &f, 1, 0, 0, level ? 9 : 0};
+        ferry_writer_opts o = {test_dir, name, &f, 1, 0, 0, level ? 9 : 0};
         ferry_record_writer *w;
         CHECK_OK(ferry_writer_open(&w, &o));
         for (int i = 0; i < 100; i++) {
@@ -521,7 +491,7 @@ TEST(zstd_shrinks_compressible_records)
         char p[512], file[300];
         snprintf(file, sizeof file, "%s-00000-of-00001.ferry", name);
         int64_t t;
-        CHECK_OK(ferry__stat(path_of(file, p), &size[level], &t));
+        CHECK_OK(ferry__stat(test_path(file, p), &size[level], &t));
         ferry_record_file *rf;
         CHECK_OK(ferry_record_file_open(&rf, p, 0));
         ferry_ctx *ctx;
@@ -536,12 +506,12 @@ TEST(zstd_shrinks_compressible_records)
         ferry_record_file_free(rf);
     }
     CHECK(size[1] * 10 < size[0]);
-    remove_dir();
+    test_remove_dir();
 }
 
 static void rollover(uint64_t shard_bytes, uint64_t shard_records, int level, size_t want_shards)
 {
-    make_dir();
+    test_make_dir("records");
     schema();
     uint64_t total = 103;
     write_set("train", 0, total, level, shard_bytes, shard_records);
@@ -558,14 +528,14 @@ static void rollover(uint64_t shard_bytes, uint64_t shard_records, int level, si
         if (shard_bytes)
             CHECK(e[k].bytes <= shard_bytes);
         CHECK(e[k].records > 0);
-        check_file(path_of(e[k].file, p), first, e[k].records, level > 0);
+        check_file(test_path(e[k].file, p), first, e[k].records, level > 0);
         first += e[k].records;
     }
     CHECK_U64(first, total);
     /* nothing else was left behind: the shards and the manifest */
-    CHECK_EQ(count_files(dir), (int)n + 1);
+    CHECK_EQ(count_files(test_dir), (int)n + 1);
     ferry__free(e);
-    remove_dir();
+    test_remove_dir();
 }
 
 TEST(rollover_by_records)
@@ -582,27 +552,27 @@ TEST(rollover_by_bytes)
 
 TEST(empty_set_and_one_record_shards)
 {
-    make_dir();
+    test_make_dir("records");
     schema();
     write_set("empty", 0, 0, 0, 0, 0);
     char p[512];
-    check_file(path_of("empty-00000-of-00001.ferry", p), 0, 0, 0);
+    check_file(test_path("empty-00000-of-00001.ferry", p), 0, 0, 0);
     CHECK_EQ(check_manifest("empty", 0, NULL), 1);
     /* a shard size smaller than any record: one record a shard */
     write_set("tiny", 5, 4, 2, 64, 0);
     CHECK_EQ(check_manifest("tiny", 4, NULL), 4);
-    check_file(path_of("tiny-00002-of-00004.ferry", p), 7, 1, 1);
-    remove_dir();
+    check_file(test_path("tiny-00002-of-00004.ferry", p), 7, 1, 1);
+    test_remove_dir();
 }
 
 TEST(raw_access_is_zero_copy)
 {
-    make_dir();
+    test_make_dir("records");
     schema();
     write_set("data", 0, 50, 0, 0, 0);
     char p[512];
     ferry_record_file *f;
-    CHECK_OK(ferry_record_file_open(&f, path_of("data-00000-of-00001.ferry", p), 0));
+    CHECK_OK(ferry_record_file_open(&f, test_path("data-00000-of-00001.ferry", p), 0));
     const void *a, *b, *c;
     size_t na, nb, nc;
     uint64_t oa, ob, oc;
@@ -626,7 +596,7 @@ TEST(raw_access_is_zero_copy)
     CHECK_U64(sn, oc - oa);
     CHECK(!strcmp(ferry__record_file_name(f), p));
     ferry_record_file_free(f);
-    remove_dir();
+    test_remove_dir();
 }
 
 /* ---- Concurrent reads ---- */
@@ -675,12 +645,12 @@ static void *reader_main(void *arg)
 
 TEST(concurrent_reads_of_a_compressed_shard)
 {
-    make_dir();
+    test_make_dir("records");
     schema();
     write_set("data", 0, 1500, 3, 0, 0);
     char p[512];
     ferry_record_file *f;
-    CHECK_OK(ferry_record_file_open(&f, path_of("data-00000-of-00001.ferry", p), 0));
+    CHECK_OK(ferry_record_file_open(&f, test_path("data-00000-of-00001.ferry", p), 0));
     enum { T = 8 };
     pthread_t th[T];
     reader_arg args[T];
@@ -693,17 +663,17 @@ TEST(concurrent_reads_of_a_compressed_shard)
         CHECK_EQ(args[t].errors, 0);
     }
     ferry_record_file_free(f);
-    remove_dir();
+    test_remove_dir();
 }
 
 TEST(steady_state_reads_do_not_allocate)
 {
-    make_dir();
+    test_make_dir("records");
     schema();
     write_set("data", 0, 200, 3, 0, 0);
     char p[512];
     ferry_record_file *f;
-    CHECK_OK(ferry_record_file_open(&f, path_of("data-00000-of-00001.ferry", p), 0));
+    CHECK_OK(ferry_record_file_open(&f, test_path("data-00000-of-00001.ferry", p), 0));
     ferry_ctx *ctx;
     CHECK_OK(ferry_ctx_create(&ctx, 0, 0));
     sample_buf b;
@@ -719,7 +689,7 @@ TEST(steady_state_reads_do_not_allocate)
     sb_free(&b);
     ferry_ctx_free(ctx);
     ferry_record_file_free(f);
-    remove_dir();
+    test_remove_dir();
 }
 
 /* ---- Damage ---- */
@@ -778,12 +748,12 @@ static void fix_footer(uint8_t *file, size_t n)
 
 static void recovery(int level)
 {
-    make_dir();
+    test_make_dir("records");
     schema();
     write_set("data", 0, 40, level, 0, 0);
     char src[512], cut_path[512];
-    path_of("data-00000-of-00001.ferry", src);
-    path_of("cut.ferry", cut_path);
+    test_path("data-00000-of-00001.ferry", src);
+    test_path("cut.ferry", cut_path);
     layout l;
     layout_of(src, &l);
     size_t size;
@@ -794,7 +764,7 @@ static void recovery(int level)
     sb_init(&b);
     int tried = 0;
     for (size_t cut = (size_t)l.off[l.n - 6]; cut < size; cut += cut < l.index_off ? 3 : 1) {
-        write_file(cut_path, file, cut);
+        test_write_file(cut_path, file, cut);
         ferry_record_file *f;
         CHECK_RC(ferry_record_file_open(&f, cut_path, 0), FERRY_ECORRUPT);
         CHECK_CONTAINS(ferry_last_errmsg(), "no valid footer (the writer did not finish?)");
@@ -825,7 +795,7 @@ static void recovery(int level)
     sb_free(&b);
     ferry_ctx_free(ctx);
     free(file);
-    remove_dir();
+    test_remove_dir();
 }
 
 TEST(recovery_of_cut_files)
@@ -841,10 +811,10 @@ TEST(recovery_of_cut_compressed_files)
 /* Writes 20 records, returns the file's bytes and layout for damaging. */
 static uint8_t *damage_setup(int level, layout *l, size_t *size, char *src)
 {
-    make_dir();
+    test_make_dir("records");
     schema();
     write_set("data", 0, 20, level, 0, 0);
-    path_of("data-00000-of-00001.ferry", src);
+    test_path("data-00000-of-00001.ferry", src);
     layout_of(src, l);
     return read_all(src, size);
 }
@@ -894,14 +864,14 @@ TEST(flipped_payload_bits_fail_that_record_only)
             uint8_t *copy = malloc(size);
             memcpy(copy, file, size);
             copy[l.off[5] + 16 + l.stored[5] / 2] ^= (uint8_t)(1u << bit);
-            write_file(path_of("flip.ferry", p), copy, size);
+            test_write_file(test_path("flip.ferry", p), copy, size);
             snprintf(where, sizeof where, "record 5 at offset %llu: crc mismatch",
                      (unsigned long long)l.off[5]);
             expect_only_bad(p, 0, 20, 5, FERRY_ECORRUPT, where, NULL);
             free(copy);
         }
         free(file);
-        remove_dir();
+        test_remove_dir();
     }
 }
 
@@ -912,16 +882,16 @@ TEST(damaged_record_header)
     char src[512], p[512];
     uint8_t *file = damage_setup(0, &l, &size, src);
     file[l.off[3] + 1] ^= 0x10; /* the stored size */
-    write_file(path_of("hdr.ferry", p), file, size);
+    test_write_file(test_path("hdr.ferry", p), file, size);
     expect_only_bad(p, 0, 20, 3, FERRY_ECORRUPT, "record 3 at offset", "header crc mismatch");
     /* without the footer, recovery stops before it */
-    write_file(p, file, (size_t)l.index_off);
+    test_write_file(p, file, (size_t)l.index_off);
     ferry_record_file *f;
     CHECK_OK(ferry_record_file_open(&f, p, FERRY_RECORD_RECOVER));
     CHECK_U64(ferry_record_file_count(f), 3);
     ferry_record_file_free(f);
     free(file);
-    remove_dir();
+    test_remove_dir();
 }
 
 TEST(length_larger_than_the_file)
@@ -936,21 +906,21 @@ TEST(length_larger_than_the_file)
         if (!level)
             put32(file + last + 4, 0x7fff0000u); /* raw, equal when uncompressed */
         fix_record_header(file, last);
-        write_file(path_of("long.ferry", p), file, size);
+        test_write_file(test_path("long.ferry", p), file, size);
         expect_only_bad(p, 0, 20, 19, FERRY_ECORRUPT, "record 19", "runs past");
         /* over the 2 GiB limit */
         put32(file + last, 0x90000000u);
         fix_record_header(file, last);
-        write_file(p, file, size);
+        test_write_file(p, file, size);
         expect_only_bad(p, 0, 20, 19, FERRY_ECORRUPT, "record 19", "limit");
         /* a scan stops there */
-        write_file(p, file, (size_t)l.index_off);
+        test_write_file(p, file, (size_t)l.index_off);
         ferry_record_file *f;
         CHECK_OK(ferry_record_file_open(&f, p, FERRY_RECORD_RECOVER));
         CHECK_U64(ferry_record_file_count(f), 19);
         ferry_record_file_free(f);
         free(file);
-        remove_dir();
+        test_remove_dir();
     }
 }
 
@@ -975,7 +945,7 @@ TEST(footer_or_index_pointing_outside_the_file)
     char src[512], p[512];
     uint8_t *orig = damage_setup(0, &l, &size, src);
     uint8_t *file = malloc(size);
-    path_of("foot.ferry", p);
+    test_path("foot.ferry", p);
     struct {
         uint64_t count, ix;
         const char *why;
@@ -993,31 +963,31 @@ TEST(footer_or_index_pointing_outside_the_file)
         put64(file + size - 32, cases[c].count);
         put64(file + size - 24, cases[c].ix);
         fix_footer(file, size);
-        write_file(p, file, size);
+        test_write_file(p, file, size);
         expect_bad_footer(p, cases[c].why, 20);
     }
     /* an index entry past the records */
     memcpy(file, orig, size);
     put64(file + l.index_off + 8 * 19, size + 100);
     fix_footer(file, size);
-    write_file(p, file, size);
+    test_write_file(p, file, size);
     expect_bad_footer(p, "out of order or outside", 20);
     /* damaged index, damaged trailer, no end magic */
     memcpy(file, orig, size);
     file[l.index_off + 3] ^= 1;
-    write_file(p, file, size);
+    test_write_file(p, file, size);
     expect_bad_footer(p, "index crc mismatch", 20);
     memcpy(file, orig, size);
     file[size - 30] ^= 1;
-    write_file(p, file, size);
+    test_write_file(p, file, size);
     expect_bad_footer(p, "trailer crc mismatch", 20);
     memcpy(file, orig, size);
     file[size - 1] = 'X';
-    write_file(p, file, size);
+    test_write_file(p, file, size);
     expect_bad_footer(p, "no end magic", 20);
     free(file);
     free(orig);
-    remove_dir();
+    test_remove_dir();
 }
 
 TEST(index_that_disagrees_with_the_records)
@@ -1026,13 +996,13 @@ TEST(index_that_disagrees_with_the_records)
     size_t size;
     char src[512], p[512];
     uint8_t *file = damage_setup(0, &l, &size, src);
-    path_of("ix.ferry", p);
+    test_path("ix.ferry", p);
     uint8_t *ix = file + l.index_off;
     /* swapped: out of order, refused at open */
     put64(ix + 16, l.off[3]);
     put64(ix + 24, l.off[2]);
     fix_footer(file, size);
-    write_file(p, file, size);
+    test_write_file(p, file, size);
     expect_bad_footer(p, "out of order", 20);
     /* mid-record: record 4 fails (no record header there), and record 3 ends
      * before where the index says 4 starts */
@@ -1041,7 +1011,7 @@ TEST(index_that_disagrees_with_the_records)
     CHECK(l.off[4] + 8 + 16 <= l.off[5]);
     put64(ix + 32, l.off[4] + 8);
     fix_footer(file, size);
-    write_file(p, file, size);
+    test_write_file(p, file, size);
     ferry_record_file *f;
     CHECK_OK(ferry_record_file_open(&f, p, 0));
     ferry_ctx *ctx;
@@ -1065,7 +1035,7 @@ TEST(index_that_disagrees_with_the_records)
     ferry_ctx_free(ctx);
     ferry_record_file_free(f);
     free(file);
-    remove_dir();
+    test_remove_dir();
 }
 
 /* ---- Files made by hand, from the spec ---- */
@@ -1151,7 +1121,7 @@ static void make_footer(out *o, const uint64_t *offs, uint64_t n)
 
 TEST(hand_made_files_follow_the_spec)
 {
-    make_dir();
+    test_make_dir("records");
     ferry_field fs[2];
     memset(fs, 0, sizeof fs);
     strcpy(fs[0].name, "id");
@@ -1205,7 +1175,7 @@ TEST(hand_made_files_follow_the_spec)
         }
         make_footer(&o, offs, z ? 6 : 5);
         char p[512];
-        write_file(path_of("hand.ferry", p), o.p, o.n);
+        test_write_file(test_path("hand.ferry", p), o.p, o.n);
         ferry_record_file *f;
         CHECK_OK(ferry_record_file_open(&f, p, 0));
         CHECK_U64(ferry_record_file_count(f), z ? 6 : 5);
@@ -1242,14 +1212,14 @@ TEST(hand_made_files_follow_the_spec)
         ferry_record_file_free(f);
         free(o.p);
     }
-    remove_dir();
+    test_remove_dir();
 }
 
 /* Opening a file of these bytes fails with FERRY_ECORRUPT and `why`. */
 static void expect_open_fails(const void *bytes, size_t n, int flags, const char *why)
 {
     char p[512];
-    write_file(path_of("bad.ferry", p), bytes, n);
+    test_write_file(test_path("bad.ferry", p), bytes, n);
     ferry_record_file *f = (ferry_record_file *)1;
     CHECK_RC(ferry_record_file_open(&f, p, flags), FERRY_ECORRUPT);
     CHECK(f == NULL);
@@ -1343,30 +1313,30 @@ TEST(bad_magic_version_flags_and_schema)
         expect_open_fails(o.p, o.n, 0, "no valid footer");
         char p[512];
         ferry_record_file *f;
-        CHECK_OK(ferry_record_file_open(&f, path_of("bad.ferry", p), FERRY_RECORD_RECOVER));
+        CHECK_OK(ferry_record_file_open(&f, test_path("bad.ferry", p), FERRY_RECORD_RECOVER));
         CHECK_U64(ferry_record_file_count(f), 0);
         ferry_record_file_free(f);
         free(o.p);
     }
     char p[512];
     ferry_record_file *f;
-    CHECK_RC(ferry_record_file_open(&f, path_of("missing.ferry", p), 0), FERRY_ENOENT);
+    CHECK_RC(ferry_record_file_open(&f, test_path("missing.ferry", p), 0), FERRY_ENOENT);
     CHECK_RC(ferry_record_file_open(&f, src, 8), FERRY_EINVAL);
     CHECK_RC(ferry_record_file_open(&f, NULL, 0), FERRY_EINVAL);
     free(file);
     free(orig);
-    remove_dir();
+    test_remove_dir();
 }
 
 /* ---- Writer errors, abort and failed commits ---- */
 
 TEST(writer_rejects_bad_options_and_samples)
 {
-    make_dir();
+    test_make_dir("records");
     schema();
     ferry_record_writer *w;
     char sub[512];
-    ferry_writer_opts o = {dir, NULL, fields, NF, 0, 0, 0};
+    ferry_writer_opts o = {test_dir, NULL, fields, NF, 0, 0, 0};
     o.zstd_level = 20;
     CHECK_RC(ferry_writer_open(&w, &o), FERRY_EINVAL);
     CHECK_CONTAINS(ferry_last_errmsg(), "zstd_level 20");
@@ -1386,14 +1356,14 @@ TEST(writer_rejects_bad_options_and_samples)
     o.dir = NULL;
     CHECK_RC(ferry_writer_open(&w, &o), FERRY_EINVAL);
     CHECK_RC(ferry_writer_open(&w, NULL), FERRY_EINVAL);
-    /* a dir under a file cannot be made */
+    /* a directory under a file cannot be made */
     char p[512];
-    write_file(path_of("plain", p), "x", 1);
-    snprintf(sub, sizeof sub, "%s/plain/sub", dir);
+    test_write_file(test_path("plain", p), "x", 1);
+    snprintf(sub, sizeof sub, "%s/plain/sub", test_dir);
     o.dir = sub;
     CHECK(ferry_writer_open(&w, &o) < 0);
     /* nested directories are made */
-    snprintf(sub, sizeof sub, "%s/a/b/c", dir);
+    snprintf(sub, sizeof sub, "%s/a/b/c", test_dir);
     o.dir = sub;
     CHECK_OK(ferry_writer_open(&w, &o));
     sample_buf b;
@@ -1426,18 +1396,18 @@ TEST(writer_rejects_bad_options_and_samples)
     check_file(p, 0, 1, 0);
     ferry_writer_abort(NULL);
     CHECK_RC(ferry_writer_commit(NULL), FERRY_EINVAL);
-    remove_dir();
+    test_remove_dir();
 }
 
 TEST(abort_leaves_no_files)
 {
-    make_dir();
+    test_make_dir("records");
     schema();
     for (int level = 0; level <= 1; level++) {
-        ferry_writer_opts o = {dir, "gone", fields, NF, 0, 3, level};
+        ferry_writer_opts o = {test_dir, "gone", fields, NF, 0, 3, level};
         ferry_record_writer *w;
         CHECK_OK(ferry_writer_open(&w, &o));
-        CHECK_EQ(count_files(dir), 1); /* the first shard's temporary */
+        CHECK_EQ(count_files(test_dir), 1); /* the first shard's temporary */
         sample_buf b;
         sb_init(&b);
         for (uint64_t i = 0; i < 10; i++) {
@@ -1445,28 +1415,28 @@ TEST(abort_leaves_no_files)
             CHECK_OK(ferry_writer_append(w, &b.s));
         }
         sb_free(&b);
-        CHECK_EQ(count_files(dir), 4);
+        CHECK_EQ(count_files(test_dir), 4);
         char ls[1024];
-        list_dir(dir, ls, sizeof ls);
+        list_dir(test_dir, ls, sizeof ls);
         CHECK_CONTAINS(ls, "gone-00003.ferry.tmp.");
         ferry_writer_abort(w);
-        CHECK_EQ(count_files(dir), 0);
+        CHECK_EQ(count_files(test_dir), 0);
     }
-    remove_dir();
+    test_remove_dir();
 }
 
-/* After a failed commit nothing in dir passes for a whole shard or set: no
+/* After a failed commit nothing in test_dir passes for a whole shard or set: no
  * manifest, no temporaries, no file a reader opens. */
 static void expect_nothing_whole(const char *except)
 {
-    DIR *dp = opendir(dir);
+    DIR *dp = opendir(test_dir);
     CHECK(dp != NULL);
     struct dirent *e;
     while ((e = readdir(dp))) {
         if (e->d_name[0] == '.' || (except && !strcmp(e->d_name, except)))
             continue;
         char p[600];
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        snprintf(p, sizeof p, "%s/%s", test_dir, e->d_name);
         struct stat st;
         CHECK(stat(p, &st) == 0);
         if (S_ISDIR(st.st_mode))
@@ -1478,7 +1448,7 @@ static void expect_nothing_whole(const char *except)
 
 static int commit_some(const char *name, uint64_t n, uint64_t per_shard)
 {
-    ferry_writer_opts o = {dir, name, fields, NF, 0, per_shard, 1};
+    ferry_writer_opts o = {test_dir, name, fields, NF, 0, per_shard, 1};
     ferry_record_writer *w;
     CHECK_OK(ferry_writer_open(&w, &o));
     sample_buf b;
@@ -1493,24 +1463,24 @@ static int commit_some(const char *name, uint64_t n, uint64_t per_shard)
 
 TEST(failed_commit_leaves_no_whole_shard)
 {
-    make_dir();
+    test_make_dir("records");
     schema();
     char p[512];
     /* the second shard's final name is taken by a directory: the rename fails after
      * the first shard is in place */
-    CHECK(mkdir(path_of("data-00001-of-00003.ferry", p), 0755) == 0);
+    CHECK(mkdir(test_path("data-00001-of-00003.ferry", p), 0755) == 0);
     CHECK_RC(commit_some("data", 5, 2), FERRY_EIO);
     CHECK_CONTAINS(ferry_last_errmsg(), "data-00001-of-00003.ferry");
     expect_nothing_whole(NULL);
     CHECK(rmdir(p) == 0);
     /* the manifest's name is taken: every shard is in place by then */
-    CHECK(mkdir(path_of("data.manifest", p), 0755) == 0);
+    CHECK(mkdir(test_path("data.manifest", p), 0755) == 0);
     CHECK_RC(commit_some("data", 5, 2), FERRY_EIO);
     expect_nothing_whole(NULL);
     CHECK(rmdir(p) == 0);
     /* a read-only directory (moot for root, who may write anyway) */
     if (geteuid() != 0) {
-        ferry_writer_opts o = {dir, "ro", fields, NF, 0, 2, 0};
+        ferry_writer_opts o = {test_dir, "ro", fields, NF, 0, 2, 0};
         ferry_record_writer *w;
         CHECK_OK(ferry_writer_open(&w, &o));
         sample_buf b;
@@ -1520,12 +1490,12 @@ TEST(failed_commit_leaves_no_whole_shard)
             CHECK_OK(ferry_writer_append(w, &b.s));
         }
         sb_free(&b);
-        CHECK(chmod(dir, 0555) == 0);
+        CHECK(chmod(test_dir, 0555) == 0);
         CHECK(ferry_writer_commit(w) < 0);
-        CHECK(chmod(dir, 0755) == 0);
-        /* the temporaries could not be removed from a read-only dir either; none
+        CHECK(chmod(test_dir, 0755) == 0);
+        /* the temporaries could not be removed from a read-only test_dir either; none
          * of them has a name a reader takes for a shard */
-        DIR *dp = opendir(dir);
+        DIR *dp = opendir(test_dir);
         struct dirent *e;
         while ((e = readdir(dp))) {
             size_t n = strlen(e->d_name);
@@ -1535,18 +1505,18 @@ TEST(failed_commit_leaves_no_whole_shard)
         closedir(dp);
     }
     /* and then a commit that works */
-    remove_dir();
-    make_dir();
+    test_remove_dir();
+    test_make_dir("records");
     CHECK_OK(commit_some("data", 5, 2));
     CHECK_EQ(check_manifest("data", 5, NULL), 3);
-    remove_dir();
+    test_remove_dir();
 }
 
 TEST(commit_after_a_failed_write_is_refused)
 {
-    make_dir();
+    test_make_dir("records");
     schema();
-    ferry_writer_opts o = {dir, NULL, fields, NF, 0, 0, 0};
+    ferry_writer_opts o = {test_dir, NULL, fields, NF, 0, 0, 0};
     ferry_record_writer *w;
     CHECK_OK(ferry_writer_open(&w, &o));
     sample_buf b;
@@ -1561,7 +1531,7 @@ TEST(commit_after_a_failed_write_is_refused)
         ssize_t n = readlink(link, target, sizeof target - 1);
         if (n > 0) {
             target[n] = '\0';
-            if (strstr(target, dir) && strstr(target, ".tmp.")) {
+            if (strstr(target, test_dir) && strstr(target, ".tmp.")) {
                 fd = i;
                 break;
             }
@@ -1570,7 +1540,7 @@ TEST(commit_after_a_failed_write_is_refused)
     if (fd < 0) {
         ferry_writer_abort(w);
         sb_free(&b);
-        remove_dir();
+        test_remove_dir();
         SKIP("no /proc/self/fd to find the temporary's descriptor");
     }
     int saved = dup(fd);
@@ -1584,19 +1554,19 @@ TEST(commit_after_a_failed_write_is_refused)
     CHECK_RC(ferry_writer_commit(w), FERRY_ESTATE);
     expect_nothing_whole(NULL);
     sb_free(&b);
-    remove_dir();
+    test_remove_dir();
 }
 
 /* ---- Allocation failures ---- */
 
 TEST(out_of_memory_in_writer_open)
 {
-    make_dir();
+    test_make_dir("records");
     schema();
     int done = 0;
     for (long n = 0; n < 200 && !done; n++) {
         for (int level = 0; level <= 1; level++) {
-            ferry_writer_opts o = {dir, "oom", fields, NF, 0, 0, level};
+            ferry_writer_opts o = {test_dir, "oom", fields, NF, 0, 0, level};
             ferry_record_writer *w;
             ferry__test_fail_alloc(n);
             int rc = ferry_writer_open(&w, &o);
@@ -1608,23 +1578,23 @@ TEST(out_of_memory_in_writer_open)
                 CHECK_RC(rc, FERRY_ENOMEM);
                 CHECK(w == NULL);
             }
-            CHECK_EQ(count_files(dir), 0);
+            CHECK_EQ(count_files(test_dir), 0);
         }
     }
     CHECK(done);
-    remove_dir();
+    test_remove_dir();
 }
 
 TEST(out_of_memory_in_append)
 {
-    make_dir();
+    test_make_dir("records");
     schema();
     sample_buf b;
     sb_init(&b);
     int failures = 1;
     for (long n = 0; failures; n++) {
         CHECK(n < 1000);
-        ferry_writer_opts o = {dir, "oom", fields, NF, 0, 2, 1};
+        ferry_writer_opts o = {test_dir, "oom", fields, NF, 0, 2, 1};
         ferry_record_writer *w;
         CHECK_OK(ferry_writer_open(&w, &o));
         failures = 0;
@@ -1644,23 +1614,23 @@ TEST(out_of_memory_in_append)
         CHECK_OK(ferry_writer_commit(w));
         char p[512];
         for (int k = 0; k < 3; k++) {
-            snprintf(p, sizeof p, "%s/oom-%05d-of-00003.ferry", dir, k);
+            snprintf(p, sizeof p, "%s/oom-%05d-of-00003.ferry", test_dir, k);
             check_file(p, 2 * (uint64_t)k, k < 2 ? 2 : 1, 1);
         }
         CHECK_EQ(check_manifest("oom", 5, NULL), 3);
-        CHECK_EQ(count_files(dir), 4);
+        CHECK_EQ(count_files(test_dir), 4);
     }
     sb_free(&b);
-    remove_dir();
+    test_remove_dir();
 }
 
 TEST(out_of_memory_in_commit)
 {
-    make_dir();
+    test_make_dir("records");
     schema();
     for (long n = 0;; n++) {
         CHECK(n < 1000);
-        ferry_writer_opts o = {dir, "oom", fields, NF, 0, 2, 0};
+        ferry_writer_opts o = {test_dir, "oom", fields, NF, 0, 2, 0};
         ferry_record_writer *w;
         CHECK_OK(ferry_writer_open(&w, &o));
         sample_buf b;
@@ -1680,19 +1650,20 @@ TEST(out_of_memory_in_commit)
         CHECK_RC(rc, FERRY_ENOMEM);
         expect_nothing_whole(NULL);
     }
-    remove_dir();
+    test_remove_dir();
 }
 
 TEST(out_of_memory_in_reader)
 {
-    make_dir();
+    test_make_dir("records");
     schema();
     write_set("data", 0, 30, 3, 0, 0);
     char p[512], cut[512];
-    path_of("data-00000-of-00001.ferry", p);
+    test_path("data-00000-of-00001.ferry", p);
     size_t size;
     uint8_t *file = read_all(p, &size);
-    write_file(path_of("cut.ferry", cut), file, size - 300); /* footer and part of record 29 */
+    test_write_file(test_path("cut.ferry", cut), file,
+                    size - 300); /* footer and part of record 29 */
     free(file);
     for (int which = 0; which < 2; which++) {
         int done = 0;
@@ -1735,7 +1706,7 @@ TEST(out_of_memory_in_reader)
     CHECK(done);
     sb_free(&b);
     ferry_record_file_free(f);
-    remove_dir();
+    test_remove_dir();
 }
 
 /* ---- The manifest parser ---- */
@@ -1743,7 +1714,7 @@ TEST(out_of_memory_in_reader)
 static void manifest_case(const char *text, int rc, const char *why)
 {
     char p[512];
-    write_file(path_of("m.manifest", p), text, strlen(text));
+    test_write_file(test_path("m.manifest", p), text, strlen(text));
     ferry__manifest_entry *e = (ferry__manifest_entry *)1;
     size_t n = 99;
     int got = ferry__manifest_read(p, &e, &n);
@@ -1761,12 +1732,12 @@ static void manifest_case(const char *text, int rc, const char *why)
 
 TEST(manifest_parser)
 {
-    make_dir();
+    test_make_dir("records");
     char p[512];
     const char *ok = "ferry-records 1\nshards 2 records 30\n"
                      "a-00000-of-00002.ferry 10 4096 DEADBEEF\n"
                      "a-00001-of-00002.ferry 20 123 0\n";
-    write_file(path_of("ok.manifest", p), ok, strlen(ok));
+    test_write_file(test_path("ok.manifest", p), ok, strlen(ok));
     ferry__manifest_entry *e;
     size_t n;
     CHECK_OK(ferry__manifest_read(p, &e, &n));
@@ -1818,33 +1789,33 @@ TEST(manifest_parser)
                   FERRY_ECORRUPT, "line 4: record counts overflow");
     manifest_case("ferry-records 1\nshards 1 records 1\na 18446744073709551616 1 1\n",
                   FERRY_ECORRUPT, "line 3");
-    CHECK_RC(ferry__manifest_read(path_of("none.manifest", p), &e, &n), FERRY_ENOENT);
+    CHECK_RC(ferry__manifest_read(test_path("none.manifest", p), &e, &n), FERRY_ENOENT);
     /* a NUL byte in a line */
     static const char nul[] = "ferry-records 1\nshards 1 records 1\na\0 1 1 1\n";
-    write_file(p, nul, sizeof nul - 1);
+    test_write_file(p, nul, sizeof nul - 1);
     CHECK_RC(ferry__manifest_read(p, &e, &n), FERRY_ECORRUPT);
     CHECK_CONTAINS(ferry_last_errmsg(), "line 3: holds a NUL byte");
-    remove_dir();
+    test_remove_dir();
 }
 
 TEST(crc32c_of_a_file)
 {
-    make_dir();
+    test_make_dir("records");
     char p[512];
     size_t n = (1 << 20) * 2 + 12345;
     uint8_t *buf = malloc(n);
     fill_random(buf, n, 11);
-    write_file(path_of("f.bin", p), buf, n);
+    test_write_file(test_path("f.bin", p), buf, n);
     uint32_t crc;
     uint64_t size;
     CHECK_OK(ferry__crc32c_file(p, &crc, &size));
     CHECK_U64(size, n);
     CHECK_U64(crc, ferry_crc32c(0, buf, n));
-    write_file(p, buf, 0);
+    test_write_file(p, buf, 0);
     CHECK_OK(ferry__crc32c_file(p, &crc, &size));
     CHECK_U64(size, 0);
     CHECK_U64(crc, 0);
-    CHECK_RC(ferry__crc32c_file(path_of("none", p), &crc, &size), FERRY_ENOENT);
+    CHECK_RC(ferry__crc32c_file(test_path("none", p), &crc, &size), FERRY_ENOENT);
     free(buf);
-    remove_dir();
+    test_remove_dir();
 }

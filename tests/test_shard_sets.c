@@ -13,22 +13,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static char dir[256];
-
-static void make_dir(void)
-{
-    const char *t = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/ferry-sets-XXXXXX", t ? t : "/tmp");
-    CHECK(mkdtemp(dir) != NULL);
-}
-
-static void remove_dir(void)
-{
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    CHECK(system(cmd) == 0);
-}
-
 static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int sh(const char *fmt, ...)
 {
@@ -41,12 +25,12 @@ static int sh(const char *fmt, ...)
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-/* Packs N synthetic samples (label = index) into dir/out with ~K records a shard. */
+/* Packs N synthetic samples (label = index) into test_dir/out with ~K records a shard. */
 static void pack(const char *out, int n, int per_shard, const char *extra)
 {
     CHECK_EQ(sh("%s pack synthetic:%d,bytes=24,var=9,classes=1000000 '%s/%s' --shard-records %d "
                 "--no-progress %s > /dev/null",
-                FERRY_CLI, n, dir, out, per_shard, extra),
+                FERRY_CLI, n, test_dir, out, per_shard, extra),
              0);
 }
 
@@ -65,15 +49,15 @@ static int64_t label_of(ferry_dataset *ds, uint64_t i)
 
 TEST(pack_then_read_the_set_through_one_global_index)
 {
-    make_dir();
+    test_make_dir("sets");
     pack("set", 1000, 300, "--zstd 3");
     char path[512];
-    snprintf(path, sizeof path, "%s/set/data.manifest", dir);
+    snprintf(path, sizeof path, "%s/set/data.manifest", test_dir);
     struct stat st;
     CHECK(stat(path, &st) == 0);
-    snprintf(path, sizeof path, "%s/set/data-00003-of-00004.ferry", dir);
+    snprintf(path, sizeof path, "%s/set/data-00003-of-00004.ferry", test_dir);
     CHECK(stat(path, &st) == 0);
-    snprintf(path, sizeof path, "%s/set", dir);
+    snprintf(path, sizeof path, "%s/set", test_dir);
     ferry_dataset *ds;
     CHECK_OK(ferry_dataset_records(&ds, path, 0, 1));
     CHECK_U64(ferry_dataset_len(ds), 1000);
@@ -95,12 +79,12 @@ TEST(pack_then_read_the_set_through_one_global_index)
     CHECK_U64(total, 1000);
     CHECK_RC(ferry_dataset_records(&ds, path, 4, 5), FERRY_EINVAL); /* 4 shards: none for 4 */
     CHECK_RC(ferry_dataset_records(&ds, path, 3, 3), FERRY_EINVAL);
-    remove_dir();
+    test_remove_dir();
 }
 
 TEST(the_loader_and_bench_read_a_packed_set_like_its_source)
 {
-    make_dir();
+    test_make_dir("sets");
     pack("set", 2000, 700, "");
     char out[4096], cmd[1024];
     FILE *p;
@@ -110,7 +94,7 @@ TEST(the_loader_and_bench_read_a_packed_set_like_its_source)
         "%s bench records:%s/set --batch 100 --workers 2 --digest --no-progress | grep digest; "
         "%s bench synthetic:2000,bytes=24,var=9,classes=1000000 --batch 100 --workers 0 "
         "--digest --no-progress | grep digest",
-        FERRY_CLI, dir, FERRY_CLI);
+        FERRY_CLI, test_dir, FERRY_CLI);
     p = popen(cmd, "r");
     size_t n = fread(out, 1, sizeof out - 1, p);
     out[n] = 0;
@@ -120,7 +104,7 @@ TEST(the_loader_and_bench_read_a_packed_set_like_its_source)
     CHECK(!strncmp(out, second + 1, (size_t)(second - out)));
     /* as a stream: every record once, shard order shuffled per epoch */
     char path[512];
-    snprintf(path, sizeof path, "%s/set", dir);
+    snprintf(path, sizeof path, "%s/set", test_dir);
     ferry_stream *st;
     CHECK_OK(ferry_stream_records(&st, path, 7));
     ferry_loader_opts o;
@@ -150,15 +134,15 @@ TEST(the_loader_and_bench_read_a_packed_set_like_its_source)
         CHECK(seen[i]);
     ferry_loader_free(l);
     ferry_stream_free(st);
-    remove_dir();
+    test_remove_dir();
 }
 
 TEST(manifest_disagreements_are_errors)
 {
-    make_dir();
+    test_make_dir("sets");
     pack("set", 600, 200, "");
     char path[512], shard[600];
-    snprintf(path, sizeof path, "%s/set", dir);
+    snprintf(path, sizeof path, "%s/set", test_dir);
     ferry_dataset *ds;
     /* a shard the manifest names is missing */
     snprintf(shard, sizeof shard, "%s/data-00001-of-00003.ferry", path);
@@ -169,19 +153,19 @@ TEST(manifest_disagreements_are_errors)
     CHECK_EQ(sh("mv '%s.away' '%s' && printf x >> '%s'", shard, shard, shard), 0);
     CHECK_RC(ferry_dataset_records(&ds, path, 0, 1), FERRY_ECORRUPT);
     CHECK_CONTAINS(ferry_last_errmsg(), "the manifest says");
-    remove_dir();
+    test_remove_dir();
 }
 
 TEST(verify_reports_file_record_and_offset)
 {
-    make_dir();
+    test_make_dir("sets");
     pack("set", 500, 250, "");
     char out[8192], cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s verify '%s/set'", FERRY_CLI, dir);
+    snprintf(cmd, sizeof cmd, "%s verify '%s/set'", FERRY_CLI, test_dir);
     CHECK_EQ(sh("%s > /dev/null", cmd), 0);
     /* flip one byte in the middle of a shard's records */
     char shard[600];
-    snprintf(shard, sizeof shard, "%s/set/data-00000-of-00002.ferry", dir);
+    snprintf(shard, sizeof shard, "%s/set/data-00000-of-00002.ferry", test_dir);
     FILE *f = fopen(shard, "r+b");
     CHECK(f != NULL);
     fseek(f, 4000, SEEK_SET);
@@ -198,31 +182,31 @@ TEST(verify_reports_file_record_and_offset)
     CHECK_CONTAINS(out, "at offset ");
     CHECK_CONTAINS(out, "file CRC-32C"); /* the manifest's CRC disagrees too */
     /* ls and stat describe the set */
-    snprintf(cmd, sizeof cmd, "%s stat '%s/set'", FERRY_CLI, dir);
+    snprintf(cmd, sizeof cmd, "%s stat '%s/set'", FERRY_CLI, test_dir);
     p = popen(cmd, "r");
     n = fread(out, 1, sizeof out - 1, p);
     out[n] = 0;
     pclose(p);
     CHECK_CONTAINS(out, "2 shards, 500 records");
     CHECK_CONTAINS(out, "field text");
-    remove_dir();
+    test_remove_dir();
 }
 
 /* A writer killed at any moment leaves either no shard set or a whole one. */
 TEST(a_pack_killed_at_any_moment_leaves_no_set_or_a_whole_one)
 {
-    make_dir();
+    test_make_dir("sets");
     /* time a pack that runs to the end, then kill others across that span */
     uint64_t t0 = ferry_now_ns();
     CHECK_EQ(sh("%s pack synthetic:60000,bytes=200 '%s/full' --shard-records 7000 --no-progress "
                 "> /dev/null",
-                FERRY_CLI, dir),
+                FERRY_CLI, test_dir),
              0);
     uint64_t span_us = (ferry_now_ns() - t0) / 1000;
     int whole = 0, none = 0;
     for (int k = 0; k < 14; k++) {
         char out[512];
-        snprintf(out, sizeof out, "%s/kill%d", dir, k);
+        snprintf(out, sizeof out, "%s/kill%d", test_dir, k);
         pid_t pid = fork();
         if (pid == 0) {
             freopen("/dev/null", "w", stdout);
@@ -258,5 +242,5 @@ TEST(a_pack_killed_at_any_moment_leaves_no_set_or_a_whole_one)
     CHECK(none > 0);  /* the early kills */
     CHECK(whole > 0); /* the late ones */
     printf("killed packs: %d whole sets, %d without a manifest\n", whole, none);
-    remove_dir();
+    test_remove_dir();
 }

@@ -225,7 +225,7 @@ int ferry_line_index_build(const char *path, const char *index_path, ferry_progr
 {
     int rc = 0;
     ferry__file f = {-1, 0, 0};
-    ferry__atomic_file w = {-1, NULL, NULL};
+    ferry__atomic_file w = {.fd = -1};
     uint8_t *chunk_mem = NULL;
     chunk chunks[NCHUNKS];
     char *own_index = NULL;

@@ -564,7 +564,7 @@ int ferry_writer_commit(ferry_record_writer *w)
     char **finals = NULL;
     char *text = NULL;
     size_t renamed = 0;
-    ferry__atomic_file m = {-1, NULL, NULL};
+    ferry__atomic_file m = {.fd = -1};
     if (!w)
         return ferry__err(FERRY_EINVAL, "writer: NULL writer");
     if (w->broken)

@@ -134,22 +134,6 @@ int ferry__atomic_open(ferry__atomic_file *w, const char *path)
     return 0;
 }
 
-int ferry__atomic_write(ferry__atomic_file *w, const void *p, size_t n)
-{
-    const char *c = p;
-    while (n) {
-        ssize_t r = write(w->fd, c, n);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return ferry__err(FERRY_EIO, "%s: write: %s", w->tmp, strerror(errno));
-        }
-        c += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-
 int ferry__atomic_pwrite(ferry__atomic_file *w, const void *p, size_t n, uint64_t off)
 {
     const char *c = p;
@@ -165,6 +149,14 @@ int ferry__atomic_pwrite(ferry__atomic_file *w, const void *p, size_t n, uint64_
         off += (uint64_t)r;
     }
     return 0;
+}
+
+int ferry__atomic_write(ferry__atomic_file *w, const void *p, size_t n)
+{
+    int rc = ferry__atomic_pwrite(w, p, n, w->off);
+    if (rc == 0)
+        w->off += n;
+    return rc;
 }
 
 int ferry__atomic_commit(ferry__atomic_file *w)

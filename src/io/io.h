@@ -35,12 +35,14 @@ void ferry__unmap(ferry__map *m);
 
 typedef struct ferry__atomic_file {
     int fd;
-    char *path; /* the target */
-    char *tmp;  /* the temporary beside it */
+    char *path;   /* the target */
+    char *tmp;    /* the temporary beside it */
+    uint64_t off; /* where ferry__atomic_write appends */
 } ferry__atomic_file;
 
 /* Creates a temporary in the target's directory. */
 int ferry__atomic_open(ferry__atomic_file *w, const char *path);
+/* Appends after what ferry__atomic_write wrote before (pwrite does not move it). */
 int ferry__atomic_write(ferry__atomic_file *w, const void *p, size_t n);
 int ferry__atomic_pwrite(ferry__atomic_file *w, const void *p, size_t n, uint64_t off);
 /* fsync, rename over the target, fsync the directory, and free. On failure the

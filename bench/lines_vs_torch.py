@@ -33,6 +33,7 @@ import time
 
 import torch
 from torch.utils.data import DataLoader, Dataset
+from common import log, rss_anon_kb, warm, pf, fmt_rate
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -53,23 +54,7 @@ TARGET_B_FLAT_MB = 4.0    # ... or 4 MB of the 1x file peak
 TARGET_C = 0.50           # ferry index rate >= 50% of dd's
 
 
-def log(msg):
-    print(msg, file=sys.stderr, flush=True)
-
-
 # ----------------------------------------------------------- /proc memory --
-
-def rss_anon_kb(pid):
-    """RssAnon of pid in kB, or None when it is gone (or a zombie)."""
-    try:
-        with open("/proc/%d/status" % pid) as f:
-            for line in f:
-                if line.startswith("RssAnon:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
-        pass
-    return None
-
 
 class TreePoller:
     """Sums RssAnon over a process and its descendants. Children are found by
@@ -352,28 +337,7 @@ def dd(path, nbytes):
             "mb_per_s": nbytes / wall / MB}
 
 
-def warm(path):
-    """Reads path once so that it is in the page cache."""
-    buf = bytearray(8 << 20)
-    n = 0
-    with open(path, "rb", buffering=0) as f:
-        while True:
-            k = f.readinto(buf)
-            if not k:
-                break
-            n += k
-    return n
-
-
 # ------------------------------------------------------------------- main --
-
-def pf(ok):
-    return "PASS" if ok else "FAIL"
-
-
-def fmt_rate(x):
-    return "{:,.0f}".format(x)
-
 
 def run(args, tmpdir, t_start):
     load_start = os.getloadavg()

@@ -20,6 +20,7 @@ import time
 
 import torch
 from torch.utils.data import DataLoader, Dataset
+from common import log, pf, fmt_rate
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -41,10 +42,6 @@ TARGET_A = 100.0          # ferry w2 >= 100x PyTorch w2, same batch
 TARGET_B = 20.0           # ferry best (w2) >= 20x PyTorch best (any config)
 TARGET_C_MS = 5.0         # ferry first batch < 5 ms with 2 workers
 TARGET_SCALING = 1.8      # cost=1000: 2 workers >= 1.8x 1 worker
-
-
-def log(msg):
-    print(msg, file=sys.stderr, flush=True)
 
 
 # ---------------------------------------------------------------- PyTorch --
@@ -194,14 +191,6 @@ def scaling(ferry):
 
 
 # ------------------------------------------------------------------- main --
-
-def pf(ok):
-    return "PASS" if ok else "FAIL"
-
-
-def fmt_rate(x):
-    return "{:,.0f}".format(x)
-
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])

@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from common import log, rss_anon_kb, warm, pf, fmt_rate as fmt
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -65,43 +66,11 @@ TREE_BYTES = 100000       # mean file size (uniform, 50%..150%)
 TARGET_3 = 0.70           # ferry pack >= 70% of cp -r's rate
 
 
-def log(msg):
-    print(msg, file=sys.stderr, flush=True)
-
-
 # ------------------------------------------------------------------ tools --
-
-def warm(path):
-    """Reads a file (or every file under a directory) once, so that it is in
-    the page cache. Returns the bytes read."""
-    if os.path.isdir(path):
-        return sum(warm(os.path.join(d, f))
-                   for d, _, fs in os.walk(path) for f in sorted(fs))
-    buf = bytearray(8 << 20)
-    n = 0
-    with open(path, "rb", buffering=0) as f:
-        while True:
-            k = f.readinto(buf)
-            if not k:
-                break
-            n += k
-    return n
-
 
 def tree_bytes(path):
     return sum(os.path.getsize(os.path.join(d, f))
                for d, _, fs in os.walk(path) for f in fs)
-
-
-def rss_anon_kb(pid):
-    try:
-        with open("/proc/%d/status" % pid) as f:
-            for line in f:
-                if line.startswith("RssAnon:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
-        pass
-    return None
 
 
 def run_cmd(cmd, what, poll=False):
@@ -485,14 +454,6 @@ def part_pack(ferry, tmpdir, nfiles):
 
 
 # ------------------------------------------------------------------- main --
-
-def pf(ok):
-    return "PASS" if ok else "FAIL"
-
-
-def fmt(x):
-    return "{:,.0f}".format(x)
-
 
 def run(args, tmpdir, t_start):
     load_start = os.getloadavg()

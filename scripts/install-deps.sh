@@ -10,7 +10,7 @@ if [ "${1:-}" = fuzz ]; then
   pkgs+=(clang libclang-rt-14-dev)
 fi
 if [ "${1:-}" = bench ]; then
-  pkgs+=(python3-numpy python3-torch python3-lmdb lmdb-utils)
+  pkgs+=(python3-numpy python3-torch python3-torchvision python3-pil python3-lmdb lmdb-utils libturbojpeg0-dev)
 fi
 
 missing=()

@@ -19,5 +19,6 @@
 #include "records.h"
 #include "db.h"
 #include "image.h"
+#include "transform.h"
 
 #endif /* FERRY_H */

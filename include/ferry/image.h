@@ -101,6 +101,53 @@ FERRY_API int ferry_image_out_size(ferry_image_info *info, const ferry_decode_op
 FERRY_API int ferry_image_decode(const void *buf, size_t n, const ferry_decode_opts *o, void *dst,
                                  size_t dst_size, ferry_image_info *out);
 
+/* ---- Decoding only what a crop keeps ----
+ *
+ * A crop box in full-resolution pixels. */
+typedef struct ferry_rect {
+    uint32_t x, y, w, h;
+} ferry_rect;
+
+/* The result of ferry_image_decode_region: the decoded pixels cover at least the
+ * crop, possibly at a reduced scale, and the crop's exact place in them is given
+ * as a box in the decoded buffer's pixel coordinates (fractional when scaled). */
+typedef struct ferry_image_region {
+    uint32_t width, height; /* decoded pixels */
+    int channels;           /* as ferry_image_decode would write (opts->grey, keep_alpha) */
+    size_t stride;          /* bytes from one decoded row to the next (width * channels) */
+    uint32_t scale_num;     /* the decode scale: scale_num / 8 (JPEG DCT scaling), 8 = none */
+    double x0, y0, x1, y1;  /* the crop box within the decoded pixels */
+} ferry_image_region;
+
+/* Bytes that ferry_image_decode_region needs in dst for this image (info from
+ * ferry_image_info_get), crop (NULL = the whole image) and min_w x min_h (see
+ * below). Applies max_pixels to the whole image, like ferry_image_out_size. */
+FERRY_API int ferry_image_region_size(const ferry_image_info *info, const ferry_decode_opts *o,
+                                      const ferry_rect *crop, uint32_t min_w, uint32_t min_h,
+                                      size_t *size);
+
+/* Decodes the part of buf that the crop covers into dst.
+ *  - JPEG: rows above the crop are skipped (jpeg_skip_scanlines: entropy-decoded,
+ *    not transformed), columns are limited with jpeg_crop_scanline (to the iMCU
+ *    columns that cover the crop), and decoding stops after the crop's last row.
+ *    With min_w and min_h > 0 (the output size the crop will be resized to), a
+ *    crop at least twice that size in both directions is reduced in the DCT domain
+ *    by 1/2, 1/4 or 1/8 (scale_num 4, 2, 1: libjpeg's SIMD-accelerated reduced
+ *    IDCTs), the strongest reduction that leaves the crop at least min_w x min_h
+ *    decoded pixels, so the resampler that follows still downscales (or keeps the
+ *    size) and never enlarges. The reduced IDCT averages each 2x2, 4x4 or 8x8 block
+ *    in the frequency domain, close to a box filter, so the result stays within
+ *    the resampling tolerance (docs/images.md) of a full decode followed by the
+ *    same crop and resize.
+ *  - PNG: rows are decoded one by one (non-interlaced) and decoding stops after
+ *    the crop's last row; interlaced images are decoded whole. Only the crop's
+ *    columns are kept. No scaling.
+ * The crop must lie inside the image (FERRY_EINVAL otherwise). Errors as
+ * ferry_image_decode. out is filled on success. */
+FERRY_API int ferry_image_decode_region(const void *buf, size_t n, const ferry_decode_opts *o,
+                                        const ferry_rect *crop, uint32_t min_w, uint32_t min_h,
+                                        void *dst, size_t dst_size, ferry_image_region *out);
+
 #ifdef __cplusplus
 }
 #endif

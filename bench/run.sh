@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # ferry loader benchmark: ferry vs PyTorch DataLoader, and worker scaling.
 # Usage: bench/run.sh [FERRY]   (FERRY defaults to build/ferry in the repo root)
-# Also ferry lines vs PyTorch seek + readline (lines_vs_torch.py).
-# Prints tables on stdout and writes bench/results/{loader,lines}.json. Exits 0
-# whether or not the targets pass; non-zero only if something breaks.
+# Also ferry lines vs PyTorch seek + readline (lines_vs_torch.py), record shards
+# vs dd, LMDB and cp -r (records_vs.py), and the image pipeline vs torchvision and
+# a plain TurboJPEG decode loop (images_vs_torch.py).
+# Prints tables on stdout and writes bench/results/{loader,lines,records,images}.json.
+# Exits 0 whether or not the targets pass; non-zero only if something breaks.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -29,3 +31,4 @@ mkdir -p "$here/results"
 "$python" "$here/loader_vs_torch.py" --ferry "$ferry" --out "$here/results/loader.json" || exit $?
 "$python" "$here/lines_vs_torch.py" --ferry "$ferry" --out "$here/results/lines.json" || exit $?
 "$python" "$here/records_vs.py" --ferry "$ferry" --out "$here/results/records.json" || exit $?
+"$python" "$here/images_vs_torch.py" --ferry "$ferry" --out "$here/results/images.json" || exit $?

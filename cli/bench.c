@@ -27,6 +27,13 @@ static void bench_usage(FILE *f)
             "  lines:FILE[,max=N][,build=1][,io=mmap|pread]  one sample per line (ferry index)\n"
             "  csv:DIR[,prefix=part-][,digits=5][,delim=,][,header=1][,dtype=f32][,fields=..]\n"
             "      numeric CSV part files, read as a stream\n"
+            "  files:DIR[,ext=jpg;png]  every file under DIR, labelled by its subdirectory\n"
+            "  images:DIR[,size=224][,resize=256][,scale=0.08-1][,ratio=0.75-1.333][,flip=0.5]\n"
+            "      [,brightness=J][,contrast=J][,saturation=J][,dtype=f32|f16|u8][,layout=chw|hwc]\n"
+            "      [,grey=1][,filter=bilinear|bicubic|nearest][,normalize=0][,mean=a;b;c][,std=..]\n"
+            "      an image folder (one directory per class), decoded by the image pipeline\n"
+            "  records:DIR  a record shard set (ferry pack); lmdb:PATH  an LMDB environment\n"
+            "      either with ,pipeline=... decodes its \"image\" (or \"data\") field\n"
             "\n"
             "options:\n"
             "  --batch N         samples per batch, 1..16777216 (default 64)\n"
@@ -47,6 +54,8 @@ static void bench_usage(FILE *f)
             "  --digest          hash every batch's bytes in delivery order (adds 'digest')\n"
             "  --json            print the summary as one JSON object on stdout\n"
             "  --no-progress     no progress bar\n"
+            "  --pipeline P      decode images: 'train' (RandomResizedCrop 224, flip,\n"
+            "                    normalise, float32 CHW) or 'eval' (Resize 256, CenterCrop 224)\n"
             "  --stream-shards N a stream source is read as N shards in parallel, 1..65536\n"
             "                    (default 4; fixed, so the batches do not depend on --workers)\n"
             "  -h, --help        this text\n");
@@ -101,7 +110,8 @@ int cmd_bench(int argc, char **argv)
         O_DIGEST,
         O_JSON,
         O_NOPROG,
-        O_SHARDS
+        O_SHARDS,
+        O_PIPELINE
     };
     static const struct option opts[] = {{"batch", required_argument, 0, O_BATCH},
                                          {"workers", required_argument, 0, O_WORKERS},
@@ -120,6 +130,7 @@ int cmd_bench(int argc, char **argv)
                                          {"json", no_argument, 0, O_JSON},
                                          {"no-progress", no_argument, 0, O_NOPROG},
                                          {"stream-shards", required_argument, 0, O_SHARDS},
+                                         {"pipeline", required_argument, 0, O_PIPELINE},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     ferry_loader_opts o;
@@ -129,6 +140,7 @@ int cmd_bench(int argc, char **argv)
     uint64_t v, epochs = 1;
     int64_t rank = -1, world = -1, iv;
     bool digest = false, json = false, progress = true;
+    const char *pipeline = NULL;
 
     optind = 1;
     int c;
@@ -211,6 +223,12 @@ int cmd_bench(int argc, char **argv)
                 return EXIT_USAGE;
             o.stream_shards = (uint32_t)v;
             break;
+        case O_PIPELINE:
+            if (strcmp(optarg, "train") && strcmp(optarg, "eval"))
+                return cli_error(EXIT_USAGE, "--pipeline: \"%s\" is not 'train' or 'eval'",
+                                 optarg);
+            pipeline = optarg;
+            break;
         case 'h':
             bench_usage(stdout);
             return 0;
@@ -226,6 +244,15 @@ int cmd_bench(int argc, char **argv)
         return EXIT_USAGE;
     }
     const char *spec = argv[optind];
+    char spec_buf[4096];
+    if (pipeline) { /* the same as writing ,pipeline=P into the source */
+        if (strstr(spec, ",pipeline="))
+            return cli_error(EXIT_USAGE, "bench: --pipeline and a pipeline= in SOURCE");
+        if (snprintf(spec_buf, sizeof spec_buf, "%s,pipeline=%s", spec, pipeline) >=
+            (int)sizeof spec_buf)
+            return cli_error(EXIT_USAGE, "bench: SOURCE is too long");
+        spec = spec_buf;
+    }
 
     int rc, status = 0;
     ferry_dataset *ds = NULL;

@@ -19,6 +19,9 @@ static void pack_usage(FILE *f)
                "in order and writes them as record shards NAME-00000-of-000NN.ferry and\n"
                "NAME.manifest in OUTDIR. Nothing a reader takes for whole appears before the\n"
                "end: shards are renamed into place and the manifest written last.\n"
+               "An image folder (images:DIR) is packed as its encoded files, each checked to\n"
+               "be a JPEG or PNG, with fields image, path and label; records:OUTDIR with\n"
+               "pipeline=train|eval then decodes them.\n"
                "\n"
                "options:\n"
                "  --name NAME        shard name prefix (default: data)\n"
@@ -113,7 +116,16 @@ int cmd_pack(int argc, char **argv)
     ferry_loader *l = NULL;
     ferry_record_writer *wr = NULL;
     int rc, status = 0;
-    if (ferry_source_open(argv[optind], &ds, &st) < 0)
+    /* An image folder is packed as its encoded files (checked to be images), unless
+     * the source asks for a pipeline: the shards then hold decoded tensors. */
+    const char *spec = argv[optind];
+    char spec_buf[4096];
+    if (!strncmp(spec, "images:", 7) && !strstr(spec, ",pipeline=")) {
+        if (snprintf(spec_buf, sizeof spec_buf, "%s,pipeline=none", spec) >= (int)sizeof spec_buf)
+            return cli_error(EXIT_USAGE, "pack: SOURCE is too long");
+        spec = spec_buf;
+    }
+    if (ferry_source_open(spec, &ds, &st) < 0)
         return cli_error(EXIT_USAGE, "%s", ferry_last_errmsg());
     int nf = ds ? ferry_dataset_nfields(ds) : ferry_stream_nfields(st);
     ferry_field fields[FERRY_MAX_FIELDS];

@@ -5,7 +5,9 @@
 # Installs only what is missing, so a second run costs nothing.
 set -euo pipefail
 
-pkgs=(build-essential cmake pkg-config python3 libzstd-dev liblmdb-dev libjpeg62-turbo-dev libspng-dev)
+# python3-pil and python3-numpy: the resampler is tested against Pillow
+pkgs=(build-essential cmake pkg-config python3 python3-pil python3-numpy libzstd-dev liblmdb-dev
+      libjpeg62-turbo-dev libspng-dev)
 if [ "${1:-}" = fuzz ]; then
   pkgs+=(clang libclang-rt-14-dev)
 fi

@@ -20,5 +20,6 @@
 #include "db.h"
 #include "image.h"
 #include "transform.h"
+#include "pipeline.h"
 
 #endif /* FERRY_H */

@@ -110,7 +110,16 @@ typedef struct ferry_rect {
 
 /* The result of ferry_image_decode_region: the decoded pixels cover at least the
  * crop, possibly at a reduced scale, and the crop's exact place in them is given
- * as a box in the decoded buffer's pixel coordinates (fractional when scaled). */
+ * as a box in the decoded buffer's pixel coordinates (fractional when scaled).
+ *
+ * Coordinates: at scale s = scale_num / 8, decoded pixel j covers the
+ * full-resolution pixels [j / s, (j + 1) / s) (one 8x8 DCT block becomes
+ * scale_num x scale_num pixels), so a full-resolution coordinate u is u * s, and
+ * the image decodes to ceil(W * s) x ceil(H * s) pixels. The buffer starts at
+ * decoded column xoff and row yoff of that scaled image, so the crop x..x+w,
+ * y..y+h is the box x0 = x * s - xoff, x1 = (x + w) * s - xoff (and y0, y1 alike),
+ * with 0 <= y0 < 1 and height = ceil(y1): the rows are exactly those the crop
+ * touches. Columns may extend beyond the box on either side (JPEG: see below). */
 typedef struct ferry_image_region {
     uint32_t width, height; /* decoded pixels */
     int channels;           /* as ferry_image_decode would write (opts->grey, keep_alpha) */
@@ -121,29 +130,55 @@ typedef struct ferry_image_region {
 
 /* Bytes that ferry_image_decode_region needs in dst for this image (info from
  * ferry_image_info_get), crop (NULL = the whole image) and min_w x min_h (see
- * below). Applies max_pixels to the whole image, like ferry_image_out_size. */
+ * below), with the same options. It is an upper bound for JPEG, which only the
+ * decode can make exact: the crop's columns at the chosen scale, plus 2, at least
+ * 8, plus one iMCU column (4 * scale_num, the widest that sampling factors allow)
+ * less one, never more than the scaled image's width, times the rows the crop
+ * touches; for a whole image at full scale it is ferry_image_out_size's. For PNG it
+ * is exact: w * h * channels. Applies max_pixels to the whole image, like
+ * ferry_image_out_size. FERRY_EINVAL for a bad crop or an info->format that is
+ * neither JPEG nor PNG. */
 FERRY_API int ferry_image_region_size(const ferry_image_info *info, const ferry_decode_opts *o,
                                       const ferry_rect *crop, uint32_t min_w, uint32_t min_h,
                                       size_t *size);
 
-/* Decodes the part of buf that the crop covers into dst.
+/* Decodes the part of buf that the crop (NULL = the whole image) covers into dst
+ * (dst_size bytes, caller-owned, at least ferry_image_region_size's), and
+ * describes it in *out (may be NULL). At full scale the crop's pixels are exactly
+ * those ferry_image_decode gives at the same place, for every file and option.
  *  - JPEG: rows above the crop are skipped (jpeg_skip_scanlines: entropy-decoded,
  *    not transformed), columns are limited with jpeg_crop_scanline (to the iMCU
  *    columns that cover the crop), and decoding stops after the crop's last row.
+ *    libjpeg's fancy upsampling treats the first and last decoded columns as image
+ *    edges, so one more column is decoded on each side of the crop (and at least 8
+ *    in all): the crop's own pixels stay exact. jpeg_crop_scanline moves the first
+ *    decoded column down to an iMCU boundary, so up to 4 * scale_num columns more
+ *    may come before the box. (Progressive files with scans missing are smoothed
+ *    across blocks, two blocks each way: for them two more iMCU columns are
+ *    decoded on the left and dropped, which changes nothing in dst.)
  *    With min_w and min_h > 0 (the output size the crop will be resized to), a
  *    crop at least twice that size in both directions is reduced in the DCT domain
  *    by 1/2, 1/4 or 1/8 (scale_num 4, 2, 1: libjpeg's SIMD-accelerated reduced
  *    IDCTs), the strongest reduction that leaves the crop at least min_w x min_h
- *    decoded pixels, so the resampler that follows still downscales (or keeps the
- *    size) and never enlarges. The reduced IDCT averages each 2x2, 4x4 or 8x8 block
- *    in the frequency domain, close to a box filter, so the result stays within
- *    the resampling tolerance (docs/images.md) of a full decode followed by the
- *    same crop and resize.
+ *    decoded pixels (w * scale_num / 8 >= min_w, and h alike), so the resampler
+ *    that follows still downscales (or keeps the size) and never enlarges. The
+ *    reduced IDCT keeps each block's lowest frequencies, close to a box filter of
+ *    2x2, 4x4 or 8x8 pixels: on the test images the mean difference from a box
+ *    filter of the full decode is under 1 level, with up to 36 (1/2), 17 (1/4) and
+ *    5 (1/8) at sharp edges. The crop's pixels are exactly those of the whole image
+ *    decoded at the same scale. CMYK and YCCK files are never reduced: their
+ *    conversion to RGB is a product, which does not commute with averaging.
+ *    Since decoding stops after the crop's last row, damage below it goes
+ *    unnoticed: a truncated file can succeed, strict or not, for a crop that ends
+ *    above the cut (progressive files excepted: libjpeg reads all their scans
+ *    first). A crop that reaches the last row checks the rest as
+ *    ferry_image_decode does.
  *  - PNG: rows are decoded one by one (non-interlaced) and decoding stops after
  *    the crop's last row; interlaced images are decoded whole. Only the crop's
- *    columns are kept. No scaling.
- * The crop must lie inside the image (FERRY_EINVAL otherwise). Errors as
- * ferry_image_decode. out is filled on success. */
+ *    columns are kept: the buffer is exactly the crop (x0 = y0 = 0). No scaling.
+ *    Every chunk's CRC is still checked first, as ferry_image_decode does.
+ * The crop must lie inside the image and not be empty (FERRY_EINVAL otherwise).
+ * Other errors as ferry_image_decode; dst may have been partly written. */
 FERRY_API int ferry_image_decode_region(const void *buf, size_t n, const ferry_decode_opts *o,
                                         const ferry_rect *crop, uint32_t min_w, uint32_t min_h,
                                         void *dst, size_t dst_size, ferry_image_region *out);

@@ -76,9 +76,11 @@ void ferry__ctx_init(ferry_ctx *c, uint32_t worker, uint64_t seed, uint64_t epoc
 
 void ferry__ctx_release(ferry_ctx *c)
 {
-    ferry__aligned_free(c->scratch);
-    c->scratch = NULL;
-    c->scratch_cap = 0;
+    for (int i = 0; i < FERRY__CTX_SLOTS; i++) {
+        ferry__aligned_free(c->scratch[i]);
+        c->scratch[i] = NULL;
+        c->scratch_cap[i] = 0;
+    }
 }
 
 uint32_t ferry_ctx_worker(const ferry_ctx *c)
@@ -101,11 +103,11 @@ void ferry_ctx_rng(const ferry_ctx *c, uint64_t index, ferry_rng *out)
     ferry_rng_init(out, c->seed, c->epoch, index);
 }
 
-void *ferry_ctx_scratch(ferry_ctx *c, size_t n)
+void *ferry__ctx_scratch(ferry_ctx *c, int slot, size_t n)
 {
-    if (n <= c->scratch_cap)
-        return c->scratch;
-    size_t cap = c->scratch_cap ? c->scratch_cap : 4096;
+    if (n <= c->scratch_cap[slot])
+        return c->scratch[slot];
+    size_t cap = c->scratch_cap[slot] ? c->scratch_cap[slot] : 4096;
     while (cap < n) {
         if (!ferry__mul_size(cap, 2, &cap)) {
             ferry__err(FERRY_ENOMEM, "scratch: %zu bytes is too large", n);
@@ -117,10 +119,15 @@ void *ferry_ctx_scratch(ferry_ctx *c, size_t n)
         ferry__err(FERRY_ENOMEM, "scratch: cannot allocate %zu bytes", cap);
         return NULL;
     }
-    ferry__aligned_free(c->scratch);
-    c->scratch = p;
-    c->scratch_cap = cap;
+    ferry__aligned_free(c->scratch[slot]);
+    c->scratch[slot] = p;
+    c->scratch_cap[slot] = cap;
     return p;
+}
+
+void *ferry_ctx_scratch(ferry_ctx *c, size_t n)
+{
+    return ferry__ctx_scratch(c, 0, n);
 }
 
 void ferry_ctx_stage_add(ferry_ctx *c, ferry_stage stage, uint64_t ns)

@@ -7,11 +7,15 @@
 #include "ferry/dataset.h"
 #include "../core/internal.h"
 
+#define FERRY__CTX_SLOTS 4
+
 struct ferry_ctx {
     uint32_t worker;
     uint64_t seed, epoch;
-    void *scratch;
-    size_t scratch_cap;
+    /* slot 0 is ferry_ctx_scratch; decorators that call an inner dataset use the
+     * others (ferry__ctx_scratch), so the two never share a buffer */
+    void *scratch[FERRY__CTX_SLOTS];
+    size_t scratch_cap[FERRY__CTX_SLOTS];
     uint64_t stage_ns[FERRY_STAGE_COUNT]; /* claimed by the dataset during a call */
 };
 
@@ -37,6 +41,9 @@ struct ferry_stream_iter {
 
 void ferry__ctx_init(ferry_ctx *c, uint32_t worker, uint64_t seed, uint64_t epoch);
 void ferry__ctx_release(ferry_ctx *c);
+/* Scratch slot `slot` (0 .. FERRY__CTX_SLOTS-1) of at least n bytes, as
+ * ferry_ctx_scratch (which is slot 0). */
+void *ferry__ctx_scratch(ferry_ctx *c, int slot, size_t n);
 /* Checks a schema: names, dtypes, shapes and byte sizes in range. */
 int ferry__check_fields(const ferry_field *fields, int nfields);
 
@@ -65,6 +72,11 @@ int ferry__spec_check_used(const ferry__spec *s);
 int ferry__lines_open_spec(ferry_dataset **out, ferry__spec *s);
 int ferry__files_open_spec(ferry_dataset **out, ferry__spec *s);
 int ferry__records_open_spec(ferry_dataset **ds, ferry_stream **st, ferry__spec *s);
+/* The image options of a spec ("pipeline=", "size=", ...), taken when the kind is
+ * images or a pipeline= is given (*present); *field is image_field= or NULL. */
+struct ferry_image_pipeline;
+int ferry__images_spec(ferry__spec *s, int is_images, struct ferry_image_pipeline *p,
+                       const char **field, int *present);
 /* Record i of a records dataset as stored (zero-copy, CRC checked), and whether
  * its shard is compressed. */
 int ferry__records_raw(const ferry_dataset *ds, uint64_t i, const void **payload, size_t *n,

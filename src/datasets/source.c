@@ -5,6 +5,7 @@
 #include "dataset_internal.h"
 #include "csv_internal.h"
 #include "lmdb_internal.h"
+#include "ferry/pipeline.h"
 
 #include <string.h>
 
@@ -152,9 +153,21 @@ int ferry_source_open(const char *spec, ferry_dataset **ds, ferry_stream **st)
     ferry__spec *s = ferry__malloc(sizeof *s);
     if (!s)
         return ferry__err(FERRY_ENOMEM, "source: out of memory");
+    ferry_image_pipeline ip;
+    const char *image_field = NULL;
+    int images = 0;
     int rc = ferry__spec_parse(s, spec);
+    if (rc == 0)
+        rc = ferry__images_spec(s, !strcmp(s->kind, "images"), &ip, &image_field, &images);
     if (rc == 0) {
-        if (!strcmp(s->kind, "synthetic"))
+        if (!strcmp(s->kind, "images")) {
+            /* an image folder: files with image extensions, decoded by the pipeline */
+            if (!ferry__spec_str(s, "ext") && s->nopts < FERRY_SPEC_MAX_OPTS) {
+                s->key[s->nopts] = "ext";
+                s->value[s->nopts++] = "jpg;jpeg;png";
+            }
+            rc = ferry__files_open_spec(ds, s);
+        } else if (!strcmp(s->kind, "synthetic"))
             rc = open_synthetic(ds, s);
         else if (!strcmp(s->kind, "lines"))
             rc = ferry__lines_open_spec(ds, s);
@@ -171,8 +184,20 @@ int ferry_source_open(const char *spec, ferry_dataset **ds, ferry_stream **st)
         else
             rc = ferry__err(FERRY_EINVAL,
                             "source: unknown kind \"%.64s\" (known: synthetic, lines, files, "
-                            "records, lmdb, csv)",
+                            "images, records, lmdb, csv)",
                             s->kind);
+    }
+    if (rc == 0 && images) {
+        if (!*ds) {
+            ferry_stream_free(*st);
+            *st = NULL;
+            rc = ferry__err(FERRY_EINVAL, "source %s: pipeline= needs a map-style source",
+                            s->kind);
+        } else {
+            ferry_dataset *inner = *ds;
+            *ds = NULL;
+            rc = ferry_dataset_images(ds, inner, image_field, &ip, 1);
+        }
     }
     ferry__free(s);
     return rc;

@@ -540,6 +540,20 @@ static void compact(ferry_loader *l, ferry_batch *b, uint32_t nslots)
 
 /* Processes slots [first, first+count) of b. Returns the number of slots it
  * accounted for (all of them, done or dropped). Outside m. */
+/* Adds a grain's time (dt) to w's counters: busy, and each stage the dataset
+ * claimed, the rest as READ. Under m. */
+static void account(worker *w, uint64_t dt)
+{
+    uint64_t claimed = 0;
+    w->busy_ns += dt;
+    for (int s = 1; s < FERRY_STAGE_COUNT; s++) {
+        w->stage_ns[s] += w->ctx.stage_ns[s];
+        claimed += w->ctx.stage_ns[s];
+    }
+    w->stage_ns[FERRY_STAGE_READ] +=
+        w->ctx.stage_ns[FERRY_STAGE_READ] + (dt > claimed ? dt - claimed : 0);
+}
+
 static void work(ferry_loader *l, ferry_batch *b, uint32_t first, uint32_t count, ferry_ctx *ctx,
                  uint32_t *nfilled)
 {
@@ -750,14 +764,7 @@ static void *worker_main_thread(void *arg)
         finish_grain(l, b, count, nfilled);
         uint64_t per = dt / (count ? count : 1);
         l->ns_per_sample = l->ns_per_sample ? (7 * l->ns_per_sample + per) / 8 : per + 1;
-        w->busy_ns += dt;
-        uint64_t claimed = 0;
-        for (int s = 1; s < FERRY_STAGE_COUNT; s++) {
-            w->stage_ns[s] += w->ctx.stage_ns[s];
-            claimed += w->ctx.stage_ns[s];
-        }
-        w->stage_ns[FERRY_STAGE_READ] +=
-            w->ctx.stage_ns[FERRY_STAGE_READ] + (dt > claimed ? dt - claimed : 0);
+        account(w, dt);
         l->busy_workers--;
         if (l->busy_workers == 0)
             pthread_cond_broadcast(&l->ready_cv);
@@ -1086,10 +1093,13 @@ static bool work_inline(ferry_loader *l)
         return false;
     l->busy_workers++;
     pthread_mutex_unlock(&l->m);
+    uint64_t t0 = ferry_now_ns();
     memset(l->inline_worker.ctx.stage_ns, 0, sizeof l->inline_worker.ctx.stage_ns);
     hint_ahead(l, &l->inline_worker, b, first);
     work(l, b, first, count, &l->inline_worker.ctx, &nfilled);
+    uint64_t dt = ferry_now_ns() - t0;
     finish_grain(l, b, count, nfilled);
+    account(&l->inline_worker, dt);
     l->busy_workers--;
     return true;
 }
@@ -1229,11 +1239,13 @@ int ferry_loader_stats_get(ferry_loader *l, ferry_loader_stats *s)
     s->consumer_wait_ns = l->consumer_wait_ns;
     s->num_workers = l->nworkers;
     s->prefetch = l->nbufs;
-    for (uint32_t i = 0; i < l->nworkers; i++) {
-        s->worker_busy_ns += l->workers[i].busy_ns;
-        s->worker_idle_ns += l->workers[i].idle_ns;
+    for (uint32_t i = 0; i <= l->nworkers; i++) {
+        /* with no workers, the consumer's thread did the work */
+        const worker *w = i < l->nworkers ? &l->workers[i] : &l->inline_worker;
+        s->worker_busy_ns += w->busy_ns;
+        s->worker_idle_ns += w->idle_ns;
         for (int k = 0; k < FERRY_STAGE_COUNT; k++)
-            s->stage_ns[k] += l->workers[i].stage_ns[k];
+            s->stage_ns[k] += w->stage_ns[k];
     }
     pthread_mutex_unlock(&l->m);
     return 0;

@@ -1,0 +1,659 @@
+#!/usr/bin/python3
+"""ferry's image pipeline vs PyTorch's DataLoader with torchvision's
+transforms, and vs a plain TurboJPEG decode loop.
+
+Usage: images_vs_torch.py --ferry PATH [--out FILE] [--images N] [--data DIR]
+                          [--clean]
+
+Generates (or reuses) an ImageNet-like folder of JPEGs (gen_images.py: 2,000
+images of about 500x375, quality 90, 4:2:0, about 100 KB each, 10 class
+folders) and measures, in one run, from the page cache:
+  - PyTorch: torchvision.datasets.ImageFolder, DataLoader(batch_size=256,
+    shuffle=True, num_workers=2), with the training transforms
+    (RandomResizedCrop(224), RandomHorizontalFlip(), ToTensor(), Normalize)
+    and the eval transforms (Resize(256), CenterCrop(224), ToTensor(),
+    Normalize);
+  - the anchor for decoding: tjdecode.c (compiled here with cc -O2), every
+    file read and fully decoded to RGB by tjDecompress2, 2 threads and 1;
+  - ferry: `ferry bench images:DIR --pipeline train|eval --batch 256
+    --shuffle`, 2 workers (and 1 for scaling), and the train pipeline over
+    record shards packed from the same folder (`ferry pack images:DIR`).
+Prints a table to stdout (progress goes to stderr) and writes the raw results
+as JSON. Exits 0 whether the targets pass or fail; exits non-zero when
+something breaks (a command fails, ferry reports errors or delivers the
+wrong count, PyTorch's batches are not what they should be). A ferry run
+that fails is shown as an error in the table and the JSON, the other parts
+still run, and the exit status is then 1.
+
+The image folder is kept between runs (in $TMPDIR/ferry-bench-images unless
+--data says otherwise; gen_images.py reuses it when its stamp matches) and
+removed at the end with --clean. The compiled anchor and the packed shards go
+to a temporary directory that is removed at the end, also on failure.
+"""
+
+import argparse
+import json
+import math
+import os
+import platform
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from common import log, warm, pf, fmt_rate as fmt
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+MB = 1e6
+IMAGES = 2000             # images in the folder
+CLASSES = 10
+QUALITY = 90
+SEED = 0                  # the folder's pixels
+BATCH = 256
+WORKERS = 2               # PyTorch workers, ferry workers, tjdecode threads
+
+TORCH_TRAIN_S = 15.0      # PyTorch: whole epochs until this much time ...
+TORCH_EVAL_S = 8.0        # ... has passed (at least one epoch)
+TORCH_MAX_EPOCHS = 50
+TJ_S = 2.5                # tjdecode: seconds a run
+ROUNDS = 2                # tjdecode (2 threads) and ferry train (2 workers)
+                          # alternate this many times; the best of each is kept
+FERRY_TARGET_S = 2.5      # ferry: epochs sized from a 1-epoch pilot so that a
+FERRY_MAX_EPOCHS = 20     # run takes at least about this long
+
+TARGET_TORCH = 3.0        # ferry train (2 workers) >= 3x PyTorch train (2)
+TARGET_TJ = 1.0           # ferry train (2 workers) >= tjdecode (2 threads)
+STAGES = ("read", "decode", "transform", "write")
+
+MEAN = (0.485, 0.456, 0.406)      # ImageNet, as torchvision's examples
+STD = (0.229, 0.224, 0.225)
+
+
+# ---------------------------------------------------------------- PyTorch --
+
+def torch_run(spec):
+    """Whole epochs of ImageFolder + DataLoader until spec["min_s"] has
+    passed. images_per_s counts every image from DataLoader construction to
+    the last batch (worker start-up at each epoch included), as ferry's
+    samples_per_s does from loader creation."""
+    import torch
+    import torchvision
+    from torch.utils.data import DataLoader
+    from torchvision import datasets, transforms
+
+    torch.set_num_threads(1)
+    torch.manual_seed(spec["seed"])
+    size = 224
+    if spec["pipeline"] == "train":
+        tf = transforms.Compose([
+            transforms.RandomResizedCrop(size),
+            transforms.RandomHorizontalFlip(),
+            transforms.ToTensor(),
+            transforms.Normalize(MEAN, STD)])
+    else:
+        tf = transforms.Compose([
+            transforms.Resize(256),
+            transforms.CenterCrop(size),
+            transforms.ToTensor(),
+            transforms.Normalize(MEAN, STD)])
+    t0 = time.perf_counter()
+    ds = datasets.ImageFolder(spec["dir"], transform=tf)
+    ds_s = time.perf_counter() - t0
+    n = len(ds)
+    if n != spec["images"]:
+        raise RuntimeError("ImageFolder found %d images, expected %d"
+                           % (n, spec["images"]))
+    nb = (n + BATCH - 1) // BATCH
+    t0 = time.perf_counter()
+    loader = DataLoader(ds, batch_size=BATCH, shuffle=True,
+                        num_workers=spec["workers"])
+    first_ms, images, epochs, epoch_s = None, 0, 0, []
+    while True:
+        te = time.perf_counter()
+        batches = 0
+        for x, y in loader:
+            if first_ms is None:
+                first_ms = (time.perf_counter() - t0) * 1e3
+            if x.dtype != torch.float32 or tuple(x.shape[1:]) != \
+                    (3, size, size) or not 1 <= x.shape[0] <= BATCH or \
+                    y.shape[0] != x.shape[0] or int(y.min()) < 0 or \
+                    int(y.max()) >= len(ds.classes):
+                raise RuntimeError("unexpected batch %s %s, labels %s"
+                                   % (x.dtype, tuple(x.shape),
+                                      tuple(y.shape)))
+            images += x.shape[0]
+            batches += 1
+        epochs += 1
+        epoch_s.append(time.perf_counter() - te)
+        if batches != nb:
+            raise RuntimeError("%d batches in an epoch, expected %d"
+                               % (batches, nb))
+        el = time.perf_counter() - t0
+        if el >= spec["min_s"] or epochs >= TORCH_MAX_EPOCHS:
+            break
+    if images != epochs * n:
+        raise RuntimeError("%d images in %d epochs of %d"
+                           % (images, epochs, n))
+    import PIL
+    return {"pipeline": spec["pipeline"], "workers": spec["workers"],
+            "batch": BATCH, "images": images, "epochs": epochs,
+            "seconds": el, "images_per_s": images / el,
+            "first_batch_ms": first_ms, "epoch_seconds": epoch_s,
+            "imagefolder_seconds": ds_s, "torch": torch.__version__,
+            "torchvision": torchvision.__version__,
+            "pillow": PIL.__version__}
+
+
+def child_main(spec):
+    print(json.dumps(torch_run(json.loads(spec))), flush=True)
+    return 0
+
+
+# ------------------------------------------------------------------ tools --
+
+def run_cmd(cmd, what):
+    """Runs cmd; returns (returncode, stdout, stderr, wall seconds)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        p = subprocess.run(cmd, stdout=out, stderr=err)
+        wall = time.perf_counter() - t0
+        out.seek(0)
+        err.seek(0)
+        stdout = out.read().decode("utf-8", "replace")
+        stderr = err.read().decode("utf-8", "replace")
+    return p.returncode, stdout, stderr, wall
+
+
+def last_json(stdout, what):
+    lines = [l for l in stdout.splitlines() if l.strip().startswith("{")]
+    if not lines:
+        raise RuntimeError("%s printed no JSON" % what)
+    return json.loads(lines[-1])
+
+
+def torch_child(data, pipeline, min_s, images):
+    spec = {"dir": data, "pipeline": pipeline, "workers": WORKERS,
+            "seed": 0, "min_s": min_s, "images": images}
+    what = "PyTorch %s (num_workers=%d)" % (pipeline, WORKERS)
+    cmd = [sys.executable, os.path.abspath(__file__), "--child",
+           json.dumps(spec)]
+    rc, out, err, wall = run_cmd(cmd, what)
+    if rc != 0:
+        raise RuntimeError("%s exited %d:\n%s%s" % (what, rc, out, err))
+    r = last_json(out, what)
+    r["wall_seconds"] = wall
+    return r
+
+
+def build_tjdecode(tmpdir):
+    src = os.path.join(HERE, "tjdecode.c")
+    exe = os.path.join(tmpdir, "tjdecode")
+    p = subprocess.run(["pkg-config", "--cflags", "--libs", "libturbojpeg"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       universal_newlines=True)
+    if p.returncode != 0:
+        raise RuntimeError("pkg-config libturbojpeg: %s (Debian: "
+                           "libturbojpeg0-dev)" % p.stderr.strip())
+    cmd = ["cc", "-O2", "-std=c11", src, "-o", exe] + \
+        shlex.split(p.stdout) + ["-lpthread"]
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       universal_newlines=True)
+    if p.returncode != 0:
+        raise RuntimeError("compiling tjdecode.c failed:\n%s" % p.stderr)
+    return exe, "cc -O2 -std=c11 tjdecode.c -o tjdecode %s -lpthread" \
+        % " ".join(cmd[cmd.index(exe) + 1:-1])
+
+
+def tjdecode(exe, data, threads, seconds, images):
+    what = "tjdecode (%d thread%s)" % (threads, "" if threads == 1 else "s")
+    cmd = [exe, "--threads", str(threads), "--seconds", str(seconds), data]
+    rc, out, err, wall = run_cmd(cmd, what)
+    if rc != 0:
+        raise RuntimeError("%s exited %d:\n%s%s" % (what, rc, out, err))
+    r = last_json(out, what)
+    if r["files"] != images or r["errors"] != 0 or r["images"] < 1:
+        raise RuntimeError("%s: %d files, %d errors, %d images decoded"
+                           % (what, r["files"], r["errors"], r["images"]))
+    r["command"] = ["tjdecode", "--threads", str(threads), "--seconds",
+                    str(seconds), "DIR"]
+    r["wall_seconds"] = wall
+    return r
+
+
+class Ferry:
+    """Runs ferry; a failure is returned as {"error": ...} (and remembered),
+    not raised, so that the other parts still run."""
+
+    def __init__(self, exe, paths):
+        self.exe = exe
+        self.paths = paths             # (path, placeholder), longest first
+        self.failed = []
+
+    def scrub(self, s):
+        for p, name in self.paths:
+            s = s.replace(p, name)
+        return s
+
+    def _fail(self, what, cmd, msg):
+        msg = self.scrub(msg.strip())
+        log("   %s failed: %s" % (what, msg.splitlines()[0] if msg else "?"))
+        self.failed.append(what)
+        return {"command": ["ferry"] + [self.scrub(a) for a in cmd[1:]],
+                "error": msg[:2000]}
+
+    def bench(self, source, pipeline, workers, epochs, expect, what):
+        cmd = [self.exe, "bench", source, "--pipeline", pipeline, "--batch",
+               str(BATCH), "--workers", str(workers), "--shuffle",
+               "--epochs", str(epochs), "--json", "--no-progress"]
+        rc, out, err, wall = run_cmd(cmd, what)
+        try:
+            r = last_json(out, what)
+        except (RuntimeError, ValueError):
+            return self._fail(what, cmd, "exited %d: %s%s" % (rc, out, err))
+        r["source"] = self.scrub(r.get("source", ""))
+        r["command"] = ["ferry"] + [self.scrub(a) for a in cmd[1:]]
+        r["wall_seconds"] = wall
+        if rc != 0 or r.get("errors", 0) != 0 or "error" in r:
+            msg = r.get("error") or err or out
+            r.update(self._fail(what, cmd, "exited %d, %s errors: %s"
+                                % (rc, r.get("errors"), msg)))
+        elif r.get("samples") != expect * epochs:
+            r.update(self._fail(what, cmd, "delivered %s images, expected %d"
+                                % (r.get("samples"), expect * epochs)))
+        return r
+
+    def pack(self, source, outdir, expect, what):
+        cmd = [self.exe, "pack", source, outdir, "--no-progress"]
+        rc, out, err, wall = run_cmd(cmd, what)
+        if rc != 0:
+            return self._fail(what, cmd, "exited %d: %s%s" % (rc, out, err))
+        m = re.search(r": (\d+) records, ([0-9.]+) MB of fields, in "
+                      r"([0-9.]+) s", out)
+        if not m or int(m.group(1)) != expect:
+            return self._fail(what, cmd, "unexpected output: %s" % out)
+        shards = sorted(f for f in os.listdir(outdir) if f.endswith(".ferry"))
+        return {"command": ["ferry"] + [self.scrub(a) for a in cmd[1:]],
+                "records": int(m.group(1)), "field_mb": float(m.group(2)),
+                "reported_seconds": float(m.group(3)), "wall_seconds": wall,
+                "shards": len(shards),
+                "shard_bytes": sum(os.path.getsize(os.path.join(outdir, f))
+                                   for f in shards),
+                "output": self.scrub(out.strip())}
+
+
+def gen_stamp():
+    import gen_images
+    return gen_images.STAMP
+
+
+def ok(r):
+    return r is not None and "error" not in r
+
+
+def rate(r):
+    return r["samples_per_s"] if ok(r) else None
+
+
+def stages_ok(r):
+    st = r.get("stage_s") if ok(r) else None
+    return isinstance(st, dict) and all(
+        isinstance(st.get(k), (int, float)) for k in STAGES) and \
+        st["decode"] > 0
+
+
+# ------------------------------------------------------------------- main --
+
+def run(args, tmpdir, t_start):
+    import gen_images                      # bench/, beside this script
+    load_start = os.getloadavg()
+    if load_start[0] > 0.5:
+        log("note: load average %.2f; the machine should be otherwise idle"
+            % load_start[0])
+    data = os.path.abspath(args.data)
+    n = args.images
+    log("data: %d JPEGs (quality %d, 4:2:0) in %d classes" % (n, QUALITY,
+                                                              CLASSES))
+    gen = gen_images.generate(data, n, CLASSES, QUALITY, SEED)
+    log("      %s in %.1f s, mean %.1f KB" % (
+        "reused" if gen["reused"] else "written", gen["seconds"],
+        gen["mean_bytes"] / 1e3))
+    if not gen["reused"]:
+        os.sync()
+    warm_s = []
+
+    def rewarm():
+        t0 = time.perf_counter()
+        if warm(data) < gen["bytes"]:
+            raise RuntimeError("short read of the image folder")
+        warm_s.append(time.perf_counter() - t0)
+
+    rewarm()
+    ferry = Ferry(os.path.abspath(args.ferry),
+                  sorted([(tmpdir, "TMP"), (data, "DIR")],
+                         key=lambda p: -len(p[0])))
+    exe, tj_cmd = build_tjdecode(tmpdir)
+
+    # ---- PyTorch
+    torch_r = {}
+    for pipe, min_s in (("train", TORCH_TRAIN_S), ("eval", TORCH_EVAL_S)):
+        rewarm()
+        log("PyTorch %s: ImageFolder + DataLoader(num_workers=%d), whole "
+            "epochs for >= %g s" % (pipe, WORKERS, min_s))
+        torch_r[pipe] = torch_child(data, pipe, min_s, n)
+        log("   %s images/s" % fmt(torch_r[pipe]["images_per_s"]))
+
+    # ---- ferry pilot, then tjdecode and ferry train alternating
+    src = "images:" + data
+    rewarm()
+    log("ferry pilot: train, %d workers, 1 epoch" % WORKERS)
+    pilot = ferry.bench(src, "train", WORKERS, 1, n, "ferry pilot (train)")
+    epochs = 1
+    if ok(pilot) and pilot.get("samples_per_s"):
+        epochs = int(min(FERRY_MAX_EPOCHS, max(
+            1, math.ceil(FERRY_TARGET_S * pilot["samples_per_s"] / n))))
+    tj = {WORKERS: [], 1: []}
+    ftrain = []
+    for rnd in range(ROUNDS):
+        rewarm()
+        log("round %d/%d: tjdecode %d threads (%g s), ferry train %d "
+            "workers (%d epochs)" % (rnd + 1, ROUNDS, WORKERS, TJ_S, WORKERS,
+                                     epochs))
+        tj[WORKERS].append(tjdecode(exe, data, WORKERS, TJ_S, n))
+        ftrain.append(ferry.bench(src, "train", WORKERS, epochs, n,
+                                  "ferry images: train (%d workers)"
+                                  % WORKERS))
+    rewarm()
+    log("tjdecode 1 thread (%g s); ferry train 1 worker, eval %d workers"
+        % (TJ_S, WORKERS))
+    tj[1].append(tjdecode(exe, data, 1, TJ_S, n))
+    f_w1 = ferry.bench(src, "train", 1, max(1, epochs // 2), n,
+                       "ferry images: train (1 worker)")
+    f_eval = ferry.bench(src, "eval", WORKERS, epochs, n,
+                         "ferry images: eval (%d workers)" % WORKERS)
+
+    # ---- record shards packed from the folder
+    shards = os.path.join(tmpdir, "shards")
+    log("ferry pack images:DIR, then the train pipeline over the shards")
+    pack = ferry.pack(src, shards, n, "ferry pack images:")
+    if ok(pack):
+        for p in sorted(os.listdir(shards)):
+            warm(os.path.join(shards, p))
+        f_rec = ferry.bench("records:" + shards, "train", WORKERS, epochs, n,
+                            "ferry records: train (%d workers)" % WORKERS)
+        shutil.rmtree(shards, ignore_errors=True)
+    else:
+        f_rec = {"error": "not run: ferry pack failed"}
+    load_end = os.getloadavg()
+
+    # ---- verdicts
+    best_tj = max(tj[WORKERS], key=lambda r: r["images_per_s"])
+    good = [r for r in ftrain if ok(r)]
+    best_f = max(good, key=lambda r: r["samples_per_s"]) if good else \
+        ftrain[-1]
+    tt = torch_r["train"]["images_per_s"]
+    fr = rate(best_f)
+    r_torch = fr / tt if fr else None
+    r_tj = fr / best_tj["images_per_s"] if fr else None
+    st = best_f.get("stage_s") if ok(best_f) else None
+    targets = {
+        "1": {"desc": "ferry train pipeline, %d workers, images/s >= %gx "
+                      "PyTorch's (ImageFolder + DataLoader, training "
+                      "transforms, %d workers), same run"
+                      % (WORKERS, TARGET_TORCH, WORKERS),
+              "ratio": r_torch,
+              "pass": r_torch is not None and r_torch >= TARGET_TORCH},
+        "2": {"desc": "ferry train pipeline, %d workers, images/s >= %gx a "
+                      "plain tjDecompress2 loop fully decoding the same "
+                      "files on %d threads, same run (best of %d each)"
+                      % (WORKERS, TARGET_TJ, WORKERS, ROUNDS),
+              "ratio": r_tj,
+              "pass": r_tj is not None and r_tj >= TARGET_TJ},
+        "3": {"desc": "per-stage time reported: stage_s has %s, decode > 0 "
+                      "(ferry train, %d workers)" % (", ".join(STAGES),
+                                                     WORKERS),
+              "stage_s": st,
+              "pass": stages_ok(best_f)},
+    }
+    f_runs = [("images: train, %d workers" % WORKERS, best_f),
+              ("images: train, 1 worker", f_w1),
+              ("images: eval, %d workers" % WORKERS, f_eval),
+              ("records: train, %d workers" % WORKERS, f_rec)]
+    refs = {
+        "ferry_eval_vs_torch_eval": (rate(f_eval) / torch_r["eval"]
+                                     ["images_per_s"]) if rate(f_eval)
+        else None,
+        "ferry_records_train_vs_torch_train": rate(f_rec) / tt
+        if rate(f_rec) else None,
+        "ferry_train_scaling_2_vs_1": fr / rate(f_w1)
+        if fr and rate(f_w1) else None,
+        "tjdecode_scaling_2_vs_1": best_tj["images_per_s"]
+        / tj[1][0]["images_per_s"],
+    }
+
+    # ---- table
+    out = []
+    p = out.append
+    tr = torch_r["train"]
+    p("ferry image pipeline vs PyTorch DataLoader + torchvision, and a plain "
+      "TurboJPEG decode loop")
+    p("  host: %d CPUs, Python %s, PyTorch %s, torchvision %s, Pillow %s; "
+      "load average %.2f at the start, %.2f at the end (1 min); everything "
+      "read from the page cache" % (
+          os.cpu_count() or 0, platform.python_version(), tr["torch"],
+          tr["torchvision"], tr["pillow"], load_start[0], load_end[0]))
+    p("  data: %s JPEGs in %d class folders, 400-560 x 300-420 (1 in 5 "
+      "portrait), quality %d, 4:2:0, mean %.1f KB (%s bytes; %s)"
+      % (fmt(n), CLASSES, QUALITY, gen["mean_bytes"] / 1e3,
+         fmt(gen["bytes"]), "reused" if gen["reused"] else
+         "generated in %.1f s" % gen["seconds"]))
+    p("  PyTorch: ImageFolder, DataLoader(batch_size=%d, shuffle=True, "
+      "num_workers=%d), torch.set_num_threads(1); train = RandomResizedCrop"
+      "(224), RandomHorizontalFlip(), ToTensor(), Normalize; eval = Resize"
+      "(256), CenterCrop(224), ToTensor(), Normalize; whole epochs, images/s "
+      "from DataLoader construction to the last batch" % (BATCH, WORKERS))
+    p("  tjdecode: read each file, tjDecompress2 to RGB (full size), shared "
+      "counter, %g s a run; ferry: `ferry bench SOURCE --pipeline P --batch "
+      "%d --shuffle --workers W --epochs E`, E = %d from a one-epoch pilot "
+      "(E/2 = %d for 1 worker), images/s as ferry reports it (from loader "
+      "creation)" % (TJ_S, BATCH, epochs, max(1, epochs // 2)))
+    hdr = "%-36s %10s %9s %9s %9s %8s" % (
+        "", "images/s", "vs torch", "1st ms", "seconds", "images")
+    p(hdr)
+    p("-" * len(hdr))
+
+    def row(label, ips, first, secs, imgs):
+        p("%-36s %10s %8.2fx %9s %9.2f %8s"
+          % (label, fmt(ips), ips / tt,
+             "-" if first is None else "%.0f" % first, secs, fmt(imgs)))
+
+    for pipe in ("train", "eval"):
+        r = torch_r[pipe]
+        row("PyTorch %s, %d workers" % (pipe, WORKERS), r["images_per_s"],
+            r["first_batch_ms"], r["seconds"], r["images"])
+    for w, runs in ((WORKERS, [best_tj]), (1, tj[1])):
+        r = runs[0]
+        row("tjdecode full decode, %d thread%s" % (w, "" if w == 1 else "s"),
+            r["images_per_s"], None, r["seconds"], r["images"])
+    for label, r in f_runs:
+        if ok(r):
+            row("ferry " + label, r["samples_per_s"], r["first_batch_ms"],
+                r["seconds"], r["samples"])
+        else:
+            p("%-36s %10s   %s" % ("ferry " + label, "ERROR",
+                                   (r.get("error") or "?").splitlines()[0]
+                                   [:90]))
+    p("   runs (images/s): tjdecode %d threads %s; ferry train %d workers %s"
+      % (WORKERS, ", ".join(fmt(r["images_per_s"]) for r in tj[WORKERS]),
+         WORKERS, ", ".join(fmt(r["samples_per_s"]) if ok(r) else "error"
+                            for r in ftrain)))
+    if ok(pack):
+        p("   ferry pack images:DIR: %d shard(s), %s bytes, %.1f s"
+          % (pack["shards"], fmt(pack["shard_bytes"]),
+             pack["wall_seconds"]))
+    p("")
+    p("ferry per-stage time (stage_s, seconds summed over the workers, and "
+      "the share of their sum)")
+    hdr = "%-36s" % "" + "".join(" %15s" % s for s in STAGES) + \
+        " %9s" % "busy s"
+    p(hdr)
+    p("-" * len(hdr))
+    for label, r in f_runs:
+        st_r = r.get("stage_s") if ok(r) else None
+        if not isinstance(st_r, dict):
+            p("%-36s %s" % ("ferry " + label, "no stage_s" if ok(r)
+                            else "ERROR"))
+            continue
+        tot = sum(v for v in st_r.values() if isinstance(v, (int, float)))
+        cells = []
+        for s in STAGES:
+            v = st_r.get(s)
+            cells.append(" %15s" % ("missing" if v is None else
+                                    "%.3f %3.0f%%" % (v, 100 * v / tot
+                                                      if tot else 0)))
+        p("%-36s" % ("ferry " + label) + "".join(cells)
+          + " %9.3f" % r.get("worker_busy_s", 0))
+    p("")
+    t = targets
+
+    def ratio(x):
+        return "error" if x is None else "%.2fx" % x
+
+    p("targets")
+    p("  (1) ferry train (%d workers) / PyTorch train (%d workers) = %s "
+      "(%s / %s images/s)  (>= %gx)  %s"
+      % (WORKERS, WORKERS, ratio(r_torch), fmt(fr) if fr else "error",
+         fmt(tt), TARGET_TORCH, pf(t["1"]["pass"])))
+    p("  (2) ferry train (%d workers) / tjdecode (%d threads) = %s "
+      "(%s / %s images/s)  (>= %gx)  %s"
+      % (WORKERS, WORKERS, ratio(r_tj), fmt(fr) if fr else "error",
+         fmt(best_tj["images_per_s"]), TARGET_TJ, pf(t["2"]["pass"])))
+    p("  (3) per-stage time in stats (%s; decode > 0)  %s"
+      % (", ".join(STAGES), pf(t["3"]["pass"])))
+    p("      reference: ferry eval / PyTorch eval = %s; ferry records train "
+      "/ PyTorch train = %s; ferry train 2 / 1 workers = %s; tjdecode 2 / 1 "
+      "threads = %s" % tuple(ratio(refs[k]) for k in (
+          "ferry_eval_vs_torch_eval", "ferry_records_train_vs_torch_train",
+          "ferry_train_scaling_2_vs_1", "tjdecode_scaling_2_vs_1")))
+    if ferry.failed:
+        p("  ferry runs that failed: %s" % "; ".join(ferry.failed))
+    total = time.perf_counter() - t_start
+    p("")
+    rel = os.path.relpath(os.path.abspath(args.out), ROOT)
+    if rel.startswith(".."):
+        rel = os.path.basename(args.out)
+    p("total benchmark time: %.1f s; raw results: %s" % (total, rel))
+    print("\n".join(out), flush=True)
+
+    # ---- raw results
+    raw = {
+        "benchmark": "images_vs_torch",
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "host": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                 "torch": tr["torch"], "torchvision": tr["torchvision"],
+                 "pillow": tr["pillow"], "machine": platform.machine()},
+        "notes": ["everything read from the page cache (the folder is read "
+                  "through before each timed step; warm_seconds)",
+                  "PyTorch images_per_s: every image of whole epochs, from "
+                  "DataLoader construction to the last batch; ferry "
+                  "samples_per_s as ferry reports it (from loader creation "
+                  "to the last batch)",
+                  "tjdecode: %d s runs, best of %d with 2 threads, "
+                  "alternating with ferry train (best of %d)"
+                  % (TJ_S, ROUNDS, ROUNDS),
+                  "stage_s: seconds per stage summed over ferry's workers"],
+        "data": {"images": n, "classes": CLASSES, "quality": QUALITY,
+                 "subsampling": "4:2:0", "seed": SEED, "bytes": gen["bytes"],
+                 "mean_bytes": gen["mean_bytes"], "reused": gen["reused"],
+                 "generate_seconds": gen["seconds"]},
+        "load_average_1min": {"start": load_start[0], "end": load_end[0]},
+        "warm_seconds": warm_s,
+        "torch": torch_r,
+        "tjdecode": {"build": tj_cmd,
+                     "threads=%d" % WORKERS: tj[WORKERS],
+                     "threads=1": tj[1]},
+        "ferry": {"epochs": epochs, "pilot": pilot,
+                  "train_workers=%d" % WORKERS: ftrain,
+                  "train_workers=1": f_w1,
+                  "eval_workers=%d" % WORKERS: f_eval,
+                  "pack": pack,
+                  "records_train_workers=%d" % WORKERS: f_rec,
+                  "failed": ferry.failed},
+        "targets": targets,
+        "references": refs,
+        "total_seconds": total,
+    }
+    text = json.dumps(raw, indent=2)
+    if tmpdir in text or data in text:
+        raise RuntimeError("a local path leaked into the results")
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    tmp = args.out + ".tmp"
+    with open(tmp, "w") as fh:
+        fh.write(text + "\n")
+    os.replace(tmp, args.out)
+    if ferry.failed:
+        log("images_vs_torch.py: %d ferry run(s) failed: %s"
+            % (len(ferry.failed), "; ".join(ferry.failed)))
+        return 1
+    return 0
+
+
+def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        return child_main(sys.argv[2])
+    parent = os.environ.get("TMPDIR") or "/tmp"
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--ferry", required=True, help="the ferry binary")
+    ap.add_argument("--out", default=os.path.join(HERE, "results",
+                                                  "images.json"))
+    ap.add_argument("--images", type=int, default=IMAGES,
+                    help="images in the folder (default %d); the targets "
+                         "are meant for the default" % IMAGES)
+    ap.add_argument("--data", default=os.path.join(parent,
+                                                   "ferry-bench-images"),
+                    help="the image folder, kept and reused between runs "
+                         "(default: ferry-bench-images under $TMPDIR)")
+    ap.add_argument("--clean", action="store_true",
+                    help="remove the image folder at the end")
+    args = ap.parse_args()
+    if not os.access(os.path.abspath(args.ferry), os.X_OK):
+        raise SystemExit("not an executable: %s" % args.ferry)
+    if not CLASSES <= args.images <= 100000:
+        raise SystemExit("--images must be in [%d, 100000]" % CLASSES)
+    try:
+        import numpy  # noqa: F401
+        import PIL  # noqa: F401
+        import torch  # noqa: F401
+        import torchvision  # noqa: F401
+    except ImportError as e:
+        raise SystemExit("images_vs_torch.py: %s (Debian: python3-numpy, "
+                         "python3-pil, python3-torch, python3-torchvision)"
+                         % e)
+    for tool in ("cc", "pkg-config"):
+        if shutil.which(tool) is None:
+            raise SystemExit("images_vs_torch.py: no %s (scripts/"
+                             "install-deps.sh bench)" % tool)
+
+    t_start = time.perf_counter()
+    need = int(2 * 110e3 * args.images) + (64 << 20)  # folder + shards
+    free = shutil.disk_usage(parent).free
+    if free < need:
+        raise SystemExit("images_vs_torch.py: %.1f GB free under $TMPDIR, "
+                         "need about %.1f GB" % (free / 1e9, need / 1e9))
+    tmpdir = tempfile.mkdtemp(prefix="ferry-bench-imgrun-", dir=parent)
+    try:
+        return run(args, tmpdir, t_start)
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+        data = os.path.abspath(args.data)
+        # only a folder that gen_images.py wrote (it has the stamp)
+        if args.clean and os.path.exists(os.path.join(data, gen_stamp())):
+            shutil.rmtree(data, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, HERE)
+    sys.exit(main())

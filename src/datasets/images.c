@@ -1,0 +1,328 @@
+/*
+ * Images over another dataset: one field of the inner dataset holds encoded JPEG
+ * or PNG bytes; it becomes "image", the pipeline's tensor. The other fields are
+ * written by the inner dataset straight into the batch (a "path" field there also
+ * names the file in messages); only the encoded bytes go through per-worker
+ * scratch (slot 1). Mode none passes the encoded bytes through, after checking
+ * that their header is an image's.
+ */
+#include "dataset_internal.h"
+#include "ferry/image.h"
+#include "ferry/pipeline.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define SLOT_ENCODED 1
+
+typedef struct images {
+    ferry_dataset *inner;
+    int own;
+    int field; /* inner field with the encoded bytes */
+    int path;  /* inner "path" field, or -1 */
+    int nin;
+    size_t enc_bound; /* bytes of the encoded field at its bound: the scratch needed */
+    ferry_image_pipeline p;
+} images;
+
+static void images_destroy(void *self)
+{
+    images *d = self;
+    if (d->own)
+        ferry_dataset_free(d->inner);
+    ferry__free(d);
+}
+
+static uint64_t images_len(void *self)
+{
+    return ferry_dataset_len(((images *)self)->inner);
+}
+
+static void images_hint(void *self, const uint64_t *indices, size_t n, int soon)
+{
+    images *d = self;
+    if (d->inner->vt->hint)
+        d->inner->vt->hint(d->inner->self, indices, n, soon);
+}
+
+/* Re-states the thread's message with the sample's file (or index) in front. */
+static int name_it(const images *d, int rc, uint64_t index, const char *path, size_t plen)
+{
+    char msg[FERRY_ERRMSG_MAX];
+    snprintf(msg, sizeof msg, "%s", ferry_last_errmsg());
+    if (path)
+        return ferry__err(rc, "%.*s: %s", (int)plen, path, msg);
+    return ferry__err(rc, "sample %llu: %s", (unsigned long long)index, msg);
+}
+
+static int images_get(void *self, uint64_t index, ferry_sample *out, ferry_ctx *ctx)
+{
+    images *d = self;
+    uint8_t *scratch = ferry__ctx_scratch(ctx, SLOT_ENCODED, d->enc_bound);
+    if (!scratch)
+        return FERRY_ENOMEM;
+    void *data[FERRY_MAX_FIELDS];
+    int64_t length[FERRY_MAX_FIELDS] = {0};
+    /* output fields are the inner ones in the same order: only the encoded field
+     * (and a path we must read) are redirected */
+    for (int k = 0; k < d->nin; k++)
+        data[k] = out->data[k];
+    if (d->p.mode != FERRY_PIPELINE_NONE)
+        data[d->field] = scratch;
+    ferry_sample in = {.nfields = d->nin, .data = data, .length = length};
+    int rc = d->inner->vt->get(d->inner->self, index, &in, ctx);
+    if (rc < 0)
+        return rc;
+    for (int k = 0; k < d->nin; k++)
+        out->length[k] = length[k];
+    const char *path = d->path >= 0 ? (const char *)data[d->path] : NULL;
+    size_t plen = d->path >= 0 ? (size_t)length[d->path] : 0;
+    const uint8_t *enc = data[d->field];
+    size_t n = d->inner->fields[d->field].variable ? (size_t)length[d->field] : d->enc_bound;
+    if (d->p.mode == FERRY_PIPELINE_NONE) {
+        ferry_image_info info;
+        if ((rc = ferry_image_info_get(enc, n, &info)) < 0)
+            return name_it(d, rc, index, path, plen);
+        return 0;
+    }
+    ferry_rng rng;
+    ferry_ctx_rng(ctx, index, &rng);
+    rc = ferry_image_pipeline_run(&d->p, enc, n, &rng, out->data[d->field], ctx);
+    if (rc < 0)
+        return name_it(d, rc, index, path, plen);
+    return 0;
+}
+
+static const ferry_dataset_vtable images_vtable = {
+    .len = images_len, .get = images_get, .destroy = images_destroy, .hint = images_hint};
+
+int ferry_dataset_images(ferry_dataset **out, ferry_dataset *inner, const char *field,
+                         const ferry_image_pipeline *p, int own_inner)
+{
+    int rc = 0;
+    images *d = NULL;
+    if (!out || !inner || !p) {
+        rc = ferry__err(FERRY_EINVAL, "ferry_dataset_images: out, inner and p must not be NULL");
+        goto cleanup;
+    }
+    *out = NULL;
+    FERRY_TRY(ferry_image_pipeline_check(p));
+    if (!(d = ferry__calloc(1, sizeof *d)))
+        FERRY_FAIL(FERRY_ENOMEM, "images: out of memory");
+    d->inner = inner;
+    d->own = own_inner;
+    d->p = *p;
+    d->nin = inner->nfields;
+    d->field = field ? ferry_dataset_find_field(inner, field) : -1;
+    if (!field) {
+        d->field = ferry_dataset_find_field(inner, "image");
+        if (d->field < 0)
+            d->field = ferry_dataset_find_field(inner, "data");
+    }
+    if (d->field < 0)
+        FERRY_FAIL(FERRY_EINVAL, "images: the dataset has no field \"%s\" with encoded images",
+                   field ? field : "image\" or \"data");
+    const ferry_field *ef = &inner->fields[d->field];
+    if (ef->dtype != FERRY_U8 || ef->ndim != 1)
+        FERRY_FAIL(FERRY_EINVAL, "images: field \"%s\" must be uint8 bytes (1 dimension), not %s "
+                   "with %d dimensions",
+                   ef->name, ferry_dtype_name(ef->dtype), ef->ndim);
+    d->path = ferry_dataset_find_field(inner, "path");
+    if (d->path >= 0 && (inner->fields[d->path].dtype != FERRY_U8 ||
+                         inner->fields[d->path].ndim != 1 || !inner->fields[d->path].variable))
+        d->path = -1;
+    d->enc_bound = (size_t)ef->shape[0];
+
+    ferry_field f[FERRY_MAX_FIELDS];
+    memcpy(f, inner->fields, sizeof(ferry_field) * (size_t)d->nin);
+    for (int k = 0; k < d->nin; k++)
+        if (k != d->field && !strcmp(f[k].name, "image"))
+            FERRY_FAIL(FERRY_EINVAL, "images: the dataset already has a field \"image\"");
+    ferry_field *img = &f[d->field];
+    strcpy(img->name, "image");
+    if (p->mode != FERRY_PIPELINE_NONE) {
+        int64_t shape[3];
+        FERRY_TRY(ferry_image_pipeline_shape(p, shape));
+        img->dtype = p->dtype;
+        img->ndim = 3;
+        img->variable = 0;
+        memcpy(img->shape, shape, sizeof shape);
+    }
+    ferry_dataset *ds = NULL;
+    rc = ferry_dataset_create(&ds, &images_vtable, d, f, d->nin);
+    d = NULL; /* the dataset owns it now, also on failure */
+    if (rc < 0)
+        return rc;
+    *out = ds;
+    return 0;
+cleanup:
+    if (d)
+        images_destroy(d);
+    else if (own_inner && inner)
+        ferry_dataset_free(inner);
+    return rc;
+}
+
+/* ---- "images:DIR,..." and ",pipeline=..." on other sources ---- */
+
+/* A plain decimal ("0.08", "1", "-2.5"): no locale, no exponent. */
+static bool parse_num(const char *s, double *out)
+{
+    double v = 0, scale = 1;
+    int neg = *s == '-', digits = 0;
+    if (*s == '-' || *s == '+')
+        s++;
+    for (; *s >= '0' && *s <= '9'; s++, digits++)
+        v = v * 10 + (*s - '0');
+    if (*s == '.')
+        for (s++; *s >= '0' && *s <= '9'; s++, digits++)
+            v += (*s - '0') * (scale /= 10);
+    if (*s || !digits || digits > 17)
+        return false;
+    *out = neg ? -v : v;
+    return true;
+}
+
+/* "a-b" (a range) or "a;b;c" (a list): up to n numbers separated by sep. */
+static int spec_nums(ferry__spec *s, const char *key, char sep, int n, double *out, int *got)
+{
+    const char *v = ferry__spec_str(s, key);
+    *got = 0;
+    if (!v)
+        return 0;
+    char buf[128];
+    if (strlen(v) >= sizeof buf)
+        return ferry__err(FERRY_EINVAL, "source %s: %s= is too long", s->kind, key);
+    strcpy(buf, v);
+    char *p = buf;
+    while (*got < n) {
+        char *end = strchr(p, sep);
+        if (end)
+            *end = 0;
+        if (!parse_num(p, &out[*got]))
+            break;
+        (*got)++;
+        if (!end)
+            return 0;
+        p = end + 1;
+    }
+    return ferry__err(FERRY_EINVAL, "source %s: %s=\"%.64s\" is not %d number%s separated by '%c'",
+                      s->kind, key, v, n, n > 1 ? "s" : "", sep);
+}
+
+static int spec_choice(ferry__spec *s, const char *key, const char *const *names, int n,
+                       int *out)
+{
+    const char *v = ferry__spec_str(s, key);
+    if (!v)
+        return 0;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(v, names[i])) {
+            *out = i;
+            return 0;
+        }
+    char all[128] = "";
+    for (int i = 0; i < n; i++)
+        snprintf(all + strlen(all), sizeof all - strlen(all), "%s%s", i ? ", " : "", names[i]);
+    return ferry__err(FERRY_EINVAL, "source %s: %s=\"%.64s\" is not one of %s", s->kind, key, v,
+                      all);
+}
+
+int ferry__images_spec(ferry__spec *s, int is_images, ferry_image_pipeline *p,
+                       const char **field, int *present)
+{
+    static const char *const modes[] = {"eval", "train", "none"};
+    static const char *const filters[] = {"bilinear", "nearest", "bicubic"};
+    static const char *const layouts[] = {"hwc", "chw"}; /* FERRY_LAYOUT_* order */
+    static const char *const dtypes[] = {"f32", "f16", "u8", "float32", "float16", "uint8"};
+    int rc, mode = FERRY_PIPELINE_EVAL;
+    *present = is_images || ferry__spec_str(s, "pipeline") != NULL;
+    *field = NULL;
+    if (!*present)
+        return 0;
+    if ((rc = spec_choice(s, "pipeline", modes, 3, &mode)) < 0)
+        return rc;
+    ferry_image_pipeline_default(p, (ferry_pipeline_mode)mode);
+    double v[3];
+    int got, filter = p->filter, layout = p->layout, dt = 0, grey = 0, lenient = 0, norm = 1;
+    if ((rc = spec_nums(s, "size", 'x', 2, v, &got)) < 0)
+        return rc;
+    if (got) {
+        if (v[0] < 1 || v[0] > 16384 || (got == 2 && (v[1] < 1 || v[1] > 16384)))
+            return ferry__err(FERRY_EINVAL, "source %s: size= must be N or WxH, 1..16384",
+                              s->kind);
+        p->width = (uint32_t)v[0];
+        p->height = (uint32_t)(got == 2 ? v[1] : v[0]);
+    }
+    uint64_t u = 0;
+    if ((rc = ferry__spec_u64(s, "resize", 1, 16384, &u)) < 0)
+        return rc;
+    p->resize = u ? (uint32_t)u : p->resize;
+    if (!u && (p->height > 224 || p->width > 224)) /* keep torchvision's 256/224 proportion */
+        p->resize = (uint32_t)((p->height > p->width ? p->height : p->width) * 8 / 7);
+    if ((rc = spec_nums(s, "scale", '-', 2, v, &got)) < 0)
+        return rc;
+    if (got == 2) {
+        p->scale_min = v[0];
+        p->scale_max = v[1];
+    } else if (got == 1) {
+        return ferry__err(FERRY_EINVAL, "source %s: scale= is a range MIN-MAX", s->kind);
+    }
+    if ((rc = spec_nums(s, "ratio", '-', 2, v, &got)) < 0)
+        return rc;
+    if (got == 2) {
+        p->ratio_min = v[0];
+        p->ratio_max = v[1];
+    } else if (got == 1) {
+        return ferry__err(FERRY_EINVAL, "source %s: ratio= is a range MIN-MAX", s->kind);
+    }
+    if ((rc = spec_nums(s, "flip", ';', 1, v, &got)) < 0)
+        return rc;
+    if (got)
+        p->flip = v[0];
+    const char *jit[3] = {"brightness", "contrast", "saturation"};
+    float *jf[3] = {&p->brightness, &p->contrast, &p->saturation};
+    for (int i = 0; i < 3; i++) {
+        if ((rc = spec_nums(s, jit[i], ';', 1, v, &got)) < 0)
+            return rc;
+        if (got)
+            *jf[i] = (float)v[0];
+    }
+    if ((rc = spec_nums(s, "mean", ';', 3, v, &got)) < 0)
+        return rc;
+    if (got && got != 3)
+        return ferry__err(FERRY_EINVAL, "source %s: mean= needs 3 numbers", s->kind);
+    for (int c = 0; c < got; c++)
+        p->mean[c] = (float)v[c];
+    if ((rc = spec_nums(s, "std", ';', 3, v, &got)) < 0)
+        return rc;
+    if (got && got != 3)
+        return ferry__err(FERRY_EINVAL, "source %s: std= needs 3 numbers", s->kind);
+    for (int c = 0; c < got; c++)
+        p->std[c] = (float)v[c];
+    if ((rc = spec_choice(s, "filter", filters, 3, &filter)) < 0 ||
+        (rc = spec_choice(s, "layout", layouts, 2, &layout)) < 0 ||
+        (rc = ferry__spec_bool(s, "grey", &grey)) < 0 ||
+        (rc = ferry__spec_bool(s, "lenient", &lenient)) < 0 ||
+        (rc = ferry__spec_bool(s, "normalize", &norm)) < 0 ||
+        (rc = ferry__spec_u64(s, "max_pixels", 1, UINT64_MAX, &p->max_pixels)) < 0)
+        return rc;
+    const char *dv = ferry__spec_str(s, "dtype");
+    if (dv) {
+        for (dt = 0; dt < 6 && strcmp(dv, dtypes[dt]); dt++)
+            ;
+        if (dt == 6)
+            return ferry__err(FERRY_EINVAL, "source %s: dtype=\"%.64s\" is not f32, f16 or u8",
+                              s->kind, dv);
+        p->dtype = dt % 3 == 0 ? FERRY_F32 : dt % 3 == 1 ? FERRY_F16 : FERRY_U8;
+        if (p->dtype == FERRY_U8)
+            norm = 0; /* bytes cannot carry a normalised value */
+    }
+    p->filter = (ferry_filter)filter;
+    p->layout = layout;
+    p->grey = grey;
+    p->lenient = lenient;
+    p->normalize = norm;
+    *field = ferry__spec_str(s, "image_field");
+    return ferry_image_pipeline_check(p);
+}

@@ -36,7 +36,8 @@ static void bench_usage(FILE *f)
             "      either with ,pipeline=... decodes its \"image\" (or \"data\") field\n"
             "\n"
             "options:\n"
-            "  --batch N         samples per batch, 1..16777216 (default 64)\n"
+            "  --batch N         samples per batch, 1..16777216 (default 64; 256 with\n"
+            "                    --pipeline)\n"
             "  --workers N       worker threads, 0..1024; 0 = the caller's thread (default 2)\n"
             "  --prefetch N      batch buffers in flight, 1..65536 (default 2 per worker,\n"
             "                    more for small batches: up to 32 MiB or 64 buffers)\n"
@@ -141,6 +142,7 @@ int cmd_bench(int argc, char **argv)
     int64_t rank = -1, world = -1, iv;
     bool digest = false, json = false, progress = true;
     const char *pipeline = NULL;
+    bool batch_set = false;
 
     optind = 1;
     int c;
@@ -150,6 +152,7 @@ int cmd_bench(int argc, char **argv)
             if (!cli_u64("--batch", optarg, 1, 1u << 24, &v))
                 return EXIT_USAGE;
             o.batch_size = (uint32_t)v;
+            batch_set = true;
             break;
         case O_WORKERS:
             if (!cli_u64("--workers", optarg, 0, 1024, &v))
@@ -252,6 +255,8 @@ int cmd_bench(int argc, char **argv)
             (int)sizeof spec_buf)
             return cli_error(EXIT_USAGE, "bench: SOURCE is too long");
         spec = spec_buf;
+        if (!batch_set)
+            o.batch_size = 256; /* the standard ImageNet pipelines' batch */
     }
 
     int rc, status = 0;

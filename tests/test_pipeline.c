@@ -10,6 +10,8 @@
 
 #include <ferry/ferry.h>
 
+#include "core/internal.h"
+
 #include <dirent.h>
 #include <math.h>
 #include <stdlib.h>
@@ -654,6 +656,52 @@ TEST(records_of_images)
     ferry_ctx_free(ctx);
     ferry_dataset_free(rs);
     ferry_dataset_free(fs);
+    test_remove_dir();
+}
+
+/* Out of memory at every allocation of opening an images source and of running
+ * the pipeline on a sample: FERRY_ENOMEM, nothing leaked (ASan), never a crash. */
+TEST(out_of_memory_everywhere)
+{
+    need_shared();
+    make_folder(0);
+    char spec[1024];
+    snprintf(spec, sizeof spec, "images:%s,size=32,pipeline=train", test_dir);
+    ferry_dataset *ds = NULL;
+    long n;
+    for (n = 0; n < 1000; n++) {
+        ferry__test_fail_alloc(n);
+        int rc = ferry_dataset_open(&ds, spec);
+        ferry__test_fail_alloc(-1);
+        if (rc == 0)
+            break;
+        CHECK_RC(rc, FERRY_ENOMEM);
+    }
+    CHECK(n > 0 && n < 1000);
+    int fi = ferry_dataset_find_field(ds, "image");
+    float img[3 * 32 * 32];
+    unsigned char path[1024];
+    int64_t label, len[3];
+    void *data[3];
+    data[fi] = img;
+    data[ferry_dataset_find_field(ds, "label")] = &label;
+    data[ferry_dataset_find_field(ds, "path")] = path;
+    ferry_sample s = {3, data, len};
+    for (uint64_t i = 0; i < ferry_dataset_len(ds); i++) {
+        for (n = 0; n < 1000; n++) {
+            ferry_ctx *ctx; /* a fresh context: its scratch is allocated again */
+            CHECK_OK(ferry_ctx_create(&ctx, 0, 0));
+            ferry__test_fail_alloc(n);
+            int rc = ferry_dataset_get(ds, i, &s, ctx);
+            ferry__test_fail_alloc(-1);
+            ferry_ctx_free(ctx);
+            if (rc == 0)
+                break;
+            CHECK_RC(rc, FERRY_ENOMEM);
+        }
+        CHECK(n > 0 && n < 1000);
+    }
+    ferry_dataset_free(ds);
     test_remove_dir();
 }
 

@@ -210,6 +210,22 @@ static int spec_nums(ferry__spec *s, const char *key, char sep, int n, double *o
                       s->kind, key, v, n, n > 1 ? "s" : "", sep);
 }
 
+/* "MIN-MAX" into *lo and *hi (kept when the option is absent). */
+static int spec_range(ferry__spec *s, const char *key, double *lo, double *hi)
+{
+    double v[2];
+    int got, rc = spec_nums(s, key, '-', 2, v, &got);
+    if (rc < 0)
+        return rc;
+    if (got == 1)
+        return ferry__err(FERRY_EINVAL, "source %s: %s= is a range MIN-MAX", s->kind, key);
+    if (got == 2) {
+        *lo = v[0];
+        *hi = v[1];
+    }
+    return 0;
+}
+
 static int spec_choice(ferry__spec *s, const char *key, const char *const *names, int n,
                        int *out)
 {
@@ -260,22 +276,9 @@ int ferry__images_spec(ferry__spec *s, int is_images, ferry_image_pipeline *p,
     p->resize = u ? (uint32_t)u : p->resize;
     if (!u && (p->height > 224 || p->width > 224)) /* keep torchvision's 256/224 proportion */
         p->resize = (uint32_t)((p->height > p->width ? p->height : p->width) * 8 / 7);
-    if ((rc = spec_nums(s, "scale", '-', 2, v, &got)) < 0)
+    if ((rc = spec_range(s, "scale", &p->scale_min, &p->scale_max)) < 0 ||
+        (rc = spec_range(s, "ratio", &p->ratio_min, &p->ratio_max)) < 0)
         return rc;
-    if (got == 2) {
-        p->scale_min = v[0];
-        p->scale_max = v[1];
-    } else if (got == 1) {
-        return ferry__err(FERRY_EINVAL, "source %s: scale= is a range MIN-MAX", s->kind);
-    }
-    if ((rc = spec_nums(s, "ratio", '-', 2, v, &got)) < 0)
-        return rc;
-    if (got == 2) {
-        p->ratio_min = v[0];
-        p->ratio_max = v[1];
-    } else if (got == 1) {
-        return ferry__err(FERRY_EINVAL, "source %s: ratio= is a range MIN-MAX", s->kind);
-    }
     if ((rc = spec_nums(s, "flip", ';', 1, v, &got)) < 0)
         return rc;
     if (got)
@@ -288,18 +291,17 @@ int ferry__images_spec(ferry__spec *s, int is_images, ferry_image_pipeline *p,
         if (got)
             *jf[i] = (float)v[0];
     }
-    if ((rc = spec_nums(s, "mean", ';', 3, v, &got)) < 0)
-        return rc;
-    if (got && got != 3)
-        return ferry__err(FERRY_EINVAL, "source %s: mean= needs 3 numbers", s->kind);
-    for (int c = 0; c < got; c++)
-        p->mean[c] = (float)v[c];
-    if ((rc = spec_nums(s, "std", ';', 3, v, &got)) < 0)
-        return rc;
-    if (got && got != 3)
-        return ferry__err(FERRY_EINVAL, "source %s: std= needs 3 numbers", s->kind);
-    for (int c = 0; c < got; c++)
-        p->std[c] = (float)v[c];
+    const char *per_channel[2] = {"mean", "std"};
+    float *dst[2] = {p->mean, p->std};
+    for (int k = 0; k < 2; k++) {
+        if ((rc = spec_nums(s, per_channel[k], ';', 3, v, &got)) < 0)
+            return rc;
+        if (got && got != 3)
+            return ferry__err(FERRY_EINVAL, "source %s: %s= needs 3 numbers", s->kind,
+                              per_channel[k]);
+        for (int c = 0; c < got; c++)
+            dst[k][c] = (float)v[c];
+    }
     if ((rc = spec_choice(s, "filter", filters, 3, &filter)) < 0 ||
         (rc = spec_choice(s, "layout", layouts, 2, &layout)) < 0 ||
         (rc = ferry__spec_bool(s, "grey", &grey)) < 0 ||

@@ -758,22 +758,32 @@ int ferry_image_info_get(const void *buf, size_t n, ferry_image_info *out)
     }
 }
 
-int ferry_image_decode(const void *buf, size_t n, const ferry_decode_opts *o, void *dst,
-                       size_t dst_size, ferry_image_info *out)
+/* Both decode entry points: the whole image (crop NULL, no scaling) or a region. */
+static int decode_any(const char *fn, const void *buf, size_t n, const ferry_decode_opts *o,
+                      const ferry_rect *crop, uint32_t min_w, uint32_t min_h, void *dst,
+                      size_t dst_size, ferry_image_info *info, ferry_image_region *region)
 {
-    int rc = check_args("ferry_image_decode", buf, n, o, dst, dst_size);
+    int rc = check_args(fn, buf, n, o, dst, dst_size);
     if (rc < 0)
         return rc;
-    if (out)
-        memset(out, 0, sizeof *out);
+    if (info)
+        memset(info, 0, sizeof *info);
+    if (region)
+        memset(region, 0, sizeof *region);
     switch (sniff(buf, n)) {
     case FERRY_IMAGE_JPEG:
-        return jpeg_do(buf, n, o, NULL, 0, 0, dst, dst_size, 0, out, NULL);
+        return jpeg_do(buf, n, o, crop, min_w, min_h, dst, dst_size, 0, info, region);
     case FERRY_IMAGE_PNG:
-        return png_do(buf, n, o, NULL, dst, dst_size, 0, out, NULL);
+        return png_do(buf, n, o, crop, dst, dst_size, 0, info, region);
     default:
         return unknown_format(buf, n);
     }
+}
+
+int ferry_image_decode(const void *buf, size_t n, const ferry_decode_opts *o, void *dst,
+                       size_t dst_size, ferry_image_info *out)
+{
+    return decode_any("ferry_image_decode", buf, n, o, NULL, 0, 0, dst, dst_size, out, NULL);
 }
 
 int ferry_image_region_size(const ferry_image_info *info, const ferry_decode_opts *o,
@@ -798,17 +808,6 @@ int ferry_image_decode_region(const void *buf, size_t n, const ferry_decode_opts
                               const ferry_rect *crop, uint32_t min_w, uint32_t min_h, void *dst,
                               size_t dst_size, ferry_image_region *out)
 {
-    int rc = check_args("ferry_image_decode_region", buf, n, o, dst, dst_size);
-    if (rc < 0)
-        return rc;
-    if (out)
-        memset(out, 0, sizeof *out);
-    switch (sniff(buf, n)) {
-    case FERRY_IMAGE_JPEG:
-        return jpeg_do(buf, n, o, crop, min_w, min_h, dst, dst_size, 0, NULL, out);
-    case FERRY_IMAGE_PNG:
-        return png_do(buf, n, o, crop, dst, dst_size, 0, NULL, out);
-    default:
-        return unknown_format(buf, n);
-    }
+    return decode_any("ferry_image_decode_region", buf, n, o, crop, min_w, min_h, dst, dst_size,
+                      NULL, out);
 }

@@ -36,14 +36,16 @@ import json
 import math
 import os
 import platform
-import re
 import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from common import log, warm, pf, fmt_rate as fmt
+from common import (print_report, run_capture, run_checked, last_json,
+                    child_cmd, shown_command, pack_result, need_executable,
+                    load_average, tmp_parent, in_scratch_dir, shown_path,
+                    raw_header, write_results)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -155,35 +157,11 @@ def child_main(spec):
 
 # ------------------------------------------------------------------ tools --
 
-def run_cmd(cmd, what):
-    """Runs cmd; returns (returncode, stdout, stderr, wall seconds)."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        t0 = time.perf_counter()
-        p = subprocess.run(cmd, stdout=out, stderr=err)
-        wall = time.perf_counter() - t0
-        out.seek(0)
-        err.seek(0)
-        stdout = out.read().decode("utf-8", "replace")
-        stderr = err.read().decode("utf-8", "replace")
-    return p.returncode, stdout, stderr, wall
-
-
-def last_json(stdout, what):
-    lines = [l for l in stdout.splitlines() if l.strip().startswith("{")]
-    if not lines:
-        raise RuntimeError("%s printed no JSON" % what)
-    return json.loads(lines[-1])
-
-
 def torch_child(data, pipeline, min_s, images):
     spec = {"dir": data, "pipeline": pipeline, "workers": WORKERS,
             "seed": 0, "min_s": min_s, "images": images}
     what = "PyTorch %s (num_workers=%d)" % (pipeline, WORKERS)
-    cmd = [sys.executable, os.path.abspath(__file__), "--child",
-           json.dumps(spec)]
-    rc, out, err, wall = run_cmd(cmd, what)
-    if rc != 0:
-        raise RuntimeError("%s exited %d:\n%s%s" % (what, rc, out, err))
+    out, wall = run_checked(child_cmd(__file__, spec), what)
     r = last_json(out, what)
     r["wall_seconds"] = wall
     return r
@@ -211,9 +189,7 @@ def build_tjdecode(tmpdir):
 def tjdecode(exe, data, threads, seconds, images):
     what = "tjdecode (%d thread%s)" % (threads, "" if threads == 1 else "s")
     cmd = [exe, "--threads", str(threads), "--seconds", str(seconds), data]
-    rc, out, err, wall = run_cmd(cmd, what)
-    if rc != 0:
-        raise RuntimeError("%s exited %d:\n%s%s" % (what, rc, out, err))
+    out, wall = run_checked(cmd, what)
     r = last_json(out, what)
     if r["files"] != images or r["errors"] != 0 or r["images"] < 1:
         raise RuntimeError("%s: %d files, %d errors, %d images decoded"
@@ -242,20 +218,20 @@ class Ferry:
         msg = self.scrub(msg.strip())
         log("   %s failed: %s" % (what, msg.splitlines()[0] if msg else "?"))
         self.failed.append(what)
-        return {"command": ["ferry"] + [self.scrub(a) for a in cmd[1:]],
+        return {"command": shown_command(cmd, self.scrub),
                 "error": msg[:2000]}
 
     def bench(self, source, pipeline, workers, epochs, expect, what):
         cmd = [self.exe, "bench", source, "--pipeline", pipeline, "--batch",
                str(BATCH), "--workers", str(workers), "--shuffle",
                "--epochs", str(epochs), "--json", "--no-progress"]
-        rc, out, err, wall = run_cmd(cmd, what)
+        rc, out, err, wall = run_capture(cmd)
         try:
             r = last_json(out, what)
         except (RuntimeError, ValueError):
             return self._fail(what, cmd, "exited %d: %s%s" % (rc, out, err))
         r["source"] = self.scrub(r.get("source", ""))
-        r["command"] = ["ferry"] + [self.scrub(a) for a in cmd[1:]]
+        r["command"] = shown_command(cmd, self.scrub)
         r["wall_seconds"] = wall
         if rc != 0 or r.get("errors", 0) != 0 or "error" in r:
             msg = r.get("error") or err or out
@@ -268,21 +244,14 @@ class Ferry:
 
     def pack(self, source, outdir, expect, what):
         cmd = [self.exe, "pack", source, outdir, "--no-progress"]
-        rc, out, err, wall = run_cmd(cmd, what)
+        rc, out, err, wall = run_capture(cmd)
         if rc != 0:
             return self._fail(what, cmd, "exited %d: %s%s" % (rc, out, err))
-        m = re.search(r": (\d+) records, ([0-9.]+) MB of fields, in "
-                      r"([0-9.]+) s", out)
-        if not m or int(m.group(1)) != expect:
+        r = pack_result(shown_command(cmd, self.scrub), out, wall, outdir,
+                        self.scrub)
+        if r is None or r["records"] != expect:
             return self._fail(what, cmd, "unexpected output: %s" % out)
-        shards = sorted(f for f in os.listdir(outdir) if f.endswith(".ferry"))
-        return {"command": ["ferry"] + [self.scrub(a) for a in cmd[1:]],
-                "records": int(m.group(1)), "field_mb": float(m.group(2)),
-                "reported_seconds": float(m.group(3)), "wall_seconds": wall,
-                "shards": len(shards),
-                "shard_bytes": sum(os.path.getsize(os.path.join(outdir, f))
-                                   for f in shards),
-                "output": self.scrub(out.strip())}
+        return r
 
 
 def gen_stamp():
@@ -309,10 +278,7 @@ def stages_ok(r):
 
 def run(args, tmpdir, t_start):
     import gen_images                      # bench/, beside this script
-    load_start = os.getloadavg()
-    if load_start[0] > 0.5:
-        log("note: load average %.2f; the machine should be otherwise idle"
-            % load_start[0])
+    load_start = load_average()
     data = os.path.abspath(args.data)
     n = args.images
     log("data: %d JPEGs (quality %d, 4:2:0) in %d classes" % (n, QUALITY,
@@ -540,21 +506,12 @@ def run(args, tmpdir, t_start):
           "ferry_train_scaling_2_vs_1", "tjdecode_scaling_2_vs_1")))
     if ferry.failed:
         p("  ferry runs that failed: %s" % "; ".join(ferry.failed))
-    total = time.perf_counter() - t_start
-    p("")
-    rel = os.path.relpath(os.path.abspath(args.out), ROOT)
-    if rel.startswith(".."):
-        rel = os.path.basename(args.out)
-    p("total benchmark time: %.1f s; raw results: %s" % (total, rel))
-    print("\n".join(out), flush=True)
+    total = print_report(out, t_start, shown_path(args.out, ROOT))
 
     # ---- raw results
     raw = {
-        "benchmark": "images_vs_torch",
-        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "host": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                 "torch": tr["torch"], "torchvision": tr["torchvision"],
-                 "pillow": tr["pillow"], "machine": platform.machine()},
+        **raw_header("images_vs_torch", torch=tr["torch"],
+                     torchvision=tr["torchvision"], pillow=tr["pillow"]),
         "notes": ["everything read from the page cache (the folder is read "
                   "through before each timed step; warm_seconds)",
                   "PyTorch images_per_s: every image of whole epochs, from "
@@ -586,14 +543,7 @@ def run(args, tmpdir, t_start):
         "references": refs,
         "total_seconds": total,
     }
-    text = json.dumps(raw, indent=2)
-    if tmpdir in text or data in text:
-        raise RuntimeError("a local path leaked into the results")
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    tmp = args.out + ".tmp"
-    with open(tmp, "w") as fh:
-        fh.write(text + "\n")
-    os.replace(tmp, args.out)
+    write_results(args.out, raw, (tmpdir, data))
     if ferry.failed:
         log("images_vs_torch.py: %d ferry run(s) failed: %s"
             % (len(ferry.failed), "; ".join(ferry.failed)))
@@ -604,7 +554,7 @@ def run(args, tmpdir, t_start):
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--child":
         return child_main(sys.argv[2])
-    parent = os.environ.get("TMPDIR") or "/tmp"
+    parent = tmp_parent()
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ferry", required=True, help="the ferry binary")
     ap.add_argument("--out", default=os.path.join(HERE, "results",
@@ -619,8 +569,7 @@ def main():
     ap.add_argument("--clean", action="store_true",
                     help="remove the image folder at the end")
     args = ap.parse_args()
-    if not os.access(os.path.abspath(args.ferry), os.X_OK):
-        raise SystemExit("not an executable: %s" % args.ferry)
+    need_executable(args.ferry)
     if not CLASSES <= args.images <= 100000:
         raise SystemExit("--images must be in [%d, 100000]" % CLASSES)
     try:
@@ -639,19 +588,17 @@ def main():
 
     t_start = time.perf_counter()
     need = int(2 * 110e3 * args.images) + (64 << 20)  # folder + shards
-    free = shutil.disk_usage(parent).free
-    if free < need:
-        raise SystemExit("images_vs_torch.py: %.1f GB free under $TMPDIR, "
-                         "need about %.1f GB" % (free / 1e9, need / 1e9))
-    tmpdir = tempfile.mkdtemp(prefix="ferry-bench-imgrun-", dir=parent)
-    try:
-        return run(args, tmpdir, t_start)
-    finally:
-        shutil.rmtree(tmpdir, ignore_errors=True)
-        data = os.path.abspath(args.data)
-        # only a folder that gen_images.py wrote (it has the stamp)
-        if args.clean and os.path.exists(os.path.join(data, gen_stamp())):
-            shutil.rmtree(data, ignore_errors=True)
+
+    def run_and_clean(tmpdir):
+        try:
+            return run(args, tmpdir, t_start)
+        finally:
+            data = os.path.abspath(args.data)
+            # only a folder that gen_images.py wrote (it has the stamp)
+            if args.clean and os.path.exists(os.path.join(data, gen_stamp())):
+                shutil.rmtree(data, ignore_errors=True)
+    return in_scratch_dir("images_vs_torch.py", "ferry-bench-imgrun-", need,
+                          run_and_clean)
 
 
 if __name__ == "__main__":

@@ -25,15 +25,16 @@ import os
 import pickle
 import platform
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 import torch
 from torch.utils.data import DataLoader, Dataset
 from common import log, rss_anon_kb, warm, pf, fmt_rate
+from common import (print_report, run_checked, last_json, child_cmd,
+                    shown_command, need_executable, load_average,
+                    in_scratch_dir, raw_header, write_results)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -99,38 +100,28 @@ class TreePoller:
 def run_polled(cmd, what):
     """Runs cmd, polling the RssAnon of its process tree every POLL_S.
     Returns (stdout, wall seconds, memory summary)."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        t0 = time.perf_counter()
-        p = subprocess.Popen(cmd, stdout=out, stderr=err)
-        poller = TreePoller(p.pid)
-        peak, at_peak, polls, most = 0, {}, 0, 1
-        while True:
-            per = poller.poll()
-            polls += 1
-            total = sum(per.values())
-            most = max(most, len(per))
-            if total > peak:
-                peak, at_peak = total, per
-            if p.poll() is not None:
-                break
-            time.sleep(POLL_S)
-        wall = time.perf_counter() - t0
-        out.seek(0)
-        err.seek(0)
-        stdout = out.read().decode("utf-8", "replace")
-        stderr = err.read().decode("utf-8", "replace")
-    if p.returncode != 0:
-        raise RuntimeError("%s exited %d:\n%s%s"
-                           % (what, p.returncode, stdout, stderr))
+    st = {"poller": None, "peak": 0, "at_peak": {}, "polls": 0, "most": 1}
+
+    def watch(pid):
+        if st["poller"] is None:
+            st["root"], st["poller"] = pid, TreePoller(pid)
+        per = st["poller"].poll()
+        st["polls"] += 1
+        total = sum(per.values())
+        st["most"] = max(st["most"], len(per))
+        if total > st["peak"]:
+            st["peak"], st["at_peak"] = total, per
+    stdout, wall = run_checked(cmd, what, POLL_S, watch)
     # the root first, then its descendants
-    parts = [at_peak.get(p.pid, 0)] + [kb for pid, kb in
-                                       sorted(at_peak.items())
-                                       if pid != p.pid]
+    root, at_peak, peak = st["root"], st["at_peak"], st["peak"]
+    parts = [at_peak.get(root, 0)] + [kb for pid, kb in
+                                      sorted(at_peak.items())
+                                      if pid != root]
     mem = {"peak_rss_anon_kb": peak,
            "peak_rss_anon_mb": peak * 1024 / MB,
            "at_peak_kb": {"root": parts[0], "descendants": parts[1:]},
-           "max_processes": most,
-           "polls": polls,
+           "max_processes": st["most"],
+           "polls": st["polls"],
            "poll_interval_s": POLL_S}
     return stdout, wall, mem
 
@@ -262,13 +253,8 @@ def child_main(spec):
 
 
 def child(spec, what):
-    cmd = [sys.executable, os.path.abspath(__file__), "--child",
-           json.dumps(spec)]
-    out, wall, mem = run_polled(cmd, what)
-    lines = [l for l in out.splitlines() if l.strip()]
-    if not lines:
-        raise RuntimeError("%s printed nothing" % what)
-    r = json.loads(lines[-1])
+    out, wall, mem = run_polled(child_cmd(__file__, spec), what)
+    r = last_json(out, what)
     r["memory"] = mem
     r["wall_seconds"] = wall
     return r
@@ -292,7 +278,7 @@ class Ferry:
                       out)
         if not m:
             raise RuntimeError("ferry index: unexpected output %r" % out)
-        return {"command": ["ferry"] + [self.scrub(a) for a in cmd[1:]],
+        return {"command": shown_command(cmd, self.scrub),
                 "lines": int(m.group(1)), "bytes": int(m.group(2)),
                 "reported_seconds": float(m.group(3)),
                 "wall_seconds": wall,
@@ -305,17 +291,14 @@ class Ferry:
                "--epochs", "1", "--json", "--no-progress"]
         what = "ferry bench (workers=%d)" % workers
         out, wall, mem = run_polled(cmd, what)
-        lines = [l for l in out.splitlines() if l.strip()]
-        if not lines:
-            raise RuntimeError("%s printed nothing" % what)
-        r = json.loads(lines[-1])
+        r = last_json(out, what)
         if r.get("errors", 0) != 0:
             raise RuntimeError("%s reported %s errors" % (what, r["errors"]))
         if r["samples"] != expect:
             raise RuntimeError("%s delivered %d lines, expected %d"
                                % (what, r["samples"], expect))
         r["source"] = self.scrub(r.get("source", ""))
-        r["command"] = ["ferry"] + [self.scrub(a) for a in cmd[1:]]
+        r["command"] = shown_command(cmd, self.scrub)
         r["wall_seconds"] = wall
         r["memory"] = mem
         return r
@@ -340,10 +323,7 @@ def dd(path, nbytes):
 # ------------------------------------------------------------------- main --
 
 def run(args, tmpdir, t_start):
-    load_start = os.getloadavg()
-    if load_start[0] > 0.5:
-        log("note: load average %.2f; the machine should be otherwise idle"
-            % load_start[0])
+    load_start = load_average()
     import gen_lines                     # bench/, beside this script
     ferry = Ferry(os.path.abspath(args.ferry), tmpdir)
     size = args.size
@@ -552,20 +532,13 @@ def run(args, tmpdir, t_start):
     p("  reference: anchor peak RssAnon = %.1f MB (workers=0), %.1f MB "
       "(workers=2)" % (anchor[0]["memory"]["peak_rss_anon_mb"],
                        anchor[2]["memory"]["peak_rss_anon_mb"]))
-    total = time.perf_counter() - t_start
-    p("")
-    p("total benchmark time: %.1f s; raw results: %s"
-      % (total, os.path.relpath(args.out)))
-    print("\n".join(out), flush=True)
+    total = print_report(out, t_start, os.path.relpath(args.out))
 
     # ---- raw results
     def strip(f):
         return {k: v for k, v in f.items() if k != "path"}
     raw = {
-        "benchmark": "lines_vs_torch",
-        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "host": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                 "torch": torch.__version__, "machine": platform.machine()},
+        **raw_header("lines_vs_torch", torch=torch.__version__),
         "notes": ["MB = 10^6 bytes",
                   "memory: peak of RssAnon summed over the process tree, "
                   "polled every %g ms" % (POLL_S * 1e3),
@@ -588,12 +561,7 @@ def run(args, tmpdir, t_start):
         "targets": targets,
         "total_seconds": total,
     }
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    tmp = args.out + ".tmp"
-    with open(tmp, "w") as fh:
-        json.dump(raw, fh, indent=2)
-        fh.write("\n")
-    os.replace(tmp, args.out)
+    write_results(args.out, raw)
     return 0
 
 
@@ -608,23 +576,14 @@ def main():
                     help="bytes in the 1x file (default %d); the targets "
                          "are meant for the default" % SIZE)
     args = ap.parse_args()
-    if not os.access(os.path.abspath(args.ferry), os.X_OK):
-        raise SystemExit("not an executable: %s" % args.ferry)
+    need_executable(args.ferry)
     if args.size < 1 << 20:
         raise SystemExit("--size must be at least 1 MiB")
 
     t_start = time.perf_counter()
-    parent = os.environ.get("TMPDIR") or "/tmp"
     need = 3 * args.size + args.size // 4 + (64 << 20)   # files, indexes
-    free = shutil.disk_usage(parent).free
-    if free < need:
-        raise SystemExit("lines_vs_torch.py: %.1f GB free under $TMPDIR, "
-                         "need about %.1f GB" % (free / 1e9, need / 1e9))
-    tmpdir = tempfile.mkdtemp(prefix="ferry-bench-lines-", dir=parent)
-    try:
-        return run(args, tmpdir, t_start)
-    finally:
-        shutil.rmtree(tmpdir, ignore_errors=True)
+    return in_scratch_dir("lines_vs_torch.py", "ferry-bench-lines-", need,
+                          lambda tmpdir: run(args, tmpdir, t_start))
 
 
 if __name__ == "__main__":

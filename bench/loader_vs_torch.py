@@ -21,6 +21,7 @@ import time
 import torch
 from torch.utils.data import DataLoader, Dataset
 from common import log, pf, fmt_rate
+from common import print_report, raw_header, write_results
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -310,20 +311,13 @@ def main():
          scale["best_seconds"]["2"]))
     p("  ratio 2/1 = %.2fx  (>= %g)  %s"
       % (scale["ratio"], TARGET_SCALING, pf(scale["pass"])))
-    total = time.perf_counter() - t_start
-    p("")
-    p("total benchmark time: %.1f s; raw results: %s"
-      % (total, os.path.relpath(args.out)))
-    print("\n".join(out), flush=True)
+    total = print_report(out, t_start, os.path.relpath(args.out))
 
     # ---- raw results
     def key(c):
         return "workers=%d,batch=%d" % c
     raw = {
-        "benchmark": "loader_vs_torch",
-        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "host": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                 "torch": torch.__version__, "machine": platform.machine()},
+        **raw_header("loader_vs_torch", torch=torch.__version__),
         "notes": ["torch.set_num_threads(1) in the main process",
                   "PyTorch timed from DataLoader construction to the last "
                   "batch of one full pass; first batch from construction",
@@ -338,12 +332,7 @@ def main():
         "targets": targets,
         "total_seconds": total,
     }
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    tmp = args.out + ".tmp"
-    with open(tmp, "w") as fh:
-        json.dump(raw, fh, indent=2)
-        fh.write("\n")
-    os.replace(tmp, args.out)
+    write_results(args.out, raw)
     return 0
 
 

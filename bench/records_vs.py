@@ -31,9 +31,12 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
-from common import log, rss_anon_kb, warm, pf, fmt_rate as fmt
+from common import log, warm, pf, fmt_rate as fmt
+from common import (print_report, run_checked, PeakRssAnon, last_json,
+                    child_cmd, shown_command, pack_result, need_executable,
+                    load_average, in_scratch_dir, shown_path, raw_header,
+                    write_results)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -74,30 +77,12 @@ def tree_bytes(path):
 
 
 def run_cmd(cmd, what, poll=False):
-    """Runs cmd; returns (stdout, wall seconds, peak RssAnon kB or None).
-    With poll, the process's RssAnon is read every POLL_S (ferry is one
-    process: its workers are threads)."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        t0 = time.perf_counter()
-        p = subprocess.Popen(cmd, stdout=out, stderr=err)
-        peak = None
-        if poll:
-            peak = 0
-            while p.poll() is None:
-                kb = rss_anon_kb(p.pid)
-                if kb is not None and kb > peak:
-                    peak = kb
-                time.sleep(POLL_S)
-        p.wait()
-        wall = time.perf_counter() - t0
-        out.seek(0)
-        err.seek(0)
-        stdout = out.read().decode("utf-8", "replace")
-        stderr = err.read().decode("utf-8", "replace")
-    if p.returncode != 0:
-        raise RuntimeError("%s exited %d:\n%s%s"
-                           % (what, p.returncode, stdout, stderr))
-    return stdout, wall, peak
+    """Runs cmd, raising when it fails; returns (stdout, wall seconds, peak
+    RssAnon kB or None). With poll, the process's RssAnon is read every
+    POLL_S (ferry is one process: its workers are threads)."""
+    peak = PeakRssAnon() if poll else None
+    out, wall = run_checked(cmd, what, POLL_S if poll else None, peak)
+    return out, wall, peak.kb if poll else None
 
 
 class Ferry:
@@ -113,24 +98,15 @@ class Ferry:
         cmd = [self.exe, "pack", source, outdir] + list(extra) + \
               ["--no-progress"]
         out, wall, _ = run_cmd(cmd, "ferry pack %s" % self.scrub(source))
-        m = re.search(r": (\d+) records, ([0-9.]+) MB of fields, in "
-                      r"([0-9.]+) s", out)
-        if not m:
+        r = pack_result(shown_command(cmd, self.scrub), out, wall, outdir,
+                        self.scrub)
+        if r is None:
             raise RuntimeError("ferry pack: unexpected output %r"
                                % self.scrub(out))
-        if int(m.group(1)) != expect:
-            raise RuntimeError("ferry pack wrote %s records, expected %d"
-                               % (m.group(1), expect))
-        shards = sorted(f for f in os.listdir(outdir) if f.endswith(".ferry"))
-        return {"command": ["ferry"] + [self.scrub(a) for a in cmd[1:]],
-                "records": int(m.group(1)),
-                "field_mb": float(m.group(2)),
-                "reported_seconds": float(m.group(3)),
-                "wall_seconds": wall,
-                "shards": len(shards),
-                "shard_bytes": sum(os.path.getsize(os.path.join(outdir, f))
-                                   for f in shards),
-                "output": self.scrub(out.strip())}
+        if r["records"] != expect:
+            raise RuntimeError("ferry pack wrote %d records, expected %d"
+                               % (r["records"], expect))
+        return r
 
     def bench(self, outdir, batch, workers, expect, shuffle=False,
               poll=False):
@@ -140,17 +116,14 @@ class Ferry:
         what = "ferry bench (batch %d, workers %d%s)" % (
             batch, workers, ", shuffle" if shuffle else "")
         out, wall, peak = run_cmd(cmd, what, poll)
-        lines = [l for l in out.splitlines() if l.strip()]
-        if not lines:
-            raise RuntimeError("%s printed nothing" % what)
-        r = json.loads(lines[-1])
+        r = last_json(out, what)
         if r.get("errors", 0) != 0:
             raise RuntimeError("%s reported %s errors" % (what, r["errors"]))
         if r["samples"] != expect:
             raise RuntimeError("%s delivered %d records, expected %d"
                                % (what, r["samples"], expect))
         r["source"] = self.scrub(r.get("source", ""))
-        r["command"] = ["ferry"] + [self.scrub(a) for a in cmd[1:]]
+        r["command"] = shown_command(cmd, self.scrub)
         r["wall_seconds"] = wall
         if peak is not None:
             r["peak_rss_anon_kb"] = peak
@@ -257,13 +230,8 @@ def child_main(spec):
 
 
 def anchor(spec, what):
-    cmd = [sys.executable, os.path.abspath(__file__), "--child",
-           json.dumps(spec)]
-    out, wall, _ = run_cmd(cmd, what)
-    lines = [l for l in out.splitlines() if l.strip()]
-    if not lines:
-        raise RuntimeError("%s printed nothing" % what)
-    r = json.loads(lines[-1])
+    out, wall, _ = run_cmd(child_cmd(__file__, spec), what)
+    r = last_json(out, what)
     r["wall_seconds"] = wall
     return r
 
@@ -456,10 +424,7 @@ def part_pack(ferry, tmpdir, nfiles):
 # ------------------------------------------------------------------- main --
 
 def run(args, tmpdir, t_start):
-    load_start = os.getloadavg()
-    if load_start[0] > 0.5:
-        log("note: load average %.2f; the machine should be otherwise idle"
-            % load_start[0])
+    load_start = load_average()
     ferry = Ferry(os.path.abspath(args.ferry), tmpdir)
     sc = args.scale
     seq = part_sequential(ferry, tmpdir, max(16, int(SEQ_RECORDS * sc)))
@@ -622,21 +587,12 @@ def run(args, tmpdir, t_start):
       % (pk["ratio_cp_sync"] * 100, fmt(fb["mb_per_s"]),
          fmt(pk["best"]["cp_sync"]["mb_per_s"]), TARGET_3 * 100,
          pf(t["3"]["durable"]["pass"])))
-    total = time.perf_counter() - t_start
-    p("")
-    rel = os.path.relpath(os.path.abspath(args.out), ROOT)
-    if rel.startswith(".."):
-        rel = os.path.basename(args.out)
-    p("total benchmark time: %.1f s; raw results: %s" % (total, rel))
-    print("\n".join(out), flush=True)
+    total = print_report(out, t_start, shown_path(args.out, ROOT))
 
     # ---- raw results
     import torch
     raw = {
-        "benchmark": "records_vs",
-        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "host": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                 "torch": torch.__version__, "machine": platform.machine()},
+        **raw_header("records_vs", torch=torch.__version__),
         "notes": ["MB = 10^6 bytes",
                   "all data read from the page cache (each input read "
                   "through before it is timed; warm_seconds)",
@@ -657,14 +613,7 @@ def run(args, tmpdir, t_start):
         "targets": targets,
         "total_seconds": total,
     }
-    text = json.dumps(raw, indent=2)
-    if tmpdir in text:
-        raise RuntimeError("a temporary path leaked into the results")
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    tmp = args.out + ".tmp"
-    with open(tmp, "w") as fh:
-        fh.write(text + "\n")
-    os.replace(tmp, args.out)
+    write_results(args.out, raw, (tmpdir,))
     return 0
 
 
@@ -679,8 +628,7 @@ def main():
                     help="multiplies every data size (default 1); the "
                          "targets are meant for the default")
     args = ap.parse_args()
-    if not os.access(os.path.abspath(args.ferry), os.X_OK):
-        raise SystemExit("not an executable: %s" % args.ferry)
+    need_executable(args.ferry)
     if not 0 < args.scale <= 4:
         raise SystemExit("--scale must be in (0, 4]")
     try:
@@ -692,18 +640,10 @@ def main():
                          "python3-numpy, python3-torch)" % e)
 
     t_start = time.perf_counter()
-    parent = os.environ.get("TMPDIR") or "/tmp"
     # the largest part: the LMDB and its shard set, ~1 GB each
     need = int(2.2e9 * args.scale) + (256 << 20)
-    free = shutil.disk_usage(parent).free
-    if free < need:
-        raise SystemExit("records_vs.py: %.1f GB free under $TMPDIR, need "
-                         "about %.1f GB" % (free / 1e9, need / 1e9))
-    tmpdir = tempfile.mkdtemp(prefix="ferry-bench-records-", dir=parent)
-    try:
-        return run(args, tmpdir, t_start)
-    finally:
-        shutil.rmtree(tmpdir, ignore_errors=True)
+    return in_scratch_dir("records_vs.py", "ferry-bench-records-", need,
+                          lambda tmpdir: run(args, tmpdir, t_start))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 #include "harness.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <sys/wait.h>
@@ -62,6 +63,33 @@ void test_write_file(const char *path, const void *data, size_t n)
     CHECK(f != NULL);
     CHECK(fwrite(data, 1, n, f) == n);
     CHECK(fclose(f) == 0);
+}
+
+unsigned char *test_read_file(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        test_fail(__FILE__, __LINE__, "cannot open %s: %s", path, strerror(errno));
+    CHECK(fseek(f, 0, SEEK_END) == 0);
+    long len = ftell(f);
+    CHECK(len >= 0);
+    rewind(f);
+    unsigned char *b = malloc((size_t)len + 1);
+    CHECK(b != NULL);
+    if (fread(b, 1, (size_t)len, f) != (size_t)len)
+        test_fail(__FILE__, __LINE__, "cannot read %s", path);
+    fclose(f);
+    *n = (size_t)len;
+    return b;
+}
+
+void test_need_shared(const char *path)
+{
+    if (access(path, R_OK) != 0) {
+        printf("SKIP: %s is absent\n", path);
+        fflush(stdout);
+        exit(77);
+    }
 }
 
 static int run_one(int i)

@@ -86,6 +86,12 @@ void test_remove_dir(void);
 const char *test_path(const char *name, char *buf);
 /* Writes n bytes as the whole file at path. */
 void test_write_file(const char *path, const void *data, size_t n);
+/* The whole file at path, malloc'd with one spare byte after it (room for a NUL),
+ * its size in *n; fails the test, naming the file, when it cannot be read. */
+unsigned char *test_read_file(const char *path, size_t *n);
+/* SKIPs the test when path (under FERRY_SHARED_DIR, a compile definition of each
+ * test executable, so the caller names it) cannot be read: ../shared is absent. */
+void test_need_shared(const char *path);
 
 /* FNV-1a over bytes, for comparing batches. */
 static inline uint64_t test_hash(uint64_t h, const void *p, size_t n)

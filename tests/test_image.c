@@ -18,53 +18,67 @@
 #define JPEG_DIR FERRY_SHARED_DIR "/testdata/jpeg"
 #define PNG_DIR FERRY_SHARED_DIR "/testdata/png"
 
-static unsigned char *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        test_fail(__FILE__, __LINE__, "cannot open %s", path);
-    CHECK(fseek(f, 0, SEEK_END) == 0);
-    long len = ftell(f);
-    CHECK(len >= 0);
-    rewind(f);
-    unsigned char *b = malloc((size_t)len + 1);
-    CHECK(b != NULL);
-    CHECK(fread(b, 1, (size_t)len, f) == (size_t)len);
-    fclose(f);
-    *n = (size_t)len;
-    return b;
-}
-
-static void need_shared(void)
-{
-    DIR *d = opendir(FERRY_SHARED_DIR "/testdata/jpeg");
-    if (!d)
-        SKIP("../shared/testdata is absent");
-    closedir(d);
-}
-
-/* Decodes a file; returns the pixels (malloc'd) or NULL with *rc set. */
-static unsigned char *decode_file(const char *path, const ferry_decode_opts *o,
-                                  ferry_image_info *info, int *rc)
-{
+/* The files in a directory whose names contain ext, in readdir order: each
+ * dir_next sets name and path (and, when read is set, the file's bytes b and n,
+ * freed by the next call); at the end it closes the directory and returns 0. */
+typedef struct dir_iter {
+    DIR *d;
+    const char *dir, *ext, *name;
+    char path[600];
+    int read;
+    unsigned char *b;
     size_t n;
-    unsigned char *b = slurp(path, &n);
+} dir_iter;
+
+static dir_iter dir_files(const char *dir, const char *ext, int read)
+{
+    dir_iter it = {.d = opendir(dir), .dir = dir, .ext = ext, .read = read};
+    CHECK(it.d != NULL);
+    return it;
+}
+
+static int dir_next(dir_iter *it)
+{
+    free(it->b);
+    it->b = NULL;
+    struct dirent *e;
+    while ((e = readdir(it->d))) {
+        if (!strstr(e->d_name, it->ext))
+            continue;
+        it->name = e->d_name;
+        snprintf(it->path, sizeof it->path, "%s/%s", it->dir, e->d_name);
+        if (it->read)
+            it->b = test_read_file(it->path, &it->n);
+        return 1;
+    }
+    closedir(it->d);
+    it->d = NULL;
+    return 0;
+}
+
+/* The 227x149 baseline JPEG that several tests take apart (skips without it). */
+#define TESTORIG JPEG_DIR "/valid/ljt_testorig.jpg"
+static unsigned char *read_testorig(size_t *n)
+{
+    test_need_shared(JPEG_DIR);
+    return test_read_file(TESTORIG, n);
+}
+
+/* Decodes an encoded image whole; returns the pixels (malloc'd, *need bytes) or NULL
+ * with *rc set. */
+static unsigned char *decode_bytes(const unsigned char *b, size_t n, const ferry_decode_opts *o,
+                                   ferry_image_info *info, size_t *need, int *rc)
+{
     ferry_image_info hi;
     *rc = ferry_image_info_get(b, n, &hi);
-    if (*rc < 0) {
-        free(b);
+    if (*rc < 0)
         return NULL;
-    }
-    size_t need;
-    *rc = ferry_image_out_size(&hi, o, &need);
-    if (*rc < 0) {
-        free(b);
+    *rc = ferry_image_out_size(&hi, o, need);
+    if (*rc < 0)
         return NULL;
-    }
-    unsigned char *px = malloc(need);
+    unsigned char *px = malloc(*need);
     CHECK(px != NULL);
-    *rc = ferry_image_decode(b, n, o, px, need, info);
-    free(b);
+    *rc = ferry_image_decode(b, n, o, px, *need, info);
     if (*rc < 0) {
         free(px);
         return NULL;
@@ -73,6 +87,28 @@ static unsigned char *decode_file(const char *path, const ferry_decode_opts *o,
     CHECK_EQ(info->width, hi.width);
     CHECK_EQ(info->height, hi.height);
     return px;
+}
+
+/* Decodes a file; returns the pixels (malloc'd) or NULL with *rc set. */
+static unsigned char *decode_file(const char *path, const ferry_decode_opts *o,
+                                  ferry_image_info *info, int *rc)
+{
+    size_t n, need;
+    unsigned char *b = test_read_file(path, &n);
+    unsigned char *px = decode_bytes(b, n, o, info, &need, rc);
+    free(b);
+    return px;
+}
+
+/* A file's header. */
+static ferry_image_info file_info(const char *path)
+{
+    size_t n;
+    unsigned char *b = test_read_file(path, &n);
+    ferry_image_info info;
+    CHECK_OK(ferry_image_info_get(b, n, &info));
+    free(b);
+    return info;
 }
 
 static uint32_t crc32(const unsigned char *p, size_t n)
@@ -88,46 +124,38 @@ static uint32_t crc32(const unsigned char *p, size_t n)
 
 TEST(png_valid_match_reference_crc)
 {
-    need_shared();
+    test_need_shared(JPEG_DIR);
     /* The CRCs are read from SOURCES.md itself so that no number is copied here. */
     size_t n;
-    char *md = (char *)slurp(FERRY_SHARED_DIR "/testdata/SOURCES.md", &n);
+    char *md = (char *)test_read_file(FERRY_SHARED_DIR "/testdata/SOURCES.md", &n);
     md[n] = 0;
-    DIR *d = opendir(PNG_DIR "/valid");
-    CHECK(d != NULL);
-    struct dirent *e;
+    dir_iter it = dir_files(PNG_DIR "/valid", ".png", 0);
     int count = 0;
-    while ((e = readdir(d))) {
-        if (!strstr(e->d_name, ".png"))
-            continue;
-        char key[300], path[600];
-        snprintf(key, sizeof key, "`png/valid/%s`", e->d_name);
+    while (dir_next(&it)) {
+        const char *path = it.path;
+        char key[300];
+        snprintf(key, sizeof key, "`png/valid/%s`", it.name);
         const char *row = strstr(md, key);
         if (!row)
-            test_fail(__FILE__, __LINE__, "%s not in SOURCES.md", e->d_name);
+            test_fail(__FILE__, __LINE__, "%s not in SOURCES.md", it.name);
         const char *nl = strchr(row, '\n');
         const char *norm = strstr(row, "16-bit->high byte) = ");
         CHECK(norm && (!nl || norm < nl));
         uint32_t want = (uint32_t)strtoul(norm + strlen("16-bit->high byte) = "), NULL, 10);
-        snprintf(path, sizeof path, "%s/valid/%s", PNG_DIR, e->d_name);
         ferry_decode_opts o;
         ferry_decode_opts_default(&o);
         o.keep_alpha = 1;
-        ferry_image_info hi, info;
-        size_t bn;
-        unsigned char *b = slurp(path, &bn);
-        CHECK_OK(ferry_image_info_get(b, bn, &hi));
-        free(b);
-        o.grey = hi.channels <= 2; /* the normalized form keeps grey as grey */
+        ferry_image_info info;
+        o.grey = file_info(path).channels <= 2; /* the normalized form keeps grey as grey */
         int rc;
         unsigned char *px = decode_file(path, &o, &info, &rc);
         if (!px)
-            test_fail(__FILE__, __LINE__, "%s: %s: %s", e->d_name, ferry_errname(rc),
+            test_fail(__FILE__, __LINE__, "%s: %s: %s", it.name, ferry_errname(rc),
                       ferry_last_errmsg());
         size_t sz = (size_t)info.width * info.height * (size_t)info.out_channels;
         uint32_t got = crc32(px, sz);
         if (got != want)
-            test_fail(__FILE__, __LINE__, "%s: crc %u, want %u (%ux%u ch %d)", e->d_name, got, want,
+            test_fail(__FILE__, __LINE__, "%s: crc %u, want %u (%ux%u ch %d)", it.name, got, want,
                       info.width, info.height, info.out_channels);
         /* RGB without alpha decodes too, with the same colour samples */
         ferry_decode_opts_default(&o);
@@ -138,7 +166,6 @@ TEST(png_valid_match_reference_crc)
         free(px);
         count++;
     }
-    closedir(d);
     free(md);
     CHECK(count >= 30);
 }
@@ -150,11 +177,7 @@ static void check_against_reference(const char *jpg, const char *ref, int lenien
     ferry_decode_opts_default(&o);
     ferry_image_info ri, ji;
     int rc;
-    size_t bn;
-    unsigned char *b = slurp(ref, &bn);
-    CHECK_OK(ferry_image_info_get(b, bn, &ri));
-    free(b);
-    o.grey = ri.channels <= 2;
+    o.grey = file_info(ref).channels <= 2;
     unsigned char *want = decode_file(ref, &o, &ri, &rc);
     if (!want)
         test_fail(__FILE__, __LINE__, "%s: %s", ref, ferry_last_errmsg());
@@ -181,18 +204,14 @@ static void check_against_reference(const char *jpg, const char *ref, int lenien
 
 TEST(jpeg_valid_match_reference)
 {
-    need_shared();
-    DIR *d = opendir(JPEG_DIR "/valid");
-    CHECK(d != NULL);
-    struct dirent *e;
+    test_need_shared(JPEG_DIR);
+    dir_iter it = dir_files(JPEG_DIR "/valid", ".jpg", 0);
     int count = 0, refs = 0;
-    while ((e = readdir(d))) {
-        if (!strstr(e->d_name, ".jpg"))
-            continue;
-        char path[600], ref[600];
-        snprintf(path, sizeof path, "%s/valid/%s", JPEG_DIR, e->d_name);
-        snprintf(ref, sizeof ref, "%s/reference_png/%.*s.png", JPEG_DIR,
-                 (int)(strlen(e->d_name) - 4), e->d_name);
+    while (dir_next(&it)) {
+        const char *path = it.path;
+        char ref[600];
+        snprintf(ref, sizeof ref, "%s/reference_png/%.*s.png", JPEG_DIR, (int)(strlen(it.name) - 4),
+                 it.name);
         FILE *f = fopen(ref, "rb");
         if (f) {
             fclose(f);
@@ -204,7 +223,7 @@ TEST(jpeg_valid_match_reference)
         ferry_image_info info;
         int rc;
         unsigned char *px = decode_file(path, &o, &info, &rc);
-        if (strcmp(e->d_name, "ljt_monkey12.jpg") == 0) {
+        if (strcmp(it.name, "ljt_monkey12.jpg") == 0) {
             /* 12-bit: this 8-bit build must refuse it cleanly */
             CHECK(px == NULL);
             CHECK_EQ(rc, FERRY_ENOTSUP);
@@ -213,7 +232,7 @@ TEST(jpeg_valid_match_reference)
             continue;
         }
         if (!px)
-            test_fail(__FILE__, __LINE__, "%s: %s", e->d_name, ferry_last_errmsg());
+            test_fail(__FILE__, __LINE__, "%s: %s", it.name, ferry_last_errmsg());
         CHECK_EQ(info.out_channels, 3);
         free(px);
         o.grey = 1;
@@ -223,7 +242,6 @@ TEST(jpeg_valid_match_reference)
         free(px);
         count++;
     }
-    closedir(d);
     CHECK_EQ(count, 16);
     CHECK_EQ(refs, 9);
 }
@@ -231,7 +249,7 @@ TEST(jpeg_valid_match_reference)
 /* The arithmetic-coded file is a lossless recoding of testimgint: same pixels. */
 TEST(jpeg_arithmetic_equals_huffman)
 {
-    need_shared();
+    test_need_shared(JPEG_DIR);
     ferry_decode_opts o;
     ferry_decode_opts_default(&o);
     ferry_image_info a, h;
@@ -253,7 +271,7 @@ TEST(jpeg_arithmetic_equals_huffman)
 /* Pillow's CMYK sample (Adobe, YCCK): top-left is red, bottom-right black. */
 TEST(jpeg_cmyk_adobe)
 {
-    need_shared();
+    test_need_shared(JPEG_DIR);
     ferry_decode_opts o;
     ferry_decode_opts_default(&o);
     ferry_image_info info;
@@ -286,7 +304,7 @@ static int decodes(const char *path, int lenient, ferry_image_info *info)
 
 TEST(jpeg_corrupt)
 {
-    need_shared();
+    test_need_shared(JPEG_DIR);
     static const struct {
         const char *name;
         int strict_ok, lenient_ok;
@@ -332,30 +350,23 @@ TEST(jpeg_corrupt)
 
 TEST(png_corrupt)
 {
-    need_shared();
-    DIR *d = opendir(PNG_DIR "/corrupt");
-    CHECK(d != NULL);
-    struct dirent *e;
+    test_need_shared(JPEG_DIR);
+    dir_iter it = dir_files(PNG_DIR "/corrupt", ".png", 0);
     int count = 0;
-    while ((e = readdir(d))) {
-        if (!strstr(e->d_name, ".png"))
-            continue;
-        char path[600];
-        snprintf(path, sizeof path, "%s/corrupt/%s", PNG_DIR, e->d_name);
+    while (dir_next(&it)) {
         ferry_image_info info;
-        int rc = decodes(path, 0, &info);
+        int rc = decodes(it.path, 0, &info);
         /* "reject or decode" for these two (SOURCES.md); every other must fail, the
          * bad IDAT CRCs of x_interlaced_chck and xcsn0g01 included */
-        if (strcmp(e->d_name, "imagepng_x_consecutive_idat.png") == 0 ||
-            strcmp(e->d_name, "pillow_truncated_end_chunk.png") == 0) {
+        if (strcmp(it.name, "imagepng_x_consecutive_idat.png") == 0 ||
+            strcmp(it.name, "pillow_truncated_end_chunk.png") == 0) {
             if (rc == 0)
                 CHECK(info.width == 32 || info.width == 128);
         } else if (rc == 0) {
-            test_fail(__FILE__, __LINE__, "%s decoded", e->d_name);
+            test_fail(__FILE__, __LINE__, "%s decoded", it.name);
         }
         count++;
     }
-    closedir(d);
     CHECK_EQ(count, 23);
 }
 
@@ -411,9 +422,8 @@ TEST(limits_and_dst)
 
 TEST(jpeg_limits)
 {
-    need_shared();
     size_t n;
-    unsigned char *b = slurp(JPEG_DIR "/valid/ljt_testorig.jpg", &n);
+    unsigned char *b = read_testorig(&n);
     ferry_image_info info;
     CHECK_OK(ferry_image_info_get(b, n, &info));
     CHECK_EQ(info.format, FERRY_IMAGE_JPEG);
@@ -439,7 +449,7 @@ TEST(jpeg_limits)
     }
     /* the 65535x65535 file is refused before any big allocation */
     free(b);
-    b = slurp(JPEG_DIR "/corrupt/jd_crash_max_size.jpg", &n);
+    b = test_read_file(JPEG_DIR "/corrupt/jd_crash_max_size.jpg", &n);
     CHECK(ferry_image_decode(b, n, NULL, px, need, &info) < 0);
     free(b);
     free(px);
@@ -535,6 +545,28 @@ static unsigned char *region_of(const unsigned char *b, size_t n, const ferry_de
     return px;
 }
 
+/* A region decode asked to reduce that must stay at full scale. */
+static void check_full_scale(const unsigned char *b, size_t n, const ferry_decode_opts *o,
+                             const ferry_rect *c, uint32_t min_w, uint32_t min_h)
+{
+    ferry_image_region r;
+    int rc;
+    unsigned char *px = region_of(b, n, o, c, min_w, min_h, &r, &rc);
+    CHECK(px != NULL);
+    CHECK_EQ(r.scale_num, 8);
+    free(px);
+}
+
+/* Only the rc of a region decode at full scale (of damaged data, say). */
+static int region_rc(const unsigned char *b, size_t n, const ferry_decode_opts *o,
+                     const ferry_rect *c)
+{
+    ferry_image_region r;
+    int rc;
+    free(region_of(b, n, o, c, 0, 0, &r, &rc));
+    return rc;
+}
+
 /* Compares the crop's pixels in a region decode with ref, an rw-wide image at the
  * region's scale (the full decode, or the whole image decoded at the same scale).
  * Returns the largest difference. */
@@ -564,17 +596,14 @@ static void check_crops_exact(const char *name, const unsigned char *b, size_t n
                               const ferry_decode_opts *o, int random, uint64_t seed)
 {
     ferry_image_info info;
-    CHECK_OK(ferry_image_info_get(b, n, &info));
     size_t need;
-    CHECK_OK(ferry_image_out_size(&info, o, &need));
-    unsigned char *full = malloc(need);
-    CHECK(full != NULL);
-    CHECK_OK(ferry_image_decode(b, n, o, full, need, &info));
+    int rc;
+    unsigned char *full = decode_bytes(b, n, o, &info, &need, &rc);
+    CHECK_OK(rc);
     ferry_rect crops[64];
     int nc = crops_for(info.width, info.height, crops, random, seed);
     for (int i = 0; i < nc; i++) {
         ferry_image_region r;
-        int rc;
         unsigned char *px = region_of(b, n, o, &crops[i], 0, 0, &r, &rc);
         if (!px)
             test_fail(__FILE__, __LINE__, "%s crop %ux%u+%u+%u: %s", name, crops[i].w, crops[i].h,
@@ -589,7 +618,6 @@ static void check_crops_exact(const char *name, const unsigned char *b, size_t n
     }
     /* NULL is the whole image */
     ferry_image_region r;
-    int rc;
     unsigned char *px = region_of(b, n, o, NULL, 0, 0, &r, &rc);
     CHECK(px != NULL);
     CHECK(r.width == info.width && r.height == info.height && r.x0 == 0 && r.y0 == 0);
@@ -624,12 +652,7 @@ static void check_scaled_crops_exact(const char *name, const unsigned char *b, s
     ferry_image_info info;
     CHECK_OK(ferry_image_info_get(b, n, &info));
     if (info.channels == 4) { /* CMYK: never reduced */
-        ferry_image_region r;
-        int rc;
-        unsigned char *px = region_of(b, n, o, NULL, 1, 1, &r, &rc);
-        CHECK(px != NULL);
-        CHECK_EQ(r.scale_num, 8);
-        free(px);
+        check_full_scale(b, n, o, NULL, 1, 1);
         return;
     }
     for (uint32_t num = 4; num >= 1; num /= 2) {
@@ -661,65 +684,50 @@ static void check_scaled_crops_exact(const char *name, const unsigned char *b, s
     }
 }
 
+/* Both of the above, each with its own random crops. */
+static void check_all_crops(const char *name, const unsigned char *b, size_t n,
+                            const ferry_decode_opts *o, int random, uint64_t seed,
+                            int scaled_random, uint64_t scaled_seed)
+{
+    check_crops_exact(name, b, n, o, random, seed);
+    check_scaled_crops_exact(name, b, n, o, scaled_random, scaled_seed);
+}
+
 TEST(region_jpeg_valid_exact)
 {
-    need_shared();
-    DIR *d = opendir(JPEG_DIR "/valid");
-    CHECK(d != NULL);
-    struct dirent *e;
+    test_need_shared(JPEG_DIR);
+    dir_iter it = dir_files(JPEG_DIR "/valid", ".jpg", 1);
     int count = 0;
-    while ((e = readdir(d))) {
-        if (!strstr(e->d_name, ".jpg") || strcmp(e->d_name, "ljt_monkey12.jpg") == 0)
+    while (dir_next(&it)) {
+        if (strcmp(it.name, "ljt_monkey12.jpg") == 0)
             continue;
-        char path[600];
-        snprintf(path, sizeof path, "%s/valid/%s", JPEG_DIR, e->d_name);
-        size_t n;
-        unsigned char *b = slurp(path, &n);
         ferry_decode_opts o;
         ferry_decode_opts_default(&o);
         for (o.grey = 0; o.grey <= 1; o.grey++) {
-            check_crops_exact(e->d_name, b, n, &o, 40, 7 + (uint64_t)count);
-            check_scaled_crops_exact(e->d_name, b, n, &o, 20, 11 + (uint64_t)count);
+            check_all_crops(it.name, it.b, it.n, &o, 40, 7 + (uint64_t)count, 20,
+                            11 + (uint64_t)count);
         }
-        free(b);
         count++;
     }
-    closedir(d);
     CHECK_EQ(count, 15);
 }
 
 TEST(region_png_valid_exact)
 {
-    need_shared();
-    DIR *d = opendir(PNG_DIR "/valid");
-    CHECK(d != NULL);
-    struct dirent *e;
+    test_need_shared(JPEG_DIR);
+    dir_iter it = dir_files(PNG_DIR "/valid", ".png", 1);
     int count = 0;
-    while ((e = readdir(d))) {
-        if (!strstr(e->d_name, ".png"))
-            continue;
-        char path[600];
-        snprintf(path, sizeof path, "%s/valid/%s", PNG_DIR, e->d_name);
-        size_t n;
-        unsigned char *b = slurp(path, &n);
+    while (dir_next(&it)) {
         ferry_decode_opts o;
         ferry_decode_opts_default(&o);
         for (int mode = 0; mode < 3; mode++) {
             o.grey = mode == 1;
             o.keep_alpha = mode == 2;
-            check_crops_exact(e->d_name, b, n, &o, 30, 5 + (uint64_t)count);
+            check_crops_exact(it.name, it.b, it.n, &o, 30, 5 + (uint64_t)count);
         }
-        /* min_w/min_h never scale a PNG */
-        ferry_image_region r;
-        int rc;
-        unsigned char *px = region_of(b, n, &o, NULL, 1, 1, &r, &rc);
-        CHECK(px != NULL);
-        CHECK_EQ(r.scale_num, 8);
-        free(px);
-        free(b);
+        check_full_scale(it.b, it.n, &o, NULL, 1, 1); /* min_w/min_h never scale a PNG */
         count++;
     }
-    closedir(d);
     CHECK(count >= 30);
 }
 
@@ -818,8 +826,7 @@ TEST(region_jpeg_sampling_layouts)
                 ferry_decode_opts o;
                 ferry_decode_opts_default(&o);
                 o.grey = k % 3 == 2;
-                check_crops_exact(name, b, n, &o, 30, 100 + (uint64_t)k);
-                check_scaled_crops_exact(name, b, n, &o, 20, 200 + (uint64_t)k);
+                check_all_crops(name, b, n, &o, 30, 100 + (uint64_t)k, 20, 200 + (uint64_t)k);
                 free(b);
             }
         }
@@ -834,18 +841,12 @@ TEST(region_jpeg_sampling_layouts)
  * that is the point of it; they must then match the intact rows. */
 TEST(region_jpeg_corrupt)
 {
-    need_shared();
-    DIR *d = opendir(JPEG_DIR "/corrupt");
-    CHECK(d != NULL);
-    struct dirent *e;
+    test_need_shared(JPEG_DIR);
+    dir_iter it = dir_files(JPEG_DIR "/corrupt", ".jpg", 1);
     int count = 0;
-    while ((e = readdir(d))) {
-        if (!strstr(e->d_name, ".jpg"))
-            continue;
-        char path[600];
-        snprintf(path, sizeof path, "%s/corrupt/%s", JPEG_DIR, e->d_name);
-        size_t n;
-        unsigned char *b = slurp(path, &n);
+    while (dir_next(&it)) {
+        const unsigned char *b = it.b;
+        size_t n = it.n;
         for (int lenient = 0; lenient <= 1; lenient++) {
             ferry_decode_opts o;
             ferry_decode_opts_default(&o);
@@ -861,35 +862,26 @@ TEST(region_jpeg_corrupt)
                 CHECK(full != NULL);
                 whole_rc = ferry_image_decode(b, n, &o, full, need, &info);
             }
-            ferry_image_region r;
-            unsigned char *px = region_of(b, n, &o, NULL, 0, 0, &r, &rc);
+            rc = region_rc(b, n, &o, NULL);
             if ((rc == 0) != (whole_rc == 0))
-                test_fail(__FILE__, __LINE__, "%s lenient %d: region rc %d, whole rc %d", e->d_name,
+                test_fail(__FILE__, __LINE__, "%s lenient %d: region rc %d, whole rc %d", it.name,
                           lenient, rc, whole_rc);
             if (rc < 0)
                 CHECK(ferry_last_errmsg()[0] != 0);
-            free(px);
             if (whole_rc == 0) {
-                check_crops_exact(e->d_name, b, n, &o, 20, 3);
-                check_scaled_crops_exact(e->d_name, b, n, &o, 10, 4);
+                check_all_crops(it.name, b, n, &o, 20, 3, 10, 4);
             } else if (full) {
                 /* a crop may succeed above the damage: no crash, a message on error */
                 ferry_rect top = {0, 0, info.width, info.height < 8 ? info.height : 8};
-                px = region_of(b, n, &o, &top, 0, 0, &r, &rc);
-                if (rc < 0)
+                if (region_rc(b, n, &o, &top) < 0)
                     CHECK(ferry_last_errmsg()[0] != 0);
-                free(px);
                 ferry_rect corner = {info.width - 1, info.height - 1, 1, 1};
-                px = region_of(b, n, &o, &corner, 0, 0, &r, &rc);
-                CHECK(rc < 0 || lenient);
-                free(px);
+                CHECK(region_rc(b, n, &o, &corner) < 0 || lenient);
             }
             free(full);
         }
-        free(b);
         count++;
     }
-    closedir(d);
     CHECK_EQ(count, 14);
 }
 
@@ -898,20 +890,17 @@ TEST(region_jpeg_corrupt)
  * file, and then equals the intact file's decode. */
 TEST(region_jpeg_truncated)
 {
-    need_shared();
     size_t n;
-    unsigned char *b = slurp(JPEG_DIR "/valid/ljt_testorig.jpg", &n);
+    unsigned char *b = read_testorig(&n);
     ferry_image_info info;
-    CHECK_OK(ferry_image_info_get(b, n, &info));
     size_t need;
-    CHECK_OK(ferry_image_out_size(&info, NULL, &need));
-    unsigned char *full = malloc(need);
-    CHECK_OK(ferry_image_decode(b, n, NULL, full, need, &info));
+    int rc;
+    unsigned char *full = decode_bytes(b, n, NULL, &info, &need, &rc);
+    CHECK_OK(rc);
     ferry_rect top = {40, 3, 100, 20};
     int early = 0;
     for (size_t cut = 0; cut < n; cut += 37) {
         ferry_image_region r;
-        int rc;
         unsigned char *px = region_of(b, cut, NULL, NULL, 0, 0, &r, &rc);
         CHECK(px == NULL && rc < 0);
         px = region_of(b, cut, NULL, &top, 0, 0, &r, &rc);
@@ -935,39 +924,24 @@ TEST(region_jpeg_truncated)
 
 TEST(region_png_corrupt)
 {
-    need_shared();
-    DIR *d = opendir(PNG_DIR "/corrupt");
-    CHECK(d != NULL);
-    struct dirent *e;
+    test_need_shared(JPEG_DIR);
+    dir_iter it = dir_files(PNG_DIR "/corrupt", ".png", 1);
     int count = 0;
-    while ((e = readdir(d))) {
-        if (!strstr(e->d_name, ".png"))
-            continue;
-        char path[600];
-        snprintf(path, sizeof path, "%s/corrupt/%s", PNG_DIR, e->d_name);
-        size_t n;
-        unsigned char *b = slurp(path, &n);
+    while (dir_next(&it)) {
+        const unsigned char *b = it.b;
+        size_t n = it.n;
         ferry_image_info info;
-        int whole_rc = decodes(path, 0, &info);
-        ferry_image_region r;
-        int rc;
-        unsigned char *px = region_of(b, n, NULL, NULL, 0, 0, &r, &rc);
+        int whole_rc = decodes(it.path, 0, &info);
+        int rc = region_rc(b, n, NULL, NULL);
         if ((rc == 0) != (whole_rc == 0))
-            test_fail(__FILE__, __LINE__, "%s: region rc %d, whole rc %d", e->d_name, rc, whole_rc);
-        free(px);
+            test_fail(__FILE__, __LINE__, "%s: region rc %d, whole rc %d", it.name, rc, whole_rc);
         /* every chunk's CRC and the IEND are checked before decoding, so most
          * damage fails even for a crop of the first row */
-        if (ferry_image_info_get(b, n, &info) == 0 && info.width && info.height) {
-            ferry_rect top = {0, 0, info.width, 1};
-            px = region_of(b, n, NULL, &top, 0, 0, &r, &rc);
-            if (rc < 0)
-                CHECK(ferry_last_errmsg()[0] != 0);
-            free(px);
-        }
-        free(b);
+        if (ferry_image_info_get(b, n, &info) == 0 && info.width && info.height &&
+            region_rc(b, n, NULL, &(ferry_rect){0, 0, info.width, 1}) < 0)
+            CHECK(ferry_last_errmsg()[0] != 0);
         count++;
     }
-    closedir(d);
     CHECK_EQ(count, 23);
 }
 
@@ -1026,9 +1000,8 @@ TEST(region_bad_arguments)
 
 TEST(region_jpeg_bad_arguments)
 {
-    need_shared();
     size_t n;
-    unsigned char *b = slurp(JPEG_DIR "/valid/ljt_testorig.jpg", &n);
+    unsigned char *b = read_testorig(&n);
     ferry_image_info info;
     CHECK_OK(ferry_image_info_get(b, n, &info));
     unsigned char *px = malloc((size_t)227 * 149 * 3);
@@ -1062,9 +1035,8 @@ TEST(region_jpeg_bad_arguments)
  * min_w x min_h, and only when both are given. */
 TEST(region_scale_choice)
 {
-    need_shared();
     size_t n;
-    unsigned char *b = slurp(JPEG_DIR "/valid/ljt_testorig.jpg", &n);
+    unsigned char *b = read_testorig(&n);
     static const struct {
         ferry_rect c;
         uint32_t min_w, min_h, num;
@@ -1095,14 +1067,8 @@ TEST(region_scale_choice)
     }
     free(b);
     /* CMYK and YCCK files are never reduced */
-    b = slurp(JPEG_DIR "/valid/pillow_pil_sample_cmyk.jpg", &n);
-    ferry_rect c = {0, 0, 100, 100};
-    ferry_image_region r;
-    int rc;
-    unsigned char *px = region_of(b, n, NULL, &c, 12, 12, &r, &rc);
-    CHECK(px != NULL);
-    CHECK_EQ(r.scale_num, 8);
-    free(px);
+    b = test_read_file(JPEG_DIR "/valid/pillow_pil_sample_cmyk.jpg", &n);
+    check_full_scale(b, n, NULL, &(ferry_rect){0, 0, 100, 100}, 12, 12);
     free(b);
 }
 
@@ -1146,7 +1112,7 @@ static void box_stats(const unsigned char *full, uint32_t w, uint32_t h, const u
  * reduced: see region_scale_choice.) */
 TEST(region_scaled_close_to_box_filter)
 {
-    need_shared();
+    test_need_shared(JPEG_DIR);
     static const char *files[] = {"ljt_testorig.jpg",          "ljt_testimgint.jpg",
                                   "pillow_hopper.jpg",         "pillow_pil_sample_rgb.jpg",
                                   "jd_jpg-progressive.jpg",    "jd_jpg-gray.jpg",
@@ -1159,7 +1125,7 @@ TEST(region_scaled_close_to_box_filter)
             char path[600];
             snprintf(path, sizeof path, "%s/valid/%s", JPEG_DIR, files[fi]);
             size_t n;
-            unsigned char *b = slurp(path, &n);
+            unsigned char *b = test_read_file(path, &n);
             ferry_decode_opts o;
             ferry_decode_opts_default(&o);
             o.grey = fi == 1; /* luma straight from the file */
@@ -1197,11 +1163,11 @@ TEST(region_scaled_close_to_box_filter)
  * buffer for PNG (row by row and interlaced); the JPEG path makes none of its own. */
 TEST(region_alloc_failures)
 {
-    need_shared();
+    test_need_shared(JPEG_DIR);
     static const char *pngs[] = {PNG_DIR "/valid/basn2c08.png", PNG_DIR "/valid/basi6a08.png"};
     for (size_t i = 0; i < 2; i++) {
         size_t n;
-        unsigned char *b = slurp(pngs[i], &n);
+        unsigned char *b = test_read_file(pngs[i], &n);
         ferry_rect c = {3, 5, 20, 9};
         unsigned char px[20 * 9 * 4];
         ferry_decode_opts o;
@@ -1221,11 +1187,10 @@ TEST(region_alloc_failures)
         CHECK(done);
         free(b);
     }
-    static const char *jpegs[] = {JPEG_DIR "/valid/ljt_testorig.jpg",
-                                  JPEG_DIR "/valid/pillow_pil_sample_cmyk.jpg"};
+    static const char *jpegs[] = {TESTORIG, JPEG_DIR "/valid/pillow_pil_sample_cmyk.jpg"};
     for (size_t i = 0; i < 2; i++) {
         size_t n;
-        unsigned char *b = slurp(jpegs[i], &n);
+        unsigned char *b = test_read_file(jpegs[i], &n);
         ferry_rect c = {3, 5, 60, 40};
         unsigned char *px = malloc(227 * 149 * 3);
         ferry_image_region r;
@@ -1278,8 +1243,8 @@ TEST(region_jpeg_incomplete_progressive)
             ferry_decode_opts o;
             ferry_decode_opts_default(&o);
             o.grey = keep % 2;
-            check_crops_exact(name, c, m, &o, 30, (uint64_t)(li * 10 + keep));
-            check_scaled_crops_exact(name, c, m, &o, 15, (uint64_t)(li * 10 + keep));
+            check_all_crops(name, c, m, &o, 30, (uint64_t)(li * 10 + keep), 15,
+                            (uint64_t)(li * 10 + keep));
             free(c);
             tried++;
         }

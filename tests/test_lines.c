@@ -12,15 +12,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static size_t read_file(const char *path, void *buf, size_t cap)
-{
-    FILE *f = fopen(path, "rb");
-    CHECK(f != NULL);
-    size_t n = fread(buf, 1, cap, f);
-    fclose(f);
-    return n;
-}
-
 /* Reads line i through a lines dataset into buf; returns its length. */
 static int64_t line_of(ferry_dataset *ds, uint64_t i, char *buf, int *rc)
 {
@@ -217,8 +208,8 @@ TEST(damaged_indexes_say_what_is_wrong)
     test_write_file(test_path("d.txt", p), "a\nbb\nccc\n", 9);
     test_path("d.txt.fidx", ip);
     CHECK_OK(ferry_line_index_build(p, NULL, NULL, NULL, NULL));
-    uint8_t good[256], bad[256];
-    size_t n = read_file(ip, good, sizeof good);
+    size_t n;
+    uint8_t *good = test_read_file(ip, &n), bad[256];
     CHECK_EQ(n, 64 + 8 * 4);
     ferry_line_index *ix;
     static const struct {
@@ -261,6 +252,7 @@ TEST(damaged_indexes_say_what_is_wrong)
     ferry_line_index_free(ix);
     CHECK_RC(ferry_line_index_open(&ix, test_path("nope.txt", ip), NULL, 1), FERRY_ENOENT);
     CHECK_CONTAINS(ferry_last_errmsg(), "nope.txt");
+    free(good);
     test_remove_dir();
 }
 
@@ -270,12 +262,15 @@ TEST(a_failed_rebuild_leaves_the_old_index)
     char p[512], ip[512], sub[512];
     test_write_file(test_path("k.txt", p), "x\ny\n", 4);
     CHECK_OK(ferry_line_index_build(p, test_path("k.idx", ip), NULL, NULL, NULL));
-    uint8_t before[256], after[256];
-    size_t n = read_file(ip, before, sizeof before);
+    size_t n, m;
+    uint8_t *before = test_read_file(ip, &n);
     CHECK(mkdir(test_path("sub", sub), 0755) == 0);
     CHECK(ferry_line_index_build(sub, ip, NULL, NULL, NULL) < 0); /* a directory */
-    CHECK_EQ(read_file(ip, after, sizeof after), n);
+    uint8_t *after = test_read_file(ip, &m);
+    CHECK_EQ(m, n);
     CHECK(!memcmp(before, after, n));
+    free(before);
+    free(after);
     /* and no temporary is left behind */
     char cmd[700];
     snprintf(cmd, sizeof cmd, "ls '%s' | grep -c tmp", test_dir);

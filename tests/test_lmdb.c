@@ -27,24 +27,9 @@
 
 static void need_shared(void)
 {
-    if (access(DB380, R_OK) != 0 || access(DB256, R_OK) != 0 || access(DBNAMED, R_OK) != 0)
-        SKIP("../shared/testdata/lmdb is absent");
-}
-
-static uint8_t *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    CHECK(f != NULL);
-    CHECK(fseek(f, 0, SEEK_END) == 0);
-    long len = ftell(f);
-    CHECK(len >= 0);
-    rewind(f);
-    uint8_t *b = malloc((size_t)len + 1);
-    CHECK(b != NULL);
-    CHECK(fread(b, 1, (size_t)len, f) == (size_t)len);
-    fclose(f);
-    *n = (size_t)len;
-    return b;
+    test_need_shared(DB380);
+    test_need_shared(DB256);
+    test_need_shared(DBNAMED);
 }
 
 static int have_python_lmdb(void)
@@ -649,7 +634,7 @@ TEST(caffe_380_matches_mdb_dump)
     test_make_dir("lmdb");
     char copy[512], cmd[1200];
     size_t n;
-    uint8_t *bytes = slurp(DB380, &n);
+    uint8_t *bytes = test_read_file(DB380, &n);
     test_write_file(test_path("data.mdb", copy), bytes, n);
     free(bytes);
     snprintf(cmd, sizeof cmd, "mdb_dump -n -p '%s'", copy);
@@ -867,7 +852,7 @@ TEST(truncated_copies_fail_or_read_cleanly)
     need_shared();
     test_make_dir("lmdb");
     size_t n;
-    uint8_t *all = slurp(DB380, &n);
+    uint8_t *all = test_read_file(DB380, &n);
     CHECK_EQ(n, 2097152);
     const size_t used = 388 * 4096; /* last page 387 */
     static const size_t cuts[] = {0,           1,       100,     4095,    4096,    8191,
@@ -1388,7 +1373,7 @@ TEST(a_value_running_past_the_file_is_refused)
     CHECK_U64(ferry_dataset_len(ds), 2);
     ferry_dataset_free(ds);
     size_t n;
-    uint8_t *file = slurp(test_path("db/data.mdb", f), &n);
+    uint8_t *file = test_read_file(test_path("db/data.mdb", f), &n);
     uint8_t *k = memmem(file, n, "bigvalue", 8);
     CHECK(k != NULL && k - file >= 8);
     /* the node: size (lo, hi: 2 + 2 bytes), flags (F_BIGDATA = 1), key size, key */

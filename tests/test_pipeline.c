@@ -22,31 +22,6 @@
 #define JPEG_DIR FERRY_SHARED_DIR "/testdata/jpeg"
 #define PNG_DIR FERRY_SHARED_DIR "/testdata/png"
 
-static void need_shared(void)
-{
-    DIR *d = opendir(JPEG_DIR);
-    if (!d)
-        SKIP("../shared/testdata is absent");
-    closedir(d);
-}
-
-static unsigned char *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        test_fail(__FILE__, __LINE__, "cannot open %s", path);
-    CHECK(fseek(f, 0, SEEK_END) == 0);
-    long len = ftell(f);
-    CHECK(len >= 0);
-    rewind(f);
-    unsigned char *b = malloc((size_t)len + 1);
-    CHECK(b != NULL);
-    CHECK(fread(b, 1, (size_t)len, f) == (size_t)len);
-    fclose(f);
-    *n = (size_t)len;
-    return b;
-}
-
 typedef struct image {
     unsigned char *px;
     uint32_t w, h;
@@ -228,7 +203,7 @@ static void check_eval(const char *path, uint32_t size, uint32_t resize_to, ferr
                        int p99_allowed, double mean_allowed)
 {
     size_t n;
-    unsigned char *buf = slurp(path, &n);
+    unsigned char *buf = test_read_file(path, &n);
     image im = decode_all(buf, n);
     ferry_image_pipeline p;
     plain(&p, FERRY_PIPELINE_EVAL, size, resize_to);
@@ -276,10 +251,10 @@ static void check_eval(const char *path, uint32_t size, uint32_t resize_to, ferr
  * filter's reach, so even the crop's border pixels agree. */
 TEST(eval_equals_resize_then_crop)
 {
-    need_shared();
+    test_need_shared(JPEG_DIR);
     for (size_t i = 0; i < sizeof photos / sizeof *photos; i++) {
         size_t n;
-        unsigned char *buf = slurp(photos[i], &n);
+        unsigned char *buf = test_read_file(photos[i], &n);
         ferry_image_info info;
         CHECK_OK(ferry_image_info_get(buf, n, &info));
         free(buf);
@@ -297,7 +272,7 @@ TEST(eval_equals_resize_then_crop)
 /* A box at least twice the output is reduced in the DCT domain: close, not equal. */
 TEST(eval_dct_reduced_within_tolerance)
 {
-    need_shared();
+    test_need_shared(JPEG_DIR);
     /* 227x149 to 32: the box is about 133 pixels, 4x the output: 1/4 */
     check_eval(JPEG_DIR "/valid/ljt_testorig.jpg", 32, 36, FERRY_FILTER_BILINEAR, 24, 3.0);
     check_eval(JPEG_DIR "/valid/pillow_hopper.jpg", 16, 18, FERRY_FILTER_BILINEAR, 24, 3.0);
@@ -309,7 +284,7 @@ TEST(eval_dct_reduced_within_tolerance)
 static diff train_vs_reference(const char *path, uint32_t size, uint64_t index)
 {
     size_t n;
-    unsigned char *buf = slurp(path, &n);
+    unsigned char *buf = test_read_file(path, &n);
     image im = decode_all(buf, n);
     ferry_image_pipeline p;
     plain(&p, FERRY_PIPELINE_TRAIN, size, size);
@@ -345,7 +320,7 @@ static diff train_vs_reference(const char *path, uint32_t size, uint64_t index)
 
 TEST(train_equals_crop_then_resize)
 {
-    need_shared();
+    test_need_shared(JPEG_DIR);
     for (size_t i = 0; i < sizeof photos / sizeof *photos; i++) {
         for (uint64_t k = 0; k < 12; k++) {
             /* output as large as the image: no box is twice it, nothing is reduced */
@@ -359,7 +334,7 @@ TEST(train_equals_crop_then_resize)
 
 TEST(train_dct_reduced_within_tolerance)
 {
-    need_shared();
+    test_need_shared(JPEG_DIR);
     double worst = 0;
     for (uint64_t k = 0; k < 40; k++) {
         diff d = train_vs_reference(JPEG_DIR "/valid/ljt_testorig.jpg", 16, k);
@@ -373,9 +348,9 @@ TEST(train_dct_reduced_within_tolerance)
 
 TEST(float_output_normalised)
 {
-    need_shared();
+    test_need_shared(JPEG_DIR);
     size_t n;
-    unsigned char *buf = slurp(JPEG_DIR "/valid/pillow_hopper.jpg", &n);
+    unsigned char *buf = test_read_file(JPEG_DIR "/valid/pillow_hopper.jpg", &n);
     ferry_image_pipeline p, q;
     plain(&p, FERRY_PIPELINE_EVAL, 32, 36);
     ferry_image_pipeline_default(&q, FERRY_PIPELINE_EVAL);
@@ -399,7 +374,7 @@ TEST(float_output_normalised)
 
 TEST(bad_images_name_the_file)
 {
-    need_shared();
+    test_need_shared(JPEG_DIR);
     ferry_image_pipeline p;
     ferry_image_pipeline_default(&p, FERRY_PIPELINE_TRAIN);
     ferry_ctx *ctx;
@@ -409,7 +384,7 @@ TEST(bad_images_name_the_file)
     ferry_rng_init(&rng, 0, 0, 0);
     CHECK_RC(ferry_image_pipeline_run(&p, "not an image", 12, &rng, out, ctx), FERRY_ENOTSUP);
     size_t n;
-    unsigned char *buf = slurp(JPEG_DIR "/corrupt/jd_crash_max_size.jpg", &n);
+    unsigned char *buf = test_read_file(JPEG_DIR "/corrupt/jd_crash_max_size.jpg", &n);
     p.max_pixels = 1 << 20;
     CHECK(ferry_image_pipeline_run(&p, buf, n, &rng, out, ctx) < 0);
     free(buf);
@@ -422,7 +397,7 @@ TEST(bad_images_name_the_file)
             continue;
         char path[1024];
         snprintf(path, sizeof path, "%s/corrupt/%s", JPEG_DIR, e->d_name);
-        buf = slurp(path, &n);
+        buf = test_read_file(path, &n);
         for (uint64_t k = 0; k < 4; k++) {
             ferry_rng_init(&rng, 0, 0, k);
             int rc = ferry_image_pipeline_run(&p, buf, n, &rng, out, ctx);
@@ -435,9 +410,11 @@ TEST(bad_images_name_the_file)
     ferry_ctx_free(ctx);
 }
 
-/* An image folder: DIR/<class>/<file>, links to the shared files. */
+/* An image folder: DIR/<class>/<file>, links to the shared files (skips without
+ * them). */
 static void make_folder(int with_bad)
 {
+    test_need_shared(JPEG_DIR);
     char p[512];
     test_make_dir("pipeline");
     CHECK(mkdir(test_path("cat", p), 0755) == 0);
@@ -451,14 +428,20 @@ static void make_folder(int with_bad)
         test_write_file(test_path("dog/e.jpg", p), "text, not a JPEG", 16);
 }
 
-TEST(images_source_folder)
+/* make_folder's folder opened as "images:<folder>,<opts>". */
+static ferry_dataset *open_folder(int with_bad, const char *opts)
 {
-    need_shared();
-    make_folder(0);
+    make_folder(with_bad);
     char spec[1024];
-    snprintf(spec, sizeof spec, "images:%s,size=32,resize=36,dtype=u8,layout=hwc", test_dir);
+    snprintf(spec, sizeof spec, "images:%s,%s", test_dir, opts);
     ferry_dataset *ds;
     CHECK_OK(ferry_dataset_open(&ds, spec));
+    return ds;
+}
+
+TEST(images_source_folder)
+{
+    ferry_dataset *ds = open_folder(0, "size=32,resize=36,dtype=u8,layout=hwc");
     CHECK_U64(ferry_dataset_len(ds), 4); /* notes.txt is not an image extension */
     int fi = ferry_dataset_find_field(ds, "image"), fl = ferry_dataset_find_field(ds, "label");
     CHECK(fi >= 0 && fl >= 0 && ferry_dataset_find_field(ds, "path") >= 0);
@@ -481,7 +464,7 @@ TEST(images_source_folder)
     /* sample 0 is cat/a.jpg: the same pixels as the pipeline on its bytes */
     CHECK_OK(ferry_dataset_get(ds, 0, &s, ctx));
     size_t n;
-    unsigned char *buf = slurp(JPEG_DIR "/valid/ljt_testorig.jpg", &n);
+    unsigned char *buf = test_read_file(JPEG_DIR "/valid/ljt_testorig.jpg", &n);
     ferry_image_pipeline p;
     plain(&p, FERRY_PIPELINE_EVAL, 32, 36);
     unsigned char *want = run(&p, buf, n, 0, ctx);
@@ -492,6 +475,7 @@ TEST(images_source_folder)
     ferry_dataset_free(ds);
 
     /* options are checked */
+    char spec[1024];
     snprintf(spec, sizeof spec, "images:%s,pipeline=sideways", test_dir);
     CHECK_RC(ferry_dataset_open(&ds, spec), FERRY_EINVAL);
     CHECK_CONTAINS(ferry_last_errmsg(), "pipeline");
@@ -505,12 +489,7 @@ TEST(images_source_folder)
 
 TEST(bad_file_in_folder_is_named)
 {
-    need_shared();
-    make_folder(1);
-    char spec[1024];
-    snprintf(spec, sizeof spec, "images:%s,size=16,pipeline=train", test_dir);
-    ferry_dataset *ds;
-    CHECK_OK(ferry_dataset_open(&ds, spec));
+    ferry_dataset *ds = open_folder(1, "size=16,pipeline=train");
     CHECK_U64(ferry_dataset_len(ds), 5);
     ferry_loader_opts o;
     ferry_loader_opts_default(&o);
@@ -573,14 +552,8 @@ static uint64_t epoch_digest(ferry_dataset *ds, uint32_t workers, ferry_loader_s
 
 TEST(train_same_bytes_any_workers_and_stage_times)
 {
-    need_shared();
-    make_folder(0);
-    char spec[1024];
-    snprintf(spec, sizeof spec, "images:%s,size=48,pipeline=train,brightness=0.4,contrast=0.4,"
-             "saturation=0.4",
-             test_dir);
-    ferry_dataset *ds;
-    CHECK_OK(ferry_dataset_open(&ds, spec));
+    ferry_dataset *ds =
+        open_folder(0, "size=48,pipeline=train,brightness=0.4,contrast=0.4,saturation=0.4");
     ferry_loader_stats st0, st2, st1;
     uint64_t h0 = epoch_digest(ds, 0, &st0), h1 = epoch_digest(ds, 1, &st1),
              h2 = epoch_digest(ds, 2, &st2);
@@ -595,7 +568,6 @@ TEST(train_same_bytes_any_workers_and_stage_times)
 /* Images in record shards, with two labels each: the same tensors as the folder. */
 TEST(records_of_images)
 {
-    need_shared();
     make_folder(0);
     char folder[512], shards[512], spec[1200];
     snprintf(folder, sizeof folder, "%s", test_dir);
@@ -619,7 +591,7 @@ TEST(records_of_images)
         char p[1024];
         snprintf(p, sizeof p, "%s/%s", folder, files[i]);
         size_t n;
-        unsigned char *buf = slurp(p, &n);
+        unsigned char *buf = test_read_file(p, &n);
         int64_t labels[2] = {i, 10 + i}, len[2] = {(int64_t)n, 2};
         void *data[2] = {buf, labels};
         ferry_sample s = {2, data, len};
@@ -663,7 +635,6 @@ TEST(records_of_images)
  * the pipeline on a sample: FERRY_ENOMEM, nothing leaked (ASan), never a crash. */
 TEST(out_of_memory_everywhere)
 {
-    need_shared();
     make_folder(0);
     char spec[1024];
     snprintf(spec, sizeof spec, "images:%s,size=32,pipeline=train", test_dir);
@@ -709,7 +680,6 @@ TEST(out_of_memory_everywhere)
 /* ferry pack images:DIR stores the encoded files; bench decodes them. */
 TEST(cli_pack_and_bench_images)
 {
-    need_shared();
     make_folder(0);
     char cmd[2048], out[512];
     test_path("packed", out);

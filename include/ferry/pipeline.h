@@ -24,12 +24,14 @@
  * round(sqrt(area / ratio)), accepted when it fits, at a uniform position; else a
  * centre crop of the whole image clamped to the ratio range.
  *
- * Agreement with torchvision (Pillow backend) for the same crop box: the uint8
- * image before normalisation is equal when no DCT reduction is used (the same
- * libjpeg decode, the same resampling), and within the tolerance given in
- * docs/images.md when it is. Eval: the box is the region of the original image
- * that Resize then CenterCrop keep, so resampling it directly gives the same
- * pixels as resizing the whole image and cropping.
+ * Agreement with torchvision (Pillow backend) for the same crop box, without DCT
+ * reduction: train's uint8 image before normalisation is equal (the same libjpeg
+ * decode, the same resampling of the cut-out box). Eval resamples the region of
+ * the original image that Resize then CenterCrop keep, with the pixels around it
+ * that the filter reaches; that agrees with resizing the whole image and cropping
+ * within 2 levels (Pillow's own two ways differ as much: the first pass rounds
+ * at different places). With DCT reduction: within the tolerance given in
+ * docs/images.md.
  */
 #ifndef FERRY_PIPELINE_H
 #define FERRY_PIPELINE_H

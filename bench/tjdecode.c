@@ -47,9 +47,9 @@
 static char **files;
 static size_t nfiles, capfiles;
 
-static atomic_ullong next_image;   /* the shared counter */
-static unsigned long long limit;   /* images in all with --passes (0: by time) */
-static double deadline;            /* with --seconds: stop at this time */
+static atomic_ullong next_image; /* the shared counter */
+static unsigned long long limit; /* images in all with --passes (0: by time) */
+static double deadline;          /* with --seconds: stop at this time */
 static atomic_int reported;
 
 typedef struct {
@@ -327,8 +327,8 @@ int main(int argc, char **argv)
     printf("{\"threads\": %d, \"files\": %zu, \"images\": %llu, \"bytes\": %llu, "
            "\"pixels\": %llu, \"seconds\": %.6f, \"images_per_s\": %.1f, "
            "\"errors\": %llu}\n",
-           threads, nfiles, sum.images, sum.bytes, sum.pixels, el,
-           el > 0 ? sum.images / el : 0.0, sum.errors);
+           threads, nfiles, sum.images, sum.bytes, sum.pixels, el, el > 0 ? sum.images / el : 0.0,
+           sum.errors);
     for (size_t i = 0; i < nfiles; i++)
         free(files[i]);
     free(files);

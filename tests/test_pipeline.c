@@ -220,8 +220,8 @@ static void check_eval(const char *path, uint32_t size, uint32_t resize_to, ferr
         nh = resize_to;
         nw = (uint32_t)((double)resize_to * im.w / im.h);
     }
-    unsigned char *all = resize(im.px, im.w, im.h, (size_t)im.w * 3, 3, 0, 0, im.w, im.h, f, nw,
-                                nh);
+    unsigned char *all =
+        resize(im.px, im.w, im.h, (size_t)im.w * 3, 3, 0, 0, im.w, im.h, f, nw, nh);
     uint32_t left = (uint32_t)nearbyint((nw - size) / 2.0);
     uint32_t top = (uint32_t)nearbyint((nh - size) / 2.0);
     unsigned char *want = malloc((size_t)size * size * 3);
@@ -234,10 +234,10 @@ static void check_eval(const char *path, uint32_t size, uint32_t resize_to, ferr
      * ways differ there by up to 2 on this kind of data), because the first pass
      * rounds to 8 bits at different places */
     if (d.p99 > p99_allowed || d.mean > mean_allowed || (p99_allowed <= 1 && d.max > 2))
-        test_fail(__FILE__, __LINE__, "%s eval %u/%u: max diff %d, 99%% within %d, mean %.3f",
-                  path, size, resize_to, d.max, d.p99, d.mean);
-    printf("%s eval %u/%u: max diff %d, 99%% within %d, mean %.3f\n", path, size, resize_to,
-           d.max, d.p99, d.mean);
+        test_fail(__FILE__, __LINE__, "%s eval %u/%u: max diff %d, 99%% within %d, mean %.3f", path,
+                  size, resize_to, d.max, d.p99, d.mean);
+    printf("%s eval %u/%u: max diff %d, 99%% within %d, mean %.3f\n", path, size, resize_to, d.max,
+           d.p99, d.mean);
     free(want);
     free(all);
     free(got);
@@ -276,8 +276,7 @@ TEST(eval_dct_reduced_within_tolerance)
     /* 227x149 to 32: the box is about 133 pixels, 4x the output: 1/4 */
     check_eval(JPEG_DIR "/valid/ljt_testorig.jpg", 32, 36, FERRY_FILTER_BILINEAR, 24, 3.0);
     check_eval(JPEG_DIR "/valid/pillow_hopper.jpg", 16, 18, FERRY_FILTER_BILINEAR, 24, 3.0);
-    check_eval(JPEG_DIR "/valid/pillow_pil_sample_rgb.jpg", 40, 44, FERRY_FILTER_BILINEAR, 24,
-               3.0);
+    check_eval(JPEG_DIR "/valid/pillow_pil_sample_rgb.jpg", 40, 44, FERRY_FILTER_BILINEAR, 24, 3.0);
 }
 
 /* Train: crop, resize the crop alone, flip. */
@@ -297,8 +296,8 @@ static diff train_vs_reference(const char *path, uint32_t size, uint64_t index)
     CHECK_OK(ferry_image_pipeline_plan(&p, im.w, im.h, &rng, &plan));
     uint32_t cx = (uint32_t)plan.x0, cy = (uint32_t)plan.y0;
     uint32_t cw = (uint32_t)(plan.x1 - plan.x0), chh = (uint32_t)(plan.y1 - plan.y0);
-    unsigned char *want = resize(im.px + ((size_t)cy * im.w + cx) * 3, cw, chh, (size_t)im.w * 3,
-                                 3, 0, 0, cw, chh, p.filter, size, size);
+    unsigned char *want = resize(im.px + ((size_t)cy * im.w + cx) * 3, cw, chh, (size_t)im.w * 3, 3,
+                                 0, 0, cw, chh, p.filter, size, size);
     if (plan.flip)
         for (uint32_t y = 0; y < size; y++)
             for (uint32_t x = 0; x < size / 2; x++)

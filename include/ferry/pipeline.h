@@ -53,22 +53,22 @@ typedef enum ferry_pipeline_mode {
 
 typedef struct ferry_image_pipeline {
     ferry_pipeline_mode mode;
-    uint32_t height, width;          /* output size (train: the crop's; eval: CenterCrop) */
-    uint32_t resize;                 /* eval: the shorter side before the centre crop */
-    double scale_min, scale_max;     /* train: area fraction of the crop */
-    double ratio_min, ratio_max;     /* train: aspect ratio (width / height) of the crop */
-    double flip;                     /* train: probability of a horizontal flip */
+    uint32_t height, width;                 /* output size (train: the crop's; eval: CenterCrop) */
+    uint32_t resize;                        /* eval: the shorter side before the centre crop */
+    double scale_min, scale_max;            /* train: area fraction of the crop */
+    double ratio_min, ratio_max;            /* train: aspect ratio (width / height) of the crop */
+    double flip;                            /* train: probability of a horizontal flip */
     float brightness, contrast, saturation; /* train: jitter strength j: factor uniform in
                                              * [max(0, 1 - j), 1 + j], 0 = off; the three
                                              * steps run in a random order */
-    int grey;                        /* 1: one grey channel instead of RGB */
-    ferry_filter filter;             /* resampling filter (default bilinear) */
-    int normalize;                   /* subtract mean, divide by std (0..1 scale) */
+    int grey;                               /* 1: one grey channel instead of RGB */
+    ferry_filter filter;                    /* resampling filter (default bilinear) */
+    int normalize;                          /* subtract mean, divide by std (0..1 scale) */
     float mean[3], std[3];
-    ferry_dtype dtype;               /* FERRY_F32 (default), FERRY_F16 or FERRY_U8 */
-    int layout;                      /* FERRY_LAYOUT_CHW (default) or FERRY_LAYOUT_HWC */
-    int lenient;                     /* decode truncated JPEGs as far as they go */
-    uint64_t max_pixels;             /* refuse larger images; 0 = the decoder's default */
+    ferry_dtype dtype;   /* FERRY_F32 (default), FERRY_F16 or FERRY_U8 */
+    int layout;          /* FERRY_LAYOUT_CHW (default) or FERRY_LAYOUT_HWC */
+    int lenient;         /* decode truncated JPEGs as far as they go */
+    uint64_t max_pixels; /* refuse larger images; 0 = the decoder's default */
 } ferry_image_pipeline;
 
 /* The standard settings of a mode: 224 x 224 output, eval resize 256, train scale

@@ -124,7 +124,8 @@ int ferry_dataset_images(ferry_dataset **out, ferry_dataset *inner, const char *
                    field ? field : "image\" or \"data");
     const ferry_field *ef = &inner->fields[d->field];
     if (ef->dtype != FERRY_U8 || ef->ndim != 1)
-        FERRY_FAIL(FERRY_EINVAL, "images: field \"%s\" must be uint8 bytes (1 dimension), not %s "
+        FERRY_FAIL(FERRY_EINVAL,
+                   "images: field \"%s\" must be uint8 bytes (1 dimension), not %s "
                    "with %d dimensions",
                    ef->name, ferry_dtype_name(ef->dtype), ef->ndim);
     d->path = ferry_dataset_find_field(inner, "path");
@@ -226,8 +227,7 @@ static int spec_range(ferry__spec *s, const char *key, double *lo, double *hi)
     return 0;
 }
 
-static int spec_choice(ferry__spec *s, const char *key, const char *const *names, int n,
-                       int *out)
+static int spec_choice(ferry__spec *s, const char *key, const char *const *names, int n, int *out)
 {
     const char *v = ferry__spec_str(s, key);
     if (!v)
@@ -244,8 +244,8 @@ static int spec_choice(ferry__spec *s, const char *key, const char *const *names
                       all);
 }
 
-int ferry__images_spec(ferry__spec *s, int is_images, ferry_image_pipeline *p,
-                       const char **field, int *present)
+int ferry__images_spec(ferry__spec *s, int is_images, ferry_image_pipeline *p, const char **field,
+                       int *present)
 {
     static const char *const modes[] = {"eval", "train", "none"};
     static const char *const filters[] = {"bilinear", "nearest", "bicubic"};
@@ -265,8 +265,7 @@ int ferry__images_spec(ferry__spec *s, int is_images, ferry_image_pipeline *p,
         return rc;
     if (got) {
         if (v[0] < 1 || v[0] > 16384 || (got == 2 && (v[1] < 1 || v[1] > 16384)))
-            return ferry__err(FERRY_EINVAL, "source %s: size= must be N or WxH, 1..16384",
-                              s->kind);
+            return ferry__err(FERRY_EINVAL, "source %s: size= must be N or WxH, 1..16384", s->kind);
         p->width = (uint32_t)v[0];
         p->height = (uint32_t)(got == 2 ? v[1] : v[0]);
     }

@@ -191,8 +191,7 @@ int ferry_source_open(const char *spec, ferry_dataset **ds, ferry_stream **st)
         if (!*ds) {
             ferry_stream_free(*st);
             *st = NULL;
-            rc = ferry__err(FERRY_EINVAL, "source %s: pipeline= needs a map-style source",
-                            s->kind);
+            rc = ferry__err(FERRY_EINVAL, "source %s: pipeline= needs a map-style source", s->kind);
         } else {
             ferry_dataset *inner = *ds;
             *ds = NULL;

@@ -67,8 +67,8 @@ int ferry_image_pipeline_check(const ferry_image_pipeline *p)
         return bad("ratio must satisfy 0 < min <= max");
     if (!(p->flip >= 0 && p->flip <= 1))
         return bad("flip is a probability in [0, 1]");
-    if (!(p->brightness >= 0 && p->contrast >= 0 && p->saturation >= 0) ||
-        p->brightness > 100 || p->contrast > 100 || p->saturation > 100)
+    if (!(p->brightness >= 0 && p->contrast >= 0 && p->saturation >= 0) || p->brightness > 100 ||
+        p->contrast > 100 || p->saturation > 100)
         return bad("jitter strengths must be in [0, 100]");
     if (p->grey != 0 && p->grey != 1)
         return bad("grey must be 0 or 1");
@@ -124,8 +124,8 @@ static void train_box(const ferry_image_pipeline *p, uint32_t W, uint32_t H, fer
 {
     double area = (double)W * H, lr0 = log(p->ratio_min), lr1 = log(p->ratio_max);
     for (int attempt = 0; attempt < 10; attempt++) {
-        double target = area * (p->scale_min + (p->scale_max - p->scale_min) *
-                                                    ferry_rng_uniform(rng));
+        double target =
+            area * (p->scale_min + (p->scale_max - p->scale_min) * ferry_rng_uniform(rng));
         double ratio = exp(lr0 + (lr1 - lr0) * ferry_rng_uniform(rng));
         int64_t w = round_even(sqrt(target * ratio)), h = round_even(sqrt(target / ratio));
         if (w > 0 && w <= W && h > 0 && h <= H) {
@@ -340,8 +340,8 @@ int ferry_image_pipeline_run(const ferry_image_pipeline *p, const void *buf, siz
     const uint8_t *src = region + (size_t)sy * r.stride + (size_t)sx * (size_t)r.channels;
     int ch = r.channels;
     size_t out_bytes = (size_t)p->width * p->height * (size_t)ch;
-    size_t tmp_size = ferry_resize_tmp_size(sw, sh, ch, x0, y0, x1, y1, p->width, p->height,
-                                            p->filter);
+    size_t tmp_size =
+        ferry_resize_tmp_size(sw, sh, ch, x0, y0, x1, y1, p->width, p->height, p->filter);
     if (tmp_size == 0)
         return ferry__err(FERRY_ECORRUPT, "image %ux%u: crop box %.2f,%.2f-%.2f,%.2f is empty",
                           info.width, info.height, x0, y0, x1, y1);
@@ -349,9 +349,9 @@ int ferry_image_pipeline_run(const ferry_image_pipeline *p, const void *buf, siz
     uint8_t *resized = ferry__ctx_scratch(ctx, SLOT_RESIZED, out_pad + tmp_size);
     if (!resized)
         return FERRY_ENOMEM;
-    if ((rc = ferry_resize(src, sw, sh, r.stride, ch, x0, y0, x1, y1, p->filter, resized,
-                           p->width, p->height, (size_t)p->width * (size_t)ch, resized + out_pad,
-                           tmp_size)) < 0)
+    if ((rc = ferry_resize(src, sw, sh, r.stride, ch, x0, y0, x1, y1, p->filter, resized, p->width,
+                           p->height, (size_t)p->width * (size_t)ch, resized + out_pad, tmp_size)) <
+        0)
         return rc;
     uint64_t t2 = ferry_now_ns();
     rc = ferry_pixels_finish(resized, p->width, p->height, (size_t)p->width * (size_t)ch, ch, &po,

@@ -214,12 +214,11 @@ static void jitter(const ferry_image_pipeline *p, ferry_rng *rng, ferry_pixel_op
     }
 }
 
-int ferry_image_pipeline_plan(const ferry_image_pipeline *p, uint32_t width, uint32_t height,
-                              ferry_rng *rng, ferry_image_plan *out)
+/* ferry_image_pipeline_plan for settings already checked (run checks them once
+ * per sample, not twice). */
+static int plan_checked(const ferry_image_pipeline *p, uint32_t width, uint32_t height,
+                        ferry_rng *rng, ferry_image_plan *out)
 {
-    int rc = ferry_image_pipeline_check(p);
-    if (rc < 0)
-        return rc;
     if (p->mode == FERRY_PIPELINE_NONE)
         return bad("mode none does not decode");
     if (!out || (p->mode == FERRY_PIPELINE_TRAIN && !rng))
@@ -251,6 +250,13 @@ int ferry_image_pipeline_plan(const ferry_image_pipeline *p, uint32_t width, uin
     return 0;
 }
 
+int ferry_image_pipeline_plan(const ferry_image_pipeline *p, uint32_t width, uint32_t height,
+                              ferry_rng *rng, ferry_image_plan *out)
+{
+    int rc = ferry_image_pipeline_check(p);
+    return rc < 0 ? rc : plan_checked(p, width, height, rng, out);
+}
+
 int ferry_image_pipeline_run(const ferry_image_pipeline *p, const void *buf, size_t n,
                              ferry_rng *rng, void *dst, ferry_ctx *ctx)
 {
@@ -263,7 +269,7 @@ int ferry_image_pipeline_run(const ferry_image_pipeline *p, const void *buf, siz
     ferry_image_info info;
     ferry_image_plan plan;
     if ((rc = ferry_image_info_get(buf, n, &info)) < 0 ||
-        (rc = ferry_image_pipeline_plan(p, info.width, info.height, rng, &plan)) < 0)
+        (rc = plan_checked(p, info.width, info.height, rng, &plan)) < 0)
         return rc;
 
     ferry_decode_opts dopt;

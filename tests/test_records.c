@@ -150,8 +150,9 @@ TEST(crc32c_hardware_matches_table)
                       ferry__crc32c_sw(0xdeadbeefu, buf + start, len));
         }
     /* around the three-way blocks' edges */
-    static const size_t big[] = {767,   768,   769,   775,   776,   1000,  24575, 24576,
-                                 24577, 24583, 24584, 25344, 49152, 65536, 98303, 98304};
+    static const size_t big[] = {767,   768,   769,   775,   776,   1000,  3071,  3072,  3073,
+                                 3839,  3840,  3841,  4000,  4096,  24575, 24576, 24577, 24583,
+                                 24584, 25344, 27647, 27648, 49152, 65536, 98303, 98304};
     for (size_t k = 0; k < sizeof big / sizeof big[0]; k++)
         for (size_t start = 0; start < 8; start += 3) {
             CHECK(big[k] + start <= cap);
@@ -1547,7 +1548,12 @@ TEST(commit_after_a_failed_write_is_refused)
     int ro = open("/dev/null", O_RDONLY);
     CHECK(dup2(ro, fd) == fd);
     close(ro);
-    CHECK_RC(ferry_writer_append(w, &b.s), FERRY_EIO);
+    /* appends are buffered: one of the next MiB worth of them writes and fails */
+    int rc = 0;
+    for (long k = 0; k < (1L << 20) + 1 && rc == 0; k++)
+        rc = ferry_writer_append(w, &b.s);
+    CHECK_RC(rc, FERRY_EIO);
+    CHECK_CONTAINS(ferry_last_errmsg(), ".tmp."); /* names the file */
     CHECK_RC(ferry_writer_append(w, &b.s), FERRY_ESTATE);
     CHECK(dup2(saved, fd) == fd);
     close(saved);

@@ -23,6 +23,7 @@ struct ferry_dataset {
     const ferry_dataset_vtable *vt;
     void *self;
     uint64_t len;
+    bool near_hints_only; /* hint with soon = 0 does nothing: the loader skips it */
     int nfields;
     ferry_field fields[FERRY_MAX_FIELDS];
 };

@@ -196,7 +196,11 @@ int ferry_dataset_lines(ferry_dataset **out, const ferry_lines_opts *o)
     f.ndim = 1;
     f.shape[0] = max_len;
     f.variable = 1;
-    return ferry_dataset_create(out, &lines_vtable, d, &f, 1);
+    bool readahead = d->readahead;
+    rc = ferry_dataset_create(out, &lines_vtable, d, &f, 1);
+    if (rc == 0 && !readahead)
+        (*out)->near_hints_only = true; /* the loader need not draw batches ahead */
+    return rc;
 cleanup:
     lines_destroy(d);
     return rc;

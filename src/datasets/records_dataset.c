@@ -281,40 +281,58 @@ int ferry__records_raw(const ferry_dataset *ds, uint64_t i, const void **payload
 #define MADV_POPULATE_READ 22 /* Linux 5.14; older kernels answer EINVAL, and it is only a hint */
 #endif
 
+/* Later batches: records i..last (consecutive) lie together in their shards;
+ * have the kernel map (or at least read) each shard's part of them ahead, when it
+ * is large enough to be worth a call (a page fault per 64 KiB in the worker costs
+ * more than one call for the whole run). */
+static void populate_run(shard_set *s, uint64_t i, uint64_t last)
+{
+    size_t j = shard_of(s, i);
+    while (i <= last && j < s->n) {
+        uint64_t end = s->first[j + 1] - 1 < last ? s->first[j + 1] - 1 : last;
+        const void *p, *q;
+        size_t n, m;
+        if (end >= i && ferry__record_file_span(s->files[j], i - s->first[j], &p, &n) == 0 &&
+            ferry__record_file_span(s->files[j], end - s->first[j], &q, &m) == 0) {
+            uintptr_t a = (uintptr_t)p, e = (uintptr_t)q + m;
+            if (e > a && e - a >= ((uintptr_t)64 << 10))
+                populate(a, e);
+        }
+        i = end + 1;
+        j++;
+    }
+}
+
 /* soon: pull the grain's index entries and the starts of its records into the
- * cache. Later batches: have the kernel map (or at least read) their pages ahead,
- * for runs of records that lie together (a sequential read): a page fault per
- * 64 KiB in the worker costs more than one call for the whole run. */
+ * cache. Later batches: only runs of consecutive records (a sequential read) are
+ * worth reading ahead, and they are found from the indices alone, so a shuffled
+ * order costs no index lookups here. */
 static void set_hint(void *self, const uint64_t *indices, size_t count, int soon)
 {
     shard_set *s = self;
     uint64_t total = s->first[s->n];
-    uintptr_t run_start = 0, run_end = 0;
-    for (size_t k = 0; k < count; k++) {
-        if (indices[k] >= total)
-            continue;
-        size_t j = shard_of(s, indices[k]);
-        const void *p;
-        size_t n;
-        if (ferry__record_file_span(s->files[j], indices[k] - s->first[j], &p, &n) < 0)
-            continue;
-        if (soon) {
+    if (soon) {
+        for (size_t k = 0; k < count; k++) {
+            if (indices[k] >= total)
+                continue;
+            size_t j = shard_of(s, indices[k]);
+            const void *p;
+            size_t n;
+            if (ferry__record_file_span(s->files[j], indices[k] - s->first[j], &p, &n) < 0)
+                continue;
             __builtin_prefetch(p);
             __builtin_prefetch((const char *)p + 64);
-            continue;
         }
-        uintptr_t a = (uintptr_t)p, e = a + n;
-        if (a == run_end) {
-            run_end = e;
-            continue;
-        }
-        if (run_end - run_start >= ((uintptr_t)64 << 10))
-            populate(run_start, run_end);
-        run_start = a;
-        run_end = e;
+        return;
     }
-    if (!soon && run_end - run_start >= ((uintptr_t)64 << 10))
-        populate(run_start, run_end);
+    for (size_t k = 0; k < count;) {
+        size_t e = k + 1;
+        while (e < count && indices[e] == indices[e - 1] + 1 && indices[e] < total)
+            e++;
+        if (e - k >= 2 && indices[k] < total)
+            populate_run(s, indices[k], indices[e - 1]);
+        k = e;
+    }
 }
 
 static void set_destroy(void *self)

@@ -353,13 +353,10 @@ static int shard_finish(ferry_record_writer *w, wshard *s)
     s->crc = ferry_crc32c(s->crc, t, sizeof t);
     s->bytes += ixbytes + TRAILER;
     s->finished = true;
-    int fd = s->af.fd;
-    s->af.fd = -1;
-    if (close(fd) != 0) {
+    rc = ferry__atomic_close(&s->af);
+    if (rc < 0)
         w->broken = true;
-        return ferry__err(FERRY_EIO, "%s: close: %s", s->af.tmp, strerror(errno));
-    }
-    return 0;
+    return rc;
 }
 
 static void writer_free(ferry_record_writer *w)

@@ -33,18 +33,28 @@ typedef struct ferry__map {
 int ferry__map_file(ferry__map *m, const char *path);
 void ferry__unmap(ferry__map *m);
 
+#define FERRY__ATOMIC_BUF ((size_t)256 << 10)
+
 typedef struct ferry__atomic_file {
     int fd;
     char *path;   /* the target */
     char *tmp;    /* the temporary beside it */
     uint64_t off; /* where ferry__atomic_write appends */
+    uint8_t *buf; /* FERRY__ATOMIC_BUF bytes: appends not yet written */
+    size_t held;  /* how many: they belong at off - held */
 } ferry__atomic_file;
 
 /* Creates a temporary in the target's directory. */
 int ferry__atomic_open(ferry__atomic_file *w, const char *path);
-/* Appends after what ferry__atomic_write wrote before (pwrite does not move it). */
+/* Appends after what ferry__atomic_write wrote before (pwrite does not move it).
+ * Appends are buffered; a failure (here, in pwrite or in commit) leaves the file
+ * good only for ferry__atomic_abort. */
 int ferry__atomic_write(ferry__atomic_file *w, const void *p, size_t n);
 int ferry__atomic_pwrite(ferry__atomic_file *w, const void *p, size_t n, uint64_t off);
+/* Writes out what is buffered and closes the descriptor, keeping the temporary: for
+ * a writer of many files that should not hold a descriptor (and a buffer) each.
+ * Before ferry__atomic_commit, w->fd must be a descriptor of w->tmp again. */
+int ferry__atomic_close(ferry__atomic_file *w);
 /* fsync, rename over the target, fsync the directory, and free. On failure the
  * temporary is removed and the target left as it was. */
 int ferry__atomic_commit(ferry__atomic_file *w);

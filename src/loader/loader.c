@@ -690,7 +690,7 @@ static void finish_grain(ferry_loader *l, ferry_batch *b, uint32_t count, uint32
  * while the pool drains. Outside m. */
 static void hint_ahead(ferry_loader *l, worker *w, const ferry_batch *b, uint32_t first)
 {
-    if (first != 0 || !w->hint || b->shard >= 0)
+    if (first != 0 || !w->hint || b->shard >= 0 || l->ds->near_hints_only)
         return;
     uint64_t pos, count, k = b->number + l->nbufs;
     if (k >= l->nbatches || ferry_batch_positions(ferry_sampler_len(l->sampler), l->o.batch_size,

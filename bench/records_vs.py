@@ -14,6 +14,10 @@ also on failure) and measures, in one run:
      0 and 2, vs a map-style PyTorch Dataset over an LMDB of the same records
      (python3-lmdb, txn.get per sample), DataLoader(batch_size=256,
      shuffle=True), num_workers 0 and 2 (250,000 records of 4,000 bytes);
+     beside them, the bare rate of that work on this machine: randread.c
+     (compiled here with cc -O2) CRC-checks and copies 4,000-byte pieces of
+     the same shard files in a shuffled order, 1 and 2 threads, no format and
+     no loader, as a ceiling for ferry workers 0 and 2;
   3. packing a folder: `ferry pack files:SRC OUT` vs `cp -r SRC DST` and
      `cp -r SRC DST && sync` (2,000 files of ~100 KB in 10 class folders),
      best of 3 each.
@@ -61,6 +65,8 @@ RAND_BATCH = 256
 RAND_WORKERS = (0, 2)
 RAND_FERRY_REPEATS = 3    # ferry: best of this many epochs; the anchor: one
 TARGET_2 = 10.0           # ferry records/s >= 10x the anchor's
+
+RAND_BARE = "randread.c"  # the bare loop, beside this script
 
 # 3. pack a folder
 TREE_FILES = 2000
@@ -277,6 +283,32 @@ def part_sequential(ferry, tmpdir, n):
                       / best_dd["mb_per_s"] for w in SEQ_WORKERS}}
 
 
+def build_randread(tmpdir):
+    src = os.path.join(HERE, RAND_BARE)
+    exe = os.path.join(tmpdir, "randread")
+    p = subprocess.run(["cc", "-O2", "-std=c11", src, "-o", exe, "-lpthread"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       universal_newlines=True)
+    if p.returncode != 0:
+        raise RuntimeError("compiling %s failed:\n%s" % (RAND_BARE, p.stderr))
+    return exe
+
+
+def randread(exe, shards, threads, expect):
+    """One shuffled pass of the bare loop over the shard files."""
+    cmd = [exe, "--size", str(RAND_BYTES), "--threads", str(threads)] + shards
+    what = "randread (%d thread%s)" % (threads, "" if threads == 1 else "s")
+    out, wall, _ = run_cmd(cmd, what)
+    r = last_json(out, what)
+    if not expect * 0.95 <= r["records"] <= expect * 1.05:
+        raise RuntimeError("%s read %d pieces, expected about %d"
+                           % (what, r["records"], expect))
+    r["command"] = ["randread", "--size", str(RAND_BYTES), "--threads",
+                    str(threads), "SHARD..."]
+    r["wall_seconds"] = wall
+    return r
+
+
 def part_random(ferry, tmpdir, n):
     import gen_files                     # bench/, beside this script
     db = os.path.join(tmpdir, "lmdb")
@@ -309,24 +341,31 @@ def part_random(ferry, tmpdir, n):
         anc[w] = anchor({"db": db, "workers": w, "seed": 0, "records": n,
                          "bytes": RAND_BYTES}, "anchor (workers=%d)" % w)
     fr = {w: [] for w in RAND_WORKERS}
+    bare = {w: [] for w in RAND_WORKERS}
+    exe = build_randread(tmpdir)
     for rep in range(RAND_FERRY_REPEATS):
         warm_s.append(rewarm(shards))
-        log("2. ferry shuffled: run %d/%d (workers %s)"
+        log("2. ferry shuffled and the bare loop: run %d/%d (workers %s)"
             % (rep + 1, RAND_FERRY_REPEATS,
                ", ".join(str(w) for w in RAND_WORKERS)))
         for w in RAND_WORKERS:
             fr[w].append(ferry.bench(out, RAND_BATCH, w, n, shuffle=True,
                                      poll=True))
+            bare[w].append(randread(exe, shards, max(1, w), n))
     mdb_bytes = os.path.getsize(mdb)
     shutil.rmtree(out)
     shutil.rmtree(db)
     best = {w: max(fr[w], key=lambda r: r["samples_per_s"])
             for w in RAND_WORKERS}
+    best_bare = {w: max(bare[w], key=lambda r: r["records_per_s"])
+                 for w in RAND_WORKERS}
     rows = []
     for w in RAND_WORKERS:
         a, f = anc[w]["records_per_s"], best[w]["samples_per_s"]
+        b = best_bare[w]["records_per_s"]
         rows.append({"workers": w, "anchor": a, "ferry": f, "ratio": f / a,
-                     "pass": f / a >= TARGET_2})
+                     "pass": f / a >= TARGET_2, "bare": b,
+                     "ferry_vs_bare": f / b, "bare_vs_anchor": b / a})
     aw = max(RAND_WORKERS, key=lambda w: anc[w]["records_per_s"])
     fw = max(RAND_WORKERS, key=lambda w: best[w]["samples_per_s"])
     bb = best[fw]["samples_per_s"] / anc[aw]["records_per_s"]
@@ -338,6 +377,7 @@ def part_random(ferry, tmpdir, n):
             "anchor": {"workers=%d" % w: anc[w] for w in RAND_WORKERS},
             "ferry": {"workers=%d" % w: fr[w] for w in RAND_WORKERS},
             "best_ferry": {"workers=%d" % w: best[w] for w in RAND_WORKERS},
+            "bare": {"threads=%d" % max(1, w): bare[w] for w in RAND_WORKERS},
             "same_workers": rows,
             "best_vs_best": {"anchor_workers": aw, "ferry_workers": fw,
                              "ratio": bb, "pass": bb >= TARGET_2},
@@ -526,6 +566,15 @@ def run(args, tmpdir, t_start):
     bb = rnd["best_vs_best"]
     p("   best vs best: ferry workers=%d / anchor workers=%d = %.1fx"
       % (bb["ferry_workers"], bb["anchor_workers"], bb["ratio"]))
+    p("   the bare loop (randread.c: CRC-32C and copy of each 4,000-byte "
+      "piece of the same shard files, shuffled, no format, no loader; best "
+      "of %d):" % RAND_FERRY_REPEATS)
+    for r in rnd["same_workers"]:
+        p("      %d thread%s %s rec/s = %.1fx the anchor (workers=%d); "
+          "ferry workers=%d reaches %.0f%% of it"
+          % (max(1, r["workers"]), "" if max(1, r["workers"]) == 1 else "s",
+             fmt(r["bare"]), r["bare_vs_anchor"], r["workers"], r["workers"],
+             r["ferry_vs_bare"] * 100))
     p("   anchor epochs: %s; ferry runs (rec/s): %s"
       % (", ".join("w%d %.1f s" % (w, rnd["anchor"]["workers=%d" % w]
                                    ["seconds"]) for w in RAND_WORKERS),
@@ -575,6 +624,10 @@ def run(args, tmpdir, t_start):
     for r in rnd["same_workers"]:
         p("  (2) workers=%d: ferry / anchor records/s = %.1fx  (>= %gx)  %s"
           % (r["workers"], r["ratio"], TARGET_2, pf(r["pass"])))
+        p("      the bare loop on %d thread%s: %.1fx the anchor; ferry at "
+          "%.0f%% of it"
+          % (max(1, r["workers"]), "" if max(1, r["workers"]) == 1 else "s",
+             r["bare_vs_anchor"], r["ferry_vs_bare"] * 100))
     p("      best vs best (ferry w%d / anchor w%d) = %.1fx  (>= %gx: %s)"
       % (bb["ferry_workers"], bb["anchor_workers"], bb["ratio"], TARGET_2,
          pf(bb["pass"])))
@@ -601,7 +654,8 @@ def run(args, tmpdir, t_start):
                   "over the shards",
                   "random: anchor records_per_s over the batches after the "
                   "first of one epoch; ferry samples_per_s as reported, "
-                  "best of %d epochs" % RAND_FERRY_REPEATS,
+                  "best of %d epochs; bare: randread.c, best of %d passes"
+                  % (RAND_FERRY_REPEATS, RAND_FERRY_REPEATS),
                   "pack: source bytes / wall clock of the process; "
                   "cp_sync includes a sync after cp; tar is a reference "
                   "(one output file, no fsync)"],

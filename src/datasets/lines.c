@@ -90,22 +90,23 @@ static void lines_hint(void *self, const uint64_t *indices, size_t count, int so
     lines *d = self;
     uint64_t nlines = ferry_line_index_count(d->ix);
     if (soon) {
+        /* two stages, DEPTH lines apart: a line's index entry is requested, and
+         * DEPTH lines later, when it has arrived, the line itself (to max_len) */
+        enum { DEPTH = 24 };
         const uint64_t *off = ferry__line_index_offsets(d->ix);
-        for (size_t k = 0; k < count; k++)
-            if (indices[k] < nlines)
-                __builtin_prefetch(&off[indices[k]]);
-        if (!d->map.data)
-            return;
         const uint8_t *base = d->map.data;
-        for (size_t k = 0; k < count; k++) {
-            if (indices[k] >= nlines)
+        for (size_t k = 0; k < count + DEPTH; k++) {
+            if (k < count && indices[k] < nlines)
+                __builtin_prefetch(&off[indices[k]]);
+            if (k < DEPTH || !base || indices[k - DEPTH] >= nlines)
                 continue;
-            uint64_t a = off[indices[k]];
-            if (a < d->map.size) {
-                __builtin_prefetch(base + a);
-                if (a + 64 < d->map.size)
-                    __builtin_prefetch(base + a + 64);
-            }
+            uint64_t i = indices[k - DEPTH], a = off[i], e = off[i + 1];
+            if (e > d->map.size || a >= e)
+                continue; /* lines_get reports it */
+            if (e - a > d->max_len)
+                e = a + d->max_len;
+            for (uint64_t c = a & ~(uint64_t)63; c < e; c += 64)
+                __builtin_prefetch(base + c);
         }
         return;
     }

@@ -7,12 +7,15 @@
 #include <ferry/ferry.h>
 
 #include "core/internal.h"
+#include "io/io.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <time.h>
+#include <unistd.h>
 
 static void sleep_ms(long ms)
 {
@@ -1058,4 +1061,101 @@ TEST(oom_tensor_alloc)
         CHECK(k < 100);
     }
     CHECK(k >= 1);
+}
+
+/* ---- Atomic files: buffered appends, patches, commit and abort ---- */
+
+static size_t count_entries(const char *dir)
+{
+    size_t n = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+TEST(atomic_file_appends_and_patches)
+{
+    test_make_dir("atomic");
+    char path[512];
+    test_path("out.bin", path);
+    size_t total = 3u << 20;
+    unsigned char *want = malloc(total);
+    uint64_t x = 12345;
+    for (size_t i = 0; i < total; i++) {
+        x = x * 6364136223846793005u + 1442695040888963407u;
+        want[i] = (unsigned char)(x >> 56);
+    }
+    ferry__atomic_file w;
+    CHECK_OK(ferry__atomic_open(&w, path));
+    /* pieces around the buffer's size and its boundaries, and a large one */
+    static const size_t sizes[] = {1, 7, 4096, 262143, 262144, 262145, 700001, 3, 65536};
+    size_t done = 0, k = 0;
+    bool patched_held = false, patched_flushed = false;
+    while (done < total) {
+        size_t n = sizes[k++ % (sizeof sizes / sizeof sizes[0])];
+        if (n > total - done)
+            n = total - done;
+        CHECK_OK(ferry__atomic_write(&w, want + done, n));
+        done += n;
+        if (!patched_flushed && done > (1u << 20)) {
+            /* bytes long written out, then bytes still held in the buffer */
+            CHECK_OK(ferry__atomic_pwrite(&w, "PATCH", 5, 10));
+            memcpy(want + 10, "PATCH", 5);
+            patched_flushed = true;
+        } else if (patched_flushed && !patched_held && done > (2u << 20) && n >= 8) {
+            CHECK_OK(ferry__atomic_pwrite(&w, "held", 4, done - 6));
+            memcpy(want + done - 6, "held", 4);
+            patched_held = true;
+        }
+    }
+    CHECK(patched_held && patched_flushed);
+    CHECK_EQ(access(path, F_OK), -1); /* nothing at the target before the commit */
+    CHECK_OK(ferry__atomic_commit(&w));
+    size_t n = 0;
+    unsigned char *got = test_read_file(path, &n);
+    CHECK(got != NULL);
+    CHECK_U64(n, total);
+    CHECK(memcmp(got, want, total) == 0);
+    CHECK_EQ(count_entries(test_dir), 1); /* the temporary is gone */
+    free(got);
+
+    /* an abort, with bytes written out and bytes held, leaves the old file */
+    CHECK_OK(ferry__atomic_open(&w, path));
+    CHECK_OK(ferry__atomic_write(&w, want, 600000));
+    CHECK_EQ(count_entries(test_dir), 2);
+    ferry__atomic_abort(&w);
+    CHECK_EQ(count_entries(test_dir), 1);
+    got = test_read_file(path, &n);
+    CHECK(got != NULL && n == total && memcmp(got, want, total) == 0);
+    free(got);
+    free(want);
+    test_remove_dir();
+}
+
+TEST(oom_atomic_open)
+{
+    test_make_dir("atomic-oom");
+    char path[512];
+    test_path("out.bin", path);
+    long k;
+    for (k = 0;; k++) {
+        ferry__atomic_file w;
+        ferry__test_fail_alloc(k);
+        int rc = ferry__atomic_open(&w, path);
+        ferry__test_fail_alloc(-1);
+        if (rc == 0) {
+            CHECK_OK(ferry__atomic_write(&w, "x", 1));
+            CHECK_OK(ferry__atomic_commit(&w));
+            break;
+        }
+        CHECK_RC(rc, FERRY_ENOMEM);
+        CHECK_EQ(count_entries(test_dir), 0); /* no temporary left behind */
+        CHECK(k < 100);
+    }
+    CHECK(k >= 3); /* the path, the temporary's name and the buffer */
+    test_remove_dir();
 }

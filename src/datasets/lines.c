@@ -16,6 +16,7 @@
 
 #define DEFAULT_MAX_LEN 4096u
 #define MAX_MAX_LEN ((uint32_t)1 << 24)
+#define HINT_MAX 4096u /* bytes of a line the near hint prefetches */
 
 typedef struct lines {
     ferry_line_index *ix;
@@ -82,9 +83,9 @@ got_line:
     return 0;
 }
 
-/* soon: pull the grain's index entries, then the starts of its lines, into the
- * cache, so that the misses (and TLB walks) of a shuffled read overlap. Later
- * batches: ask the kernel to read their lines ahead. */
+/* soon: pull the grain's index entries, then its lines (up to HINT_MAX bytes of
+ * each), into the cache, so that the misses (and TLB walks) of a shuffled read
+ * overlap. Later batches: ask the kernel to read their lines ahead. */
 static void lines_hint(void *self, const uint64_t *indices, size_t count, int soon)
 {
     lines *d = self;
@@ -105,6 +106,8 @@ static void lines_hint(void *self, const uint64_t *indices, size_t count, int so
                 continue; /* lines_get reports it */
             if (e - a > d->max_len)
                 e = a + d->max_len;
+            if (e - a > HINT_MAX)
+                e = a + HINT_MAX; /* a long line streams in behind its start */
             for (uint64_t c = a & ~(uint64_t)63; c < e; c += 64)
                 __builtin_prefetch(base + c);
         }

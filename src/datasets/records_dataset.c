@@ -22,6 +22,7 @@ typedef struct shard_set {
     char **names;
     uint64_t *first; /* first[k] = records before shard k; first[n] = total */
     size_t n;
+    bool big; /* records of 64 KiB and more on average: each worth reading ahead */
     int nfields;
     ferry_field fields[FERRY_MAX_FIELDS];
 } shard_set;
@@ -168,6 +169,7 @@ static int set_open(shard_set **out, const char *dir, uint64_t shard_id, uint64_
     char **names = NULL;
     uint64_t *counts = NULL, *bytes = NULL;
     size_t n = 0;
+    uint64_t total_bytes = 0;
     shard_set *s = NULL;
     *out = NULL;
     if (num_shards == 0 || shard_id >= num_shards || num_shards > MAX_SHARDS)
@@ -213,7 +215,9 @@ static int set_open(shard_set **out, const char *dir, uint64_t shard_id, uint64_
             FERRY_FAIL(FERRY_ECORRUPT, "%s: its fields differ from %s's", path, s->names[0]);
         }
         s->first[k + 1] = s->first[k] + c;
+        total_bytes += size;
     }
+    s->big = s->first[s->n] && total_bytes / s->first[s->n] >= ((uint64_t)64 << 10);
     *out = s;
     s = NULL;
 cleanup:
@@ -304,9 +308,9 @@ static void populate_run(shard_set *s, uint64_t i, uint64_t last)
 }
 
 /* soon: pull the grain's index entries and the starts of its records into the
- * cache. Later batches: only runs of consecutive records (a sequential read) are
- * worth reading ahead, and they are found from the indices alone, so a shuffled
- * order costs no index lookups here. */
+ * cache. Later batches: runs of consecutive records (a sequential read), found
+ * from the indices alone, so that a shuffled order of small records costs no
+ * index lookups here; where records are large, each one on its own. */
 static void set_hint(void *self, const uint64_t *indices, size_t count, int soon)
 {
     shard_set *s = self;
@@ -329,7 +333,7 @@ static void set_hint(void *self, const uint64_t *indices, size_t count, int soon
         size_t e = k + 1;
         while (e < count && indices[e] == indices[e - 1] + 1 && indices[e] < total)
             e++;
-        if (e - k >= 2 && indices[k] < total)
+        if ((e - k >= 2 || s->big) && indices[k] < total)
             populate_run(s, indices[k], indices[e - 1]);
         k = e;
     }

@@ -174,6 +174,8 @@ int ferry__atomic_pwrite(ferry__atomic_file *w, const void *p, size_t n, uint64_
  * the kernel stall assembling contiguous memory (1 and 2 MiB were slower to pack). */
 int ferry__atomic_write(ferry__atomic_file *w, const void *p, size_t n)
 {
+    if (!w->buf)
+        return ferry__err(FERRY_ESTATE, "%s: appended to after it was closed", w->tmp);
     const char *c = p;
     while (n) {
         size_t room = FERRY__ATOMIC_BUF - (size_t)(w->off % FERRY__ATOMIC_BUF);

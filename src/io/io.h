@@ -53,7 +53,8 @@ int ferry__atomic_write(ferry__atomic_file *w, const void *p, size_t n);
 int ferry__atomic_pwrite(ferry__atomic_file *w, const void *p, size_t n, uint64_t off);
 /* Writes out what is buffered and closes the descriptor, keeping the temporary: for
  * a writer of many files that should not hold a descriptor (and a buffer) each.
- * Before ferry__atomic_commit, w->fd must be a descriptor of w->tmp again. */
+ * Nothing more can be appended; before ferry__atomic_commit, w->fd must be a
+ * descriptor of w->tmp again. */
 int ferry__atomic_close(ferry__atomic_file *w);
 /* fsync, rename over the target, fsync the directory, and free. On failure the
  * temporary is removed and the target left as it was. */

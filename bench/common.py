@@ -144,6 +144,15 @@ def pack_result(command, out, wall, outdir, scrub):
 
 # ---------------------------------------------------------------- a run --
 
+def expect_end(it, nb):
+    """Raises unless the anchor's iterator has nothing after its nb batches."""
+    try:
+        next(it)
+    except StopIteration:
+        return
+    raise RuntimeError("anchor: more than %d batches" % nb)
+
+
 def need_executable(path):
     if not os.access(os.path.abspath(path), os.X_OK):
         raise SystemExit("not an executable: %s" % path)

@@ -34,7 +34,7 @@ from torch.utils.data import DataLoader, Dataset
 from common import log, rss_anon_kb, warm, pf, fmt_rate
 from common import (print_report, run_checked, last_json, child_cmd,
                     shown_command, need_executable, load_average,
-                    in_scratch_dir, raw_header, write_results)
+                    in_scratch_dir, raw_header, write_results, expect_end)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -207,11 +207,7 @@ def anchor_run(path, pkl, workers, seed):
             pss = {"processes": len(pids),
                    "kb": [pss_anon_kb(pid) for pid in pids]}
     t3 = time.perf_counter()
-    try:
-        next(it)
-        raise RuntimeError("anchor: more than %d batches" % nb)
-    except StopIteration:
-        pass
+    expect_end(it, nb)
     del it, loader
     if lines != n:
         raise RuntimeError("anchor: %d lines, expected %d" % (lines, n))

@@ -40,7 +40,7 @@ from common import log, warm, pf, fmt_rate as fmt
 from common import (print_report, run_checked, PeakRssAnon, last_json,
                     child_cmd, shown_command, pack_result, need_executable,
                     load_average, in_scratch_dir, shown_path, raw_header,
-                    write_results)
+                    write_results, expect_end)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -206,11 +206,7 @@ def anchor_run(db, workers, seed, records, nbytes):
         last = next(it)
         n += last.shape[0]
     t2 = time.perf_counter()
-    try:
-        next(it)
-        raise RuntimeError("anchor: more than %d batches" % nb)
-    except StopIteration:
-        pass
+    expect_end(it, nb)
     del it, loader
     if n != records:
         raise RuntimeError("anchor: %d records, expected %d" % (n, records))

@@ -144,6 +144,22 @@ def pack_result(command, out, wall, outdir, scrub):
 
 # ---------------------------------------------------------------- a run --
 
+def dd_read(path, nbytes):
+    """`dd if=PATH of=/dev/null bs=8M`, checked to have read nbytes; returns
+    its wall seconds."""
+    cmd = ["dd", "if=" + path, "of=/dev/null", "bs=8M"]
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       universal_newlines=True)
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        raise RuntimeError("dd exited %d: %s" % (p.returncode, p.stderr))
+    m = re.search(r"^(\d+) bytes", p.stderr, re.M)
+    if not m or int(m.group(1)) != nbytes:
+        raise RuntimeError("dd: unexpected output %r" % p.stderr)
+    return wall
+
+
 def expect_end(it, nb):
     """Raises unless the anchor's iterator has nothing after its nb batches."""
     try:

@@ -25,7 +25,6 @@ import os
 import pickle
 import platform
 import re
-import subprocess
 import sys
 import time
 
@@ -34,7 +33,8 @@ from torch.utils.data import DataLoader, Dataset
 from common import log, rss_anon_kb, warm, pf, fmt_rate
 from common import (print_report, run_checked, last_json, child_cmd,
                     shown_command, need_executable, load_average,
-                    in_scratch_dir, raw_header, write_results, expect_end)
+                    in_scratch_dir, raw_header, write_results, expect_end,
+                    dd_read)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -301,16 +301,7 @@ class Ferry:
 
 
 def dd(path, nbytes):
-    cmd = ["dd", "if=" + path, "of=/dev/null", "bs=8M"]
-    t0 = time.perf_counter()
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       universal_newlines=True)
-    wall = time.perf_counter() - t0
-    if p.returncode != 0:
-        raise RuntimeError("dd exited %d: %s" % (p.returncode, p.stderr))
-    m = re.search(r"^(\d+) bytes", p.stderr, re.M)
-    if not m or int(m.group(1)) != nbytes:
-        raise RuntimeError("dd: unexpected output %r" % p.stderr)
+    wall = dd_read(path, nbytes)
     return {"command": ["dd", "if=FILE", "of=/dev/null", "bs=8M"],
             "bytes": nbytes, "wall_seconds": wall,
             "mb_per_s": nbytes / wall / MB}

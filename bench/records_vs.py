@@ -31,7 +31,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import shutil
 import subprocess
 import sys
@@ -40,7 +39,7 @@ from common import log, warm, pf, fmt_rate as fmt
 from common import (print_report, run_checked, PeakRssAnon, last_json,
                     child_cmd, shown_command, pack_result, need_executable,
                     load_average, in_scratch_dir, shown_path, raw_header,
-                    write_results, expect_end)
+                    write_results, expect_end, dd_read)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -142,16 +141,7 @@ def dd_all(paths):
     nbytes, wall, per = 0, 0.0, []
     for path in paths:
         size = os.path.getsize(path)
-        cmd = ["dd", "if=" + path, "of=/dev/null", "bs=8M"]
-        t0 = time.perf_counter()
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           universal_newlines=True)
-        w = time.perf_counter() - t0
-        if p.returncode != 0:
-            raise RuntimeError("dd exited %d: %s" % (p.returncode, p.stderr))
-        m = re.search(r"^(\d+) bytes", p.stderr, re.M)
-        if not m or int(m.group(1)) != size:
-            raise RuntimeError("dd: unexpected output %r" % p.stderr)
+        w = dd_read(path, size)
         nbytes += size
         wall += w
         per.append(w)

@@ -1,0 +1,1081 @@
+"""ferry: a data loader for training, with its core in C.
+
+``ferry.DataLoader`` is PyTorch's DataLoader on ferry's worker threads: batches
+are built in pooled C memory and come out as torch tensors (or NumPy arrays)
+that view that memory, without a copy, in the same order for any number of
+workers, and resumable from a small ``state_dict()``.
+
+    import ferry
+    loader = ferry.DataLoader("images:train/,pipeline=train", batch_size=256,
+                              shuffle=True, num_workers=8)
+    for epoch in range(10):
+        for batch in loader:            # each ``for`` is the next epoch
+            x, y = batch["image"], batch["label"]
+
+Sources are the same text the ``ferry`` command takes (``lines:``, ``csv:``,
+``records:``, ``lmdb:``, ``files:``, ``images:``, ``synthetic:``), a handle from
+``ferry.open``, or any Python object with ``__len__`` and ``__getitem__`` (a
+torch map-style Dataset works unchanged). docs/python.md has the whole story.
+"""
+
+import atexit as _atexit
+import math as _math
+import os as _os
+import threading as _threading
+import weakref as _weakref
+from collections import namedtuple as _namedtuple
+from collections.abc import Mapping as _Mapping
+
+from . import _ferry
+
+__version__ = _ferry.version()
+
+__all__ = [
+    "DataLoader", "Batch", "TupleBatch", "Dataset", "Field", "open", "index", "pack",
+    "Sampler", "SequentialSampler", "RandomSampler", "SubsetRandomSampler",
+    "WeightedRandomSampler", "DistributedSampler",
+    "Error", "InvalidError", "OutOfMemoryError", "IOFailure", "CorruptError", "TimeoutError",
+    "CancelledError", "RangeError", "NotSupportedError", "NotFoundError", "BudgetError",
+    "StateError", "DatasetError", "TooLargeError", "StaleError",
+]
+
+# ---- Errors ----------------------------------------------------------------
+
+
+class Error(Exception):
+    """Base of every error the C library reports. ``code`` is its status code
+    (``ferry.InvalidError.code`` = -1, ...); the message says where (file,
+    record, offset) and which sample. ``index`` is the sample's index where one
+    sample failed."""
+
+    code = None
+    index = None
+
+
+class InvalidError(Error, ValueError):
+    """A setting or argument is out of its range (FERRY_EINVAL)."""
+
+
+class OutOfMemoryError(Error, MemoryError):
+    """An allocation failed (FERRY_ENOMEM)."""
+
+
+class IOFailure(Error, OSError):
+    """A system call on a file failed (FERRY_EIO)."""
+
+
+class CorruptError(Error):
+    """Data is malformed (FERRY_ECORRUPT)."""
+
+
+class TimeoutError(Error, TimeoutError):  # noqa: A001 - also the builtin's subclass
+    """No batch came within ``timeout`` seconds (FERRY_ETIMEDOUT)."""
+
+
+class CancelledError(Error):
+    """The loader was cancelled (FERRY_ECANCELED)."""
+
+
+class RangeError(Error, IndexError):
+    """An index or size is out of range (FERRY_ERANGE)."""
+
+
+class NotSupportedError(Error, NotImplementedError):
+    """Not supported by this build, source or format (FERRY_ENOTSUP)."""
+
+
+class NotFoundError(Error, FileNotFoundError):
+    """No such file, field or key (FERRY_ENOENT)."""
+
+
+class BudgetError(Error):
+    """More bad samples than ``skip_budget`` allows (FERRY_EBUDGET)."""
+
+
+class StateError(Error, RuntimeError):
+    """The call is not allowed now, e.g. every batch buffer is held by tensors
+    still alive (FERRY_ESTATE)."""
+
+
+class DatasetError(Error):
+    """A Python dataset's ``__getitem__`` (or a ``transform``) raised: the
+    original exception, with its traceback, is ``__cause__`` (FERRY_ECALLBACK)."""
+
+
+class TooLargeError(Error, OverflowError):
+    """A value does not fit, e.g. a sample longer than its field's bound
+    (FERRY_EOVERFLOW)."""
+
+
+class StaleError(Error):
+    """An index no longer matches its source (FERRY_ESTALE)."""
+
+
+_ERRORS = {
+    _ferry.FERRY_EINVAL: InvalidError, _ferry.FERRY_ENOMEM: OutOfMemoryError,
+    _ferry.FERRY_EIO: IOFailure, _ferry.FERRY_ECORRUPT: CorruptError,
+    _ferry.FERRY_ETIMEDOUT: TimeoutError, _ferry.FERRY_ECANCELED: CancelledError,
+    _ferry.FERRY_ERANGE: RangeError, _ferry.FERRY_ENOTSUP: NotSupportedError,
+    _ferry.FERRY_ENOENT: NotFoundError, _ferry.FERRY_EBUDGET: BudgetError,
+    _ferry.FERRY_ESTATE: StateError, _ferry.FERRY_ECALLBACK: DatasetError,
+    _ferry.FERRY_EOVERFLOW: TooLargeError, _ferry.FERRY_ESTALE: StaleError,
+}
+for _code, _cls in _ERRORS.items():
+    _cls.code = _code
+
+# ---- Batches -----------------------------------------------------------------
+
+
+class Batch(dict):
+    """One batch: a dict of field name to tensor (``torch.Tensor``, or a NumPy
+    array with ``output="numpy"``) of shape ``[batch, *field shape]``.
+
+    The tensors view ferry's batch buffer (no copy). The buffer goes back to the
+    loader's pool when the last tensor viewing it is gone, so keep a tensor past
+    its batch only as long as needed (``.clone()`` what you keep for long: while
+    tensors of ``prefetch`` batches are alive, the loader has no buffer left).
+
+    A variable-length field ``name`` comes padded with zeros to its bound, and its
+    lengths (int64 ``[batch]``) are the entry ``name + "_lengths"``.
+
+    Attributes: ``epoch``, ``number`` (the batch's position in its epoch),
+    ``indices`` (the dataset index of each sample, int64) and ``size``.
+    """
+
+    __slots__ = ("epoch", "number", "_ref")
+
+    @property
+    def indices(self):
+        """The dataset index of each sample (int64 ``[size]``; -1 for streams)."""
+        return self._ref.indices()
+
+    @property
+    def size(self):
+        """Samples in this batch (smaller for a last partial batch, or where
+        samples were skipped)."""
+        return self._ref.size
+
+    def __repr__(self):
+        shapes = ", ".join("%r: %s" % (k, _shape_text(v)) for k, v in self.items())
+        return "Batch(epoch=%d, number=%d, {%s})" % (self.epoch, self.number, shapes)
+
+
+class TupleBatch(tuple):
+    """A batch of a dataset whose samples are tuples: the fields in their
+    positions, so ``for x, y in loader`` works as with PyTorch. A variable-length
+    field's lengths are in ``.lengths[position]``. Also ``epoch``, ``number``,
+    ``indices`` and ``size`` as on ``Batch``."""
+
+    @property
+    def indices(self):
+        return self._ref.indices()
+
+    @property
+    def size(self):
+        return self._ref.size
+
+
+def _shape_text(v):
+    shape = getattr(v, "shape", None)
+    dtype = getattr(v, "dtype", None)
+    return "%s %s" % (tuple(shape) if shape is not None else "?", dtype)
+
+
+_ferry._setup(Error, _ERRORS, Batch, TupleBatch)
+
+# NumPy and torch are imported when first needed, so `import ferry` stays fast
+# and works without either.
+_np = None
+_torch = None
+
+
+def _numpy():
+    global _np
+    if _np is None:
+        import numpy
+        _np = numpy
+        _ferry._set_converters(None, numpy.asarray)
+    return _np
+
+
+def _torch_module():
+    global _torch
+    if _torch is None:
+        import torch
+        _numpy()
+        # torch._C._from_dlpack takes the capsule directly (what torch.from_dlpack
+        # calls for one): a Python frame less per tensor.
+        fd = getattr(getattr(torch, "_C", None), "_from_dlpack", None) or torch.from_dlpack
+        _ferry._set_converters(fd, None)
+        _torch = torch
+    return _torch
+
+
+# ---- Fields and Python datasets ----------------------------------------------
+
+Field = _namedtuple("Field", "name dtype shape variable")
+Field.__doc__ = """A field of a sample: its name, NumPy dtype name, per-sample shape and
+whether its first dimension varies (up to ``shape[0]``, its bound)."""
+
+# A str or bytes field's bound when fields= does not give one: enough for most
+# text, small enough that a batch's buffer stays small (batch_size * bound).
+TEXT_BOUND = 4096
+
+_DTYPES = {"bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64",
+           "float16", "bfloat16", "float32", "float64"}
+
+
+def _field_spec(name, spec):
+    """fields= entry -> Field. (dtype, shape) is fixed; (dtype, shape, bound)
+    makes the first dimension variable up to bound (shape[0] may be None)."""
+    if isinstance(spec, Field):
+        return spec._replace(name=name)
+    if not isinstance(spec, (tuple, list)) or len(spec) not in (2, 3):
+        raise TypeError("fields[%r]: expected (dtype, shape) or (dtype, shape, bound), got %r"
+                        % (name, spec))
+    dtype = _dtype_name(spec[0], "fields[%r]" % (name,))
+    shape = tuple(spec[1]) if isinstance(spec[1], (tuple, list)) else (spec[1],)
+    if len(spec) == 3:
+        bound = spec[2]
+        if not isinstance(bound, int) or bound < 0:
+            raise ValueError("fields[%r]: the bound must be an int >= 0, got %r" % (name, bound))
+        if not shape:
+            raise ValueError("fields[%r]: a variable field needs a first dimension" % (name,))
+        shape = (bound,) + shape[1:]
+        variable = True
+    else:
+        variable = False
+    for d in shape:
+        if not isinstance(d, int) or d < 0:
+            raise ValueError("fields[%r]: shape %r has a dimension that is not an int >= 0"
+                             % (name, shape))
+    return Field(str(name), dtype, shape, variable)
+
+
+def _dtype_name(dt, what):
+    name = getattr(dt, "name", None) or getattr(dt, "__name__", None) or dt
+    if not isinstance(name, str):
+        name = str(dt)
+    name = name.replace("torch.", "")
+    if name == "bool_":
+        name = "bool"
+    if name not in _DTYPES:
+        raise ValueError("%s: dtype %r is not one ferry has (%s)" % (what, dt, ", ".join(sorted(_DTYPES))))
+    return name
+
+
+def _infer_field(name, v, where):
+    """The field a value of sample 0 implies."""
+    if isinstance(v, bool):
+        return Field(name, "bool", (), False)
+    if isinstance(v, int):
+        return Field(name, "int64", (), False)
+    if isinstance(v, float):
+        return Field(name, "float64", (), False)
+    if isinstance(v, str):
+        v = v.encode("utf-8")
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return Field(name, "uint8", (max(TEXT_BOUND, 2 * len(v)),), True)
+    np = _numpy()
+    try:
+        a = np.asarray(v)
+    except Exception as e:
+        raise TypeError("%s: field %r is a %s, which ferry cannot store (give fields=)"
+                        % (where, name, type(v).__name__)) from e
+    if a.dtype.kind not in "biuf":
+        raise TypeError("%s: field %r has dtype %s; ferry stores numbers, bool, str and bytes"
+                        % (where, name, a.dtype))
+    return Field(name, _dtype_name(a.dtype, "%s, field %r" % (where, name)), tuple(a.shape), False)
+
+
+_KEYED, _TUPLE, _BARE = 1, 0, 2
+
+
+def _schema(sample, fields, where):
+    """(fields, kind) for a sample: a mapping (names), a tuple/list (positions) or
+    one value. fields= entries override what sample 0 implies."""
+    if isinstance(sample, _Mapping):
+        kind, items = _KEYED, list(sample.items())
+    elif isinstance(sample, (tuple, list)):
+        kind, items = _TUPLE, [(str(i), v) for i, v in enumerate(sample)]
+    else:
+        kind, items = _BARE, [("0", sample)]
+    given = {}
+    if fields is not None:
+        if isinstance(fields, _Mapping):
+            given = {str(k): v for k, v in fields.items()}
+        elif isinstance(fields, (list, tuple)):
+            given = {str(i): v for i, v in enumerate(fields)}
+        else:
+            raise TypeError("fields: expected a dict (or, for tuple samples, a list), got %s"
+                            % type(fields).__name__)
+    names = [k for k, _ in items]
+    for k in given:
+        if k not in names:
+            raise ValueError("fields: %r is not a field of sample 0 (its fields: %s)"
+                             % (k, ", ".join(map(repr, names))))
+    out = []
+    for k, v in items:
+        if not isinstance(k, str):
+            raise TypeError("%s: field names must be str, got %r" % (where, k))
+        out.append(_field_spec(k, given[k]) if k in given else _infer_field(k, v, where))
+    return out, kind
+
+
+def _check_field_names(fields):
+    names = {f.name for f in fields}
+    for f in fields:
+        if f.variable and f.name + "_lengths" in names:
+            raise ValueError("field %r is variable and its lengths would be named %r, which "
+                             "is another field's name" % (f.name, f.name + "_lengths"))
+
+
+def _python_source(ds, fields):
+    try:
+        n = len(ds)
+    except TypeError:
+        n = None
+    if n is None or not hasattr(ds, "__getitem__"):
+        raise TypeError(
+            "the dataset must have __len__ and __getitem__ (a map-style dataset); a %s has not. "
+            "An iterable dataset cannot be split across ferry's workers: read it in order "
+            "yourself, or store it in a format ferry streams (ferry.pack)" % type(ds).__name__)
+    if n <= 0:
+        raise ValueError("the dataset is empty (len() is %d)" % n)
+    sample = ds[0]
+    fl, kind = _schema(sample, fields, "sample 0 of %s" % type(ds).__name__)
+    _check_field_names(fl)
+    return _ferry.python_source(ds, n, [tuple(f) for f in fl], kind), kind
+
+
+def _transform_source(src, fn, fields, spec):
+    if not callable(fn):
+        raise TypeError("transform must be callable, got %s" % type(fn).__name__)
+    if src.is_stream:
+        raise ValueError("transform= needs a map-style source; %r is a stream" % (spec,))
+    sample = _read(src, 0)
+    out = fn(sample)
+    fl, kind = _schema(out, fields, "transform(sample 0)")
+    _check_field_names(fl)
+    return _ferry.transform_source(src, fn, [tuple(f) for f in fl], kind), kind
+
+
+def _read(src, i):
+    """Sample i of a C source as a dict of NumPy arrays (copies)."""
+    np = _numpy()
+    out = {}
+    for (name, dtype, shape, variable), (data, length) in zip(src.fields(), src.read(i)):
+        if variable:
+            shape = (length,) + tuple(shape[1:])
+        out[name] = np.frombuffer(data, dtype=dtype).reshape(shape).copy()
+    return out
+
+
+# ---- ferry.open, index, pack ------------------------------------------------
+
+
+class Dataset:
+    """A source opened once: ``len(ds)``, ``ds[i]`` (a dict of NumPy copies of
+    sample i's fields; a variable field at its length), ``ds.fields`` and
+    ``ds.is_stream``. Pass it to ``DataLoader`` to load it.
+
+    ``source`` is a source text (``"lines:train.txt,max=512"``; the ``ferry``
+    command's form, see docs/cli.md)."""
+
+    def __init__(self, source):
+        if not isinstance(source, str):
+            raise TypeError("source must be a str such as 'lines:FILE', got %s"
+                            % type(source).__name__)
+        self.source = source
+        self._src = _ferry.open_source(source)
+
+    @property
+    def fields(self):
+        """[Field(name, dtype, shape, variable), ...]"""
+        return [Field(*f) for f in self._src.fields()]
+
+    @property
+    def is_stream(self):
+        """True for a stream source (csv:): no length, no random access."""
+        return self._src.is_stream
+
+    def __len__(self):
+        return len(self._src)
+
+    def __getitem__(self, i):
+        if not isinstance(i, int) or isinstance(i, bool):
+            raise TypeError("index must be an int, got %s" % type(i).__name__)
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("index %d is outside a dataset of %d samples" % (i, n))
+        return _read(self._src, i)
+
+    def __repr__(self):
+        return "ferry.Dataset(%r)" % (self.source,)
+
+
+def open(source):  # noqa: A001 - ferry.open, as the issue and the docs name it
+    """Opens a source (``"records:shards/"``, ``"lines:train.txt"``, ...) and
+    returns a ``ferry.Dataset``: ``len``, ``ds[i]``, ``.fields``."""
+    return Dataset(source)
+
+
+def index(path, index_path=None):
+    """Builds the line index of a text file (what ``lines:`` reads through), at
+    disk speed; written beside it as PATH.fidx unless ``index_path`` says where.
+    Returns the number of lines."""
+    if not isinstance(path, (str, _os.PathLike)):
+        raise TypeError("path must be a str or path, got %s" % type(path).__name__)
+    return _ferry.index(_os.fspath(path),
+                        None if index_path is None else _os.fspath(index_path))
+
+
+_SIZE_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def _size(v, what):
+    if v is None:
+        return 0
+    if isinstance(v, str) and v and v[-1].upper() in _SIZE_UNITS:
+        mul, v = _SIZE_UNITS[v[-1].upper()], v[:-1]
+        try:
+            v = int(v) * mul
+        except ValueError:
+            raise ValueError("%s: %r is not a size such as 256M" % (what, v)) from None
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise ValueError("%s must be an int >= 1 or a size such as '256M', got %r" % (what, v))
+    return v
+
+
+def pack(source, outdir, name=None, shard_size=None, shard_records=None, zstd=None, workers=2):
+    """Packs every sample of a source into ferry record shards in ``outdir``
+    (``NAME-00000-of-000NN.ferry`` and ``NAME.manifest``), as ``ferry pack``:
+    ``name`` (default "data"), ``shard_size`` (bytes or "256M"; default 1 GiB),
+    ``shard_records``, ``zstd`` (level 1..19; default: stored), ``workers``
+    (threads reading the source). ``source`` is a source text, a
+    ``ferry.Dataset`` or a map-style Python dataset. Nothing a reader takes for
+    whole appears before the end. Returns ``{"records": N, "bytes": B}``."""
+    src = _resolve(source, None, None)[0]
+    if not isinstance(outdir, (str, _os.PathLike)):
+        raise TypeError("outdir must be a str or path, got %s" % type(outdir).__name__)
+    if name is not None and not isinstance(name, str):
+        raise TypeError("name must be a str, got %s" % type(name).__name__)
+    zl = 0 if zstd is None else zstd
+    if not isinstance(zl, int) or isinstance(zl, bool) or not 0 <= zl <= 19:
+        raise ValueError("zstd must be a level 1..19 (or None), got %r" % (zstd,))
+    if not isinstance(workers, int) or isinstance(workers, bool) or not 0 <= workers <= 1024:
+        raise ValueError("workers must be an int in 0..1024, got %r" % (workers,))
+    records, nbytes = _ferry.pack(src, _os.fspath(outdir), name, _size(shard_size, "shard_size"),
+                                  _size(shard_records, "shard_records"), zl, workers)
+    return {"records": records, "bytes": nbytes}
+
+
+def _resolve(source, fields, transform):
+    """(C source, sample kind, identity text) for whatever DataLoader was given."""
+    if isinstance(source, str):
+        src, ident, kind = _ferry.open_source(source), source, _KEYED
+    elif isinstance(source, Dataset):
+        src, ident, kind = source._src, source.source, _KEYED
+    elif isinstance(source, (bytes, _os.PathLike)):
+        raise TypeError("source: give a source text such as 'lines:%s' (a kind, a colon, a path)"
+                        % _os.fsdecode(source))
+    else:
+        if transform is not None:
+            raise ValueError("transform= applies to ferry's own sources; a Python dataset can "
+                             "transform in its __getitem__")
+        src, kind = _python_source(source, fields)
+        return src, kind, "python:%s.%s,len=%d" % (type(source).__module__,
+                                                   type(source).__qualname__, len(source))
+    if fields is not None and transform is None:
+        raise ValueError("fields= describes a Python dataset's samples (or a transform's "
+                         "output); a ferry source has its own schema: %s" % ident)
+    if transform is not None:
+        src, kind = _transform_source(src, transform, fields, ident)
+        ident += ",transform=%s" % getattr(transform, "__qualname__", type(transform).__name__)
+    return src, kind, ident
+
+
+# ---- Samplers ---------------------------------------------------------------
+
+
+def _data_len(data_source):
+    if data_source is None:
+        return None
+    if isinstance(data_source, int) and not isinstance(data_source, bool):
+        return data_source
+    if isinstance(data_source, str):
+        return len(Dataset(data_source))
+    return len(data_source)
+
+
+def _no_generator(generator, cls):
+    if generator is not None:
+        raise ValueError("%s: generator= is PyTorch's; ferry's orders are keyed by seed and "
+                         "epoch (the same for any worker count): pass seed=<int> instead" % cls)
+
+
+def _check_seed(seed, what="seed"):
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)
+                             or not 0 <= seed < 1 << 64):
+        raise ValueError("%s must be an int in [0, 2**64) or None, got %r" % (what, seed))
+
+
+class Sampler:
+    """An order of sample indices, as PyTorch's samplers: a thin handle over a C
+    sampler, made when the loader knows the dataset's length (or at once, given
+    ``data_source``). ``len(s)``, ``iter(s)`` (the current epoch's order) and
+    ``set_epoch(e)``. Orders are functions of (seed, epoch): the same for any
+    number of workers, and a resumed run continues them exactly."""
+
+    def __init__(self, data_source=None):
+        self._n = _data_len(data_source)
+        self._c = None
+        self._epoch = 0
+        self._epoch_set = False
+
+    def _make(self, n, seed):  # pragma: no cover - each sampler has its own
+        raise NotImplementedError
+
+    def _describe(self):
+        return type(self).__name__
+
+    def _bind(self, n, seed):
+        if self._n is not None and self._n != n:
+            raise ValueError("%s was made for %d samples, the dataset has %d"
+                             % (type(self).__name__, self._n, n))
+        self._n = n
+        self._c = self._make(n, seed)
+        self._c.set_epoch(self._epoch)
+        return self._c
+
+    def _handle(self):
+        if self._c is None:
+            if self._n is None:
+                raise TypeError("%s has no dataset yet: give data_source, or use it in a "
+                                "DataLoader first" % type(self).__name__)
+            self._c = self._make(self._n, 0)
+            self._c.set_epoch(self._epoch)
+        return self._c
+
+    def set_epoch(self, epoch):
+        """Selects the epoch whose order iterating (and the next loader pass) gives."""
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+            raise ValueError("epoch must be an int >= 0, got %r" % (epoch,))
+        self._epoch = epoch
+        self._epoch_set = True
+        if self._c is not None:
+            self._c.set_epoch(epoch)
+
+    def __len__(self):
+        return len(self._handle())
+
+    def __iter__(self):
+        c = self._handle()
+        n = len(c)
+        pos = 0
+        while pos < n:
+            chunk = c.indices(pos, 65536)
+            pos += len(chunk)
+            yield from chunk
+
+
+class SequentialSampler(Sampler):
+    """0, 1, ..., n-1."""
+
+    def _make(self, n, seed):
+        return _ferry.sampler("sequential", n=n)
+
+
+class RandomSampler(Sampler):
+    """A random order. Without replacement: a permutation of every index (a
+    keyed bijection: O(1) memory for any n). With replacement: ``num_samples``
+    uniform draws (default n). ``seed`` defaults to the loader's seed."""
+
+    def __init__(self, data_source=None, replacement=False, num_samples=None, generator=None,
+                 *, seed=None):
+        super().__init__(data_source)
+        _no_generator(generator, "RandomSampler")
+        if not isinstance(replacement, bool):
+            raise TypeError("replacement must be a bool, got %r" % (replacement,))
+        if num_samples is not None and (not isinstance(num_samples, int)
+                                        or isinstance(num_samples, bool) or num_samples <= 0):
+            raise ValueError("num_samples must be a positive int, got %r" % (num_samples,))
+        if num_samples is not None and not replacement:
+            raise ValueError("num_samples without replacement is not supported: a permutation "
+                             "covers every index (use SubsetRandomSampler for part of them)")
+        _check_seed(seed)
+        self.replacement, self.num_samples, self.seed = replacement, num_samples, seed
+
+    def _make(self, n, seed):
+        return _ferry.sampler("random", n=n, seed=self.seed if self.seed is not None else seed,
+                              replacement=self.replacement, num_samples=self.num_samples or 0)
+
+    def _describe(self):
+        return "RandomSampler(replacement=%r, num_samples=%r, seed=%r)" % (
+            self.replacement, self.num_samples, self.seed)
+
+
+class SubsetRandomSampler(Sampler):
+    """A random order of the given indices."""
+
+    def __init__(self, indices, generator=None, *, seed=None):
+        super().__init__(None)
+        _no_generator(generator, "SubsetRandomSampler")
+        _check_seed(seed)
+        self.indices = [int(i) for i in indices]
+        if any(i < 0 for i in self.indices):
+            raise ValueError("indices must be >= 0")
+        self.seed = seed
+
+    def _bind(self, n, seed):
+        bad = [i for i in self.indices if i >= n]
+        if bad:
+            raise ValueError("SubsetRandomSampler: index %d is outside a dataset of %d samples"
+                             % (bad[0], n))
+        self._c = self._make(n, seed)
+        self._c.set_epoch(self._epoch)
+        return self._c
+
+    def _handle(self):
+        if self._c is None:
+            self._c = self._make(0, 0)
+            self._c.set_epoch(self._epoch)
+        return self._c
+
+    def _make(self, n, seed):
+        return _ferry.sampler("subset", indices=self.indices,
+                              seed=self.seed if self.seed is not None else seed)
+
+    def _describe(self):
+        import hashlib
+        h = hashlib.sha256(repr(self.indices).encode()).hexdigest()[:16]
+        return "SubsetRandomSampler(%d indices %s, seed=%r)" % (len(self.indices), h, self.seed)
+
+
+class WeightedRandomSampler(Sampler):
+    """``num_samples`` indices drawn with probability proportional to
+    ``weights`` (with replacement: an alias table; without: as torch.multinomial)."""
+
+    def __init__(self, weights, num_samples, replacement=True, generator=None, *, seed=None):
+        super().__init__(None)
+        _no_generator(generator, "WeightedRandomSampler")
+        _check_seed(seed)
+        if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples <= 0:
+            raise ValueError("num_samples must be a positive int, got %r" % (num_samples,))
+        if not isinstance(replacement, bool):
+            raise TypeError("replacement must be a bool, got %r" % (replacement,))
+        if hasattr(weights, "tolist"):
+            weights = weights.tolist()
+        self.weights = [float(w) for w in weights]
+        for w in self.weights:
+            if not _math.isfinite(w) or w < 0:
+                raise ValueError("weights must be finite and >= 0, got %r" % (w,))
+        self.num_samples, self.replacement, self.seed = num_samples, replacement, seed
+        self._n = len(self.weights)
+
+    def _make(self, n, seed):
+        return _ferry.sampler("weighted", weights=self.weights, num_samples=self.num_samples,
+                              replacement=self.replacement,
+                              seed=self.seed if self.seed is not None else seed)
+
+    def _describe(self):
+        import hashlib
+        h = hashlib.sha256(repr(self.weights).encode()).hexdigest()[:16]
+        return "WeightedRandomSampler(%d weights %s, num_samples=%d, replacement=%r, seed=%r)" % (
+            len(self.weights), h, self.num_samples, self.replacement, self.seed)
+
+
+class DistributedSampler(Sampler):
+    """PyTorch's DistributedSampler: rank r of ``num_replicas`` takes positions r,
+    r + num_replicas, ... of the (shuffled) order; padded by wrapping around to a
+    multiple of num_replicas unless ``drop_last``. ``rank`` and ``num_replicas``
+    default to the launcher's (torchrun's RANK / WORLD_SIZE, Open MPI's, Slurm's;
+    rank 0 of 1 when none is set)."""
+
+    def __init__(self, dataset=None, num_replicas=None, rank=None, shuffle=True, seed=0,
+                 drop_last=False):
+        super().__init__(dataset)
+        env_rank, env_world = _ferry.dist_from_env()
+        if num_replicas is None:
+            num_replicas = env_world
+        if rank is None:
+            rank = env_rank
+        for what, v in (("num_replicas", num_replicas), ("rank", rank)):
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise TypeError("%s must be an int, got %r" % (what, v))
+        if num_replicas < 1:
+            raise ValueError("num_replicas must be >= 1, got %d" % num_replicas)
+        if not 0 <= rank < num_replicas:
+            raise ValueError("rank must be in [0, %d), got %d" % (num_replicas, rank))
+        _check_seed(seed)
+        if seed is None:
+            seed = 0
+        self.num_replicas, self.rank = num_replicas, rank
+        self.shuffle, self.seed, self.drop_last = bool(shuffle), seed, bool(drop_last)
+
+    def _make(self, n, seed):
+        return _ferry.sampler("distributed", n=n, rank=self.rank, world_size=self.num_replicas,
+                              shuffle=self.shuffle, seed=self.seed, drop_last=self.drop_last)
+
+    def _describe(self):
+        return "DistributedSampler(num_replicas=%d, rank=%d, shuffle=%r, seed=%d, drop_last=%r)" % (
+            self.num_replicas, self.rank, self.shuffle, self.seed, self.drop_last)
+
+
+# ---- DataLoader -------------------------------------------------------------
+
+# PyTorch DataLoader options ferry does not have: the value that means "not
+# used" (accepted), and why / what to use instead.
+_TORCH_ONLY = {
+    "collate_fn": (None, "ferry builds batches in C straight into pooled memory; samples are "
+                         "stacked per field. Reshape per sample in the dataset's __getitem__ "
+                         "or in transform=, per batch in the training loop"),
+    "batch_sampler": (None, "ferry batches consecutive positions of sampler= with batch_size= "
+                            "(and drop_last=); give the order as a sampler"),
+    "pin_memory": (False, "page-locked batch memory is not in this version; batches are "
+                          "already in pooled memory, and .to(device) copies from them"),
+    "pin_memory_device": ("", "see pin_memory"),
+    "multiprocessing_context": (None, "ferry's workers are threads in this process, not "
+                                      "processes: nothing is pickled"),
+    "generator": (None, "ferry's orders are keyed by seed and epoch, the same for any worker "
+                        "count: pass seed=<int>"),
+}
+
+_live_loaders = _weakref.WeakSet()
+
+
+@_atexit.register
+def _close_all():
+    # Workers that call into Python must be stopped before the interpreter
+    # finalises, or they would wait for it forever.
+    for dl in list(_live_loaders):
+        dl.close()
+
+
+def _int(v, what, lo, hi=None):
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise TypeError("%s must be an int, got %s" % (what, type(v).__name__))
+    if v < lo or (hi is not None and v > hi):
+        raise ValueError("%s must be in [%d, %s], got %d" % (what, lo, hi if hi is not None else "inf", v))
+    return v
+
+
+def _bool(v, what):
+    if not isinstance(v, bool):
+        raise TypeError("%s must be a bool, got %r" % (what, v))
+    return v
+
+
+class DataLoader:
+    """PyTorch's DataLoader on ferry's C worker threads.
+
+    Parameters (PyTorch's names, with PyTorch's meaning where they have one):
+
+    - ``source``: a source text (``"images:train/,pipeline=train"``,
+      ``"lines:corpus.txt,max=512"``, ``"records:shards/"``, ``"lmdb:db"``,
+      ``"csv:parts/"``, ``"synthetic:100000"``; see docs/cli.md), a
+      ``ferry.Dataset``, or a map-style Python dataset (``__len__`` and
+      ``__getitem__`` returning a dict, a tuple or one value of NumPy arrays,
+      torch tensors, numbers, str or bytes).
+    - ``batch_size`` (default 1): samples per batch.
+    - ``shuffle`` (default False): a random order each epoch (without
+      ``sampler``). Streams (``csv:``) have no random access and refuse it.
+    - ``sampler``: a ``ferry`` sampler (``RandomSampler``,
+      ``DistributedSampler``, ...); exclusive with ``shuffle``.
+    - ``num_workers`` (default 0): worker threads; 0 does the work in the
+      iterating thread.
+    - ``drop_last`` (default False): drop a last, partial batch.
+    - ``timeout`` (seconds, default 0 = forever): raise ``ferry.TimeoutError``
+      when no batch comes in that long (needs ``num_workers`` > 0).
+    - ``worker_init_fn``: called as ``worker_init_fn(worker_id)`` on each worker
+      thread once, before it loads anything.
+    - ``prefetch_factor``: batches in flight per worker (default: ferry's own
+      choice, 2 per worker and more for small batches); the pool holds
+      ``prefetch_factor * max(1, num_workers) + 1`` batch buffers.
+    - ``persistent_workers`` (default True): workers live as long as the loader.
+      False starts fresh workers (and calls ``worker_init_fn`` again) each epoch.
+    - ``seed``: the seed of every random choice (order, crops, flips). None
+      draws one at random once; it is in ``state_dict()``, so a resumed run
+      continues the same order.
+    - ``in_order`` (default True): batches in sampler order. False hands them
+      out as they complete (the same batches, maybe in another order).
+    - ``on_error``: "fail" (default) raises at the first bad sample; "skip" drops
+      bad samples, up to ``skip_budget`` per epoch, and counts them in
+      ``stats()["skipped"]``.
+    - ``output``: "torch" (default) or "numpy".
+    - ``fields``: a Python dataset's schema where sample 0 does not tell it all:
+      ``{"text": ("uint8", (None,), 512)}`` (dtype, shape, bound of a variable
+      first dimension) or ``{"x": ("float32", (3, 32, 32))}``.
+    - ``transform``: a callable applied to each sample of a ferry source on the
+      worker threads: it gets a dict of NumPy views of the sample's fields
+      (valid during the call only) and returns a dict (or tuple) of values.
+
+    Each ``for batch in loader`` is the next epoch (``set_epoch`` picks one);
+    ``len(loader)`` is the batches in an epoch. Batches are ``ferry.Batch``
+    (a dict of field name to tensor) or, for tuple samples, ``ferry.TupleBatch``.
+    """
+
+    def __init__(self, source, batch_size=1, shuffle=False, sampler=None, num_workers=0,
+                 drop_last=False, timeout=0, worker_init_fn=None, prefetch_factor=None,
+                 persistent_workers=True, seed=None, in_order=True, on_error="fail",
+                 skip_budget=0, output="torch", *, fields=None, transform=None, **kwargs):
+        for k, v in kwargs.items():
+            if k not in _TORCH_ONLY:
+                raise TypeError("DataLoader() got an unexpected keyword argument %r" % k)
+            unused, why = _TORCH_ONLY[k]
+            if not (v is unused or v == unused):
+                raise ValueError("%s=%r: not supported by ferry.DataLoader: %s" % (k, v, why))
+        if batch_size is None:
+            raise ValueError("batch_size=None (unbatched loading) is not supported: ferry always "
+                             "batches; use batch_size=1")
+        self.batch_size = _int(batch_size, "batch_size", 1, 1 << 24)
+        if shuffle is None:
+            shuffle = False
+        self.shuffle = _bool(shuffle, "shuffle")
+        self.num_workers = _int(num_workers, "num_workers", 0, 1024)
+        self.drop_last = _bool(drop_last, "drop_last")
+        if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout < 0 \
+                or timeout != timeout:
+            raise ValueError("timeout must be a number of seconds >= 0, got %r" % (timeout,))
+        if timeout > 0 and self.num_workers == 0:
+            raise ValueError("timeout=%r needs num_workers > 0: with no workers the loading "
+                             "runs in the iterating thread, with no one to wait for" % (timeout,))
+        self.timeout = float(timeout)
+        if worker_init_fn is not None and not callable(worker_init_fn):
+            raise TypeError("worker_init_fn must be callable, got %s" % type(worker_init_fn).__name__)
+        self.worker_init_fn = worker_init_fn
+        if prefetch_factor is not None:
+            _int(prefetch_factor, "prefetch_factor", 1, 65535)
+        self.prefetch_factor = prefetch_factor
+        self.persistent_workers = _bool(persistent_workers, "persistent_workers")
+        _check_seed(seed)
+        if seed is None:
+            seed = int.from_bytes(_os.urandom(8), "little")
+        self.seed = seed
+        self.in_order = _bool(in_order, "in_order")
+        if on_error not in ("fail", "skip"):
+            raise ValueError("on_error must be 'fail' or 'skip', got %r" % (on_error,))
+        self.on_error = on_error
+        self.skip_budget = _int(skip_budget, "skip_budget", 0, (1 << 64) - 1)
+        if output not in ("torch", "numpy"):
+            raise ValueError("output must be 'torch' or 'numpy', got %r" % (output,))
+        self.output = output
+        if sampler is not None and not isinstance(sampler, Sampler):
+            raise TypeError("sampler must be a ferry sampler (ferry.RandomSampler, "
+                            "ferry.DistributedSampler, ...), got %s; a custom order can be "
+                            "given as ferry.SubsetRandomSampler or by ordering the dataset"
+                            % type(sampler).__name__)
+        if sampler is not None and self.shuffle:
+            raise ValueError("sampler option is mutually exclusive with shuffle")
+        self.sampler = sampler
+        if output == "torch":
+            try:
+                _torch_module()
+            except ImportError as e:
+                raise ImportError("output='torch' needs PyTorch; install it, or pass "
+                                  "output='numpy'") from e
+        else:
+            _numpy()
+
+        self._src, kind, self._ident = _resolve(source, fields, transform)
+        self.source = source
+        self._tuple = kind != _KEYED
+        self._stream = self._src.is_stream
+        if self._stream and (self.shuffle or sampler is not None):
+            raise ValueError(
+                "%s is a stream: it has no random access, so shuffle= and sampler= cannot order "
+                "it. Pack it (ferry.pack) and load the records, or shuffle in the source" %
+                (self._ident,))
+        self._csampler = None
+        if sampler is not None:
+            self._csampler = sampler._bind(len(self._src), self.seed)
+        self._loader = None
+        self._lock = _threading.Lock()
+        self._epoch = 0          # the epoch the next `for` runs
+        self._first = 0          # ... from this batch (a resumed state)
+        self._epoch_given = False
+        self._make_loader()
+        _live_loaders.add(self)
+
+    # -- the C loader --
+
+    def _make_loader(self):
+        prefetch = 0
+        if self.prefetch_factor is not None:
+            prefetch = self.prefetch_factor * max(1, self.num_workers) + 1
+        self._loader = _ferry.Loader(
+            self._src, batch_size=self.batch_size, drop_last=self.drop_last,
+            num_workers=self.num_workers, prefetch=prefetch, shuffle=self.shuffle,
+            seed=self.seed, sampler=self._csampler, in_order=self.in_order,
+            on_error=1 if self.on_error == "skip" else 0, skip_budget=self.skip_budget,
+            worker_init=self.worker_init_fn,
+            output=_ferry.OUT_TORCH if self.output == "torch" else _ferry.OUT_NUMPY,
+            tuple_batch=self._tuple,
+            # a short wait inside, so that Ctrl-C is seen while workers load
+            poll_ms=100 if self.num_workers else 0,
+            rank=0 if self._stream else -1, world_size=1 if self._stream else -1)
+
+    def __len__(self):
+        if self._stream:
+            raise TypeError("a stream source has no length: its batches are counted as they come")
+        self._check_open()
+        return len(self._loader)
+
+    def _check_open(self):
+        if self._loader is None:
+            raise ValueError("this DataLoader is closed")
+
+    def set_epoch(self, epoch):
+        """Makes the next ``for`` run epoch ``epoch`` from its first batch (as
+        DistributedSampler.set_epoch; also sets the sampler's)."""
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+            raise ValueError("epoch must be an int >= 0, got %r" % (epoch,))
+        self._epoch, self._first, self._epoch_given = epoch, 0, True
+        if self.sampler is not None:
+            self.sampler._epoch, self.sampler._epoch_set = epoch, False
+
+    def __iter__(self):
+        self._check_open()
+        if self.sampler is not None and self.sampler._epoch_set:
+            # sampler.set_epoch(e), as DistributedSampler users call it, picks the epoch
+            if not self._epoch_given:
+                self._epoch, self._first = self.sampler._epoch, 0
+            self.sampler._epoch_set = False
+        self._epoch_given = False
+        if not self.persistent_workers and self._started_once:
+            self._loader.close()
+            self._make_loader()
+        self._started_once = True
+        epoch, first = self._epoch, self._first
+        if self._stream and first:
+            raise NotSupportedError("%s is a stream: resuming a stream mid-epoch is not supported "
+                                    "yet" % (self._ident,))
+        self._loader.start(epoch, first)
+        # a `for` that stops early leaves the position where it stopped
+        self._first = first
+        return _Iter(self, epoch)
+
+    _started_once = False
+
+    def stats(self):
+        """The loader's counters as a dict: samples, batches, bytes, skipped,
+        elapsed_s, samples_per_s, first_batch_s, consumer_wait_s,
+        consumer_wait_fraction (near 1: training waits for input), worker
+        busy/idle seconds, stage_s (read, decode, transform, write), num_workers,
+        prefetch."""
+        self._check_open()
+        return self._loader.stats()
+
+    def state_dict(self):
+        """Where the loader is: a small dict (the seed, the epoch and the batches
+        handed out of it, and the source and settings that decide the order).
+        ``load_state_dict`` in a new process, even with another ``num_workers`` or
+        ``prefetch_factor``, continues with exactly the next batch."""
+        return {
+            "ferry_state": 1,
+            "source": self._ident,
+            "length": None if self._stream else len(self._src),
+            "batch_size": self.batch_size,
+            "drop_last": self.drop_last,
+            "shuffle": self.shuffle,
+            "sampler": None if self.sampler is None else self.sampler._describe(),
+            "seed": self.seed,
+            "epoch": self._epoch,
+            "batches": self._first,
+        }
+
+    def load_state_dict(self, state):
+        """Continues from ``state_dict()``'s dict: the next ``for`` yields the
+        batch after the last one handed out. A state of another source, length,
+        batch size, order or a damaged one is a ValueError naming what differs."""
+        if not isinstance(state, _Mapping):
+            raise TypeError("state must be a dict from state_dict(), got %s" % type(state).__name__)
+        if state.get("ferry_state") != 1:
+            raise ValueError("not a ferry.DataLoader state (ferry_state is %r)"
+                             % (state.get("ferry_state"),))
+        mine = self.state_dict()
+        for k in ("source", "length", "batch_size", "drop_last", "shuffle", "sampler"):
+            if k not in state:
+                raise ValueError("state has no %r" % k)
+            if state[k] != mine[k]:
+                raise ValueError("state is of another loader: %s is %r there, %r here"
+                                 % (k, state[k], mine[k]))
+        for k in ("seed", "epoch", "batches"):
+            v = state.get(k)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ValueError("state: %s must be an int >= 0, got %r" % (k, v))
+        if state["seed"] >= 1 << 64:
+            raise ValueError("state: seed %r is out of range" % (state["seed"],))
+        if self._stream and state["batches"]:
+            raise NotSupportedError("%s is a stream: resuming a stream mid-epoch is not "
+                                    "supported yet" % (self._ident,))
+        if state["seed"] != self.seed:
+            # the order and every random choice depend on the seed: take the state's
+            self.seed = state["seed"]
+            if self.sampler is not None:
+                self._csampler = self.sampler._bind(len(self._src), self.seed)
+            if self._loader is not None:
+                self._loader.close()
+            self._make_loader()
+        self._epoch, self._first, self._epoch_given = state["epoch"], state["batches"], True
+
+    def close(self):
+        """Stops the workers and frees the loader. Tensors of earlier batches stay
+        valid; their memory goes with the last of them."""
+        if self._loader is not None:
+            self._loader.close()
+            self._loader = None
+        _live_loaders.discard(self)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return "ferry.DataLoader(%r, batch_size=%d, num_workers=%d)" % (
+            self._ident, self.batch_size, self.num_workers)
+
+
+class _Iter:
+    """One epoch of a DataLoader."""
+
+    __slots__ = ("_dl", "_loader", "_epoch", "_timeout", "_done")
+
+    def __init__(self, dl, epoch):
+        self._dl = dl
+        self._loader = dl._loader
+        self._epoch = epoch
+        self._timeout = dl.timeout
+        self._done = False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._done:
+            raise StopIteration
+        dl = self._dl
+        if dl._loader is not self._loader:
+            raise StateError("this iteration's loader was restarted or closed")
+        b = self._loader.next(self._timeout)
+        if b is None:
+            self._done = True
+            if dl._epoch == self._epoch and not dl._epoch_given:
+                dl._epoch, dl._first = self._epoch + 1, 0
+            raise StopIteration
+        if dl._epoch == self._epoch and not dl._epoch_given:
+            dl._first = b.number + 1
+        return b
+
+    def __len__(self):
+        return len(self._loader)

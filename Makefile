@@ -1,14 +1,19 @@
 # The two commands of the README, and a few more.
-#   make run    install what is missing, build, and run the demo
+#   make run    install what is missing, build, install the Python module into a
+#               venv, and run the demo (a PyTorch training loop fed by ferry)
 #   make test   install, build, and run the whole suite: a normal build, an
-#               ASan+UBSan build, and a TSan build of the concurrent tests
+#               ASan+UBSan build, a TSan build of the concurrent tests, and the
+#               Python tests against the module installed into a throwaway venv
 #   make bench  the side-by-side benchmarks (not part of make test)
 
 BUILD ?= build
+PYTHON ?= /usr/bin/python3
+VENV = $(BUILD)/pyvenv
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CTEST = ctest --output-on-failure -j$(JOBS)
 
-.PHONY: all deps build run test test-release test-asan test-tsan bench fuzz format clean
+.PHONY: all deps build python run test test-release test-asan test-tsan test-python bench fuzz \
+	format clean
 
 all: build
 
@@ -19,10 +24,17 @@ build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
 	@cmake --build $(BUILD) -j$(JOBS)
 
-run: build
-	@scripts/demo.sh $(BUILD)/ferry $(BUILD)/demo
+# The Python module, installed the way the README says: a venv that sees Debian's
+# packages (numpy, torch), and pip building from this checkout, offline.
+python: deps
+	@rm -rf $(VENV)
+	@$(PYTHON) -m venv --system-site-packages $(VENV)
+	@$(VENV)/bin/pip install -q --no-index --no-build-isolation .
 
-test: deps test-release test-asan test-tsan
+run: build python
+	@scripts/demo.sh $(BUILD)/ferry $(BUILD)/demo $(VENV)/bin/python
+
+test: deps test-release test-asan test-tsan test-python
 
 test-release:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -41,6 +53,11 @@ test-tsan:
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 	  $(CTEST) --test-dir $(BUILD)-tsan -L concurrent
 
+# The Python tests run from outside the source tree, against the installed module.
+test-python: python
+	cd $$(mktemp -d) && $(abspath $(VENV))/bin/python -m pytest -q -p no:cacheprovider \
+	  $(CURDIR)/python/tests
+
 bench: build
 	@scripts/install-deps.sh bench
 	bench/run.sh $(BUILD)/ferry
@@ -57,7 +74,8 @@ fuzz:
 	  $$t -max_total_time=$(FUZZ_SECONDS) -artifact_prefix=$(BUILD)-fuzz/ $$new tests/fuzz/corpus/$$n || exit 1; done
 
 format:
-	clang-format -i include/ferry/*.h src/*/*.c src/*/*.h cli/*.c cli/*.h tests/*.c tests/*.h tests/fuzz/*.c
+	clang-format -i include/ferry/*.h src/*/*.c src/*/*.h cli/*.c cli/*.h tests/*.c tests/*.h tests/fuzz/*.c \
+	  python/ferry/*.c python/ferry/*.h
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan $(BUILD)-fuzz

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# The demo behind `make run`: makes a small text dataset on disk (one sample per
-# line), indexes it, shows its first lines, then trains-reads it: a shuffled
-# loader over 3 epochs on 2 workers, with a progress bar and a throughput summary.
+# The demo behind `make run`: makes a small text dataset on disk (one labelled
+# sentence per line), indexes it and shows its first lines with the `ferry`
+# command, then trains a small PyTorch model on it fed by ferry.DataLoader,
+# stopping halfway and resuming from the saved state.
 set -euo pipefail
 ferry=${1:-build/ferry}
 demo=${2:-build/demo}
+python=${3:-/usr/bin/python3}
 mkdir -p "$demo"
-text="$demo/sentences.txt"
+text="$demo/mentions.txt"
 if [ ! -s "$text" ]; then
-  echo "== making a demo dataset: $text (300,000 lines)"
+  echo "== making a demo dataset: $text (300,000 lines: label, tab, sentence)"
   /usr/bin/python3 - "$text" <<'PY'
 import random, sys
 random.seed(7)
@@ -16,15 +18,12 @@ words = ("the a loader feeds batches to an accelerator that waits for input whil
          "workers decode samples into pooled memory in a reproducible order").split()
 with open(sys.argv[1], "w") as f:
     for i in range(300000):
-        n = random.randint(4, 40)
-        f.write("%d\t%s\n" % (i, " ".join(random.choice(words) for _ in range(n))))
+        s = " ".join(random.choice(words) for _ in range(random.randint(4, 40)))
+        f.write("%d\t%s\n" % ("accelerator" in s.split(), s))
 PY
 fi
 echo "== ferry $("$ferry" version | cut -d' ' -f2): indexing"
 "$ferry" index "$text"
-echo "== the first lines"
+echo "== the first lines (label 1: the sentence mentions an accelerator)"
 "$ferry" head "lines:$text" -n 3
-echo "== loading: shuffled, batch 256, 2 workers, 3 epochs"
-"$ferry" bench "lines:$text,max=320" --batch 256 --workers 2 --shuffle --epochs 3 --digest
-echo "== the same loader on CPU-heavy synthetic samples (1,000,000 x 3 epochs)"
-"$ferry" bench synthetic:1000000,bytes=64,cost=20 --batch 256 --workers 2 --shuffle --epochs 3
+"$python" "$(dirname "$0")/demo_train.py" "$text" "$demo/state.pt"

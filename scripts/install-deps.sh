@@ -6,8 +6,10 @@
 set -euo pipefail
 
 # python3-pil and python3-numpy: the resampler is tested against Pillow
+# python3-dev .. python3-pytest: the Python module, built into a venv and tested
 pkgs=(build-essential cmake pkg-config python3 python3-pil python3-numpy libzstd-dev liblmdb-dev
-      libjpeg62-turbo-dev libspng-dev)
+      libjpeg62-turbo-dev libspng-dev
+      python3-dev python3-venv python3-setuptools python3-wheel python3-torch python3-pytest)
 if [ "${1:-}" = fuzz ]; then
   pkgs+=(clang libclang-rt-14-dev)
 fi

@@ -449,15 +449,17 @@ def _size(v, what):
     return v
 
 
-def pack(source, outdir, name=None, shard_size=None, shard_records=None, zstd=None, workers=2):
+def pack(source, outdir, name=None, shard_size=None, shard_records=None, zstd=None, workers=2,
+         *, fields=None):
     """Packs every sample of a source into ferry record shards in ``outdir``
     (``NAME-00000-of-000NN.ferry`` and ``NAME.manifest``), as ``ferry pack``:
     ``name`` (default "data"), ``shard_size`` (bytes or "256M"; default 1 GiB),
     ``shard_records``, ``zstd`` (level 1..19; default: stored), ``workers``
     (threads reading the source). ``source`` is a source text, a
-    ``ferry.Dataset`` or a map-style Python dataset. Nothing a reader takes for
-    whole appears before the end. Returns ``{"records": N, "bytes": B}``."""
-    src = _resolve(source, None, None)[0]
+    ``ferry.Dataset`` or a map-style Python dataset (``fields=`` as for
+    ``DataLoader``). Nothing a reader takes for whole appears before the end.
+    Returns ``{"records": N, "bytes": B}``."""
+    src = _resolve(source, fields, None)[0]
     if not isinstance(outdir, (str, _os.PathLike)):
         raise TypeError("outdir must be a str or path, got %s" % type(outdir).__name__)
     if name is not None and not isinstance(name, str):

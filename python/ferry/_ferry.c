@@ -1604,8 +1604,23 @@ static PyObject *batchref_size(PyObject *self, void *unused)
     return PyLong_FromUnsignedLong(ferry_batch_size(((BatchRefObject *)self)->b));
 }
 
+/* field_address(f) -> where field f's data starts in the batch buffer (for tests
+ * and debugging: a tensor of the batch views exactly this memory) */
+static PyObject *batchref_field_address(PyObject *self, PyObject *args)
+{
+    int f;
+    if (!PyArg_ParseTuple(args, "i", &f))
+        return NULL;
+    ferry_tensor t;
+    if (ferry_batch_field(((BatchRefObject *)self)->b, f, &t) < 0)
+        return raise_last(FERRY_EINVAL);
+    return PyLong_FromVoidPtr(t.data);
+}
+
 static PyMethodDef batchref_methods[] = {
-    {"indices", batchref_indices, METH_NOARGS, "indices() -> int64 tensor"}, {NULL}};
+    {"field_address", batchref_field_address, METH_VARARGS, "field_address(f) -> int"},
+    {"indices", batchref_indices, METH_NOARGS, "indices() -> int64 tensor"},
+    {NULL}};
 
 static PyGetSetDef batchref_getset[] = {
     {"size", batchref_size, NULL, "Samples in the batch.", NULL}, {NULL}};

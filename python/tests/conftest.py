@@ -1,0 +1,53 @@
+"""The Python tests run against the installed package (make test installs it
+into a throwaway venv), never against the source tree."""
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+import pytest
+
+import ferry
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+SHARED = os.path.join(os.path.dirname(ROOT), "shared", "testdata")
+
+
+def pytest_configure(config):
+    src = os.path.join(ROOT, "python")
+    if os.path.realpath(ferry.__file__).startswith(os.path.realpath(src) + os.sep) and \
+            not os.environ.get("FERRY_TEST_SOURCE_TREE"):
+        raise pytest.UsageError("ferry was imported from the source tree (%s), not from an "
+                                "install: run the tests from outside it" % ferry.__file__)
+
+
+@pytest.fixture
+def run_py(tmp_path):
+    """Runs a Python snippet in a fresh interpreter (the same one as the tests)."""
+    def run(code, *args, timeout=120, check=True):
+        f = tmp_path / ("snippet_%d.py" % len(list(tmp_path.glob("snippet_*.py"))))
+        f.write_text(code)
+        p = subprocess.run([sys.executable, str(f), *map(str, args)], capture_output=True,
+                           text=True, timeout=timeout, cwd=str(tmp_path))
+        if check and p.returncode != 0:
+            raise AssertionError("snippet failed (%d):\n%s\n%s" % (p.returncode, p.stdout, p.stderr))
+        return p
+    return run
+
+
+@pytest.fixture
+def lines_file(tmp_path):
+    p = tmp_path / "text.txt"
+    with open(p, "w") as f:
+        for i in range(1000):
+            f.write("%d line %s\n" % (i, "x" * (i % 37)))
+    ferry.index(str(p))
+    return str(p)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -154,10 +154,21 @@ FERRY_API int ferry_batch_lengths(const ferry_batch *b, int f, ferry_tensor *out
 /* The schema of field f. */
 FERRY_API const ferry_field *ferry_batch_field_info(const ferry_batch *b, int f);
 /* Field f (or, with lengths nonzero, its lengths) as a tensor that holds a
- * reference to the batch: the buffer stays valid until both the caller has
- * released the batch and ferry_tensor_release has run on every exported tensor.
- * This is what zero-copy exports (NumPy, DLPack) hand their deleters. */
+ * reference to the batch's memory: it stays valid until ferry_tensor_release
+ * runs on it, whenever the batch is released and even after ferry_loader_free.
+ * This is what zero-copy exports (NumPy, DLPack) hand their deleters; the release
+ * is an atomic reference drop that may run on any thread.
+ *
+ * Releasing the batch while exported tensors live gives the batch back to the
+ * pool at once: the tensors keep its memory, and the batch gets other memory
+ * when it is next filled (a spare buffer whose tensors are gone, of which the
+ * loader keeps at most `prefetch`, or a new allocation). So tensors kept for long
+ * never leave the loader without buffers; memory is then at most twice the pool
+ * plus what the caller's tensors keep. */
 FERRY_API int ferry_batch_export(ferry_batch *b, int f, int lengths, ferry_tensor *out);
+/* The batch's dataset indices (uint64 [size], UINT64_MAX for stream samples) as
+ * an exported tensor, like ferry_batch_export. */
+FERRY_API int ferry_batch_export_indices(ferry_batch *b, ferry_tensor *out);
 
 /* Takes another reference to a batch, to be dropped with ferry_batch_release. */
 FERRY_API void ferry_batch_retain(ferry_batch *b);

@@ -130,30 +130,26 @@ class Batch(dict):
     """One batch: a dict of field name to tensor (``torch.Tensor``, or a NumPy
     array with ``output="numpy"``) of shape ``[batch, *field shape]``.
 
-    The tensors view ferry's batch buffer (no copy). The buffer goes back to the
-    loader's pool when the last tensor viewing it is gone, so keep a tensor past
-    its batch only as long as needed (``.clone()`` what you keep for long: while
-    tensors of ``prefetch`` batches are alive, the loader has no buffer left).
+    The tensors view ferry's batch memory (no copy); the memory lives as long as
+    any tensor viewing it. Keeping tensors (a list of labels, say) is safe: the
+    loader then fills other memory, so the memory in use is the loader's pool
+    plus what kept tensors hold, as with any tensors.
 
     A variable-length field ``name`` comes padded with zeros to its bound, and its
     lengths (int64 ``[batch]``) are the entry ``name + "_lengths"``.
 
     Attributes: ``epoch``, ``number`` (the batch's position in its epoch),
-    ``indices`` (the dataset index of each sample, int64) and ``size``.
+    ``size`` (samples in it: fewer for a last partial batch, or where samples
+    were skipped) and ``indices`` (the dataset index of each sample, int64;
+    -1 for streams), in the batch's output type.
     """
 
-    __slots__ = ("epoch", "number", "_ref")
+    __slots__ = ("epoch", "number", "size", "_idx")
 
     @property
     def indices(self):
         """The dataset index of each sample (int64 ``[size]``; -1 for streams)."""
-        return self._ref.indices()
-
-    @property
-    def size(self):
-        """Samples in this batch (smaller for a last partial batch, or where
-        samples were skipped)."""
-        return self._ref.size
+        return _as_output(self._idx, self)
 
     def __repr__(self):
         shapes = ", ".join("%r: %s" % (k, _shape_text(v)) for k, v in self.items())
@@ -168,11 +164,15 @@ class TupleBatch(tuple):
 
     @property
     def indices(self):
-        return self._ref.indices()
+        return _as_output(self._idx, self)
 
-    @property
-    def size(self):
-        return self._ref.size
+
+def _as_output(t, batch):
+    """A raw ferry Tensor as the batch's own kind of tensor (zero-copy)."""
+    first = next(iter(batch.values() if isinstance(batch, dict) else batch), None)
+    if _torch is not None and isinstance(first, _torch.Tensor):
+        return _torch.from_dlpack(t)
+    return _numpy().asarray(t)
 
 
 def _shape_text(v):

@@ -38,7 +38,7 @@ static PyObject *g_batch_type;  /* ferry.Batch (a dict subclass) */
 static PyObject *g_tuple_type;  /* ferry.TupleBatch (a tuple subclass) */
 static PyObject *g_from_dlpack; /* torch's from_dlpack, once torch is imported */
 static PyObject *g_np_asarray;  /* numpy.asarray, once numpy is imported */
-static PyObject *g_str_epoch, *g_str_number, *g_str_ref, *g_str_lengths;
+static PyObject *g_str_epoch, *g_str_number, *g_str_size, *g_str_idx, *g_str_lengths;
 static pthread_key_t g_ts_key;  /* a foreign worker thread's thread state */
 static pthread_key_t g_buf_key; /* a worker thread's scratch for transforms */
 
@@ -1562,78 +1562,6 @@ static PyObject *mod_dist_from_env(PyObject *m, PyObject *unused)
     return Py_BuildValue("(LL)", (long long)rank, (long long)world);
 }
 
-/* ---- Batch references ---- */
-
-typedef struct {
-    PyObject_HEAD ferry_batch *b;
-    int output;
-} BatchRefObject;
-
-static PyTypeObject *BatchRefType;
-
-static void batchref_dealloc(PyObject *self)
-{
-    ferry_batch_release(((BatchRefObject *)self)->b);
-    PyTypeObject *tp = Py_TYPE(self);
-    PyObject_Free(self);
-    Py_DECREF(tp);
-}
-
-static void batch_release_hook(void *owner)
-{
-    ferry_batch_release(owner);
-}
-
-/* indices() -> the batch's dataset indices as int64, viewing the batch */
-static PyObject *batchref_indices(PyObject *self, PyObject *unused)
-{
-    int output = ((BatchRefObject *)self)->output;
-    ferry_batch *b = ((BatchRefObject *)self)->b;
-    int64_t shape[1] = {ferry_batch_size(b)};
-    ferry_tensor t;
-    /* the indices are below 2^63: int64 is what torch and NumPy index with */
-    ferry_tensor_wrap(&t, (void *)ferry_batch_indices(b), FERRY_I64, 1, shape, NULL);
-    ferry_batch_retain(b);
-    t.owner = b;
-    t.release = batch_release_hook;
-    return export_tensor(&t, output);
-}
-
-static PyObject *batchref_size(PyObject *self, void *unused)
-{
-    return PyLong_FromUnsignedLong(ferry_batch_size(((BatchRefObject *)self)->b));
-}
-
-/* field_address(f) -> where field f's data starts in the batch buffer (for tests
- * and debugging: a tensor of the batch views exactly this memory) */
-static PyObject *batchref_field_address(PyObject *self, PyObject *args)
-{
-    int f;
-    if (!PyArg_ParseTuple(args, "i", &f))
-        return NULL;
-    ferry_tensor t;
-    if (ferry_batch_field(((BatchRefObject *)self)->b, f, &t) < 0)
-        return raise_last(FERRY_EINVAL);
-    return PyLong_FromVoidPtr(t.data);
-}
-
-static PyMethodDef batchref_methods[] = {
-    {"field_address", batchref_field_address, METH_VARARGS, "field_address(f) -> int"},
-    {"indices", batchref_indices, METH_NOARGS, "indices() -> int64 tensor"},
-    {NULL}};
-
-static PyGetSetDef batchref_getset[] = {
-    {"size", batchref_size, NULL, "Samples in the batch.", NULL}, {NULL}};
-
-static PyType_Slot batchref_slots[] = {{Py_tp_dealloc, batchref_dealloc},
-                                       {Py_tp_methods, batchref_methods},
-                                       {Py_tp_getset, batchref_getset},
-                                       {Py_tp_doc, "The loader's reference to a batch (internal)."},
-                                       {0, NULL}};
-
-static PyType_Spec batchref_spec = {"ferry._ferry.BatchRef", sizeof(BatchRefObject), 0,
-                                    Py_TPFLAGS_DEFAULT, batchref_slots};
-
 /* ---- Loader ---- */
 
 typedef struct {
@@ -1886,22 +1814,17 @@ static PyObject *loader_start(PyObject *op, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* Builds the Python batch around b (whose caller reference it takes). */
+/* Builds the Python batch from b and releases b: the tensors hold the batch's
+ * memory (ferry_batch_export), not the batch, so the loader has the buffer back
+ * at once and tensors kept for long never starve it. */
 static PyObject *make_batch(LoaderObject *self, ferry_batch *b)
 {
-    BatchRefObject *ref = PyObject_New(BatchRefObject, BatchRefType);
-    if (!ref) {
-        ferry_batch_release(b);
-        return NULL;
-    }
-    ref->b = b;
-    ref->output = self->output;
     PyObject *vals[2 * FERRY_MAX_FIELDS];
     PyObject *keys[2 * FERRY_MAX_FIELDS];
     int nv = 0;
-    PyObject *batch = NULL, *lens = NULL;
+    PyObject *batch = NULL, *lens = NULL, *idx = NULL;
+    ferry_tensor t;
     for (int f = 0; f < self->nfields; f++) {
-        ferry_tensor t;
         if (ferry_batch_export(b, f, 0, &t) < 0 || !(vals[nv] = export_tensor(&t, self->output)))
             goto fail;
         keys[nv++] = self->names[f];
@@ -1911,6 +1834,12 @@ static PyObject *make_batch(LoaderObject *self, ferry_batch *b)
             goto fail;
         keys[nv++] = self->len_names[f];
     }
+    /* the indices stay a raw Tensor until asked for (Batch.indices); they are
+     * below 2^63 (UINT64_MAX for streams reads as -1): int64, as torch indexes */
+    ferry_batch_export_indices(b, &t);
+    t.dtype = FERRY_I64;
+    if (!(idx = tensor_new(&t, 1)))
+        goto fail;
     if (self->tuple_batch) {
         /* the fields in their positions; variable fields' lengths in .lengths */
         PyObject *tup = PyTuple_New(self->nfields);
@@ -1948,24 +1877,29 @@ static PyObject *make_batch(LoaderObject *self, ferry_batch *b)
     }
     PyObject *e = PyLong_FromUnsignedLongLong(ferry_batch_epoch(b));
     PyObject *n = PyLong_FromUnsignedLongLong(ferry_batch_number(b));
-    int bad = !e || !n || PyObject_SetAttr(batch, g_str_epoch, e) < 0 ||
+    PyObject *z = PyLong_FromUnsignedLong(ferry_batch_size(b));
+    int bad = !e || !n || !z || PyObject_SetAttr(batch, g_str_epoch, e) < 0 ||
               PyObject_SetAttr(batch, g_str_number, n) < 0 ||
-              PyObject_SetAttr(batch, g_str_ref, (PyObject *)ref) < 0;
+              PyObject_SetAttr(batch, g_str_size, z) < 0 ||
+              PyObject_SetAttr(batch, g_str_idx, idx) < 0;
     Py_XDECREF(e);
     Py_XDECREF(n);
+    Py_XDECREF(z);
     if (bad)
         goto fail;
     for (int i = 0; i < nv; i++)
         Py_DECREF(vals[i]);
     Py_XDECREF(lens);
-    Py_DECREF(ref);
+    Py_DECREF(idx);
+    ferry_batch_release(b);
     return batch;
 fail:
     for (int i = 0; i < nv; i++)
         Py_DECREF(vals[i]);
     Py_XDECREF(lens);
+    Py_XDECREF(idx);
     Py_XDECREF(batch);
-    Py_DECREF(ref);
+    ferry_batch_release(b);
     return NULL;
 }
 
@@ -2399,13 +2333,13 @@ PyMODINIT_FUNC PyInit__ferry(void)
     g_interp = PyInterpreterState_Get();
     g_str_epoch = PyUnicode_InternFromString("epoch");
     g_str_number = PyUnicode_InternFromString("number");
-    g_str_ref = PyUnicode_InternFromString("_ref");
+    g_str_size = PyUnicode_InternFromString("size");
+    g_str_idx = PyUnicode_InternFromString("_idx");
     g_str_lengths = PyUnicode_InternFromString("lengths");
-    if (!g_str_epoch || !g_str_number || !g_str_ref || !g_str_lengths ||
+    if (!g_str_epoch || !g_str_number || !g_str_size || !g_str_idx || !g_str_lengths ||
         add_type(m, &tensor_spec, &TensorType, "Tensor") < 0 ||
         add_type(m, &source_spec, &SourceType, "Source") < 0 ||
         add_type(m, &sampler_spec, &SamplerType, "Sampler") < 0 ||
-        add_type(m, &batchref_spec, &BatchRefType, "BatchRef") < 0 ||
         add_type(m, &loader_spec, &LoaderType, "Loader") < 0) {
         Py_DECREF(m);
         return NULL;

@@ -47,8 +47,7 @@ def test_numpy_output_and_dlpack_interop():
     assert isinstance(b["data"], np.ndarray) and b["data"].shape == (10, 8)
     t = torch.from_dlpack(b["data"])            # NumPy's own DLPack export, zero-copy
     assert t.data_ptr() == b["data"].__array_interface__["data"][0]
-    raw = b._ref  # the batch reference itself keeps the buffer
-    assert raw.size == 10
+    assert b.size == 10 and b.indices.dtype == np.int64
     dt = ferry.DataLoader("synthetic:100,bytes=8", batch_size=10)
     tb = next(iter(dt))
     a = np.from_dlpack(tb["data"])              # torch's DLPack export, zero-copy
@@ -62,8 +61,12 @@ def test_zero_copy_and_no_reuse_while_a_tensor_lives():
     it = iter(dl)
     first = next(it)
     kept = first["data"]
-    assert kept.data_ptr() == first._ref.field_address(0)      # a view, not a copy
-    assert first["label"].data_ptr() == first._ref.field_address(1)
+    # a view, not a copy: the fields and indices lie in one batch buffer, at ferry's
+    # 64-byte-aligned offsets
+    base = first.indices.data_ptr()
+    assert kept.data_ptr() % 64 == 0 and first["label"].data_ptr() % 64 == 0
+    assert 0 < kept.data_ptr() - base < 4096
+    assert 0 < first["label"].data_ptr() - kept.data_ptr() < 4096
     before = kept.clone()
     addr = kept.data_ptr()
     del first
@@ -72,11 +75,14 @@ def test_zero_copy_and_no_reuse_while_a_tensor_lives():
         seen.add(b["data"].data_ptr())
         assert b["data"].data_ptr() != addr, "a buffer was reused while a tensor viewed it"
     assert torch.equal(kept, before)
-    # once the view goes, its buffer comes back into use
+    # memory is recycled, not allocated per batch: 240 batches over 3 epochs
+    # come from a handful of buffers (a pool of 3, and at most as many spares)
     del kept
     gc.collect()
-    addrs = {b["data"].data_ptr() for b in dl}
-    assert addr in addrs
+    addrs = set()
+    for _ in range(3):
+        addrs |= {b["data"].data_ptr() for b in dl}
+    assert len(addrs) <= 12, len(addrs)
 
 
 def test_tensors_outlive_their_loader():
@@ -411,12 +417,16 @@ def test_stats():
     assert set(s["stage_s"]) == {"read", "decode", "transform", "write"}
 
 
-def test_held_buffers_give_a_clear_error():
-    dl = ferry.DataLoader("synthetic:1000", batch_size=10, num_workers=1, prefetch_factor=1)
-    kept = []
-    with pytest.raises(ferry.StateError, match="held"):
-        for b in dl:
-            kept.append(b["data"])
+def test_kept_tensors_never_starve_the_loader():
+    for w in (0, 1):
+        dl = ferry.DataLoader("synthetic:1000", batch_size=10, num_workers=w, prefetch_factor=1,
+                              seed=8)
+        kept = [(b["data"], b["data"].clone(), b.indices) for b in dl]
+        batches = list(ferry.DataLoader("synthetic:1000", batch_size=10, seed=8))
+        assert len(kept) == len(batches) == 100
+        for (view, copy, idx), b in zip(kept, batches):
+            assert torch.equal(view, copy) and torch.equal(view, b["data"])
+            assert torch.equal(idx, b.indices)
 
 
 def test_streams_refuse_shuffle_and_have_no_len(tmp_path):

@@ -15,6 +15,14 @@
  *
  * Teardown: the loader's memory lives while the handle or any batch holds a
  * reference, so batches handed to Python can outlive ferry_loader_free.
+ *
+ * Memory: a batch's bytes live in a block. The batch holds one reference to its
+ * block and each exported tensor another, so a tensor keeps the bytes, not the
+ * batch. A batch given back while tensors still view its block leaves the block
+ * to them and takes another when it is next scheduled: a spare (a block whose
+ * last tensor went; at most `prefetch` are kept) or a new one. Tensors kept for long (a list of
+ * labels, say) thus never starve the pool, and in a steady loop the same few blocks take turns
+ * without allocating.
  */
 #include "ferry/loader.h"
 #include "../datasets/dataset_internal.h"
@@ -50,6 +58,14 @@
 
 enum { SLOT_PENDING = 0, SLOT_OK = 1, SLOT_FAILED = 2 };
 
+/* The memory of one batch: see "Memory" above. */
+typedef struct block {
+    atomic_uint refs; /* the batch it is attached to, and each exported tensor */
+    ferry_loader *l;
+    uint8_t *mem;
+    struct block *next_spare;
+} block;
+
 typedef struct shard {
     ferry_stream_iter *it;
     bool busy, ended;
@@ -65,15 +81,15 @@ struct ferry_batch {
     uint32_t out_size; /* samples delivered, after skips are compacted away */
     uint32_t skipped;
     bool ready, held;
-    atomic_uint users; /* while held: the caller's reference and each exported tensor's */
+    atomic_uint users; /* while held: the caller's references */
     int shard;         /* stream batches: which shard fills it */
     bool shard_ended;  /* set by the worker filling it; applied under m in publish */
     /* the first failure, by slot, under l->m */
     uint32_t fail_slot;
     int fail_rc;
     char fail_msg[FERRY_ERRMSG_MAX];
-    /* memory */
-    uint8_t *mem;
+    /* memory: the block's bytes; NULL blk until the batch is next scheduled */
+    block *blk;
     uint64_t *indices;
     _Atomic uint8_t *state;
     uint8_t *field[FERRY_MAX_FIELDS];
@@ -118,6 +134,11 @@ struct ferry_loader {
 
     ferry_batch *bufs;
     uint32_t nbufs;
+    /* a block's layout, and the spare blocks (under m) */
+    size_t blk_bytes, idx_off, state_off, field_off[FERRY_MAX_FIELDS], len_off[FERRY_MAX_FIELDS];
+    block *spare;
+    uint32_t nspare;
+    int blk_rc; /* a failure to allocate a block, for ferry_loader_next */
     ferry_batch *free_list;
     uint32_t nfree, wake_free; /* wake idle workers once this many buffers are free */
     ferry_batch **by_number;   /* sampler order: ring by batch number */
@@ -152,14 +173,51 @@ static int set_errmsg(ferry_loader *l, int rc)
 
 /* ---- Buffers ---- */
 
+/* A new block (not cleared: every slot is written before it is handed out, and
+ * untouched pages cost no page faults before the first batch), or NULL. */
+static block *block_new(ferry_loader *l)
+{
+    block *k = ferry__calloc(1, sizeof *k);
+    if (!k)
+        return NULL;
+    k->mem = ferry__aligned_alloc(l->blk_bytes);
+    if (!k->mem) {
+        ferry__free(k);
+        return NULL;
+    }
+    k->l = l;
+    atomic_init(&k->refs, 1);
+    return k;
+}
+
+static void block_free(block *k)
+{
+    if (k) {
+        ferry__aligned_free(k->mem);
+        ferry__free(k);
+    }
+}
+
+/* Gives b the block k (whose one reference is now b's). */
+static void attach(ferry_loader *l, ferry_batch *b, block *k)
+{
+    b->blk = k;
+    b->indices = (uint64_t *)(k->mem + l->idx_off);
+    b->state = (_Atomic uint8_t *)(k->mem + l->state_off);
+    for (int f = 0; f < l->nfields; f++) {
+        b->field[f] = k->mem + l->field_off[f];
+        b->lengths[f] = l->fields[f].variable ? (int64_t *)(k->mem + l->len_off[f]) : NULL;
+    }
+}
+
 static int alloc_buffers(ferry_loader *l, uint32_t nbufs)
 {
     uint32_t B = l->o.batch_size;
     size_t off = 0, n;
-    size_t field_off[FERRY_MAX_FIELDS], len_off[FERRY_MAX_FIELDS];
-    size_t idx_off = off;
+    size_t *field_off = l->field_off, *len_off = l->len_off;
+    l->idx_off = off;
     off = ferry__align64((size_t)B * sizeof(uint64_t));
-    size_t state_off = off;
+    l->state_off = off;
     off += ferry__align64(B);
     for (int f = 0; f < l->nfields; f++) {
         field_off[f] = off;
@@ -179,25 +237,17 @@ static int alloc_buffers(ferry_loader *l, uint32_t nbufs)
     if (!l->bufs || !l->by_number || !l->open || !l->ready_q)
         return ferry__err(FERRY_ENOMEM, "loader: out of memory");
     l->nbufs = nbufs;
+    l->blk_bytes = off;
     for (uint32_t i = 0; i < l->nbufs; i++) {
         ferry_batch *b = &l->bufs[i];
         b->l = l;
         b->id = i;
-        b->mem = ferry__aligned_alloc(off);
-        if (!b->mem)
+        block *k = block_new(l);
+        if (!k)
             return ferry__err(FERRY_ENOMEM,
                               "loader: cannot allocate batch buffer %u of %zu bytes (prefetch %u)",
                               i, off, l->nbufs);
-        /* Not cleared: every slot is written before it is handed out (fixed fields
-         * by the dataset, variable ones padded here), and leaving the pages
-         * untouched keeps a deep pool from costing page faults before the first
-         * batch. */
-        b->indices = (uint64_t *)(b->mem + idx_off);
-        b->state = (_Atomic uint8_t *)(b->mem + state_off);
-        for (int f = 0; f < l->nfields; f++) {
-            b->field[f] = b->mem + field_off[f];
-            b->lengths[f] = l->fields[f].variable ? (int64_t *)(b->mem + len_off[f]) : NULL;
-        }
+        attach(l, b, k);
         b->next_free = l->free_list;
         l->free_list = b;
     }
@@ -211,7 +261,12 @@ static void destroy(ferry_loader *l)
 {
     if (l->bufs)
         for (uint32_t i = 0; i < l->nbufs; i++)
-            ferry__aligned_free(l->bufs[i].mem);
+            block_free(l->bufs[i].blk);
+    while (l->spare) {
+        block *k = l->spare;
+        l->spare = k->next_spare;
+        block_free(k);
+    }
     ferry__free(l->bufs);
     ferry__free(l->by_number);
     ferry__free(l->open);
@@ -232,9 +287,35 @@ static void destroy(ferry_loader *l)
     ferry__free(l);
 }
 
+/* Keeps a block no one uses as a spare, or frees it. Under m. */
+static void block_retire(ferry_loader *l, block *k)
+{
+    /* as many spares as the pool has buffers: a steady loop then never frees
+     * and allocates again, and memory stays within twice the pool plus what
+     * the caller's tensors hold */
+    if (l->nspare < l->nbufs) {
+        atomic_store(&k->refs, 1);
+        k->next_spare = l->spare;
+        l->spare = k;
+        l->nspare++;
+    } else {
+        block_free(k);
+    }
+}
+
 /* Puts a buffer back in the pool. Under m. */
 static void recycle(ferry_loader *l, ferry_batch *b)
 {
+    block *k = b->blk;
+    if (k && atomic_load(&k->refs) > 1) {
+        /* tensors still view it: they keep the block (and, through it, the
+         * loader's memory); the batch takes another when next scheduled */
+        b->blk = NULL;
+        if (atomic_fetch_sub(&k->refs, 1) == 1)
+            block_retire(l, k); /* the last tensor went meanwhile */
+        else
+            l->refs++;
+    }
     b->ready = false;
     b->held = false;
     b->next_free = l->free_list;
@@ -409,6 +490,18 @@ static ferry_batch *schedule(ferry_loader *l)
         size = l->o.batch_size;
     }
     ferry_batch *b = l->free_list;
+    if (!b->blk) {
+        block *k = l->spare;
+        if (k) {
+            l->spare = k->next_spare;
+            l->nspare--;
+        } else if (!(k = block_new(l))) {
+            l->blk_rc = FERRY_ENOMEM;
+            pthread_cond_broadcast(&l->ready_cv);
+            return NULL;
+        }
+        attach(l, b, k);
+    }
     l->free_list = b->next_free;
     l->nfree--;
     b->epoch = l->epoch;
@@ -1165,6 +1258,13 @@ int ferry_loader_next(ferry_loader *l, ferry_batch **out)
             rc = FERRY_END;
             break;
         }
+        if (l->blk_rc) {
+            rc = ferry__err(l->blk_rc, "loader: cannot allocate a batch buffer of %zu bytes",
+                            l->blk_bytes);
+            l->blk_rc = 0;
+            stop_epoch(l);
+            break;
+        }
         ferry_batch *b = take_ready(l);
         if (b) {
             rc = deliver(l, b, out);
@@ -1323,18 +1423,39 @@ void ferry_batch_release(ferry_batch *b)
         destroy(l);
 }
 
-static void release_hook(void *owner)
+/* A tensor's reference to a block goes; any thread. */
+static void block_release(void *owner)
 {
-    ferry_batch_release(owner);
+    block *k = owner;
+    if (atomic_fetch_sub(&k->refs, 1) != 1)
+        return;
+    /* the last reference, and a tensor's: the block was left by its batch */
+    ferry_loader *l = k->l;
+    pthread_mutex_lock(&l->m);
+    block_retire(l, k);
+    bool last = --l->refs == 0;
+    pthread_mutex_unlock(&l->m);
+    if (last)
+        destroy(l);
+}
+
+static int export_ref(ferry_batch *b, ferry_tensor *out)
+{
+    atomic_fetch_add(&b->blk->refs, 1);
+    out->owner = b->blk;
+    out->release = block_release;
+    return 0;
 }
 
 int ferry_batch_export(ferry_batch *b, int f, int lengths, ferry_tensor *out)
 {
     int rc = lengths ? ferry_batch_lengths(b, f, out) : ferry_batch_field(b, f, out);
-    if (rc < 0)
-        return rc;
-    ferry_batch_retain(b);
-    out->owner = b;
-    out->release = release_hook;
-    return 0;
+    return rc < 0 ? rc : export_ref(b, out);
+}
+
+int ferry_batch_export_indices(ferry_batch *b, ferry_tensor *out)
+{
+    int64_t shape[1] = {b->out_size};
+    ferry_tensor_wrap(out, b->indices, FERRY_U64, 1, shape, NULL);
+    return export_ref(b, out);
 }

@@ -599,13 +599,19 @@ TEST(hostile_headers)
         {"{\"__metadata__\":{\"k\":1}}", 0, "__metadata__ value of \"k\" is not a string"},
         {"{\"__metadata__\":{},\"__metadata__\":{}}", 0, "__metadata__ appears twice"},
         {"{\"__metadata__\":{\"k\":\"a\",\"k\":\"b\"}}", 0, "key \"k\" appears twice"},
-        {"{\"__metadata__\":{\"ferry.crc32c/a\":\"0000000g\"},"
+        {"{\"__metadata__\":{\"ferry.crc32c\":\"0000000g\"},"
          "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
-         4, "not 8 hex digits"},
-        {"{\"__metadata__\":{\"ferry.crc32c/b\":\"00000000\"},"
+         4, "is not 8 hex digits and a comma"},
+        {"{\"__metadata__\":{\"ferry.crc32c\":\"00000000,00000000\"},"
          "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
-         4, "a CRC for a tensor the file does not hold"},
-        {"{\"__metadata__\":{\"ferry.crc32c/a\":\"00000001\"},"
+         4, "not 8 hex digits for each of the 1 tensors"},
+        {"{\"__metadata__\":{\"ferry.crc32c\":\"00000000;00000000\"},"
+         "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+         "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+         8, "tensor \"a\": its stored CRC (number 0"},
+        {"{\"__metadata__\":{\"ferry.crc32c\":\"\",\"ferry.crc32c\":\"\"}}", 0,
+         "key \"ferry.crc32c\" appears twice"},
+        {"{\"__metadata__\":{\"ferry.crc32c\":\"00000001\"},"
          "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
          4, "CRC mismatch"},
         {"{\"a\":{\"dtype\":\"F4\",\"shape\":[3],\"data_offsets\":[0,1]}}", 1,
@@ -721,10 +727,10 @@ TEST(save_refuses_bad_input)
     ferry_tensor_src nodata[] = {{"a", FERRY_ST_F32, 1, &s2, NULL}};
     CHECK_RC(ferry_tensors_save(path, nodata, 1, NULL), FERRY_EINVAL);
     ferry_tensor_src ok[] = {{"a", FERRY_ST_F32, 1, &s2, a}};
-    const char *k[] = {"ferry.crc32c/a"}, *v[] = {"x"};
+    const char *k[] = {"ferry.crc32c"}, *v[] = {"x"};
     ferry_tensors_save_opts so = {.meta_keys = k, .meta_values = v, .nmeta = 1};
     CHECK_RC(ferry_tensors_save(path, ok, 1, &so), FERRY_EINVAL);
-    CHECK_CONTAINS(ferry_last_errmsg(), "are ferry's");
+    CHECK_CONTAINS(ferry_last_errmsg(), "is ferry's own");
     ferry_tensors_save_opts sc = {.chunk_bytes = 100};
     CHECK_RC(ferry_tensors_save(path, ok, 1, &sc), FERRY_EINVAL);
     CHECK_CONTAINS(ferry_last_errmsg(), "chunk_bytes");

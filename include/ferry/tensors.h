@@ -13,8 +13,9 @@
  * tensors cut into chunks written by several threads straight to their final
  * offsets, syncs it and renames it over the target: a reader (or a crash at any
  * moment) sees the old file or the whole new one, never a part. By default each
- * tensor's CRC-32C goes into __metadata__ under "ferry.crc32c/NAME" (8 hex digits),
- * where every other reader sees only one more metadata string.
+ * tensor's CRC-32C goes into __metadata__ under "ferry.crc32c" (see
+ * FERRY_TENSORS_CRC_KEY), where every other reader sees only one more metadata
+ * string.
  *
  * Loading (ferry_tensors_open) maps the file and hands out read-only views of the
  * mapping, valid until ferry_tensors_free: no copy, nothing read until touched
@@ -30,9 +31,9 @@
  * than FERRY_TENSORS_MAX_DIMS dimensions, or a byte count that disagrees with its
  * dtype and shape; two tensors share a name; the data ranges are not contiguous
  * from 0 without overlap, or do not end exactly at the end of the file;
- * __metadata__ holds a non-string value; a stored CRC is malformed, names no
- * tensor, or does not match the tensor's bytes. Memory taken at open is bounded by
- * the header size (at most the header limit), never by what the header claims.
+ * __metadata__ holds a non-string value or a key twice; the stored CRCs are
+ * malformed, not one for each tensor, or do not match a tensor's bytes. Memory taken at open is
+ * bounded by the header size (at most the header limit), never by what the header claims.
  *
  * Threads: a ferry_tensors handle is read-only after open and may be read from any
  * number of threads. ferry_tensors_save may run on several threads at once for
@@ -86,8 +87,10 @@ FERRY_API ferry_dtype ferry_st_dtype_core(ferry_st_dtype dt);
 #define FERRY_TENSORS_MAX_DIMS 64
 /* The default header limit: 100,000,000 bytes, the safetensors library's own. */
 #define FERRY_TENSORS_DEFAULT_MAX_HEADER ((uint64_t)100000000)
-/* The metadata key prefix of the per-tensor CRC-32C ("ferry.crc32c/NAME"). */
-#define FERRY_TENSORS_CRC_KEY "ferry.crc32c/"
+/* The metadata key of the tensors' CRC-32Cs: its value holds 8 lowercase hex
+ * digits for each tensor, in file order (by offset), separated by commas. One key
+ * rather than one a tensor keeps the header of a 10,000-tensor file short. */
+#define FERRY_TENSORS_CRC_KEY "ferry.crc32c"
 
 /* ---- Loading ---- */
 
@@ -162,8 +165,8 @@ FERRY_API const ferry_tensor_info *ferry_tensors_find(const ferry_tensors *t, co
 /* How many tensors the file holds (selected or not). */
 FERRY_API size_t ferry_tensors_file_count(const ferry_tensors *t);
 
-/* __metadata__ entries, in file order, without ferry's own CRC entries (those are
- * in ferry_tensor_info). Strings owned by the handle. */
+/* __metadata__ entries, in file order, without ferry's own CRC entry (the CRCs
+ * are in ferry_tensor_info). Strings owned by the handle. */
 FERRY_API size_t ferry_tensors_metadata_count(const ferry_tensors *t);
 /* Entry i: its key in *key, its value returned; NULL when i is out of range. */
 FERRY_API const char *ferry_tensors_metadata_at(const ferry_tensors *t, size_t i, const char **key);
@@ -189,8 +192,7 @@ typedef struct ferry_tensor_src {
 } ferry_tensor_src;
 
 typedef struct ferry_tensors_save_opts {
-    /* __metadata__ strings (UTF-8); keys unique and not starting with
-     * FERRY_TENSORS_CRC_KEY. */
+    /* __metadata__ strings (UTF-8); keys unique and not FERRY_TENSORS_CRC_KEY. */
     const char *const *meta_keys;
     const char *const *meta_values;
     size_t nmeta;

@@ -16,7 +16,6 @@
 #include <unistd.h>
 
 #define JSON_MAX_DEPTH 64
-#define CRC_KEY_LEN (sizeof FERRY_TENSORS_CRC_KEY - 1)
 #define VERIFY_PIECE ((uint64_t)32 << 20) /* bytes of one CRC job */
 #define DEFAULT_CHUNK ((uint64_t)16 << 20)
 
@@ -206,6 +205,80 @@ static int jobs_run(jobs *j, unsigned threads)
     return 0;
 }
 
+/* ---- name lookups: open addressing over a keyed FNV-1a hash ----
+ * The key differs from handle to handle, so that a header cannot be made of names
+ * that collide on purpose. */
+
+typedef struct name_index {
+    size_t *slots; /* index + 1; 0 = empty; SKIP = a name not selected (probing goes on) */
+    size_t mask;
+} name_index;
+
+#define SKIP SIZE_MAX
+
+typedef const char *(*name_of_fn)(const void *ctx, size_t i);
+
+static uint64_t hash_name(const char *s, uint64_t key)
+{
+    /* eight bytes a step: names are long and alike ("model.layers.17.mlp...") */
+    size_t n = strlen(s);
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ key ^ n;
+    for (; n >= 8; s += 8, n -= 8) {
+        uint64_t w;
+        memcpy(&w, s, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdull;
+        h ^= h >> 32;
+    }
+    uint64_t w = 0;
+    memcpy(&w, s, n);
+    h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
+    return h ^ (h >> 29);
+}
+
+/* Builds the index of n names; *dup is the first name seen twice (or SIZE_MAX). */
+static bool index_build(name_index *ix, size_t n, name_of_fn name_of, const void *ctx, uint64_t key,
+                        size_t *dup)
+{
+    size_t cap = 16;
+    while (cap < 2 * n)
+        cap *= 2;
+    ix->slots = ferry__calloc(cap, sizeof *ix->slots);
+    if (!ix->slots)
+        return false;
+    ix->mask = cap - 1;
+    *dup = SIZE_MAX;
+    for (size_t i = 0; i < n; i++) {
+        const char *nm = name_of(ctx, i);
+        size_t h = (size_t)hash_name(nm, key) & ix->mask;
+        while (ix->slots[h]) {
+            if (!strcmp(name_of(ctx, ix->slots[h] - 1), nm)) {
+                if (*dup == SIZE_MAX)
+                    *dup = i;
+                break;
+            }
+            h = (h + 1) & ix->mask;
+        }
+        if (!ix->slots[h])
+            ix->slots[h] = i + 1;
+    }
+    return true;
+}
+
+/* The index of name, or SIZE_MAX. */
+static size_t index_find(const name_index *ix, const char *name, name_of_fn name_of,
+                         const void *ctx, uint64_t key)
+{
+    if (!ix->slots)
+        return SIZE_MAX;
+    size_t h = (size_t)hash_name(name, key) & ix->mask;
+    while (ix->slots[h]) {
+        if (ix->slots[h] != SKIP && !strcmp(name_of(ctx, ix->slots[h] - 1), name))
+            return ix->slots[h] - 1;
+        h = (h + 1) & ix->mask;
+    }
+    return SIZE_MAX;
+}
+
 /* ---- the handle ---- */
 
 typedef struct entry {
@@ -230,10 +303,26 @@ struct ferry_tensors {
     size_t nmeta, cap_meta;
     ferry_tensor_info *sel; /* selected, in file order */
     size_t nsel;
-    size_t *by_name; /* indices of sel, sorted by name */
-    char *renamed;   /* names after renaming */
-    void *copy;      /* FERRY_TENSORS_COPY: the tensors' bytes */
+    name_index names; /* of sel, by name after renaming */
+    uint64_t hash_key;
+    char *renamed; /* names after renaming */
+    void *copy;    /* FERRY_TENSORS_COPY: the tensors' bytes */
 };
+
+static const char *entry_name(const void *ctx, size_t i)
+{
+    return ((const ferry_tensors *)ctx)->all[i].info.file_name;
+}
+
+static const char *sel_name(const void *ctx, size_t i)
+{
+    return ((const ferry_tensors *)ctx)->sel[i].name;
+}
+
+static const char *meta_key(const void *ctx, size_t i)
+{
+    return ((const char *const *)ctx)[i];
+}
 
 void ferry_tensors_free(ferry_tensors *t)
 {
@@ -247,7 +336,7 @@ void ferry_tensors_free(ferry_tensors *t)
     ferry__free(t->meta_keys);
     ferry__free(t->meta_vals);
     ferry__free(t->sel);
-    ferry__free(t->by_name);
+    ferry__free(t->names.slots);
     ferry__free(t->renamed);
     ferry__aligned_free(t->copy);
     ferry__free(t);
@@ -468,11 +557,6 @@ static int parse_json(ferry_tensors *t, const uint8_t *hdr, size_t n)
     return 0;
 }
 
-static int cmp_name_entry(const void *a, const void *b)
-{
-    return strcmp((*(entry *const *)a)->info.file_name, (*(entry *const *)b)->info.file_name);
-}
-
 static int cmp_offset_entry(const void *a, const void *b)
 {
     const entry *x = *(entry *const *)a, *y = *(entry *const *)b;
@@ -481,16 +565,6 @@ static int cmp_offset_entry(const void *a, const void *b)
     if (x->end != y->end)
         return x->end < y->end ? -1 : 1;
     return 0;
-}
-
-static int cmp_str_ptr(const void *a, const void *b)
-{
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-static int find_entry_cmp(const void *key, const void *el)
-{
-    return strcmp(key, (*(entry *const *)el)->info.file_name);
 }
 
 static bool parse_hex32(const char *s, uint32_t *out)
@@ -512,18 +586,21 @@ static bool parse_hex32(const char *s, uint32_t *out)
     return true;
 }
 
-/* Checks what the header says against itself and the file; entries sorted by
- * name in *by_name_out (caller frees). */
-static int check_header(ferry_tensors *t, uint64_t data_len, entry ***by_name_out)
+/* Checks what the header says against itself and the file. On success
+ * *by_off_out holds the entries in file order and *ix_out indexes them by name
+ * (the caller frees both). */
+static int check_header(ferry_tensors *t, uint64_t data_len, entry ***by_off_out,
+                        name_index *ix_out)
 {
     int rc = 0;
-    entry **by_name = NULL, **by_off = NULL;
+    entry **by_off = NULL;
     const char **keys = NULL;
-    size_t n = t->nall;
-    by_name = ferry__malloc((n ? n : 1) * sizeof *by_name);
+    name_index ix = {0}, mix = {0};
+    size_t n = t->nall, dup;
     by_off = ferry__malloc((n ? n : 1) * sizeof *by_off);
-    if (!by_name || !by_off)
+    if (!by_off)
         FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", t->label);
+    bool sorted = true;
     for (size_t i = 0; i < n; i++) {
         entry *e = &t->all[i];
         e->info.shape = e->info.ndim ? t->shapes + e->shape_at : NULL;
@@ -565,14 +642,17 @@ static int check_header(ferry_tensors *t, uint64_t data_len, entry ***by_name_ou
         e->info.nbytes = nbytes;
         e->info.offset = t->data_start + e->begin;
         e->info.data = nbytes ? t->base + e->info.offset : NULL;
-        by_name[i] = by_off[i] = e;
+        by_off[i] = e;
+        if (i && cmp_offset_entry(&by_off[i - 1], &by_off[i]) > 0)
+            sorted = false;
     }
-    qsort(by_name, n, sizeof *by_name, cmp_name_entry);
-    for (size_t i = 1; i < n; i++)
-        if (!strcmp(by_name[i - 1]->info.file_name, by_name[i]->info.file_name))
-            FERRY_FAIL(FERRY_ECORRUPT, "%s: tensor \"%s\" appears twice", t->label,
-                       by_name[i]->info.file_name);
-    qsort(by_off, n, sizeof *by_off, cmp_offset_entry);
+    if (!index_build(&ix, n, entry_name, t, t->hash_key, &dup))
+        FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", t->label);
+    if (dup != SIZE_MAX)
+        FERRY_FAIL(FERRY_ECORRUPT, "%s: tensor \"%s\" appears twice", t->label,
+                   t->all[dup].info.file_name);
+    if (!sorted) /* files are usually written in order */
+        qsort(by_off, n, sizeof *by_off, cmp_offset_entry);
     uint64_t at = 0;
     for (size_t i = 0; i < n; i++) {
         entry *e = by_off[i];
@@ -595,33 +675,51 @@ static int check_header(ferry_tensors *t, uint64_t data_len, entry ***by_name_ou
     keys = ferry__malloc((t->nmeta ? t->nmeta : 1) * sizeof *keys);
     if (!keys)
         FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", t->label);
-    memcpy(keys, t->meta_keys, t->nmeta * sizeof *keys);
-    qsort(keys, t->nmeta, sizeof *keys, cmp_str_ptr);
-    for (size_t i = 1; i < t->nmeta; i++)
-        if (!strcmp(keys[i - 1], keys[i]))
-            FERRY_FAIL(FERRY_ECORRUPT, "%s: __metadata__ key \"%s\" appears twice", t->label,
-                       keys[i]);
+    size_t nkeys = 0;
+    const char *crcs = NULL;
     for (size_t i = 0; i < t->nmeta; i++) {
-        const char *k = t->meta_keys[i];
-        if (strncmp(k, FERRY_TENSORS_CRC_KEY, CRC_KEY_LEN) != 0)
-            continue;
-        entry **e = bsearch(k + CRC_KEY_LEN, by_name, n, sizeof *by_name, find_entry_cmp);
-        if (!e)
-            FERRY_FAIL(FERRY_ECORRUPT,
-                       "%s: __metadata__ \"%s\": a CRC for a tensor the file "
-                       "does not hold",
-                       t->label, k);
-        if (!parse_hex32(t->meta_vals[i], &(*e)->info.crc))
-            FERRY_FAIL(FERRY_ECORRUPT, "%s: tensor \"%s\": stored CRC \"%s\" is not 8 hex digits",
-                       t->label, (*e)->info.name, t->meta_vals[i]);
-        (*e)->info.has_crc = 1;
+        if (strcmp(t->meta_keys[i], FERRY_TENSORS_CRC_KEY) != 0)
+            keys[nkeys++] = t->meta_keys[i];
+        else if (crcs)
+            FERRY_FAIL(FERRY_ECORRUPT, "%s: __metadata__ key \"%s\" appears twice", t->label,
+                       FERRY_TENSORS_CRC_KEY);
+        else
+            crcs = t->meta_vals[i];
     }
-    *by_name_out = by_name;
-    by_name = NULL;
+    if (crcs) {
+        /* 8 hex digits a tensor, in file order, separated by commas */
+        size_t len = strlen(crcs);
+        if ((n ? len != 9 * n - 1 : len != 0))
+            FERRY_FAIL(FERRY_ECORRUPT,
+                       "%s: __metadata__ \"%s\": %zu bytes is not 8 hex digits "
+                       "for each of the %zu tensors",
+                       t->label, FERRY_TENSORS_CRC_KEY, len, n);
+        for (size_t i = 0; i < n; i++) {
+            char hex[9];
+            memcpy(hex, crcs + 9 * i, 8);
+            hex[8] = 0;
+            if ((i + 1 < n && crcs[9 * i + 8] != ',') || !parse_hex32(hex, &by_off[i]->info.crc))
+                FERRY_FAIL(FERRY_ECORRUPT,
+                           "%s: tensor \"%s\": its stored CRC (number %zu in "
+                           "__metadata__ \"%s\") is not 8 hex digits and a comma",
+                           t->label, by_off[i]->info.name, i, FERRY_TENSORS_CRC_KEY);
+            by_off[i]->info.has_crc = 1;
+        }
+    }
+    if (!index_build(&mix, nkeys, meta_key, keys, t->hash_key, &dup))
+        FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", t->label);
+    if (dup != SIZE_MAX)
+        FERRY_FAIL(FERRY_ECORRUPT, "%s: __metadata__ key \"%s\" appears twice", t->label,
+                   keys[dup]);
+    *by_off_out = by_off;
+    *ix_out = ix;
+    by_off = NULL;
+    ix.slots = NULL;
 cleanup:
-    ferry__free(by_name);
     ferry__free(by_off);
     ferry__free(keys);
+    ferry__free(ix.slots);
+    ferry__free(mix.slots);
     return rc;
 }
 
@@ -645,6 +743,8 @@ static void verify_job(void *p, size_t i, unsigned worker)
     verify_ctx *c = p;
     piece *pc = &c->pieces[i];
     const ferry_tensor_info *ti = &c->t->sel[pc->tensor];
+    if (!pc->len)
+        return;
     if (c->src)
         memcpy((uint8_t *)ti->data + pc->off, (const uint8_t *)c->src[pc->tensor].data + pc->off,
                pc->len);
@@ -688,6 +788,12 @@ static int copy_and_verify(ferry_tensors *t, const ferry_tensor_info *src, bool 
             off += len;
         } while (off < t->sel[i].nbytes);
     }
+    /* a thread for each 16 MiB at most: starting one costs more than checking less */
+    uint64_t total = 0;
+    for (size_t p = 0; p < np; p++)
+        total += pieces[p].len;
+    if ((uint64_t)threads > total / (16u << 20) + 1)
+        threads = (unsigned)(total / (16u << 20) + 1);
     verify_ctx c = {.t = t, .pieces = pieces, .src = src};
     c.j.n = np;
     c.j.fn = verify_job;
@@ -724,56 +830,36 @@ int ferry_tensors_verify(const ferry_tensors *t, size_t i)
 
 /* ---- selection and renaming ---- */
 
-static int cmp_sel_name(const void *a, const void *b, void *arg);
-
-static int select_and_rename(ferry_tensors *t, entry **by_name, const ferry_tensors_opts *o)
+static int select_and_rename(ferry_tensors *t, entry **by_off, const name_index *ix,
+                             const ferry_tensors_opts *o)
 {
     int rc = 0;
-    size_t n = t->nall;
+    size_t n = t->nall, dup;
     bool *keep = NULL;
     keep = ferry__calloc(n ? n : 1, sizeof *keep);
-    if (!keep)
-        FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", t->label);
-    for (size_t i = 0; i < n; i++)
-        keep[i] = !o->prefix || !strncmp(t->all[i].info.file_name, o->prefix, strlen(o->prefix));
-    if (o->names) {
-        bool *named = ferry__calloc(n ? n : 1, sizeof *named);
-        if (!named)
-            FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", t->label);
-        for (size_t i = 0; i < o->nnames; i++) {
-            if (!o->names[i]) {
-                ferry__free(named);
-                FERRY_FAIL(FERRY_EINVAL, "%s: names[%zu] is NULL", t->label, i);
-            }
-            entry **e = bsearch(o->names[i], by_name, n, sizeof *by_name, find_entry_cmp);
-            if (e)
-                named[*e - t->all] = true;
-            else if (!(o->flags & FERRY_TENSORS_ALLOW_MISSING)) {
-                ferry__free(named);
-                FERRY_FAIL(FERRY_ENOENT, "%s: no tensor named \"%s\"", t->label, o->names[i]);
-            }
-        }
-        for (size_t i = 0; i < n; i++)
-            keep[i] = keep[i] && named[i];
-        ferry__free(named);
-    }
-    /* in file order */
-    entry **order = ferry__malloc((n ? n : 1) * sizeof *order);
-    if (!order)
-        FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", t->label);
-    for (size_t i = 0; i < n; i++)
-        order[i] = &t->all[i];
-    qsort(order, n, sizeof *order, cmp_offset_entry);
     t->sel = ferry__calloc(n ? n : 1, sizeof *t->sel);
-    t->by_name = ferry__malloc((n ? n : 1) * sizeof *t->by_name);
-    if (!t->sel || !t->by_name) {
-        ferry__free(order);
+    if (!keep || !t->sel)
         FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", t->label);
+    if (o->names) {
+        for (size_t i = 0; i < o->nnames; i++) {
+            if (!o->names[i])
+                FERRY_FAIL(FERRY_EINVAL, "%s: names[%zu] is NULL", t->label, i);
+            size_t e = index_find(ix, o->names[i], entry_name, t, t->hash_key);
+            if (e != SIZE_MAX)
+                keep[e] = true;
+            else if (!(o->flags & FERRY_TENSORS_ALLOW_MISSING))
+                FERRY_FAIL(FERRY_ENOENT, "%s: no tensor named \"%s\"", t->label, o->names[i]);
+        }
+    } else {
+        for (size_t i = 0; i < n; i++)
+            keep[i] = true;
     }
-    for (size_t i = 0; i < n; i++)
-        if (keep[order[i] - t->all])
-            t->sel[t->nsel++] = order[i]->info;
-    ferry__free(order);
+    size_t plen = o->prefix ? strlen(o->prefix) : 0;
+    for (size_t i = 0; i < n; i++) {
+        entry *e = by_off[i];
+        if (keep[e - t->all] && (!plen || !strncmp(e->info.file_name, o->prefix, plen)))
+            t->sel[t->nsel++] = e->info;
+    }
     size_t strip = o->strip_prefix ? strlen(o->strip_prefix) : 0;
     size_t add = o->add_prefix ? strlen(o->add_prefix) : 0;
     if (strip || add) {
@@ -795,26 +881,40 @@ static int select_and_rename(ferry_tensors *t, entry **by_name, const ferry_tens
             w += add + len + 1;
         }
     }
-    for (size_t i = 0; i < t->nsel; i++)
-        t->by_name[i] = i;
-    qsort_r(t->by_name, t->nsel, sizeof *t->by_name, cmp_sel_name, t);
-    for (size_t i = 1; i < t->nsel; i++) {
-        const ferry_tensor_info *a = &t->sel[t->by_name[i - 1]], *b = &t->sel[t->by_name[i]];
-        if (!strcmp(a->name, b->name))
-            FERRY_FAIL(FERRY_EINVAL,
-                       "%s: tensors \"%s\" and \"%s\" are both named \"%s\" after "
-                       "renaming",
-                       t->label, a->file_name, b->file_name, a->name);
+    if (!strip && !add) {
+        /* the names are the file's, already indexed and unique: map the slots from
+         * entries to their places in sel (or SKIP) */
+        size_t *pos = ferry__malloc((n ? n : 1) * sizeof *pos);
+        t->names.slots = ferry__malloc((ix->mask + 1) * sizeof *t->names.slots);
+        if (!pos || !t->names.slots) {
+            ferry__free(pos);
+            FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", t->label);
+        }
+        for (size_t i = 0; i < n; i++)
+            pos[i] = SKIP;
+        for (size_t i = 0, k = 0; i < n; i++)
+            if (k < t->nsel && by_off[i]->info.file_name == t->sel[k].file_name)
+                pos[by_off[i] - t->all] = k++;
+        t->names.mask = ix->mask;
+        for (size_t h = 0; h <= ix->mask; h++) {
+            size_t e = ix->slots[h];
+            t->names.slots[h] = !e ? 0 : pos[e - 1] == SKIP ? SKIP : pos[e - 1] + 1;
+        }
+        ferry__free(pos);
+        goto cleanup;
+    }
+    if (!index_build(&t->names, t->nsel, sel_name, t, t->hash_key, &dup))
+        FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", t->label);
+    if (dup != SIZE_MAX) {
+        size_t other = index_find(&t->names, t->sel[dup].name, sel_name, t, t->hash_key);
+        FERRY_FAIL(FERRY_EINVAL,
+                   "%s: tensors \"%s\" and \"%s\" are both named \"%s\" after "
+                   "renaming",
+                   t->label, t->sel[other].file_name, t->sel[dup].file_name, t->sel[dup].name);
     }
 cleanup:
     ferry__free(keep);
     return rc;
-}
-
-static int cmp_sel_name(const void *a, const void *b, void *arg)
-{
-    const ferry_tensors *t = arg;
-    return strcmp(t->sel[*(const size_t *)a].name, t->sel[*(const size_t *)b].name);
 }
 
 /* ---- open ---- */
@@ -841,7 +941,8 @@ static void advise_selected(const ferry_tensors *t)
 static int open_bytes(ferry_tensors *t, const ferry_tensors_opts *o)
 {
     int rc = 0;
-    entry **by_name = NULL;
+    entry **by_off = NULL;
+    name_index ix = {0};
     uint64_t max_header = o->max_header ? o->max_header : FERRY_TENSORS_DEFAULT_MAX_HEADER;
     if (t->size < 8)
         FERRY_FAIL(FERRY_ECORRUPT, "%s: %zu bytes, shorter than the 8-byte header length", t->label,
@@ -864,8 +965,8 @@ static int open_bytes(ferry_tensors *t, const ferry_tensors_opts *o)
         FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory for a %llu-byte header", t->label,
                    (unsigned long long)n);
     FERRY_TRY(parse_json(t, t->base + 8, (size_t)n));
-    FERRY_TRY(check_header(t, t->size - t->data_start, &by_name));
-    FERRY_TRY(select_and_rename(t, by_name, o));
+    FERRY_TRY(check_header(t, t->size - t->data_start, &by_off, &ix));
+    FERRY_TRY(select_and_rename(t, by_off, &ix, o));
     bool check = !(o->flags & FERRY_TENSORS_NO_VERIFY);
     unsigned threads = default_threads(o->threads);
     if (t->map.data)
@@ -903,7 +1004,8 @@ static int open_bytes(ferry_tensors *t, const ferry_tensors_opts *o)
         FERRY_TRY(copy_and_verify(t, NULL, check, threads));
     }
 cleanup:
-    ferry__free(by_name);
+    ferry__free(by_off);
+    ferry__free(ix.slots);
     return rc;
 }
 
@@ -924,6 +1026,7 @@ int ferry_tensors_open_memory(ferry_tensors **out, const void *data, size_t size
         FERRY_FAIL(FERRY_EINVAL, "%s: NULL data of %zu bytes", t->label, size);
     t->base = data;
     t->size = size;
+    t->hash_key = ferry_hash64(ferry_now_ns(), (uint64_t)(uintptr_t)t);
     FERRY_TRY(open_bytes(t, opts ? opts : &no_opts));
     *out = t;
     return 0;
@@ -944,6 +1047,7 @@ int ferry_tensors_open(ferry_tensors **out, const char *path, const ferry_tensor
     t->label = ferry__strdup(path);
     if (!t->label)
         FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", path);
+    t->hash_key = ferry_hash64(ferry_now_ns(), (uint64_t)(uintptr_t)t);
     FERRY_TRY(ferry__map_file(&t->map, path));
     t->base = t->map.data;
     t->size = t->map.size;
@@ -974,23 +1078,13 @@ const ferry_tensor_info *ferry_tensors_find(const ferry_tensors *t, const char *
 {
     if (!t || !name)
         return NULL;
-    size_t lo = 0, hi = t->nsel;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        int c = strcmp(name, t->sel[t->by_name[mid]].name);
-        if (c == 0)
-            return &t->sel[t->by_name[mid]];
-        if (c < 0)
-            hi = mid;
-        else
-            lo = mid + 1;
-    }
-    return NULL;
+    size_t i = index_find(&t->names, name, sel_name, t, t->hash_key);
+    return i == SIZE_MAX ? NULL : &t->sel[i];
 }
 
 static bool is_crc_key(const char *k)
 {
-    return !strncmp(k, FERRY_TENSORS_CRC_KEY, CRC_KEY_LEN);
+    return !strcmp(k, FERRY_TENSORS_CRC_KEY);
 }
 
 size_t ferry_tensors_metadata_count(const ferry_tensors *t)
@@ -1096,7 +1190,6 @@ typedef struct wtensor {
     unsigned align;
     uint64_t nbytes, begin;
     uint32_t crc;
-    size_t crc_at; /* where its 8 hex digits go in the header */
 } wtensor;
 
 typedef struct wjob {
@@ -1190,6 +1283,7 @@ int ferry_tensors_save(const char *path, const ferry_tensor_src *src, size_t n,
     w.fd = -1;
     uint8_t *staging[64] = {0};
     bool crc = !o->no_crc;
+    size_t crc_at = 0; /* where the CRCs' hex digits go in the header */
     uint64_t chunk = o->chunk_bytes ? o->chunk_bytes : DEFAULT_CHUNK;
     unsigned threads = default_threads(o->threads);
 
@@ -1248,10 +1342,8 @@ int ferry_tensors_save(const char *path, const ferry_tensor_src *src, size_t n,
         FERRY_TRY(check_string("metadata key", o->meta_keys[i]));
         FERRY_TRY(check_string("metadata value", o->meta_values[i]));
         if (is_crc_key(o->meta_keys[i]))
-            FERRY_FAIL(FERRY_EINVAL,
-                       "%s: metadata key \"%s\": keys starting with \"%s\" are "
-                       "ferry's",
-                       path, o->meta_keys[i], FERRY_TENSORS_CRC_KEY);
+            FERRY_FAIL(FERRY_EINVAL, "%s: metadata key \"%s\" is ferry's own", path,
+                       o->meta_keys[i]);
         for (size_t k = 0; k < i; k++)
             if (!strcmp(o->meta_keys[k], o->meta_keys[i]))
                 FERRY_FAIL(FERRY_EINVAL, "%s: metadata key \"%s\" given twice", path,
@@ -1280,13 +1372,15 @@ int ferry_tensors_save(const char *path, const ferry_tensor_src *src, size_t n,
             sb_put(&h, ":", 1);
             sb_json(&h, o->meta_values[i]);
         }
-        for (size_t i = 0; crc && i < n; i++) {
+        if (crc && n) {
             if (!first)
                 sb_put(&h, ",", 1);
-            first = false;
-            sb_json2(&h, FERRY_TENSORS_CRC_KEY, ts[i].src->name);
-            sb_put(&h, ":\"00000000\"", 11);
-            ts[i].crc_at = h.n - 9;
+            sb_json(&h, FERRY_TENSORS_CRC_KEY);
+            sb_put(&h, ":\"", 2);
+            crc_at = h.n;
+            for (size_t i = 0; i < n; i++)
+                sb_put(&h, i + 1 < n ? "00000000," : "00000000", i + 1 < n ? 9 : 8);
+            sb_put(&h, "\"", 1);
         }
         sb_put(&h, "}", 1);
     }
@@ -1372,7 +1466,7 @@ int ferry_tensors_save(const char *path, const ferry_tensor_src *src, size_t n,
         for (size_t i = 0; i < n; i++) {
             char hex[9];
             snprintf(hex, sizeof hex, "%08x", ts[i].crc);
-            memcpy(h.p + ts[i].crc_at, hex, 8);
+            memcpy(h.p + crc_at + 9 * i, hex, 8);
         }
     }
     uint8_t len8[8];

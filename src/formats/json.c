@@ -147,6 +147,23 @@ bool ferry__json_string(ferry__json *j, char *out, size_t cap, size_t *len)
     if (!ferry__json_eat(j, '"'))
         return fail(j, "a string expected");
     for (;;) {
+        /* a run of plain ASCII at once */
+        const char *run = j->p;
+        while (j->p < j->end) {
+            unsigned char a = (unsigned char)*j->p;
+            if (a < 0x20 || a >= 0x80 || a == '"' || a == '\\')
+                break;
+            j->p++;
+        }
+        if (j->p > run) {
+            size_t k = (size_t)(j->p - run);
+            if (out) {
+                if (cap - n < k + 1)
+                    return fail(j, "string too long");
+                memcpy(out + n, run, k);
+            }
+            n += k;
+        }
         if (j->p >= j->end)
             return fail(j, "unterminated string");
         unsigned char c = (unsigned char)*j->p;

@@ -922,7 +922,7 @@ cleanup:
 /* The selected tensors will be read (by the CRC check or the caller): ask the
  * kernel for them ahead, in runs of adjacent tensors (one call when all are
  * selected), and for nothing else. */
-static void advise_selected(const ferry_tensors *t)
+static void advise_selected(const ferry_tensors *t, bool populate)
 {
     long page = sysconf(_SC_PAGESIZE);
     uint64_t pg = page > 0 ? (uint64_t)page : 4096;
@@ -933,8 +933,16 @@ static void advise_selected(const ferry_tensors *t)
             b += t->sel[k++].nbytes;
         i = k;
         a -= a % pg;
-        if (b > a)
-            madvise((uint8_t *)t->map.data + a, (size_t)(b - a), MADV_WILLNEED);
+        if (b <= a)
+            continue;
+        void *p = (uint8_t *)t->map.data + a;
+#ifdef MADV_POPULATE_READ
+        /* read now anyway (the CRCs): map the pages in one call rather than a
+         * fault each few pages */
+        if (populate && madvise(p, (size_t)(b - a), MADV_POPULATE_READ) == 0)
+            continue;
+#endif
+        madvise(p, (size_t)(b - a), MADV_WILLNEED);
     }
 }
 
@@ -970,7 +978,7 @@ static int open_bytes(ferry_tensors *t, const ferry_tensors_opts *o)
     bool check = !(o->flags & FERRY_TENSORS_NO_VERIFY);
     unsigned threads = default_threads(o->threads);
     if (t->map.data)
-        advise_selected(t);
+        advise_selected(t, check && !(o->flags & FERRY_TENSORS_COPY));
     if (o->flags & FERRY_TENSORS_COPY) {
         size_t total = 0;
         for (size_t i = 0; i < t->nsel; i++) {

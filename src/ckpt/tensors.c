@@ -18,6 +18,7 @@
 #define JSON_MAX_DEPTH 64
 #define VERIFY_PIECE ((uint64_t)32 << 20) /* bytes of one CRC job */
 #define DEFAULT_CHUNK ((uint64_t)16 << 20)
+#define WRITE_PIECE ((size_t)1 << 20) /* bytes checksummed then written in one go */
 
 /* ---- dtypes ---- */
 
@@ -1224,11 +1225,19 @@ static void save_job(void *p, size_t i, unsigned worker)
     if (jb->count == 1) {
         wtensor *wt = &c->ts[jb->first];
         const uint8_t *src = (const uint8_t *)wt->src->data + jb->off;
-        if (c->crc)
-            jb->crc = ferry_crc32c(0, src, jb->len);
-        rc = jb->len
-                 ? ferry__atomic_pwrite_mt(c->w, src, jb->len, c->data_start + wt->begin + jb->off)
-                 : 0;
+        /* 1 MiB at a time: the CRC brings the bytes into the cache, the write copies
+         * them from there, so memory is read once */
+        uint32_t crc = 0;
+        uint64_t to = c->data_start + wt->begin + jb->off;
+        rc = 0;
+        for (uint64_t at = 0; at < jb->len && rc == 0;) {
+            size_t k = jb->len - at < WRITE_PIECE ? (size_t)(jb->len - at) : WRITE_PIECE;
+            if (c->crc)
+                crc = ferry_crc32c(crc, src + at, k);
+            rc = ferry__atomic_pwrite_mt(c->w, src + at, k, to + at);
+            at += k;
+        }
+        jb->crc = crc;
     } else {
         if (!c->staging[worker]) {
             c->staging[worker] = ferry__malloc(c->chunk);

@@ -35,6 +35,11 @@
  * malformed, not one for each tensor, or do not match a tensor's bytes. Memory taken at open is
  * bounded by the header size (at most the header limit), never by what the header claims.
  *
+ * A mapping shows the file as it is: if another process truncates the file while
+ * it is open, touching a view past the new end raises SIGBUS, as with any mapped
+ * file (replacing it by rename, as ferry_tensors_save does, is safe: the mapping
+ * keeps the old file). FERRY_TENSORS_COPY takes the bytes at open instead.
+ *
  * Threads: a ferry_tensors handle is read-only after open and may be read from any
  * number of threads. ferry_tensors_save may run on several threads at once for
  * different paths.

@@ -47,4 +47,10 @@ int cmd_cat(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_stat(int argc, char **argv);
 
+/* Named-tensor files: ls, verify and cat hand a .safetensors FILE to these. */
+bool cli_is_safetensors(const char *path);
+int cmd_tensors_ls(int argc, char **argv);
+int cmd_tensors_verify(int argc, char **argv);
+int cmd_tensors_cat(int argc, char **argv);
+
 #endif

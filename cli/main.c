@@ -115,6 +115,7 @@ static void usage(FILE *f)
                "  cat FILE [-f I] [-n N]   print records of a shard\n"
                "  verify DIR|FILE          check every record's CRC and the manifest\n"
                "  stat DIR|FILE            summarise record shards\n"
+               "  (ls, cat and verify also read .safetensors files: names, dtypes, shapes, CRCs)\n"
                "  version                  print the version\n"
                "  help                     this text\n"
                "\n"

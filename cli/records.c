@@ -268,6 +268,8 @@ static void print_schema(const ferry_record_file *f)
 
 int cmd_ls(int argc, char **argv)
 {
+    if (argc == 2 && cli_is_safetensors(argv[1]))
+        return cmd_tensors_ls(argc, argv);
     if (argc != 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         printf("usage: ferry ls DIR|FILE\n\nLists record shards: records, bytes, fields.\n");
         return argc == 2 ? 0 : EXIT_USAGE;
@@ -294,6 +296,9 @@ int cmd_ls(int argc, char **argv)
 
 int cmd_cat(int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++)
+        if (argv[i][0] != '-' && cli_is_safetensors(argv[i]))
+            return cmd_tensors_cat(argc, argv);
     uint64_t from = 0, n = 10;
     int c;
     optind = 1;
@@ -350,6 +355,8 @@ static void print_problem(const char *message, void *arg)
 
 int cmd_verify(int argc, char **argv)
 {
+    if (argc == 2 && cli_is_safetensors(argv[1]))
+        return cmd_tensors_verify(argc, argv);
     if (argc != 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         printf("usage: ferry verify DIR|FILE\n\n"
                "Checks a shard set by its manifest (or one shard): every record's CRC, every\n"

@@ -87,8 +87,36 @@ FERRY_API void ferry_loader_free(ferry_loader *l);
  * starts epoch 0 at batch 0 when it is created, so its first batch is under way
  * before the first ferry_loader_next; starting that same epoch again before any
  * batch of it was handed out keeps that work. Map-style only for first_batch > 0
- * (FERRY_ENOTSUP for streams). */
+ * (FERRY_ENOTSUP for streams: they resume from a state, below). */
 FERRY_API int ferry_loader_start(ferry_loader *l, uint64_t epoch, uint64_t first_batch);
+
+/* ---- Loader state: resuming an epoch where a run stopped ----
+ * ferry_loader_state_save writes the loader's position as the batches handed out
+ * so far leave it (batches prefetched but not handed out do not count): the epoch,
+ * the next batch, and for a stream loader each stream shard's number of reads and
+ * whether it ended, plus the rotation among the shards. A loader made with the
+ * same source and settings (batch_size, seed, drop_last, rank, world_size,
+ * stream_shards; num_workers and prefetch may differ) and given the state by
+ * ferry_loader_state_resume hands out exactly the batches the first would have
+ * handed out next. The state is ferry_loader_state_size(l) bytes: 100, plus 16 per
+ * stream shard; it is checksummed and versioned.
+ *
+ * Resuming a map-style loader is ferry_loader_start(epoch, next batch): no
+ * reading. A stream cannot seek: resuming opens each shard and reads again, on the
+ * caller's thread, as many samples as the shards had given (everything the epoch
+ * had read: the shuffle buffers' fill, the groups, the repeats and skips come back
+ * as they were); that is the cost of a stream resume.
+ *
+ * Errors: FERRY_EOVERFLOW when cap is too small (*len then says how much is
+ * needed); FERRY_ENOTSUP for a loader in completion order (no position). Resume:
+ * FERRY_ECORRUPT for a damaged or truncated blob; FERRY_EINVAL naming the setting
+ * for a state saved with another batch_size, seed, drop_last, rank, world_size or
+ * stream_shards, or from another source (told apart by the schema and, map-style,
+ * the length; two sources with the same schema and length are not); FERRY_ENOTSUP
+ * for another version. Then the loader is as after a failed ferry_loader_start. */
+FERRY_API size_t ferry_loader_state_size(const ferry_loader *l);
+FERRY_API int ferry_loader_state_save(ferry_loader *l, void *buf, size_t cap, size_t *len);
+FERRY_API int ferry_loader_state_resume(ferry_loader *l, const void *buf, size_t len);
 
 /* The next batch: 0 and *out set; FERRY_END when the epoch is over (until the next
  * ferry_loader_start); or an error: a sample that failed (its index and message),

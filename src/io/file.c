@@ -161,6 +161,25 @@ static int flush(ferry__atomic_file *w)
     return n ? write_at(w, w->buf, n, w->off - n) : 0;
 }
 
+int ferry__atomic_pwrite_mt(const ferry__atomic_file *w, const void *p, size_t n, uint64_t off)
+{
+    return write_at((ferry__atomic_file *)w, p, n, off);
+}
+
+int ferry__atomic_reserve(ferry__atomic_file *w, uint64_t size)
+{
+    int rc = flush(w);
+    if (rc < 0)
+        return rc;
+    if (size > (uint64_t)INT64_MAX)
+        return ferry__err(FERRY_EOVERFLOW, "%s: %llu bytes is too large a file", w->tmp,
+                          (unsigned long long)size);
+    if (ftruncate(w->fd, (off_t)size) != 0)
+        return ferry__err(FERRY_EIO, "%s: cannot set the size to %llu bytes: %s", w->tmp,
+                          (unsigned long long)size, strerror(errno));
+    return 0;
+}
+
 int ferry__atomic_pwrite(ferry__atomic_file *w, const void *p, size_t n, uint64_t off)
 {
     int rc = flush(w);

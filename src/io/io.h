@@ -51,6 +51,12 @@ int ferry__atomic_open(ferry__atomic_file *w, const char *path);
  * good only for ferry__atomic_abort. */
 int ferry__atomic_write(ferry__atomic_file *w, const void *p, size_t n);
 int ferry__atomic_pwrite(ferry__atomic_file *w, const void *p, size_t n, uint64_t off);
+/* A positioned write that leaves the append buffer alone: several threads may
+ * call it at once on disjoint ranges, provided nothing is appended meanwhile. */
+int ferry__atomic_pwrite_mt(const ferry__atomic_file *w, const void *p, size_t n, uint64_t off);
+/* Sets the temporary's size to `size`, so that positioned writes may land in any
+ * order (a full disk shows in the writes, as with appends). */
+int ferry__atomic_reserve(ferry__atomic_file *w, uint64_t size);
 /* Writes out what is buffered and closes the descriptor, keeping the temporary: for
  * a writer of many files that should not hold a descriptor (and a buffer) each.
  * Nothing more can be appended; before ferry__atomic_commit, w->fd must be a

@@ -26,6 +26,7 @@
  */
 #include "ferry/loader.h"
 #include "../datasets/dataset_internal.h"
+#include "ferry/records.h" /* ferry_crc32c, for the state blob */
 
 #include <sched.h>
 #include <stdio.h>
@@ -69,6 +70,10 @@ typedef struct block {
 typedef struct shard {
     ferry_stream_iter *it;
     bool busy, ended;
+    /* for the loader state: next() calls made by the batches handed out (in
+     * order), and whether one of them ended the shard */
+    uint64_t calls_done;
+    bool ended_done;
 } shard;
 
 struct ferry_batch {
@@ -84,6 +89,7 @@ struct ferry_batch {
     atomic_uint users; /* while held: the caller's references */
     int shard;         /* stream batches: which shard fills it */
     bool shard_ended;  /* set by the worker filling it; applied under m in publish */
+    uint64_t calls;    /* stream batches: next() calls made filling it */
     /* the first failure, by slot, under l->m */
     uint32_t fail_slot;
     int fail_rc;
@@ -154,6 +160,11 @@ struct ferry_loader {
     uint64_t epoch_skipped;
     shard *shards;
     uint32_t nshards, cursor, live;
+    /* the loader state: the rotation and the next batch as of the batches taken by
+     * deliver(), in order; `resuming` while start_locked replays a saved state */
+    uint32_t done_cursor, done_live;
+    uint64_t done_next;
+    const uint8_t *resuming; /* the state blob, while resuming from it */
     ferry_worker_init_fn init_fn;
 
     /* stats, under m */
@@ -398,6 +409,9 @@ static void wait_workers_idle(ferry_loader *l)
         pthread_cond_wait(&l->ready_cv, &l->m);
 }
 
+static int replay_shards(ferry_loader *l, uint64_t epoch);
+static void note_done(ferry_loader *l, const ferry_batch *b);
+
 static int start_locked(ferry_loader *l, uint64_t epoch, uint64_t first_batch)
 {
     int rc = 0;
@@ -418,8 +432,10 @@ static int start_locked(ferry_loader *l, uint64_t epoch, uint64_t first_batch)
             FERRY_FAIL(FERRY_ERANGE, "loader: first_batch %llu is past the epoch's %llu batches",
                        (unsigned long long)first_batch, (unsigned long long)l->nbatches);
     } else {
-        if (first_batch)
-            FERRY_FAIL(FERRY_ENOTSUP, "loader: a stream cannot start at batch %llu; only at 0",
+        if (first_batch && !l->resuming)
+            FERRY_FAIL(FERRY_ENOTSUP,
+                       "loader: a stream cannot start at batch %llu; only at 0 (or from a "
+                       "state: ferry_loader_state_resume)",
                        (unsigned long long)first_batch);
         uint64_t total = (uint64_t)l->o.world_size * l->nshards;
         for (uint32_t s = 0; s < l->nshards; s++) {
@@ -435,7 +451,18 @@ static int start_locked(ferry_loader *l, uint64_t epoch, uint64_t first_batch)
         }
         l->cursor = 0;
         l->nbatches = UINT64_MAX;
+        if (l->resuming) {
+            FERRY_TRY(replay_shards(l, epoch));
+        } else {
+            for (uint32_t s = 0; s < l->nshards; s++) {
+                l->shards[s].calls_done = 0;
+                l->shards[s].ended_done = false;
+            }
+            l->done_cursor = 0;
+            l->done_live = l->nshards;
+        }
     }
+    l->done_next = first_batch;
     l->next_sched = l->next_deliver = l->first_batch = first_batch;
     l->delivered = 0;
     l->started = true;
@@ -515,6 +542,7 @@ static ferry_batch *schedule(ferry_loader *l)
     b->skipped = 0;
     b->shard = sh;
     b->shard_ended = false;
+    b->calls = 0;
     b->fail_slot = UINT32_MAX;
     b->fail_rc = 0;
     memset((void *)b->state, SLOT_PENDING, size);
@@ -673,6 +701,7 @@ static void work(ferry_loader *l, ferry_batch *b, uint32_t first, uint32_t count
                     break;
                 }
                 rc = fill_slot(l, b, i, UINT64_MAX, ctx, true, sh);
+                b->calls++;
                 if (rc == FERRY_BREAK && i == first)
                     continue; /* a break before any sample: nothing to end */
                 if (rc < 0 && l->o.on_error == FERRY_ON_ERROR_SKIP) {
@@ -1201,6 +1230,7 @@ static bool work_inline(ferry_loader *l)
 static int deliver(ferry_loader *l, ferry_batch *b, ferry_batch **out)
 {
     l->undelivered--;
+    note_done(l, b);
     if (b->skipped) {
         if (l->o.on_error == FERRY_ON_ERROR_FAIL) {
             int rc = ferry__err(b->fail_rc, "%s", b->fail_msg);
@@ -1458,4 +1488,232 @@ int ferry_batch_export_indices(ferry_batch *b, ferry_tensor *out)
     int64_t shape[1] = {b->out_size};
     ferry_tensor_wrap(out, b->indices, FERRY_U64, 1, shape, NULL);
     return export_ref(b, out);
+}
+
+/* ---- Loader state ----
+ * The blob (little-endian): "ferry-ls" (8 bytes), version u32, kind u32 (1 map, 2
+ * stream), source u64 (a hash of the schema, and the length of a map-style
+ * dataset), batch_size u64, seed u64, drop_last u32, nshards u32, world_size
+ * i64, rank i64 (as set: -1 = from the environment), epoch u64, next batch u64,
+ * skipped this epoch u64, cursor u32, live u32, then per shard next() calls u64
+ * and ended u64, then the CRC-32C of all that (u32). */
+
+#define STATE_MAGIC "ferry-ls"
+#define STATE_VERSION 1u
+#define STATE_HEAD 96u
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+    return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
+}
+
+/* Under m: the batches are taken in order; follow the rotation as schedule() and
+ * publish() did for them. */
+static void note_done(ferry_loader *l, const ferry_batch *b)
+{
+    l->done_next = b->number + 1;
+    if (b->shard < 0)
+        return;
+    shard *sh = &l->shards[b->shard];
+    sh->calls_done += b->calls;
+    if (l->done_live)
+        l->done_cursor = (l->done_cursor + 1) % l->done_live;
+    if (b->shard_ended && !sh->ended_done) {
+        uint32_t pos = 0;
+        for (int s = 0; s < b->shard; s++)
+            pos += !l->shards[s].ended_done;
+        sh->ended_done = true;
+        l->done_live--;
+        if (pos < l->done_cursor)
+            l->done_cursor--;
+        l->done_cursor = l->done_live ? l->done_cursor % l->done_live : 0;
+    }
+}
+
+/* Under m, from start_locked with the shards just opened: reads each shard's
+ * saved number of next() calls again and drops what they give. A stream has no
+ * position to seek to, so this is the resume's cost: every sample the shards
+ * gave since the epoch began is read again (on the caller's thread). */
+static int replay_shards(ferry_loader *l, uint64_t epoch)
+{
+    int rc = 0;
+    size_t total = 0;
+    for (int f = 0; f < l->nfields; f++)
+        total += ferry__align64(l->field_stride[f]);
+    uint8_t *mem = ferry__aligned_alloc(total ? total : 64);
+    if (!mem)
+        return ferry__err(FERRY_ENOMEM, "loader: out of memory");
+    void *data[FERRY_MAX_FIELDS];
+    int64_t len[FERRY_MAX_FIELDS];
+    for (int f = 0, off = 0; f < l->nfields; off += (int)ferry__align64(l->field_stride[f]), f++)
+        data[f] = mem + off;
+    ferry_sample smp = {l->nfields, data, len};
+    ferry_ctx *ctx = &l->inline_worker.ctx;
+    ctx->epoch = epoch;
+    for (uint32_t s = 0; s < l->nshards; s++) {
+        shard *sh = &l->shards[s];
+        uint64_t calls = get64(l->resuming + STATE_HEAD + 16 * s);
+        for (uint64_t c = 0; c < calls; c++) {
+            rc = ferry_stream_next(sh->it, &smp, ctx);
+            if (rc == FERRY_END && c + 1 < calls)
+                FERRY_FAIL(FERRY_EINVAL,
+                           "loader state: stream shard %u ended after %llu reads, but the state "
+                           "says %llu: it was saved from another source",
+                           s, (unsigned long long)(c + 1), (unsigned long long)calls);
+        }
+        rc = 0;
+        sh->calls_done = calls;
+        sh->ended = sh->ended_done = get64(l->resuming + STATE_HEAD + 16 * s + 8) != 0;
+    }
+    l->live = l->done_live;
+    l->cursor = l->done_cursor;
+cleanup:
+    ferry__aligned_free(mem);
+    return rc;
+}
+
+static uint64_t source_id(const ferry_loader *l)
+{
+    uint64_t h = ferry_hash64(l->ds ? 1 : 2, l->ds ? l->ds->len : 0);
+    for (int f = 0; f < l->nfields; f++) {
+        const ferry_field *fi = &l->fields[f];
+        for (const char *c = fi->name; *c; c++)
+            h = ferry_hash64(h, (unsigned char)*c);
+        h = ferry_hash64(h, (uint64_t)fi->dtype << 8 | (uint64_t)fi->ndim << 1 | !!fi->variable);
+        for (int d = 0; d < fi->ndim; d++)
+            h = ferry_hash64(h, (uint64_t)fi->shape[d]);
+    }
+    return h;
+}
+
+size_t ferry_loader_state_size(const ferry_loader *l)
+{
+    return STATE_HEAD + 16u * (l->st ? l->nshards : 0) + 4u;
+}
+
+int ferry_loader_state_save(ferry_loader *l, void *buf, size_t cap, size_t *len)
+{
+    ferry__err_clear();
+    size_t need = ferry_loader_state_size(l);
+    if (len)
+        *len = need;
+    if (l->o.order == FERRY_ORDER_COMPLETION)
+        return set_errmsg(l, ferry__err(FERRY_ENOTSUP,
+                                        "loader state: batches handed out in completion order "
+                                        "have no position to resume from"));
+    if (!buf || cap < need)
+        return set_errmsg(
+            l, ferry__err(FERRY_EOVERFLOW, "loader state: %zu bytes needed, %zu given", need, cap));
+    uint8_t *p = buf;
+    pthread_mutex_lock(&l->m);
+    memcpy(p, STATE_MAGIC, 8);
+    put32(p + 8, STATE_VERSION);
+    put32(p + 12, l->st ? 2 : 1);
+    put64(p + 16, source_id(l));
+    put64(p + 24, l->o.batch_size);
+    put64(p + 32, l->o.seed);
+    put32(p + 40, l->o.drop_last ? 1 : 0);
+    put32(p + 44, l->st ? l->nshards : 0);
+    put64(p + 48, (uint64_t)l->o.world_size);
+    put64(p + 56, (uint64_t)l->o.rank);
+    put64(p + 64, l->epoch);
+    put64(p + 72, l->done_next);
+    put64(p + 80, l->epoch_skipped);
+    put32(p + 88, l->st ? l->done_cursor : 0);
+    put32(p + 92, l->st ? l->done_live : 0);
+    for (uint32_t s = 0; l->st && s < l->nshards; s++) {
+        put64(p + STATE_HEAD + 16 * s, l->shards[s].calls_done);
+        put64(p + STATE_HEAD + 16 * s + 8, l->shards[s].ended_done);
+    }
+    pthread_mutex_unlock(&l->m);
+    put32(p + need - 4, ferry_crc32c(0, p, need - 4));
+    return 0;
+}
+
+/* Compares a saved setting with the loader's: a clear error naming it. */
+#define STATE_SAME(what, saved, now)                                                               \
+    do {                                                                                           \
+        if ((uint64_t)(saved) != (uint64_t)(now))                                                  \
+            FERRY_FAIL(FERRY_EINVAL, "loader state: saved with %s %llu, this loader has %llu",     \
+                       what, (unsigned long long)(saved), (unsigned long long)(now));              \
+    } while (0)
+
+int ferry_loader_state_resume(ferry_loader *l, const void *buf, size_t n)
+{
+    int rc = 0;
+    const uint8_t *p = buf;
+    bool locked = false;
+    ferry__err_clear();
+    if (!buf || n < STATE_HEAD + 4 || memcmp(p, STATE_MAGIC, 8) != 0)
+        FERRY_FAIL(FERRY_ECORRUPT, "loader state: %zu bytes that are not a ferry loader state", n);
+    if (get32(p + 8) != STATE_VERSION)
+        FERRY_FAIL(FERRY_ENOTSUP, "loader state: version %u, this library reads version %u",
+                   get32(p + 8), STATE_VERSION);
+    uint32_t nsh = get32(p + 44);
+    if (nsh > (n - STATE_HEAD - 4) / 16 || n != STATE_HEAD + 16u * nsh + 4u)
+        FERRY_FAIL(FERRY_ECORRUPT, "loader state: %zu bytes, but it names %u stream shards", n,
+                   nsh);
+    uint32_t crc = ferry_crc32c(0, p, n - 4);
+    if (crc != get32(p + n - 4))
+        FERRY_FAIL(FERRY_ECORRUPT,
+                   "loader state: CRC mismatch (stored %08x, computed %08x): "
+                   "the state is damaged",
+                   get32(p + n - 4), crc);
+    if (get32(p + 12) != (l->st ? 2u : 1u))
+        FERRY_FAIL(FERRY_EINVAL, "loader state: saved from a %s loader, this one is %s",
+                   get32(p + 12) == 2 ? "stream" : "map-style", l->st ? "a stream" : "map-style");
+    if (get64(p + 16) != source_id(l))
+        FERRY_FAIL(FERRY_EINVAL, "loader state: saved from another source (its schema%s differ)",
+                   l->ds ? " or length" : "");
+    STATE_SAME("batch_size", get64(p + 24), l->o.batch_size);
+    STATE_SAME("seed", get64(p + 32), l->o.seed);
+    STATE_SAME("drop_last", get32(p + 40), l->o.drop_last ? 1 : 0);
+    if ((int64_t)get64(p + 48) != l->o.world_size || (int64_t)get64(p + 56) != l->o.rank)
+        FERRY_FAIL(FERRY_EINVAL,
+                   "loader state: saved with rank %lld of world_size %lld, this loader has "
+                   "rank %lld of %lld",
+                   (long long)get64(p + 56), (long long)get64(p + 48), (long long)l->o.rank,
+                   (long long)l->o.world_size);
+    STATE_SAME("stream_shards", nsh, l->st ? l->nshards : 0);
+    uint32_t cursor = get32(p + 88), live = get32(p + 92), ended = 0;
+    for (uint32_t s = 0; s < nsh; s++) {
+        uint64_t e = get64(p + STATE_HEAD + 16 * s + 8);
+        if (e > 1)
+            FERRY_FAIL(FERRY_ECORRUPT, "loader state: shard %u: ended flag %llu", s,
+                       (unsigned long long)e);
+        ended += (uint32_t)e;
+    }
+    if (l->st && (live != nsh - ended || (live ? cursor >= live : cursor != 0)))
+        FERRY_FAIL(FERRY_ECORRUPT, "loader state: rotation cursor %u of %u live shards (%u ended)",
+                   cursor, live, ended);
+    pthread_mutex_lock(&l->m);
+    locked = true;
+    l->done_cursor = cursor;
+    l->done_live = live;
+    l->resuming = p;
+    rc = start_locked(l, get64(p + 64), get64(p + 72));
+    l->resuming = NULL;
+    if (rc == 0)
+        l->epoch_skipped = get64(p + 80);
+cleanup:
+    if (locked)
+        pthread_mutex_unlock(&l->m);
+    return set_errmsg(l, rc);
 }

@@ -31,7 +31,8 @@ from . import _ferry
 __version__ = _ferry.version()
 
 __all__ = [
-    "DataLoader", "Batch", "TupleBatch", "Dataset", "Field", "open", "index", "pack",
+    "DataLoader", "Batch", "TupleBatch", "Dataset", "Field", "open", "index", "pack", "save", "load",
+    "load_metadata",
     "Sampler", "SequentialSampler", "RandomSampler", "SubsetRandomSampler",
     "WeightedRandomSampler", "DistributedSampler",
     "Error", "InvalidError", "OutOfMemoryError", "IOFailure", "CorruptError", "TimeoutError",
@@ -206,7 +207,7 @@ def _torch_module():
         # torch._C._from_dlpack takes the capsule directly (what torch.from_dlpack
         # calls for one): a Python frame less per tensor.
         fd = getattr(getattr(torch, "_C", None), "_from_dlpack", None) or torch.from_dlpack
-        _ferry._set_converters(fd, None)
+        _ferry._set_converters(fd, None, torch.from_numpy)
         _torch = torch
     return _torch
 
@@ -472,6 +473,84 @@ def pack(source, outdir, name=None, shard_size=None, shard_records=None, zstd=No
     records, nbytes = _ferry.pack(src, _os.fspath(outdir), name, _size(shard_size, "shard_size"),
                                   _size(shard_records, "shard_records"), zl, workers)
     return {"records": records, "bytes": nbytes}
+
+
+def save(tensors, path, metadata=None, *, crc=True, threads=None):
+    """Saves a dict of named tensors (torch tensors or NumPy arrays, on the CPU) to
+    ``path`` in the safetensors format, which Hugging Face's safetensors, candle
+    and others read. ``metadata``: a dict of str to str, kept in ``__metadata__``.
+    With ``crc`` (the default), each tensor's CRC-32C goes into ``__metadata__``
+    too (other readers ignore it; ``ferry.load`` checks it). Written to a
+    temporary file by several threads, synced and renamed over ``path``: a reader
+    sees the old file or the whole new one, whenever the process is killed."""
+    if not isinstance(tensors, _Mapping):
+        raise TypeError("tensors must be a dict of name to tensor, got %s" % type(tensors).__name__)
+    items = []
+    for name, v in tensors.items():
+        if not isinstance(name, str):
+            raise TypeError("tensor names must be str, got %r" % (name,))
+        if type(v).__module__.startswith("torch") and isinstance(v, _torch_module().Tensor):
+            v = v.detach().cpu().contiguous()
+            if v.dtype != _torch.bfloat16:      # NumPy has no bfloat16: DLPack for it
+                v = v.numpy()
+        elif not hasattr(v, "__dlpack__") and not isinstance(v, memoryview):
+            v = _numpy().ascontiguousarray(v)
+        elif hasattr(v, "flags") and not v.flags["C_CONTIGUOUS"]:
+            v = _numpy().ascontiguousarray(v)
+        items.append((name, v))
+    meta = []
+    for k, v in (metadata or {}).items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise TypeError("metadata must map str to str, got %r: %r" % (k, v))
+        meta.append((k, v))
+    if threads is not None:
+        _int(threads, "threads", 1, 1024)
+    _ferry.save_tensors(_os.fspath(path), items, meta, bool(crc), threads or 0)
+
+
+def load(path, names=None, prefix=None, *, strip_prefix=None, add_prefix=None, copy=False,
+         verify=True, allow_missing=False, output="torch"):
+    """Loads named tensors from a safetensors file: a dict of name to tensor
+    (``output="torch"``, the default, or ``"numpy"``).
+
+    Without ``copy`` the tensors view the file's pages (mapped, zero-copy): they
+    load in the time it takes to touch them. The mapping is private: writing to a
+    tensor changes the process's copy of that page, never the file. They stay
+    valid as long as they live; a file truncated under them is, as for any mapped
+    file, a fault on access. ``copy=True`` reads them into memory instead.
+
+    ``names`` (a list) or ``prefix`` select tensors; ``strip_prefix`` then
+    ``add_prefix`` rename them (Caffe2 LoadOp's options); a requested name the
+    file lacks is ``ferry.NotFoundError`` unless ``allow_missing``. With
+    ``verify`` (the default) the CRCs ``ferry.save`` stores are checked. Every
+    problem with the file (truncated, a bad header, offsets out of bounds or
+    overlapping, an unknown dtype, a CRC mismatch) is a ``ferry.Error`` naming
+    the file and the tensor. 8-bit floats come as uint8 (view them with
+    ``.view(torch.float8_e4m3fn)``). The ``__metadata__`` strings are
+    ``ferry.load_metadata(path)``."""
+    if output not in ("torch", "numpy"):
+        raise ValueError("output must be 'torch' or 'numpy', got %r" % (output,))
+    if output == "torch":
+        _torch_module()
+    else:
+        _numpy()
+    if isinstance(names, str):
+        raise TypeError("names must be a list of names, not a str")
+    for what, v in (("prefix", prefix), ("strip_prefix", strip_prefix), ("add_prefix", add_prefix)):
+        if v is not None and not isinstance(v, str):
+            raise TypeError("%s must be a str, got %s" % (what, type(v).__name__))
+    items, _meta = _ferry.load_tensors(
+        _os.fspath(path), None if names is None else [str(n) for n in names], prefix,
+        strip_prefix, add_prefix, bool(copy), bool(verify), bool(allow_missing),
+        _ferry.OUT_TORCH if output == "torch" else _ferry.OUT_NUMPY)
+    return dict(items)
+
+
+def load_metadata(path):
+    """The ``__metadata__`` strings of a safetensors file, as a dict (ferry's own
+    CRC entry included)."""
+    return _ferry.load_tensors(_os.fspath(path), [], None, None, None, False, False, False,
+                               _ferry.OUT_NUMPY if _np is not None else _ferry.OUT_RAW)[1]
 
 
 def _resolve(source, fields, transform):

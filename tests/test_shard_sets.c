@@ -7,6 +7,12 @@
 
 #include <ferry/ferry.h>
 
+#include "formats/records_internal.h"
+#include "io/io.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <glob.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <sys/stat.h>
@@ -34,6 +40,45 @@ static void pack(const char *out, int n, int per_shard, const char *extra)
              0);
 }
 
+/* The path of shard k of n of set "data" in dir (its name carries the set's
+ * generation), or "" when there is none. */
+static const char *shard_path(const char *dir, int k, int n)
+{
+    static char out[2][600];
+    static int next;
+    char pattern[600];
+    snprintf(pattern, sizeof pattern, "%s/data-*-%05d-of-%05d.ferry", dir, k, n);
+    char *o = out[next++ % 2];
+    o[0] = '\0';
+    glob_t g;
+    if (glob(pattern, 0, NULL, &g) == 0) {
+        CHECK_U64(g.gl_pathc, 1);
+        snprintf(o, 600, "%s", g.gl_pathv[0]);
+    }
+    globfree(&g);
+    return o;
+}
+
+/* The label (field 0) of record i of a set of any schema that starts with it. */
+static int64_t label_of_any(ferry_dataset *ds, uint64_t i)
+{
+    uint8_t buf[4][256];
+    int64_t lens[4] = {0};
+    void *p[4] = {buf[0], buf[1], buf[2], buf[3]};
+    int nf = ferry_dataset_nfields(ds);
+    CHECK(nf <= 4);
+    for (int f = 0; f < nf; f++)
+        CHECK(ferry_field_nbytes(ferry_dataset_field(ds, f)) <= 256);
+    ferry_sample s = {nf, p, lens};
+    ferry_ctx *ctx;
+    CHECK_OK(ferry_ctx_create(&ctx, 0, 0));
+    CHECK_OK(ferry_dataset_get(ds, i, &s, ctx));
+    ferry_ctx_free(ctx);
+    int64_t label;
+    memcpy(&label, buf[0], sizeof label);
+    return label;
+}
+
 static int64_t label_of(ferry_dataset *ds, uint64_t i)
 {
     uint8_t data[24], text[9];
@@ -55,8 +100,8 @@ TEST(pack_then_read_the_set_through_one_global_index)
     snprintf(path, sizeof path, "%s/set/data.manifest", test_dir);
     struct stat st;
     CHECK(stat(path, &st) == 0);
-    snprintf(path, sizeof path, "%s/set/data-00003-of-00004.ferry", test_dir);
-    CHECK(stat(path, &st) == 0);
+    snprintf(path, sizeof path, "%s/set", test_dir);
+    CHECK(stat(shard_path(path, 3, 4), &st) == 0);
     snprintf(path, sizeof path, "%s/set", test_dir);
     ferry_dataset *ds;
     CHECK_OK(ferry_dataset_records(&ds, path, 0, 1));
@@ -145,10 +190,11 @@ TEST(manifest_disagreements_are_errors)
     snprintf(path, sizeof path, "%s/set", test_dir);
     ferry_dataset *ds;
     /* a shard the manifest names is missing */
-    snprintf(shard, sizeof shard, "%s/data-00001-of-00003.ferry", path);
+    snprintf(shard, sizeof shard, "%s", shard_path(path, 1, 3));
     CHECK_EQ(sh("mv '%s' '%s.away'", shard, shard), 0);
     CHECK_RC(ferry_dataset_records(&ds, path, 0, 1), FERRY_ENOENT);
-    CHECK_CONTAINS(ferry_last_errmsg(), "names data-00001-of-00003.ferry, which is missing");
+    CHECK_CONTAINS(ferry_last_errmsg(), strrchr(shard, '/') + 1);
+    CHECK_CONTAINS(ferry_last_errmsg(), ", which is missing");
     /* a shard of another size */
     CHECK_EQ(sh("mv '%s.away' '%s' && printf x >> '%s'", shard, shard, shard), 0);
     CHECK_RC(ferry_dataset_records(&ds, path, 0, 1), FERRY_ECORRUPT);
@@ -165,7 +211,8 @@ TEST(verify_reports_file_record_and_offset)
     CHECK_EQ(sh("%s > /dev/null", cmd), 0);
     /* flip one byte in the middle of a shard's records */
     char shard[600];
-    snprintf(shard, sizeof shard, "%s/set/data-00000-of-00002.ferry", test_dir);
+    snprintf(out, sizeof out, "%s/set", test_dir);
+    snprintf(shard, sizeof shard, "%s", shard_path(out, 0, 2));
     FILE *f = fopen(shard, "r+b");
     CHECK(f != NULL);
     fseek(f, 4000, SEEK_SET);
@@ -178,7 +225,7 @@ TEST(verify_reports_file_record_and_offset)
     out[n] = 0;
     int st = pclose(p);
     CHECK_EQ(WEXITSTATUS(st), 1);
-    CHECK_CONTAINS(out, "data-00000-of-00002.ferry: record ");
+    CHECK_CONTAINS(out, "-00000-of-00002.ferry: record ");
     CHECK_CONTAINS(out, "at offset ");
     CHECK_CONTAINS(out, "file CRC-32C"); /* the manifest's CRC disagrees too */
     /* ls and stat describe the set */
@@ -242,5 +289,153 @@ TEST(a_pack_killed_at_any_moment_leaves_no_set_or_a_whole_one)
     CHECK(none > 0);  /* the early kills */
     CHECK(whole > 0); /* the late ones */
     printf("killed packs: %d whole sets, %d without a manifest\n", whole, none);
+    test_remove_dir();
+}
+
+/* ---- Replacing a set: the fault points of the file layer, one by one ---- */
+
+static const ferry_field replace_fields[2] = {
+    {"label", FERRY_I64, 0, {0}, 0},
+    {"text", FERRY_U8, 1, {16}, 1},
+};
+
+/* Writes n records (label base + i, text of i % 17 bytes) into dir, per_shard a
+ * shard. Returns the commit's status (or the first failure). */
+static int write_labels(const char *dir, int64_t base, int n, int per_shard, int level)
+{
+    ferry_writer_opts o = {dir, NULL, replace_fields, 2, 0, (uint64_t)per_shard, level};
+    ferry_record_writer *w;
+    int rc = ferry_writer_open(&w, &o);
+    if (rc < 0)
+        return rc;
+    for (int i = 0; i < n; i++) {
+        int64_t label = base + i, len[2] = {0, i % 17 < 16 ? i % 17 : 16};
+        uint8_t text[16];
+        memset(text, (int)(label & 0x7f), sizeof text);
+        void *p[2] = {&label, text};
+        ferry_sample s = {2, p, len};
+        if ((rc = ferry_writer_append(w, &s)) < 0) {
+            ferry_writer_abort(w);
+            return rc;
+        }
+    }
+    return ferry_writer_commit(w);
+}
+
+/* The set in dir is whole: either the old one (1000 + i, old_n records) or the new
+ * one (2000 + i, new_n); returns 0 for the old, 1 for the new. Reading it through
+ * the dataset, and `verify` finding nothing wrong. */
+static int whole_set(const char *dir, int old_n, int new_n)
+{
+    ferry_dataset *ds;
+    int rc = ferry_dataset_records(&ds, dir, 0, 1);
+    if (rc < 0)
+        test_fail(__FILE__, __LINE__, "the set does not open: %s", ferry_last_errmsg());
+    uint64_t n = ferry_dataset_len(ds);
+    int64_t first = label_of_any(ds, 0);
+    int which = first == 2000;
+    CHECK(first == 1000 || first == 2000);
+    CHECK_U64(n, (uint64_t)(which ? new_n : old_n));
+    for (uint64_t i = 0; i < n; i++)
+        if (label_of_any(ds, i) != first + (int64_t)i)
+            test_fail(__FILE__, __LINE__, "record %llu: label %lld in a set starting at %lld",
+                      (unsigned long long)i, (long long)label_of_any(ds, i), (long long)first);
+    ferry_dataset_free(ds);
+    uint64_t problems = 1, records = 0;
+    CHECK_OK(ferry_records_verify(dir, NULL, NULL, &problems, &records));
+    CHECK_U64(problems, 0);
+    CHECK_U64(records, n);
+    return which;
+}
+
+/* Files in dir. */
+static int files_in(const char *dir)
+{
+    int n = 0;
+    DIR *d = opendir(dir);
+    CHECK(d != NULL);
+    struct dirent *e;
+    while ((e = readdir(d)))
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* One sweep: an old set of old_n records (none when old_n is 0) replaced by a new
+ * one of new_n, failing (FERRY__FAULT_FAIL) or killed (FERRY__FAULT_KILL, in a
+ * forked child) at each fault point of the replacement in turn. Returns the
+ * number of points. */
+static long sweep(int mode, int old_n, int old_per, int new_n, int new_per, int level)
+{
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/sweep", test_dir);
+    CHECK_EQ(sh("rm -rf '%s'", dir), 0);
+    if (old_n)
+        CHECK_OK(write_labels(dir, 1000, old_n, old_per, level));
+    ferry__fault_arm(FERRY__FAULT_FAIL, 0);
+    CHECK_OK(write_labels(dir, 2000, new_n, new_per, level));
+    long points = ferry__fault_arm(FERRY__FAULT_OFF, 0);
+    int new_files = 1 + (new_n + new_per - 1) / new_per;
+    int olds = 0, news = 0;
+    for (long at = 1; at <= points; at++) {
+        CHECK_EQ(sh("rm -rf '%s'", dir), 0);
+        if (old_n)
+            CHECK_OK(write_labels(dir, 1000, old_n, old_per, level));
+        int rc = 0;
+        if (mode == FERRY__FAULT_FAIL) {
+            ferry__fault_arm(FERRY__FAULT_FAIL, at);
+            rc = write_labels(dir, 2000, new_n, new_per, level);
+            ferry__fault_arm(FERRY__FAULT_OFF, 0);
+        } else {
+            pid_t pid = fork();
+            CHECK(pid >= 0);
+            if (pid == 0) {
+                ferry__fault_arm(FERRY__FAULT_KILL, at);
+                write_labels(dir, 2000, new_n, new_per, level);
+                _exit(3); /* not killed: a point that was not reached */
+            }
+            int st;
+            CHECK(waitpid(pid, &st, 0) == pid);
+            if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGKILL)
+                test_fail(__FILE__, __LINE__, "point %ld: the writer was not killed", at);
+        }
+        struct stat sb;
+        char manifest[700];
+        snprintf(manifest, sizeof manifest, "%s/data.manifest", dir);
+        if (!old_n && stat(manifest, &sb) != 0) {
+            /* no set before, none now: nothing a reader takes for one */
+            ferry_dataset *ds;
+            CHECK(ferry_dataset_records(&ds, dir, 0, 1) < 0);
+            olds++;
+        } else {
+            int which = whole_set(dir, old_n, new_n);
+            if (mode == FERRY__FAULT_FAIL && rc == 0)
+                CHECK_EQ(which, 1);
+            if (mode == FERRY__FAULT_FAIL && rc < 0 && which == 1)
+                /* only a failed sync of the directory after the switch */
+                CHECK_CONTAINS(ferry_last_errmsg(), "the new set is in place");
+            olds += which == 0;
+            news += which == 1;
+        }
+        /* the next write removes whatever this one left */
+        CHECK_OK(write_labels(dir, 2000, new_n, new_per, level));
+        CHECK_EQ(whole_set(dir, old_n, new_n), 1);
+        CHECK_EQ(files_in(dir), new_files);
+    }
+    CHECK(olds > 0 && news > 0);
+    return points;
+}
+
+TEST(replacing_a_set_fails_or_dies_at_every_fault_point_leaving_one_whole_set)
+{
+    test_make_dir("sets");
+    long total = 0;
+    for (int mode = FERRY__FAULT_FAIL; mode <= FERRY__FAULT_KILL; mode++) {
+        total += sweep(mode, 40, 7, 25, 10, 0); /* fewer shards than before */
+        total += sweep(mode, 12, 6, 30, 6, 3);  /* more, compressed */
+        total += sweep(mode, 0, 1, 20, 8, 0);   /* no set before */
+    }
+    printf("fault points swept: %ld\n", total);
+    CHECK(total >= 200);
     test_remove_dir();
 }

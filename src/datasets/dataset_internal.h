@@ -45,8 +45,6 @@ void ferry__ctx_release(ferry_ctx *c);
 /* Scratch slot `slot` (0 .. FERRY__CTX_SLOTS-1) of at least n bytes, as
  * ferry_ctx_scratch (which is slot 0). */
 void *ferry__ctx_scratch(ferry_ctx *c, int slot, size_t n);
-/* Checks a schema: names, dtypes, shapes and byte sizes in range. */
-int ferry__check_fields(const ferry_field *fields, int nfields);
 
 /* "kind:location,key=value,..." split in place. Returns FERRY_EINVAL with a message
  * on a malformed spec. */

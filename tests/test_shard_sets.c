@@ -439,3 +439,51 @@ TEST(replacing_a_set_fails_or_dies_at_every_fault_point_leaving_one_whole_set)
     CHECK(total >= 200);
     test_remove_dir();
 }
+
+/* A 2 KB shard whose variable field claims a 256 MiB bound: bench refuses it at
+ * once, naming the field, its bound, the batch size and the budget, instead of
+ * allocating and zeroing 64 samples at the bound for every buffer. */
+TEST(bench_refuses_a_schema_over_the_memory_budget_at_once)
+{
+    test_make_dir("sets");
+    ferry_field f;
+    memset(&f, 0, sizeof f);
+    strcpy(f.name, "text");
+    f.dtype = FERRY_U8;
+    f.ndim = 1;
+    f.shape[0] = (int64_t)256 << 20;
+    f.variable = 1;
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/wide", test_dir);
+    ferry_writer_opts o = {dir, NULL, &f, 1, 0, 0, 0};
+    ferry_record_writer *w;
+    CHECK_OK(ferry_writer_open(&w, &o));
+    uint8_t text[100];
+    memset(text, 'x', sizeof text);
+    for (int i = 0; i < 10; i++) {
+        int64_t len = 10 * i;
+        void *p[1] = {text};
+        ferry_sample s = {1, p, &len};
+        CHECK_OK(ferry_writer_append(w, &s));
+    }
+    CHECK_OK(ferry_writer_commit(w));
+    struct stat st;
+    CHECK(stat(shard_path(dir, 0, 1), &st) == 0);
+    CHECK(st.st_size < 2048);
+    char cmd[1024], out[4096];
+    snprintf(cmd, sizeof cmd, "%s bench records:%s --batch 64 --no-progress 2>&1", FERRY_CLI, dir);
+    uint64_t t0 = ferry_now_ns();
+    FILE *p = popen(cmd, "r");
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    int rc = pclose(p);
+    uint64_t ms = (ferry_now_ns() - t0) / 1000000;
+    CHECK(WIFEXITED(rc) && WEXITSTATUS(rc) != 0);
+    CHECK(ms < 2000);
+    CHECK_CONTAINS(out, "field \"text\"");
+    CHECK_CONTAINS(out, "bound 268435456 rows");
+    CHECK_CONTAINS(out, "batch_size 64");
+    CHECK_CONTAINS(out, "memory budget");
+    printf("%s(in %llu ms)\n", out, (unsigned long long)ms);
+    test_remove_dir();
+}

@@ -20,6 +20,7 @@
 #include "../datasets/dataset_internal.h"
 
 #include <sched.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -38,6 +39,7 @@
  * virtual machine whose idle cores halt), longer than the wait it replaces.
  * Polling yields the core, so a worker that has work gets it. */
 #define POLL_BATCH_NS 200000u
+#define DEFAULT_BUDGET_DIVISOR 4 /* memory_budget 0: a quarter of physical memory */
 #define POLL_NS 100000u
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -73,7 +75,11 @@ struct ferry_batch {
     int fail_rc;
     char fail_msg[FERRY_ERRMSG_MAX];
     /* memory */
+    void *mem_base; /* the allocation; mem is it aligned to 64 bytes */
     uint8_t *mem;
+    /* variable fields: dirty[v * batch_size + i] bytes at the start of slot i of the
+     * v-th variable field may be nonzero; past them it is all zeros */
+    size_t *dirty;
     uint64_t *indices;
     _Atomic uint8_t *state;
     uint8_t *field[FERRY_MAX_FIELDS];
@@ -98,6 +104,8 @@ struct ferry_loader {
     size_t field_stride[FERRY_MAX_FIELDS]; /* bytes per sample */
     size_t row_bytes[FERRY_MAX_FIELDS];    /* variable fields: bytes per row */
     bool any_variable;
+    int var_of[FERRY_MAX_FIELDS]; /* variable fields: their number among the variable ones */
+    int nvar;
     ferry_sampler *sampler, *own_sampler;
 
     pthread_mutex_t m;
@@ -183,15 +191,18 @@ static int alloc_buffers(ferry_loader *l, uint32_t nbufs)
         ferry_batch *b = &l->bufs[i];
         b->l = l;
         b->id = i;
-        b->mem = ferry__aligned_alloc(off);
-        if (!b->mem)
+        /* Zeroed memory, which for a large buffer is fresh pages the kernel maps
+         * on first touch: a deep pool costs no page faults before the first batch,
+         * and a variable field's padding needs zeroing only where an earlier sample
+         * in the slot wrote (dirty). */
+        b->mem_base = ferry__calloc(1, off + 64);
+        if (l->nvar && b->mem_base)
+            b->dirty = ferry__calloc((size_t)l->nvar * B, sizeof *b->dirty);
+        if (!b->mem_base || (l->nvar && !b->dirty))
             return ferry__err(FERRY_ENOMEM,
                               "loader: cannot allocate batch buffer %u of %zu bytes (prefetch %u)",
                               i, off, l->nbufs);
-        /* Not cleared: every slot is written before it is handed out (fixed fields
-         * by the dataset, variable ones padded here), and leaving the pages
-         * untouched keeps a deep pool from costing page faults before the first
-         * batch. */
+        b->mem = (uint8_t *)ferry__align64((size_t)(uintptr_t)b->mem_base);
         b->indices = (uint64_t *)(b->mem + idx_off);
         b->state = (_Atomic uint8_t *)(b->mem + state_off);
         for (int f = 0; f < l->nfields; f++) {
@@ -210,8 +221,10 @@ static int alloc_buffers(ferry_loader *l, uint32_t nbufs)
 static void destroy(ferry_loader *l)
 {
     if (l->bufs)
-        for (uint32_t i = 0; i < l->nbufs; i++)
-            ferry__aligned_free(l->bufs[i].mem);
+        for (uint32_t i = 0; i < l->nbufs; i++) {
+            ferry__free(l->bufs[i].mem_base);
+            ferry__free(l->bufs[i].dirty);
+        }
     ferry__free(l->bufs);
     ferry__free(l->by_number);
     ferry__free(l->open);
@@ -500,17 +513,32 @@ static int fill_slot(ferry_loader *l, ferry_batch *b, uint32_t i, uint64_t index
                         "the dataset's %s returned %d, which is not a status it "
                         "may return",
                         stream_next ? "next" : "get", rc);
-    if (rc != 0 || !l->any_variable)
+    if (!l->any_variable)
         return rc;
+    size_t B = l->o.batch_size;
+    if (rc != 0) {
+        /* what a failed call wrote is unknown: the whole slot may be dirty */
+        for (int f = 0; f < l->nfields; f++)
+            if (l->fields[f].variable)
+                b->dirty[(size_t)l->var_of[f] * B + i] = l->field_stride[f];
+        return rc;
+    }
     for (int f = 0; f < l->nfields; f++) {
         if (!l->fields[f].variable)
             continue;
+        size_t *dirty = &b->dirty[(size_t)l->var_of[f] * B + i];
         int64_t bound = l->fields[f].shape[0];
-        if (len[f] < 0 || len[f] > bound)
+        if (len[f] < 0 || len[f] > bound) {
+            *dirty = l->field_stride[f];
             return ferry__err(FERRY_EOVERFLOW, "field \"%s\": length %lld is outside [0, %lld]",
                               l->fields[f].name, (long long)len[f], (long long)bound);
+        }
+        /* the dataset wrote the first len rows; past them, zeros up to what an
+         * earlier sample in this slot wrote, no further (the rest is zero still) */
         size_t used = (size_t)len[f] * l->row_bytes[f];
-        memset((uint8_t *)data[f] + used, 0, l->field_stride[f] - used);
+        if (*dirty > used)
+            memset((uint8_t *)data[f] + used, 0, *dirty - used);
+        *dirty = used;
         b->lengths[f][i] = len[f];
     }
     return 0;
@@ -527,10 +555,20 @@ static void compact(ferry_loader *l, ferry_batch *b, uint32_t nslots)
         if (out != i) {
             b->indices[out] = b->indices[i];
             for (int f = 0; f < l->nfields; f++) {
-                memmove(b->field[f] + (size_t)out * l->field_stride[f],
-                        b->field[f] + (size_t)i * l->field_stride[f], l->field_stride[f]);
-                if (b->lengths[f])
-                    b->lengths[f][out] = b->lengths[f][i];
+                uint8_t *to = b->field[f] + (size_t)out * l->field_stride[f];
+                const uint8_t *from = b->field[f] + (size_t)i * l->field_stride[f];
+                if (!l->fields[f].variable) {
+                    memmove(to, from, l->field_stride[f]);
+                    continue;
+                }
+                /* the rows, then zeros as far as the slot was dirty */
+                size_t used = (size_t)b->lengths[f][i] * l->row_bytes[f];
+                size_t *dirty = &b->dirty[(size_t)l->var_of[f] * l->o.batch_size + out];
+                memmove(to, from, used);
+                if (*dirty > used)
+                    memset(to + used, 0, *dirty - used);
+                *dirty = used;
+                b->lengths[f][out] = b->lengths[f][i];
             }
         }
         out++;
@@ -833,6 +871,93 @@ static uint32_t auto_prefetch(const ferry_loader *l)
     return n > MAX_PREFETCH ? MAX_PREFETCH : n;
 }
 
+static uint64_t default_budget(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0)
+        return (uint64_t)4 << 30;
+    return (uint64_t)pages * (uint64_t)page / DEFAULT_BUDGET_DIVISOR;
+}
+
+/* "1.5 GiB" */
+static const char *human(uint64_t n, char *buf, size_t cap)
+{
+    static const char *unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    double v = (double)n;
+    int u = 0;
+    while (v >= 1024 && u < 6) {
+        v /= 1024;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, cap, "%llu bytes", (unsigned long long)n);
+    else
+        snprintf(buf, cap, "%.1f %s", v, unit[u]);
+    return buf;
+}
+
+/* The memory the settings ask for, against the budget, before anything is
+ * allocated: the batch buffers (prefetch of them) and, per worker, scratch of up to
+ * one sample (what a decoder such as a compressed shard's needs). With the default
+ * prefetch, the pool is made as deep as the budget allows, down to one buffer. */
+static int check_budget(ferry_loader *l)
+{
+    uint64_t budget = l->o.memory_budget ? l->o.memory_budget : default_budget();
+    uint64_t B = l->o.batch_size, sample = 0, batch = 64 + 2 * B, big = 0;
+    int widest = 0;
+    for (int f = 0; f < l->nfields; f++) {
+        uint64_t bytes = l->field_stride[f], field;
+        if (__builtin_mul_overflow(bytes, B, &field))
+            field = UINT64_MAX;
+        if (field > big) {
+            big = field;
+            widest = f;
+        }
+        sample = sample + bytes < sample ? UINT64_MAX : sample + bytes;
+        uint64_t extra = field + 64 + (l->fields[f].variable ? 16 * B : 0);
+        batch = batch + extra < batch ? UINT64_MAX : batch + extra;
+    }
+    uint64_t workers = l->o.num_workers ? l->o.num_workers : 1, scratch;
+    if (__builtin_mul_overflow(sample, workers, &scratch))
+        scratch = UINT64_MAX;
+    char b1[32], b2[32], b3[32];
+    const ferry_field *f = &l->fields[widest];
+    if (batch > budget || scratch > budget - batch) {
+        if (f->variable)
+            return ferry__err(FERRY_EINVAL,
+                              "loader: field \"%s\" (variable, bound %lld rows: %s a sample) "
+                              "times batch_size %llu needs %s, over the memory budget of %s "
+                              "(memory_budget; 0 = 1/%d of physical memory)",
+                              f->name, (long long)f->shape[0],
+                              human(l->field_stride[widest], b1, sizeof b1), (unsigned long long)B,
+                              human(batch, b2, sizeof b2), human(budget, b3, sizeof b3),
+                              DEFAULT_BUDGET_DIVISOR);
+        return ferry__err(FERRY_EINVAL,
+                          "loader: field \"%s\" (%s a sample) times batch_size %llu needs %s, "
+                          "over the memory budget of %s (memory_budget; 0 = 1/%d of physical "
+                          "memory)",
+                          f->name, human(l->field_stride[widest], b1, sizeof b1),
+                          (unsigned long long)B, human(batch, b2, sizeof b2),
+                          human(budget, b3, sizeof b3), DEFAULT_BUDGET_DIVISOR);
+    }
+    uint64_t fits = (budget - scratch) / batch;
+    if (l->o.prefetch == 0) {
+        l->o.prefetch = auto_prefetch(l);
+        if (l->o.prefetch > fits)
+            l->o.prefetch = (uint32_t)fits;
+        return 0;
+    }
+    if (l->o.prefetch > fits)
+        return ferry__err(FERRY_EINVAL,
+                          "loader: prefetch %u buffers of %s (batch_size %llu) are over the "
+                          "memory budget of %s: at most %llu fit (memory_budget; 0 = 1/%d of "
+                          "physical memory)",
+                          l->o.prefetch, human(batch, b1, sizeof b1), (unsigned long long)B,
+                          human(budget, b2, sizeof b2), (unsigned long long)fits,
+                          DEFAULT_BUDGET_DIVISOR);
+    return 0;
+}
+
 static int create(ferry_loader **out, ferry_dataset *ds, ferry_stream *st,
                   const ferry_loader_opts *opts)
 {
@@ -876,6 +1001,8 @@ static int create(ferry_loader **out, ferry_dataset *ds, ferry_stream *st,
         l->row_bytes[f] =
             ferry_field_row_elems(&l->fields[f]) * ferry_dtype_size(l->fields[f].dtype);
         l->any_variable |= l->fields[f].variable != 0;
+        if (l->fields[f].variable)
+            l->var_of[f] = l->nvar++;
     }
     if (ds) {
         l->sampler = o.sampler;
@@ -890,8 +1017,7 @@ static int create(ferry_loader **out, ferry_dataset *ds, ferry_stream *st,
         if (!l->shards)
             FERRY_FAIL(FERRY_ENOMEM, "loader: out of memory");
     }
-    if (l->o.prefetch == 0)
-        l->o.prefetch = auto_prefetch(l);
+    FERRY_TRY(check_budget(l));
     FERRY_TRY(alloc_buffers(l, l->o.prefetch));
     ferry__ctx_init(&l->inline_worker.ctx, 0, o.seed, 0);
     bool hints = ds && ds->vt->hint;

@@ -874,3 +874,59 @@ TEST(variable_fields_are_zero_padded_whatever_the_slot_held_before)
         ferry_dataset_free(ds);
     }
 }
+
+static uint64_t run_len(void *self)
+{
+    (void)self;
+    return 640;
+}
+
+/* Samples 0..599 fail, each after 1 ms; the rest are good. */
+static int run_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
+{
+    (void)self;
+    (void)ctx;
+    if (i < 600) {
+        usleep(1000);
+        return ferry_error(FERRY_ECORRUPT, "sample %llu is bad", (unsigned long long)i);
+    }
+    int64_t v = (int64_t)i;
+    memcpy(out->data[0], &v, sizeof v);
+    return 0;
+}
+
+/* Under the skip policy a long run of bad samples makes empty batches, which are
+ * progress: the timeout is for the wait on one batch, so it does not fire. */
+TEST(a_long_run_of_skipped_samples_is_no_timeout)
+{
+    static const ferry_dataset_vtable vt = {.len = run_len, .get = run_get};
+    ferry_field f;
+    memset(&f, 0, sizeof f);
+    strcpy(f.name, "v");
+    f.dtype = FERRY_I64;
+    ferry_dataset *ds;
+    CHECK_OK(ferry_dataset_create(&ds, &vt, NULL, &f, 1));
+    ferry_loader_opts o = opts(8, 2, 4, 0);
+    o.on_error = FERRY_ON_ERROR_SKIP;
+    o.skip_budget = 1000;
+    o.timeout_ms = 100; /* the run of bad samples takes about 300 ms */
+    ferry_loader *l;
+    CHECK_OK(ferry_loader_create(&l, ds, &o));
+    ferry_batch *b;
+    int rc;
+    uint64_t n = 0;
+    uint64_t t0 = ferry_now_ns();
+    while ((rc = ferry_loader_next(l, &b)) == 0) {
+        n += ferry_batch_size(b);
+        ferry_batch_release(b);
+    }
+    if (rc != FERRY_END)
+        test_fail(__FILE__, __LINE__, "rc %d: %s", rc, ferry_loader_errmsg(l));
+    CHECK(ferry_now_ns() - t0 > 200000000u); /* the run did take longer than the timeout */
+    CHECK_U64(n, 40);
+    ferry_loader_stats st;
+    CHECK_OK(ferry_loader_stats_get(l, &st));
+    CHECK_U64(st.skipped, 600);
+    ferry_loader_free(l);
+    ferry_dataset_free(ds);
+}

@@ -487,3 +487,48 @@ TEST(bench_refuses_a_schema_over_the_memory_budget_at_once)
     printf("%s(in %llu ms)\n", out, (unsigned long long)ms);
     test_remove_dir();
 }
+
+/* A FIFO where a shard, a lines file or a line index is expected is refused at
+ * once (an open for reading would wait for a writer forever). */
+TEST(a_fifo_where_a_file_is_expected_is_refused_at_once)
+{
+    test_make_dir("sets");
+    char fifo[600], dir[600], text[600];
+    snprintf(fifo, sizeof fifo, "%s/pipe", test_dir);
+    CHECK(mkfifo(fifo, 0644) == 0);
+    alarm(20); /* a blocking open would hang here: fail instead */
+    ferry_record_file *f;
+    CHECK_RC(ferry_record_file_open(&f, fifo, 0), FERRY_EIO);
+    CHECK_CONTAINS(ferry_last_errmsg(), "pipe: is a FIFO, not a regular file");
+    /* a set's shard */
+    snprintf(dir, sizeof dir, "%s/set", test_dir);
+    CHECK_OK(write_labels(dir, 1000, 10, 5, 0));
+    char shard[600];
+    snprintf(shard, sizeof shard, "%s", shard_path(dir, 1, 2));
+    CHECK(unlink(shard) == 0 && mkfifo(shard, 0644) == 0);
+    ferry_dataset *ds;
+    CHECK(ferry_dataset_records(&ds, dir, 0, 1) < 0); /* its size (0) disagrees first */
+    CHECK_CONTAINS(ferry_last_errmsg(), strrchr(shard, '/') + 1);
+    CHECK_OK(ferry_dataset_records(&ds, dir, 0, 2)); /* the other shard alone */
+    ferry_dataset_free(ds);
+    uint64_t problems = 0, records = 0;
+    CHECK_OK(ferry_records_verify(dir, NULL, NULL, &problems, &records));
+    CHECK(problems > 0);
+    /* a lines file, and a line index */
+    ferry_lines_opts lo;
+    ferry_lines_opts_default(&lo);
+    lo.path = fifo;
+    CHECK(ferry_dataset_lines(&ds, &lo) < 0);
+    CHECK_CONTAINS(ferry_last_errmsg(), "is a FIFO");
+    snprintf(text, sizeof text, "%s/a.txt", test_dir);
+    test_write_file(text, "a\nb\n", 4);
+    lo.path = text;
+    lo.index_path = fifo;
+    CHECK(ferry_dataset_lines(&ds, &lo) < 0);
+    CHECK_CONTAINS(ferry_last_errmsg(), "is a FIFO");
+    ferry_line_index *ix;
+    CHECK(ferry_line_index_open(&ix, text, fifo, 0) < 0);
+    CHECK_CONTAINS(ferry_last_errmsg(), "is a FIFO");
+    alarm(0);
+    test_remove_dir();
+}

@@ -1294,8 +1294,14 @@ int ferry_loader_next(ferry_loader *l, ferry_batch **out)
         ferry_batch *b = take_ready(l);
         if (b) {
             rc = deliver(l, b, out);
-            if (rc == FERRY_END && !l->over)
+            if (rc == FERRY_END && !l->over) {
+                /* an empty batch (every sample skipped) is progress: the timeout is for
+                 * the wait on one batch, not on a run of empty ones */
+                if (t0)
+                    l->consumer_wait_ns += ferry_now_ns() - t0;
+                t0 = deadline = 0;
                 continue;
+            }
             break;
         }
         if (sched_done(l) && l->undelivered == 0) {
@@ -1337,8 +1343,11 @@ int ferry_loader_next(ferry_loader *l, ferry_batch **out)
             b = take_ready(l);
             if (b) {
                 rc = deliver(l, b, out);
-                if (rc == FERRY_END && !l->over)
+                if (rc == FERRY_END && !l->over) {
+                    l->consumer_wait_ns += ferry_now_ns() - t0;
+                    t0 = deadline = 0;
                     continue;
+                }
                 break;
             }
             rc = timeout_error(l);

@@ -11,6 +11,7 @@
 #include "io/io.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
 #include <signal.h>
@@ -361,17 +362,93 @@ static int files_in(const char *dir)
     return n;
 }
 
-/* One sweep: an old set of old_n records (none when old_n is 0) replaced by a new
- * one of new_n, failing (FERRY__FAULT_FAIL) or killed (FERRY__FAULT_KILL, in a
- * forked child) at each fault point of the replacement in turn. Returns the
- * number of points. */
-static long sweep(int mode, int old_n, int old_per, int new_n, int new_per, int level)
+/* A set as writers wrote it before set identities (docs/record-format.md): shards
+ * NAME-%05d-of-%05d.ferry without flag bit 1, one field "label" (i64), and a
+ * version 1 manifest. Labels base + i. */
+static void put_u32(uint8_t *p, uint32_t v)
+{
+    memcpy(p, &v, 4);
+}
+
+static void put_u64(uint8_t *p, uint64_t v)
+{
+    memcpy(p, &v, 8);
+}
+
+static void write_legacy_set(const char *dir, int64_t base, int n, int per_shard)
+{
+    CHECK(mkdir(dir, 0755) == 0 || errno == EEXIST);
+    int nshards = (n + per_shard - 1) / per_shard;
+    char manifest[8192];
+    int len =
+        snprintf(manifest, sizeof manifest, "ferry-records 1\nshards %d records %d\n", nshards, n);
+    for (int k = 0; k < nshards; k++) {
+        int first = k * per_shard, count = n - first < per_shard ? n - first : per_shard;
+        uint8_t file[8192];
+        size_t size = 0;
+        /* header and schema: one field "label", i64, a scalar */
+        static const uint8_t schema[11] = {1, 0, 5, 'l', 'a', 'b', 'e', 'l', FERRY_I64, 0, 0};
+        memcpy(file, "FERRYREC", 8);
+        put_u32(file + 8, 1);
+        put_u32(file + 12, 0);
+        put_u32(file + 16, sizeof schema);
+        memcpy(file + 24, schema, sizeof schema);
+        put_u32(file + 20, ferry_crc32c(ferry_crc32c(0, file, 20), schema, sizeof schema));
+        memset(file + 35, 0, 5);
+        size = 40;
+        uint64_t offsets[64];
+        CHECK(count <= 64);
+        for (int i = 0; i < count; i++) {
+            int64_t label = base + first + i;
+            uint8_t *r = file + size;
+            offsets[i] = size;
+            put_u32(r, 8);
+            put_u32(r + 4, 8);
+            memcpy(r + 16, &label, 8);
+            put_u32(r + 8, ferry_crc32c(0, r + 16, 8));
+            put_u32(r + 12, ferry_crc32c(0, r, 12));
+            size += 24;
+        }
+        uint64_t ix = size;
+        memcpy(file + size, offsets, 8 * (size_t)count);
+        size += 8 * (size_t)count;
+        uint8_t *t = file + size;
+        put_u64(t, (uint64_t)count);
+        put_u64(t + 8, ix);
+        put_u32(t + 16, ferry_crc32c(0, offsets, 8 * (size_t)count));
+        put_u32(t + 20, ferry_crc32c(0, t, 20));
+        memcpy(t + 24, "FERRYEND", 8);
+        size += 32;
+        char name[64], path[700];
+        snprintf(name, sizeof name, "data-%05d-of-%05d.ferry", k, nshards);
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        test_write_file(path, file, size);
+        len += snprintf(manifest + len, sizeof manifest - (size_t)len, "%s %d %zu %08x\n", name,
+                        count, size, ferry_crc32c(0, file, size));
+    }
+    char path[700];
+    snprintf(path, sizeof path, "%s/data.manifest", dir);
+    test_write_file(path, manifest, (size_t)len);
+}
+
+/* One sweep: an old set of old_n records (none when old_n is 0; of the format
+ * before set identities with legacy) replaced by a new one of new_n, failing
+ * (FERRY__FAULT_FAIL) or killed (FERRY__FAULT_KILL, in a forked child) at each
+ * fault point of the replacement in turn. Returns the number of points. */
+static long sweep_over(int mode, bool legacy, int old_n, int old_per, int new_n, int new_per,
+                       int level)
 {
     char dir[600];
     snprintf(dir, sizeof dir, "%s/sweep", test_dir);
+#define OLD_SET()                                                                                  \
+    do {                                                                                           \
+        if (legacy)                                                                                \
+            write_legacy_set(dir, 1000, old_n, old_per);                                           \
+        else if (old_n)                                                                            \
+            CHECK_OK(write_labels(dir, 1000, old_n, old_per, level));                              \
+    } while (0)
     CHECK_EQ(sh("rm -rf '%s'", dir), 0);
-    if (old_n)
-        CHECK_OK(write_labels(dir, 1000, old_n, old_per, level));
+    OLD_SET();
     ferry__fault_arm(FERRY__FAULT_FAIL, 0);
     CHECK_OK(write_labels(dir, 2000, new_n, new_per, level));
     long points = ferry__fault_arm(FERRY__FAULT_OFF, 0);
@@ -379,8 +456,7 @@ static long sweep(int mode, int old_n, int old_per, int new_n, int new_per, int 
     int olds = 0, news = 0;
     for (long at = 1; at <= points; at++) {
         CHECK_EQ(sh("rm -rf '%s'", dir), 0);
-        if (old_n)
-            CHECK_OK(write_labels(dir, 1000, old_n, old_per, level));
+        OLD_SET();
         int rc = 0;
         if (mode == FERRY__FAULT_FAIL) {
             ferry__fault_arm(FERRY__FAULT_FAIL, at);
@@ -424,20 +500,51 @@ static long sweep(int mode, int old_n, int old_per, int new_n, int new_per, int 
     }
     CHECK(olds > 0 && news > 0);
     return points;
+#undef OLD_SET
 }
 
-TEST(replacing_a_set_fails_or_dies_at_every_fault_point_leaving_one_whole_set)
+static long sweep(int mode, int old_n, int old_per, int new_n, int new_per, int level)
+{
+    return sweep_over(mode, false, old_n, old_per, new_n, new_per, level);
+}
+
+/* Every fault point of a replacement, in five settings; the four tests below make
+ * 320 points in all, each with the invariant checked, then a clean rewrite. */
+static long sweep_all(int mode, bool first_half)
 {
     test_make_dir("sets");
     long total = 0;
-    for (int mode = FERRY__FAULT_FAIL; mode <= FERRY__FAULT_KILL; mode++) {
+    if (first_half) {
         total += sweep(mode, 40, 7, 25, 10, 0); /* fewer shards than before */
         total += sweep(mode, 12, 6, 30, 6, 3);  /* more, compressed */
         total += sweep(mode, 0, 1, 20, 8, 0);   /* no set before */
+    } else {
+        total += sweep_over(mode, true, 30, 4, 20, 10, 0); /* a set of the format before */
+        total += sweep(mode, 25, 5, 9, 100, 1);            /* one shard for five */
     }
     printf("fault points swept: %ld\n", total);
-    CHECK(total >= 200);
     test_remove_dir();
+    return total;
+}
+
+TEST(replacing_a_set_failing_at_each_fault_point_leaves_one_whole_set)
+{
+    CHECK(sweep_all(FERRY__FAULT_FAIL, true) >= 100);
+}
+
+TEST(replacing_a_set_killed_at_each_fault_point_leaves_one_whole_set)
+{
+    CHECK(sweep_all(FERRY__FAULT_KILL, true) >= 100);
+}
+
+TEST(replacing_an_older_or_larger_set_failing_at_each_fault_point)
+{
+    CHECK(sweep_all(FERRY__FAULT_FAIL, false) >= 50);
+}
+
+TEST(replacing_an_older_or_larger_set_killed_at_each_fault_point)
+{
+    CHECK(sweep_all(FERRY__FAULT_KILL, false) >= 50);
 }
 
 /* A 2 KB shard whose variable field claims a 256 MiB bound: bench refuses it at
@@ -530,5 +637,160 @@ TEST(a_fifo_where_a_file_is_expected_is_refused_at_once)
     CHECK(ferry_line_index_open(&ix, text, fifo, 0) < 0);
     CHECK_CONTAINS(ferry_last_errmsg(), "is a FIFO");
     alarm(0);
+    test_remove_dir();
+}
+
+/* A set written before set identities reads as before, verify finds it whole, and
+ * writing over it replaces it, old files and all. */
+TEST(a_set_of_the_format_before_reads_and_is_replaced_whole)
+{
+    test_make_dir("sets");
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/old", test_dir);
+    write_legacy_set(dir, 1000, 50, 20);
+    CHECK_EQ(files_in(dir), 4);
+    CHECK_EQ(whole_set(dir, 50, 0), 0);
+    CHECK_OK(write_labels(dir, 2000, 7, 7, 0));
+    CHECK_EQ(whole_set(dir, 50, 7), 1);
+    CHECK_EQ(files_in(dir), 2); /* the manifest and one shard: the three old ones went */
+    test_remove_dir();
+}
+
+/* A shard of another write under a name its manifest gives, or shards swapped, is
+ * an error naming the file and both identities: never records taken for the set. */
+TEST(a_shard_of_another_write_is_refused_by_readers_and_verify)
+{
+    test_make_dir("sets");
+    char a[600], b[600];
+    snprintf(a, sizeof a, "%s/a", test_dir);
+    snprintf(b, sizeof b, "%s/b", test_dir);
+    /* same sizes, record for record: only the labels (and the set ids) differ */
+    CHECK_OK(write_labels(a, 1000, 20, 10, 0));
+    CHECK_OK(write_labels(b, 3000, 20, 10, 0));
+    char a1[600], b1[600];
+    snprintf(a1, sizeof a1, "%s", shard_path(a, 1, 2));
+    snprintf(b1, sizeof b1, "%s", shard_path(b, 1, 2));
+    /* a's shard 1 under b's name (and b's manifest told its CRC, so that only the
+     * identity can tell) */
+    CHECK_EQ(sh("cp '%s' '%s'", a1, b1), 0);
+    CHECK_EQ(sh("sed -i 's/^\\(%s [0-9]* [0-9]*\\) [0-9a-f]*$/\\1 %08x/' '%s/data.manifest'",
+                strrchr(b1, '/') + 1, 0u, b),
+             0);
+    ferry_dataset *ds;
+    CHECK_RC(ferry_dataset_records(&ds, b, 0, 1), FERRY_ECORRUPT);
+    CHECK_CONTAINS(ferry_last_errmsg(), strrchr(b1, '/') + 1);
+    CHECK_CONTAINS(ferry_last_errmsg(), "a file of another write");
+    uint64_t problems = 0, records = 0;
+    CHECK_OK(ferry_records_verify(b, NULL, NULL, &problems, &records));
+    CHECK(problems >= 1);
+    /* b's own shards listed in the other order: same set, wrong places */
+    CHECK_OK(write_labels(b, 3000, 20, 10, 0));
+    CHECK_EQ(sh("sed -i '3{h;d};4{G}' '%s/data.manifest'", b), 0);
+    CHECK_RC(ferry_dataset_records(&ds, b, 0, 1), FERRY_ECORRUPT);
+    CHECK_CONTAINS(ferry_last_errmsg(), "names it as shard 0");
+    /* without a manifest, shards that carry an identity are not a set */
+    CHECK_OK(write_labels(b, 3000, 20, 10, 0));
+    char m[700];
+    snprintf(m, sizeof m, "%s/data.manifest", b);
+    CHECK(unlink(m) == 0);
+    CHECK_RC(ferry_dataset_records(&ds, b, 0, 1), FERRY_ECORRUPT);
+    CHECK_CONTAINS(ferry_last_errmsg(), "whose manifest is missing");
+    /* and the next write cleans them away */
+    CHECK_OK(write_labels(b, 3000, 5, 10, 0));
+    CHECK_EQ(files_in(b), 2);
+    test_remove_dir();
+}
+
+/* Leftovers of a killed write beside a whole set: readers, ls, stat and verify see
+ * the set alone, verify notes them without calling them damage, and the next pack
+ * removes them. */
+TEST(leftovers_of_a_killed_write_confuse_neither_readers_nor_verify)
+{
+    test_make_dir("sets");
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/set", test_dir);
+    CHECK_OK(write_labels(dir, 1000, 30, 10, 0));
+    /* a write killed after renaming its shards, before its manifest */
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        /* appends: 2 creates, writes, closes; commit: fsync, close, rename of shard 0,
+         * then of shard 1: killed at its rename, shard 0 in place */
+        ferry__fault_arm(FERRY__FAULT_KILL, 6 + 3 + 3);
+        write_labels(dir, 2000, 20, 10, 0);
+        _exit(3);
+    }
+    int st;
+    CHECK(waitpid(pid, &st, 0) == pid && WIFSIGNALED(st));
+    CHECK_EQ(files_in(dir), 6); /* 3 shards, manifest, a new shard, a temporary */
+    CHECK_EQ(whole_set(dir, 30, 20), 0);
+    char out[8192], cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s verify '%s' 2>&1", FERRY_CLI, dir);
+    FILE *p = popen(cmd, "r");
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    CHECK_EQ(WEXITSTATUS(pclose(p)), 0);
+    CHECK_CONTAINS(out, "note: ");
+    CHECK_CONTAINS(out, "not part of the set");
+    CHECK(!strstr(out, "damaged"));
+    CHECK_CONTAINS(out, "30 records checked, 0 problems");
+    snprintf(cmd, sizeof cmd, "%s stat '%s' 2>&1", FERRY_CLI, dir);
+    p = popen(cmd, "r");
+    n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    pclose(p);
+    CHECK_CONTAINS(out, "3 shards, 30 records");
+    /* the next pack removes them */
+    CHECK_OK(write_labels(dir, 3000, 4, 10, 0));
+    CHECK_EQ(files_in(dir), 2);
+    test_remove_dir();
+}
+
+/* `ferry pack` over an existing set, killed at moments across its run: the set is
+ * always the whole old one or the whole new one, and verify agrees. */
+TEST(a_pack_over_a_set_killed_at_any_moment_leaves_the_old_or_the_new_set)
+{
+    test_make_dir("sets");
+    char pristine[600], dir[600];
+    snprintf(pristine, sizeof pristine, "%s/pristine", test_dir);
+    snprintf(dir, sizeof dir, "%s/set", test_dir);
+    CHECK_EQ(sh("%s pack synthetic:20000,bytes=64 '%s' --shard-records 3000 --no-progress "
+                "> /dev/null",
+                FERRY_CLI, pristine),
+             0);
+    /* time a replacement that runs to the end */
+    CHECK_EQ(sh("cp -a '%s' '%s'", pristine, dir), 0);
+    uint64_t t0 = ferry_now_ns();
+    CHECK_EQ(sh("%s pack synthetic:15000,bytes=100 '%s' --shard-records 4000 --no-progress "
+                "> /dev/null",
+                FERRY_CLI, dir),
+             0);
+    uint64_t span_us = (ferry_now_ns() - t0) / 1000;
+    int olds = 0, news = 0;
+    for (int k = 0; k < 16; k++) {
+        CHECK_EQ(sh("rm -rf '%s' && cp -a '%s' '%s'", dir, pristine, dir), 0);
+        pid_t pid = fork();
+        if (pid == 0) {
+            freopen("/dev/null", "w", stdout);
+            execl(FERRY_CLI, FERRY_CLI, "pack", "synthetic:15000,bytes=100", dir, "--shard-records",
+                  "4000", "--no-progress", (char *)NULL);
+            _exit(127);
+        }
+        usleep((useconds_t)(span_us * (uint64_t)k / 12)); /* from the start to past the end */
+        kill(pid, SIGKILL);
+        int st;
+        waitpid(pid, &st, 0);
+        ferry_dataset *ds;
+        CHECK_OK(ferry_dataset_records(&ds, dir, 0, 1));
+        uint64_t n = ferry_dataset_len(ds);
+        CHECK(n == 20000 || n == 15000);
+        CHECK_U64(ferry_field_nbytes(ferry_dataset_field(ds, 0)), n == 20000 ? 64 : 100);
+        ferry_dataset_free(ds);
+        CHECK_EQ(sh("%s verify '%s' > /dev/null", FERRY_CLI, dir), 0);
+        olds += n == 20000;
+        news += n == 15000;
+    }
+    printf("killed packs over a set: %d left the old set, %d the new one\n", olds, news);
+    CHECK(olds > 0 && news > 0);
     test_remove_dir();
 }

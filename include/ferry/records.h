@@ -129,6 +129,13 @@ FERRY_API int ferry_records_verify(const char *path, ferry_report_fn report, voi
 FERRY_API int ferry_dataset_records(ferry_dataset **out, const char *dir, uint64_t shard_id,
                                     uint64_t num_shards);
 
+/* The shard files of DIR as a reader takes them: those its manifest names, in its
+ * order, else every *.ferry file in name order. *paths ("DIR/FILE" each) and its
+ * strings are the caller's, freed with ferry_records_shards_free. FERRY_ENOENT when
+ * DIR has no manifest and no shard. */
+FERRY_API int ferry_records_shards(const char *dir, char ***paths, size_t *n);
+FERRY_API void ferry_records_shards_free(char **paths, size_t n);
+
 /* A stream over the shards of DIR: each epoch shuffles the shard order (seeded by
  * seed and epoch), stream shard k of n reads every n-th shard of that order, and
  * each shard is read front to back. */

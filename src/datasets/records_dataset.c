@@ -273,6 +273,52 @@ static int set_open(shard_set **out, const char *dir, uint64_t shard_id, uint64_
     }
 }
 
+int ferry_records_shards(const char *dir, char ***paths, size_t *n)
+{
+    int rc = 0;
+    char **names = NULL;
+    uint64_t *counts = NULL, *bytes = NULL, set_id;
+    size_t count = 0;
+    if (!paths || !n)
+        return ferry__err(FERRY_EINVAL, "records: NULL argument");
+    *paths = NULL;
+    *n = 0;
+    if (!dir)
+        return ferry__err(FERRY_EINVAL, "records: dir is NULL");
+    FERRY_TRY(list_shards(dir, &names, &counts, &bytes, &count, &set_id));
+    *paths = ferry__calloc(count ? count : 1, sizeof **paths);
+    if (!*paths)
+        FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", dir);
+    for (size_t k = 0; k < count; k++) {
+        size_t len = strlen(dir) + strlen(names[k]) + 2;
+        if (!((*paths)[k] = ferry__malloc(len)))
+            FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", dir);
+        snprintf((*paths)[k], len, "%s/%s", dir, names[k]);
+        *n = k + 1;
+    }
+cleanup:
+    if (rc < 0) {
+        ferry_records_shards_free(*paths, *n);
+        *paths = NULL;
+        *n = 0;
+    }
+    for (size_t k = 0; k < count; k++)
+        ferry__free(names[k]);
+    ferry__free(names);
+    ferry__free(counts);
+    ferry__free(bytes);
+    return rc;
+}
+
+void ferry_records_shards_free(char **paths, size_t n)
+{
+    if (!paths)
+        return;
+    for (size_t k = 0; k < n; k++)
+        ferry__free(paths[k]);
+    ferry__free(paths);
+}
+
 /* ---- Map-style ---- */
 
 static void populate(uintptr_t a, uintptr_t e)

@@ -930,3 +930,30 @@ TEST(a_long_run_of_skipped_samples_is_no_timeout)
     ferry_loader_free(l);
     ferry_dataset_free(ds);
 }
+
+/* A stream's shuffle buffer counts against the budget, once per stream shard. */
+TEST(a_stream_shuffle_buffer_over_the_memory_budget_is_an_error)
+{
+    ferry_dataset *ds = synthetic(100, 1 << 20, 0, 0, 0); /* 1 MiB samples */
+    ferry_stream *st;
+    CHECK_OK(ferry_stream_from_dataset(&st, ds));
+    CHECK_OK(ferry_stream_shuffle(&st, st, 1000, 1)); /* about 1 GiB a shard */
+    ferry_loader_opts o = opts(4, 2, 0, 0);
+    o.rank = 0;
+    o.world_size = 1;
+    o.stream_shards = 4;
+    o.memory_budget = (uint64_t)3 << 30;
+    ferry_loader *l;
+    CHECK_RC(ferry_loader_create_stream(&l, st, &o), FERRY_EINVAL);
+    CHECK_CONTAINS(ferry_last_errmsg(), "the stream's buffers");
+    CHECK_CONTAINS(ferry_last_errmsg(), "stream_shards 4");
+    /* two shards fit */
+    o.stream_shards = 2;
+    CHECK_OK(ferry_loader_create_stream(&l, st, &o));
+    ferry_batch *b;
+    CHECK_OK(ferry_loader_next(l, &b));
+    ferry_batch_release(b);
+    ferry_loader_free(l);
+    ferry_stream_free(st);
+    ferry_dataset_free(ds);
+}

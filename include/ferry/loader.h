@@ -58,8 +58,10 @@ typedef struct ferry_loader_opts {
     int64_t rank;           /* streams only: this rank and the world size; < 0 = from the */
     int64_t world_size;     /* environment (ferry_dist_from_env) */
     /* Bytes the loader may hold: the batch buffers (prefetch of them, each
-     * batch_size samples with every variable field at its bound) and one sample of
-     * scratch per worker. 0 = a quarter of physical memory. Checked before anything
+     * batch_size samples with every variable field at its bound), one sample of
+     * scratch per worker, and for a stream the buffers of its shuffle and group-batch
+     * decorators in each of stream_shards iterators. 0 = a quarter of physical
+     * memory. Checked before anything
      * is allocated: a schema whose batch does not fit is FERRY_EINVAL naming the
      * widest field, its bound, the batch size and the budget; the default prefetch
      * is lowered to fit (down to 1), an explicit one that does not fit is

@@ -33,6 +33,9 @@ struct ferry_stream {
     void *self;
     int nfields;
     ferry_field fields[FERRY_MAX_FIELDS];
+    /* memory each open iterator holds in buffers (a shuffle buffer, a group-batch's
+     * slots), summed down the chain: for a loader's memory budget */
+    uint64_t iter_bytes;
 };
 
 struct ferry_stream_iter {

@@ -917,10 +917,22 @@ static int check_budget(ferry_loader *l)
         uint64_t extra = field + 64 + (l->fields[f].variable ? 16 * B : 0);
         batch = batch + extra < batch ? UINT64_MAX : batch + extra;
     }
-    uint64_t workers = l->o.num_workers ? l->o.num_workers : 1, scratch;
+    uint64_t workers = l->o.num_workers ? l->o.num_workers : 1, scratch, streams = 0;
     if (__builtin_mul_overflow(sample, workers, &scratch))
         scratch = UINT64_MAX;
     char b1[32], b2[32], b3[32];
+    /* a stream's buffering decorators hold their buffers in each shard's iterator */
+    if (l->st && __builtin_mul_overflow(l->st->iter_bytes, (uint64_t)l->o.stream_shards, &streams))
+        streams = UINT64_MAX;
+    if (streams > budget)
+        return ferry__err(FERRY_EINVAL,
+                          "loader: the stream's buffers (shuffle or group-batch) of %s each, "
+                          "times stream_shards %u, need %s, over the memory budget of %s "
+                          "(memory_budget; 0 = 1/%d of physical memory)",
+                          human(l->st->iter_bytes, b1, sizeof b1), l->o.stream_shards,
+                          human(streams, b2, sizeof b2), human(budget, b3, sizeof b3),
+                          DEFAULT_BUDGET_DIVISOR);
+    scratch = scratch + streams < scratch ? UINT64_MAX : scratch + streams;
     const ferry_field *f = &l->fields[widest];
     if (batch > budget || scratch > budget - batch) {
         if (f->variable)

@@ -266,8 +266,8 @@ typedef struct wshard {
 struct ferry_record_writer {
     char *dir, *name;
     uint64_t set_id; /* the identity every shard carries and the manifest names */
-    char tag[FERRY__SET_TAG_HEX +
-             1]; /* its first FERRY__SET_TAG_HEX hex digits: the shards' names */
+    /* the id's first FERRY__SET_TAG_HEX hex digits, in the shards' names */
+    char tag[FERRY__SET_TAG_HEX + 1];
     size_t schema_len;
     int nfields;
     ferry_field fields[FERRY_MAX_FIELDS];

@@ -794,3 +794,48 @@ TEST(a_pack_over_a_set_killed_at_any_moment_leaves_the_old_or_the_new_set)
     CHECK(olds > 0 && news > 0);
     test_remove_dir();
 }
+
+/* Readers opening a set while another process replaces it again and again: each
+ * open gets one whole generation (the reader reads the manifest again when the
+ * shards it named were removed under it), never a mix. */
+TEST(readers_opening_during_replacements_take_one_whole_set)
+{
+    test_make_dir("sets");
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/set", test_dir);
+    CHECK_OK(write_labels(dir, 1000, 40, 7, 0));
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        for (int k = 0; k < 60; k++)
+            if (write_labels(dir, k % 2 ? 1000 : 2000, k % 2 ? 40 : 25, k % 2 ? 7 : 10, 0) < 0)
+                _exit(1);
+        _exit(0);
+    }
+    int opened = 0, missed = 0;
+    for (;;) {
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+            break;
+        }
+        ferry_dataset *ds;
+        int rc = ferry_dataset_records(&ds, dir, 0, 1);
+        if (rc < 0) {
+            /* replaced more often than the reader retries: an error, never a mix */
+            CHECK_RC(rc, FERRY_ENOENT);
+            missed++;
+            continue;
+        }
+        uint64_t n = ferry_dataset_len(ds);
+        int64_t first = label_of_any(ds, 0);
+        CHECK((first == 1000 && n == 40) || (first == 2000 && n == 25));
+        for (uint64_t i = 0; i < n; i++)
+            CHECK_EQ(label_of_any(ds, i), first + (int64_t)i);
+        ferry_dataset_free(ds);
+        opened++;
+    }
+    printf("opened during replacements: %d whole sets, %d opens lost the race\n", opened, missed);
+    CHECK(opened > 0);
+    test_remove_dir();
+}

@@ -232,7 +232,10 @@ static int set_open_once(shard_set **out, const char *dir, uint64_t shard_id, ui
         if (bytes && size != bytes[p])
             FERRY_FAIL(FERRY_ECORRUPT, "%s: %llu bytes, the manifest says %llu", path,
                        (unsigned long long)size, (unsigned long long)bytes[p]);
-        FERRY_TRY(ferry_record_file_open(&s->files[k], path, 0));
+        if ((rc = ferry_record_file_open(&s->files[k], path, 0)) < 0) {
+            *changed = rc == FERRY_ENOENT && counts != NULL; /* removed since the stat */
+            goto cleanup;
+        }
         FERRY_TRY(check_identity(path, s->files[k], counts != NULL, set_id, p));
         uint64_t c = ferry_record_file_count(s->files[k]);
         if (counts && c != counts[p])
@@ -268,7 +271,7 @@ static int set_open(shard_set **out, const char *dir, uint64_t shard_id, uint64_
     for (int tries = 0;; tries++) {
         bool changed = false;
         int rc = set_open_once(out, dir, shard_id, num_shards, &changed);
-        if (rc != FERRY_ENOENT || !changed || tries == 3)
+        if (rc != FERRY_ENOENT || !changed || tries == 8)
             return rc;
     }
 }

@@ -76,9 +76,11 @@ enum {
     FERRY_RECORD_RECOVER = 1 /* no valid footer: scan for whole records instead of failing */
 };
 
-/* Maps a shard and checks its header and footer. Errors name the file and say why
- * (FERRY_ECORRUPT); with FERRY_RECORD_RECOVER a missing or damaged footer is
- * replaced by a scan that keeps every whole record before the first bad one. */
+/* Maps a shard and checks its header and footer. A path that is not a regular file
+ * (a FIFO, a device, a directory) is refused at once with FERRY_EIO, without
+ * blocking. Errors name the file and say why (FERRY_ECORRUPT); with FERRY_RECORD_RECOVER a missing
+ * or damaged footer is replaced by a scan that keeps every whole record before the first bad one.
+ */
 FERRY_API int ferry_record_file_open(ferry_record_file **out, const char *path, int flags);
 FERRY_API void ferry_record_file_free(ferry_record_file *f);
 FERRY_API uint64_t ferry_record_file_count(const ferry_record_file *f);

@@ -59,6 +59,8 @@ static void bench_usage(FILE *f)
            "                    normalise, float32 CHW) or 'eval' (Resize 256, CenterCrop 224)\n"
            "  --stream-shards N a stream source is read as N shards in parallel, 1..65536\n"
            "                    (default 4; fixed, so the batches do not depend on --workers)\n"
+           "  --memory-budget B bytes of batch buffers and scratch the loader may hold\n"
+           "                    (default: a quarter of physical memory)\n"
            "  -h, --help        this text\n");
 }
 
@@ -112,7 +114,8 @@ int cmd_bench(int argc, char **argv)
         O_JSON,
         O_NOPROG,
         O_SHARDS,
-        O_PIPELINE
+        O_PIPELINE,
+        O_MEMORY
     };
     static const struct option opts[] = {{"batch", required_argument, 0, O_BATCH},
                                          {"workers", required_argument, 0, O_WORKERS},
@@ -132,6 +135,7 @@ int cmd_bench(int argc, char **argv)
                                          {"no-progress", no_argument, 0, O_NOPROG},
                                          {"stream-shards", required_argument, 0, O_SHARDS},
                                          {"pipeline", required_argument, 0, O_PIPELINE},
+                                         {"memory-budget", required_argument, 0, O_MEMORY},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     ferry_loader_opts o;
@@ -230,6 +234,10 @@ int cmd_bench(int argc, char **argv)
             if (strcmp(optarg, "train") && strcmp(optarg, "eval"))
                 return cli_error(EXIT_USAGE, "--pipeline: \"%s\" is not 'train' or 'eval'", optarg);
             pipeline = optarg;
+            break;
+        case O_MEMORY:
+            if (!cli_u64("--memory-budget", optarg, 1, UINT64_MAX, &o.memory_budget))
+                return EXIT_USAGE;
             break;
         case 'h':
             bench_usage(stdout);

@@ -3,7 +3,6 @@
  */
 #include "cli.h"
 
-#include <dirent.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,9 +15,11 @@ static void pack_usage(FILE *f)
     fprintf(f, "usage: ferry pack SOURCE OUTDIR [options]\n"
                "\n"
                "Reads every sample of SOURCE (any source: lines:, csv:, lmdb:, records:, ...)\n"
-               "in order and writes them as record shards NAME-00000-of-000NN.ferry and\n"
-               "NAME.manifest in OUTDIR. Nothing a reader takes for whole appears before the\n"
-               "end: shards are renamed into place and the manifest written last.\n"
+               "in order and writes them as record shards NAME-GGGGGGGG-00000-of-000NN.ferry\n"
+               "and NAME.manifest in OUTDIR. Nothing a reader takes for whole appears before\n"
+               "the end: shards are renamed into place and the manifest written last. A set\n"
+               "already in OUTDIR is replaced: it stays whole until the new one is, and its\n"
+               "files are removed after the switch (GGGGGGGG names each write's shards).\n"
                "An image folder (images:DIR) is packed as its encoded files, each checked to\n"
                "be a JPEG or PNG, with fields image, path and label; records:OUTDIR with\n"
                "pipeline=train|eval then decodes them.\n"
@@ -207,11 +208,6 @@ typedef struct shard_list {
     size_t n;
 } shard_list;
 
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 static void list_free(shard_list *s)
 {
     for (size_t i = 0; i < s->n; i++)
@@ -231,26 +227,20 @@ static int list_shards(const char *path, shard_list *out)
         out->n = 1;
         return 0;
     }
-    DIR *d = opendir(path);
-    struct dirent *e;
-    size_t cap = 0;
-    while (d && (e = readdir(d))) {
-        size_t len = strlen(e->d_name);
-        if (len <= 6 || strcmp(e->d_name + len - 6, ".ferry"))
-            continue;
-        if (out->n == cap) {
-            cap = cap ? 2 * cap : 16;
-            out->paths = realloc(out->paths, cap * sizeof *out->paths);
-        }
-        size_t n = strlen(path) + len + 2;
-        out->paths[out->n] = malloc(n);
-        snprintf(out->paths[out->n++], n, "%s/%s", path, e->d_name);
-    }
-    if (d)
-        closedir(d);
+    /* the set's shards as a reader takes them: its manifest's, not files an
+     * earlier write left */
+    char **paths;
+    size_t n;
+    if (ferry_records_shards(path, &paths, &n) < 0)
+        return cli_error(1, "%s", ferry_last_errmsg());
+    out->paths = malloc((n ? n : 1) * sizeof *out->paths);
+    for (size_t i = 0; out->paths && i < n; i++)
+        out->paths[out->n++] = strdup(paths[i]);
+    ferry_records_shards_free(paths, n);
+    if (!out->paths)
+        return cli_error(1, "%s: out of memory", path);
     if (out->n == 0)
         return cli_error(1, "%s: no .ferry shards", path);
-    qsort(out->paths, out->n, sizeof *out->paths, cmp_str);
     return 0;
 }
 
@@ -350,7 +340,8 @@ int cmd_cat(int argc, char **argv)
 static void print_problem(const char *message, void *arg)
 {
     (void)arg;
-    printf("damaged: %s\n", message);
+    /* notes (files of an earlier write, not part of the set) are no damage */
+    printf("%s%s\n", strncmp(message, "note: ", 6) ? "damaged: " : "", message);
 }
 
 int cmd_verify(int argc, char **argv)

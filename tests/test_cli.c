@@ -4,6 +4,7 @@
  */
 #include "harness.h"
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 /* Runs the ferry command with args (a shell fragment); returns its exit status and
@@ -207,4 +208,27 @@ TEST(index_then_head_and_bench_a_text_file)
     CHECK_CONTAINS(out, "\"label\": 1}");
     snprintf(args, sizeof args, "rm -rf '%s'", dir);
     CHECK(system(args) == 0);
+}
+
+/* verify of something that is neither a shard nor a set's directory says what it
+ * is, and exits with an error. */
+TEST(verify_of_a_device_or_fifo_says_what_it_is)
+{
+    char out[4096];
+    CHECK(ferry("verify /dev/null", out, sizeof out) != 0);
+    CHECK_CONTAINS(out, "/dev/null: is a character device, not a shard file");
+    CHECK(!strstr(out, "Success"));
+    CHECK(ferry("verify /nonexistent/dir", out, sizeof out) != 0);
+    CHECK_CONTAINS(out, "/nonexistent/dir: No such file or directory");
+    test_make_dir("cli");
+    char fifo[600], args[700];
+    snprintf(fifo, sizeof fifo, "%s/pipe", test_dir);
+    CHECK(mkfifo(fifo, 0644) == 0);
+    snprintf(args, sizeof args, "verify '%s'", fifo);
+    CHECK(ferry(args, out, sizeof out) != 0);
+    CHECK_CONTAINS(out, "is a FIFO");
+    snprintf(args, sizeof args, "bench 'lines:%s' --no-progress", fifo);
+    CHECK(ferry(args, out, sizeof out) != 0);
+    CHECK_CONTAINS(out, "is a FIFO");
+    test_remove_dir();
 }

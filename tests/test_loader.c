@@ -793,3 +793,212 @@ TEST(drop_last_drops_short_stream_batches)
     ferry_stream_free(st);
     ferry_dataset_free(ds);
 }
+
+/* ---- Memory: the budget, and padding zeroed only where it was written ---- */
+
+typedef struct {
+    uint64_t n, bound;
+} wide_ds;
+
+static uint64_t wide_len(void *self)
+{
+    return ((wide_ds *)self)->n;
+}
+
+/* Sample i: len (i * 37) % 101 rows of 0xab (at most the bound); every 13th fails
+ * after scribbling 0xcd over its whole slot. */
+static int wide_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
+{
+    (void)ctx;
+    wide_ds *d = self;
+    if (i % 13 == 12) {
+        memset(out->data[0], 0xcd, (size_t)d->bound);
+        return ferry_error(FERRY_ECORRUPT, "sample %llu is bad", (unsigned long long)i);
+    }
+    uint64_t len = (i * 37) % 101;
+    if (len > d->bound)
+        len = d->bound;
+    memset(out->data[0], 0xab, (size_t)len);
+    out->length[0] = (int64_t)len;
+    return 0;
+}
+
+static ferry_dataset *wide(uint64_t n, uint64_t bound, wide_ds *d)
+{
+    static const ferry_dataset_vtable vt = {.len = wide_len, .get = wide_get};
+    ferry_field f;
+    memset(&f, 0, sizeof f);
+    strcpy(f.name, "text");
+    f.dtype = FERRY_U8;
+    f.ndim = 1;
+    f.shape[0] = (int64_t)bound;
+    f.variable = 1;
+    d->n = n;
+    d->bound = bound;
+    ferry_dataset *ds;
+    CHECK_OK(ferry_dataset_create(&ds, &vt, d, &f, 1));
+    return ds;
+}
+
+TEST(a_batch_over_the_memory_budget_is_an_error_naming_the_field)
+{
+    wide_ds d;
+    ferry_dataset *ds = wide(100, (uint64_t)256 << 20, &d); /* a 256 MiB bound */
+    ferry_loader_opts o = opts(64, 2, 0, 0);
+    ferry_loader *l;
+    o.memory_budget = (uint64_t)1 << 30;
+    uint64_t t0 = ferry_now_ns();
+    CHECK_RC(ferry_loader_create(&l, ds, &o), FERRY_EINVAL);
+    CHECK(ferry_now_ns() - t0 < 100000000u); /* refused before allocating anything */
+    const char *msg = ferry_last_errmsg();
+    CHECK_CONTAINS(msg, "field \"text\"");
+    CHECK_CONTAINS(msg, "bound 268435456 rows");
+    CHECK_CONTAINS(msg, "batch_size 64");
+    CHECK_CONTAINS(msg, "memory budget of 1.0 GiB");
+    /* the default budget is a fraction of this machine's memory: 16 GiB of batch is
+     * over it on any machine this suite runs on (under 64 GiB) */
+    if (sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGESIZE) < ((long)64 << 30)) {
+        o.memory_budget = 0;
+        CHECK_RC(ferry_loader_create(&l, ds, &o), FERRY_EINVAL);
+        CHECK_CONTAINS(ferry_last_errmsg(), "memory_budget; 0 = 1/4 of physical memory");
+    }
+    /* a batch that fits: the default prefetch is lowered to fit the budget */
+    o.batch_size = 2;
+    o.memory_budget = (uint64_t)1300 << 20; /* two buffers of 512 MiB, two workers' scratch: no */
+    CHECK_OK(ferry_loader_create(&l, ds, &o));
+    ferry_loader_stats st;
+    CHECK_OK(ferry_loader_stats_get(l, &st));
+    CHECK_EQ(st.prefetch, 1);
+    ferry_loader_free(l);
+    /* an explicit prefetch over it is an error */
+    o.prefetch = 3;
+    CHECK_RC(ferry_loader_create(&l, ds, &o), FERRY_EINVAL);
+    CHECK_CONTAINS(ferry_last_errmsg(), "prefetch 3 buffers");
+    CHECK_CONTAINS(ferry_last_errmsg(), "at most 1 fit");
+    ferry_dataset_free(ds);
+}
+
+TEST(variable_fields_are_zero_padded_whatever_the_slot_held_before)
+{
+    for (uint32_t w = 0; w <= 2; w += 2) {
+        wide_ds d;
+        ferry_dataset *ds = wide(2000, 100, &d);
+        ferry_loader_opts o = opts(16, w, 1, 1);
+        o.on_error = FERRY_ON_ERROR_SKIP;
+        o.skip_budget = 1000;
+        ferry_loader *l;
+        CHECK_OK(ferry_loader_create(&l, ds, &o));
+        for (int epoch = 0; epoch < 2; epoch++) {
+            CHECK_OK(ferry_loader_start(l, (uint64_t)epoch, 0));
+            ferry_batch *b;
+            int rc;
+            uint64_t n = 0;
+            while ((rc = ferry_loader_next(l, &b)) == 0) {
+                ferry_tensor t, len;
+                CHECK_OK(ferry_batch_field(b, 0, &t));
+                CHECK_OK(ferry_batch_lengths(b, 0, &len));
+                for (uint32_t i = 0; i < ferry_batch_size(b); i++) {
+                    const uint8_t *row = (const uint8_t *)t.data + 100 * i;
+                    int64_t k = ((const int64_t *)len.data)[i];
+                    CHECK_EQ(k, (int64_t)((ferry_batch_indices(b)[i] * 37) % 101 > 100
+                                              ? 100
+                                              : (ferry_batch_indices(b)[i] * 37) % 101));
+                    for (int64_t j = 0; j < 100; j++)
+                        if (row[j] != (j < k ? 0xab : 0))
+                            test_fail(__FILE__, __LINE__, "sample %llu byte %lld: 0x%02x",
+                                      (unsigned long long)ferry_batch_indices(b)[i], (long long)j,
+                                      row[j]);
+                }
+                n += ferry_batch_size(b);
+                ferry_batch_release(b);
+            }
+            CHECK_RC(rc, FERRY_END);
+            CHECK_U64(n, 2000 - 2000 / 13);
+        }
+        ferry_loader_free(l);
+        ferry_dataset_free(ds);
+    }
+}
+
+static uint64_t run_len(void *self)
+{
+    (void)self;
+    return 640;
+}
+
+/* Samples 0..599 fail, each after 1 ms; the rest are good. */
+static int run_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
+{
+    (void)self;
+    (void)ctx;
+    if (i < 600) {
+        usleep(1000);
+        return ferry_error(FERRY_ECORRUPT, "sample %llu is bad", (unsigned long long)i);
+    }
+    int64_t v = (int64_t)i;
+    memcpy(out->data[0], &v, sizeof v);
+    return 0;
+}
+
+/* Under the skip policy a long run of bad samples makes empty batches, which are
+ * progress: the timeout is for the wait on one batch, so it does not fire. */
+TEST(a_long_run_of_skipped_samples_is_no_timeout)
+{
+    static const ferry_dataset_vtable vt = {.len = run_len, .get = run_get};
+    ferry_field f;
+    memset(&f, 0, sizeof f);
+    strcpy(f.name, "v");
+    f.dtype = FERRY_I64;
+    ferry_dataset *ds;
+    CHECK_OK(ferry_dataset_create(&ds, &vt, NULL, &f, 1));
+    ferry_loader_opts o = opts(8, 2, 4, 0);
+    o.on_error = FERRY_ON_ERROR_SKIP;
+    o.skip_budget = 1000;
+    o.timeout_ms = 100; /* the run of bad samples takes about 300 ms */
+    ferry_loader *l;
+    CHECK_OK(ferry_loader_create(&l, ds, &o));
+    ferry_batch *b;
+    int rc;
+    uint64_t n = 0;
+    uint64_t t0 = ferry_now_ns();
+    while ((rc = ferry_loader_next(l, &b)) == 0) {
+        n += ferry_batch_size(b);
+        ferry_batch_release(b);
+    }
+    if (rc != FERRY_END)
+        test_fail(__FILE__, __LINE__, "rc %d: %s", rc, ferry_loader_errmsg(l));
+    CHECK(ferry_now_ns() - t0 > 200000000u); /* the run did take longer than the timeout */
+    CHECK_U64(n, 40);
+    ferry_loader_stats st;
+    CHECK_OK(ferry_loader_stats_get(l, &st));
+    CHECK_U64(st.skipped, 600);
+    ferry_loader_free(l);
+    ferry_dataset_free(ds);
+}
+
+/* A stream's shuffle buffer counts against the budget, once per stream shard. */
+TEST(a_stream_shuffle_buffer_over_the_memory_budget_is_an_error)
+{
+    ferry_dataset *ds = synthetic(100, 1 << 20, 0, 0, 0); /* 1 MiB samples */
+    ferry_stream *st;
+    CHECK_OK(ferry_stream_from_dataset(&st, ds));
+    CHECK_OK(ferry_stream_shuffle(&st, st, 1000, 1)); /* about 1 GiB a shard */
+    ferry_loader_opts o = opts(4, 2, 0, 0);
+    o.rank = 0;
+    o.world_size = 1;
+    o.stream_shards = 4;
+    o.memory_budget = (uint64_t)3 << 30;
+    ferry_loader *l;
+    CHECK_RC(ferry_loader_create_stream(&l, st, &o), FERRY_EINVAL);
+    CHECK_CONTAINS(ferry_last_errmsg(), "the stream's buffers");
+    CHECK_CONTAINS(ferry_last_errmsg(), "stream_shards 4");
+    /* two shards fit */
+    o.stream_shards = 2;
+    CHECK_OK(ferry_loader_create_stream(&l, st, &o));
+    ferry_batch *b;
+    CHECK_OK(ferry_loader_next(l, &b));
+    ferry_batch_release(b);
+    ferry_loader_free(l);
+    ferry_stream_free(st);
+    ferry_dataset_free(ds);
+}

@@ -37,6 +37,40 @@ static uint8_t *read_all(const char *path, size_t *n)
 }
 
 /* Names of the entries of d (not . and ..), sorted, joined by spaces. */
+/* A shard's name with its generation (8 hex digits between dashes) as "G", so that
+ * listings compare: data-1f2e3d4c-00000-of-00001.ferry -> data-G-00000-of-00001.ferry. */
+static char *untag(char *name)
+{
+    for (char *s = name; (s = strchr(s, '-'));) {
+        size_t h = strspn(s + 1, "0123456789abcdef");
+        if (h == 8 && s[9] == '-' && s[10] >= '0' && s[10] <= '9') {
+            s[1] = 'G';
+            memmove(s + 2, s + 9, strlen(s + 9) + 1);
+            break;
+        }
+        s++;
+    }
+    return name;
+}
+
+/* The file name of shard k of set NAME in test_dir, as its manifest names it. */
+static const char *shard_file(const char *name, size_t k)
+{
+    static char out[4][300];
+    static int next;
+    char mp[512];
+    snprintf(mp, sizeof mp, "%s/%s.manifest", test_dir, name);
+    ferry__manifest_entry *e;
+    size_t n;
+    uint64_t id;
+    CHECK_OK(ferry__manifest_read(mp, &e, &n, &id));
+    CHECK(k < n);
+    char *o = out[next++ % 4];
+    snprintf(o, 300, "%s", e[k].file);
+    ferry__free(e);
+    return o;
+}
+
 static void list_dir(const char *d, char *out, size_t cap)
 {
     char names[64][256];
@@ -58,7 +92,7 @@ static void list_dir(const char *d, char *out, size_t cap)
             }
     out[0] = '\0';
     for (int i = 0; i < n; i++)
-        snprintf(out + strlen(out), cap - strlen(out), "%s%s", i ? " " : "", names[i]);
+        snprintf(out + strlen(out), cap - strlen(out), "%s%s", i ? " " : "", untag(names[i]));
 }
 
 /* Regular files in d. */
@@ -408,11 +442,14 @@ static size_t check_manifest(const char *name, uint64_t total, ferry__manifest_e
     snprintf(mp, sizeof mp, "%s/%s.manifest", test_dir, name);
     ferry__manifest_entry *e;
     size_t n;
-    CHECK_OK(ferry__manifest_read(mp, &e, &n));
+    uint64_t id;
+    CHECK_OK(ferry__manifest_read(mp, &e, &n, &id));
+    CHECK(id != 0);
     uint64_t sum = 0;
     for (size_t k = 0; k < n; k++) {
         char want[300];
-        snprintf(want, sizeof want, "%s-%05zu-of-%05zu.ferry", name, k, n);
+        snprintf(want, sizeof want, "%s-%08llx-%05zu-of-%05zu.ferry", name,
+                 (unsigned long long)(id >> 32), k, n);
         CHECK(!strcmp(e[k].file, want));
         uint32_t crc;
         uint64_t size;
@@ -422,6 +459,11 @@ static size_t check_manifest(const char *name, uint64_t total, ferry__manifest_e
         ferry_record_file *f;
         CHECK_OK(ferry_record_file_open(&f, p, 0));
         CHECK_U64(ferry_record_file_count(f), e[k].records);
+        uint64_t fid;
+        uint32_t index;
+        CHECK(ferry__record_file_set(f, &fid, &index));
+        CHECK_U64(fid, id);
+        CHECK_U64(index, k);
         ferry_record_file_free(f);
         sum += e[k].records;
     }
@@ -431,8 +473,8 @@ static size_t check_manifest(const char *name, uint64_t total, ferry__manifest_e
     char *text = (char *)read_all(mp, &len);
     text[len] = '\0';
     char head[100];
-    snprintf(head, sizeof head, "ferry-records 1\nshards %zu records %llu\n", n,
-             (unsigned long long)total);
+    snprintf(head, sizeof head, "ferry-records 2\nshards %zu records %llu set %016llx\n", n,
+             (unsigned long long)total, (unsigned long long)id);
     CHECK(!strncmp(text, head, strlen(head)));
     free(text);
     if (out)
@@ -449,8 +491,8 @@ static void round_trip(int level)
     write_set("data", 0, 500, level, 0, 0);
     char p[512], ls[4096];
     list_dir(test_dir, ls, sizeof ls);
-    CHECK(!strcmp(ls, "data-00000-of-00001.ferry data.manifest"));
-    check_file(test_path("data-00000-of-00001.ferry", p), 0, 500, level > 0);
+    CHECK(!strcmp(ls, "data-G-00000-of-00001.ferry data.manifest"));
+    check_file(test_path(shard_file("data", 0), p), 0, 500, level > 0);
     CHECK_EQ(check_manifest("data", 500, NULL), 1);
     test_remove_dir();
 }
@@ -490,7 +532,7 @@ TEST(zstd_shrinks_compressible_records)
         }
         CHECK_OK(ferry_writer_commit(w));
         char p[512], file[300];
-        snprintf(file, sizeof file, "%s-00000-of-00001.ferry", name);
+        snprintf(file, sizeof file, "%s", shard_file(name, 0));
         int64_t t;
         CHECK_OK(ferry__stat(test_path(file, p), &size[level], &t));
         ferry_record_file *rf;
@@ -557,12 +599,12 @@ TEST(empty_set_and_one_record_shards)
     schema();
     write_set("empty", 0, 0, 0, 0, 0);
     char p[512];
-    check_file(test_path("empty-00000-of-00001.ferry", p), 0, 0, 0);
+    check_file(test_path(shard_file("empty", 0), p), 0, 0, 0);
     CHECK_EQ(check_manifest("empty", 0, NULL), 1);
     /* a shard size smaller than any record: one record a shard */
     write_set("tiny", 5, 4, 2, 64, 0);
     CHECK_EQ(check_manifest("tiny", 4, NULL), 4);
-    check_file(test_path("tiny-00002-of-00004.ferry", p), 7, 1, 1);
+    check_file(test_path(shard_file("tiny", 2), p), 7, 1, 1);
     test_remove_dir();
 }
 
@@ -573,7 +615,7 @@ TEST(raw_access_is_zero_copy)
     write_set("data", 0, 50, 0, 0, 0);
     char p[512];
     ferry_record_file *f;
-    CHECK_OK(ferry_record_file_open(&f, test_path("data-00000-of-00001.ferry", p), 0));
+    CHECK_OK(ferry_record_file_open(&f, test_path(shard_file("data", 0), p), 0));
     const void *a, *b, *c;
     size_t na, nb, nc;
     uint64_t oa, ob, oc;
@@ -651,7 +693,7 @@ TEST(concurrent_reads_of_a_compressed_shard)
     write_set("data", 0, 1500, 3, 0, 0);
     char p[512];
     ferry_record_file *f;
-    CHECK_OK(ferry_record_file_open(&f, test_path("data-00000-of-00001.ferry", p), 0));
+    CHECK_OK(ferry_record_file_open(&f, test_path(shard_file("data", 0), p), 0));
     enum { T = 8 };
     pthread_t th[T];
     reader_arg args[T];
@@ -674,7 +716,7 @@ TEST(steady_state_reads_do_not_allocate)
     write_set("data", 0, 200, 3, 0, 0);
     char p[512];
     ferry_record_file *f;
-    CHECK_OK(ferry_record_file_open(&f, test_path("data-00000-of-00001.ferry", p), 0));
+    CHECK_OK(ferry_record_file_open(&f, test_path(shard_file("data", 0), p), 0));
     ferry_ctx *ctx;
     CHECK_OK(ferry_ctx_create(&ctx, 0, 0));
     sample_buf b;
@@ -753,7 +795,7 @@ static void recovery(int level)
     schema();
     write_set("data", 0, 40, level, 0, 0);
     char src[512], cut_path[512];
-    test_path("data-00000-of-00001.ferry", src);
+    test_path(shard_file("data", 0), src);
     test_path("cut.ferry", cut_path);
     layout l;
     layout_of(src, &l);
@@ -815,7 +857,7 @@ static uint8_t *damage_setup(int level, layout *l, size_t *size, char *src)
     test_make_dir("records");
     schema();
     write_set("data", 0, 20, level, 0, 0);
-    test_path("data-00000-of-00001.ferry", src);
+    test_path(shard_file("data", 0), src);
     layout_of(src, l);
     return read_all(src, size);
 }
@@ -1392,8 +1434,17 @@ TEST(writer_rejects_bad_options_and_samples)
     CHECK_OK(ferry_writer_commit(w));
     char ls[1024];
     list_dir(sub, ls, sizeof ls);
-    CHECK(!strcmp(ls, "data-00000-of-00001.ferry data.manifest"));
-    snprintf(p, sizeof p, "%s/data-00000-of-00001.ferry", sub);
+    CHECK(!strcmp(ls, "data-G-00000-of-00001.ferry data.manifest"));
+    {
+        char mp[600];
+        ferry__manifest_entry *e;
+        size_t n;
+        uint64_t id;
+        snprintf(mp, sizeof mp, "%s/data.manifest", sub);
+        CHECK_OK(ferry__manifest_read(mp, &e, &n, &id));
+        snprintf(p, sizeof p, "%s/%s", sub, e[0].file);
+        ferry__free(e);
+    }
     check_file(p, 0, 1, 0);
     ferry_writer_abort(NULL);
     CHECK_RC(ferry_writer_commit(NULL), FERRY_EINVAL);
@@ -1419,7 +1470,7 @@ TEST(abort_leaves_no_files)
         CHECK_EQ(count_files(test_dir), 4);
         char ls[1024];
         list_dir(test_dir, ls, sizeof ls);
-        CHECK_CONTAINS(ls, "gone-00003.ferry.tmp.");
+        CHECK_CONTAINS(ls, "gone-G-00003.ferry.tmp.");
         ferry_writer_abort(w);
         CHECK_EQ(count_files(test_dir), 0);
     }
@@ -1467,13 +1518,22 @@ TEST(failed_commit_leaves_no_whole_shard)
     test_make_dir("records");
     schema();
     char p[512];
-    /* the second shard's final name is taken by a directory: the rename fails after
-     * the first shard is in place */
-    CHECK(mkdir(test_path("data-00001-of-00003.ferry", p), 0755) == 0);
+    /* the file layer's fault points of a commit of 3 shards: 3 creates, writes and
+     * closes while appending; then fsync, close and rename of each shard, a directory
+     * sync (open and fsync), the manifest's create, write, fsync, close, rename and
+     * directory sync, and one more directory sync after the old generation's removal */
+    ferry__fault_arm(FERRY__FAULT_FAIL, 0);
+    CHECK_OK(commit_some("count", 5, 2));
+    long points = ferry__fault_arm(FERRY__FAULT_OFF, 0);
+    CHECK_EQ(points, 9 + 9 + 2 + 7 + 2);
+    test_remove_dir();
+    test_make_dir("records");
+    /* the second shard's rename fails after the first shard is in place */
+    ferry__fault_arm(FERRY__FAULT_FAIL, 9 + 6);
     CHECK_RC(commit_some("data", 5, 2), FERRY_EIO);
-    CHECK_CONTAINS(ferry_last_errmsg(), "data-00001-of-00003.ferry");
+    ferry__fault_arm(FERRY__FAULT_OFF, 0);
+    CHECK_CONTAINS(ferry_last_errmsg(), "-00001-of-00003.ferry: rename into place");
     expect_nothing_whole(NULL);
-    CHECK(rmdir(p) == 0);
     /* the manifest's name is taken: every shard is in place by then */
     CHECK(mkdir(test_path("data.manifest", p), 0755) == 0);
     CHECK_RC(commit_some("data", 5, 2), FERRY_EIO);
@@ -1620,7 +1680,7 @@ TEST(out_of_memory_in_append)
         CHECK_OK(ferry_writer_commit(w));
         char p[512];
         for (int k = 0; k < 3; k++) {
-            snprintf(p, sizeof p, "%s/oom-%05d-of-00003.ferry", test_dir, k);
+            snprintf(p, sizeof p, "%s/%s", test_dir, shard_file("oom", (size_t)k));
             check_file(p, 2 * (uint64_t)k, k < 2 ? 2 : 1, 1);
         }
         CHECK_EQ(check_manifest("oom", 5, NULL), 3);
@@ -1665,7 +1725,7 @@ TEST(out_of_memory_in_reader)
     schema();
     write_set("data", 0, 30, 3, 0, 0);
     char p[512], cut[512];
-    test_path("data-00000-of-00001.ferry", p);
+    test_path(shard_file("data", 0), p);
     size_t size;
     uint8_t *file = read_all(p, &size);
     test_write_file(test_path("cut.ferry", cut), file,
@@ -1723,7 +1783,8 @@ static void manifest_case(const char *text, int rc, const char *why)
     test_write_file(test_path("m.manifest", p), text, strlen(text));
     ferry__manifest_entry *e = (ferry__manifest_entry *)1;
     size_t n = 99;
-    int got = ferry__manifest_read(p, &e, &n);
+    uint64_t id;
+    int got = ferry__manifest_read(p, &e, &n, &id);
     if (got != rc)
         test_fail(__FILE__, __LINE__, "manifest \"%s\": rc %d, want %d: %s", text, got, rc,
                   ferry_last_errmsg());
@@ -1746,7 +1807,9 @@ TEST(manifest_parser)
     test_write_file(test_path("ok.manifest", p), ok, strlen(ok));
     ferry__manifest_entry *e;
     size_t n;
-    CHECK_OK(ferry__manifest_read(p, &e, &n));
+    uint64_t id;
+    CHECK_OK(ferry__manifest_read(p, &e, &n, &id));
+    CHECK_U64(id, 0); /* version 1: no set id */
     CHECK_U64(n, 2);
     CHECK(!strcmp(e[0].file, "a-00000-of-00002.ferry"));
     CHECK_U64(e[0].records, 10);
@@ -1760,7 +1823,24 @@ TEST(manifest_parser)
     manifest_case("", FERRY_ECORRUPT, "line 1:");
     manifest_case("ferry-records 1\n", FERRY_ECORRUPT, "line 2:");
     manifest_case("hello\n", FERRY_ECORRUPT, "line 1: not a ferry manifest");
-    manifest_case("ferry-records 2\n", FERRY_ECORRUPT, "line 1: manifest version \"2\"");
+    manifest_case("ferry-records 3\n", FERRY_ECORRUPT, "line 1: manifest version \"3\"");
+    /* version 2: the set id */
+    const char *v2 = "ferry-records 2\nshards 1 records 10 set 0123456789abcdef\n"
+                     "a-01234567-00000-of-00001.ferry 10 4096 1\n";
+    test_write_file(test_path("v2.manifest", p), v2, strlen(v2));
+    CHECK_OK(ferry__manifest_read(p, &e, &n, &id));
+    CHECK_U64(id, 0x0123456789abcdefull);
+    CHECK_U64(n, 1);
+    ferry__free(e);
+    manifest_case("ferry-records 2\nshards 0 records 0\n", FERRY_ECORRUPT, "line 2: expected");
+    manifest_case("ferry-records 2\nshards 0 records 0 set 0000000000000000\n", FERRY_ECORRUPT,
+                  "line 2: the set id");
+    manifest_case("ferry-records 2\nshards 0 records 0 set 123\n", FERRY_ECORRUPT,
+                  "line 2: the set id");
+    manifest_case("ferry-records 2\nshards 0 records 0 sat 0123456789abcdef\n", FERRY_ECORRUPT,
+                  "line 2: the set id");
+    manifest_case("ferry-records 1\nshards 0 records 0 set 0123456789abcdef\n", FERRY_ECORRUPT,
+                  "line 2: expected");
     manifest_case("ferry-records 1\nshards x records 0\n", FERRY_ECORRUPT, "line 2:");
     manifest_case("ferry-records 1\nshards 1 records 0 extra\n", FERRY_ECORRUPT, "line 2:");
     manifest_case("ferry-records 1\nshards -1 records 0\n", FERRY_ECORRUPT, "line 2:");
@@ -1795,11 +1875,11 @@ TEST(manifest_parser)
                   FERRY_ECORRUPT, "line 4: record counts overflow");
     manifest_case("ferry-records 1\nshards 1 records 1\na 18446744073709551616 1 1\n",
                   FERRY_ECORRUPT, "line 3");
-    CHECK_RC(ferry__manifest_read(test_path("none.manifest", p), &e, &n), FERRY_ENOENT);
+    CHECK_RC(ferry__manifest_read(test_path("none.manifest", p), &e, &n, &id), FERRY_ENOENT);
     /* a NUL byte in a line */
     static const char nul[] = "ferry-records 1\nshards 1 records 1\na\0 1 1 1\n";
     test_write_file(p, nul, sizeof nul - 1);
-    CHECK_RC(ferry__manifest_read(p, &e, &n), FERRY_ECORRUPT);
+    CHECK_RC(ferry__manifest_read(p, &e, &n, &id), FERRY_ECORRUPT);
     CHECK_CONTAINS(ferry_last_errmsg(), "line 3: holds a NUL byte");
     test_remove_dir();
 }

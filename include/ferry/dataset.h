@@ -43,9 +43,12 @@ FERRY_API size_t ferry_field_nbytes(const ferry_field *f);
 FERRY_API size_t ferry_field_row_elems(const ferry_field *f);
 
 /* Where a dataset writes one sample. data[f] has room for ferry_field_nbytes of field
- * f. For a variable field the dataset writes length[f] rows (0..bound) and sets
- * length[f]; the loader zeroes the rest. For a fixed field the dataset writes every
- * byte. Valid only during the call it was passed to. */
+ * f. For a variable field the dataset writes length[f] rows (0..bound), nothing past
+ * them, and sets length[f]; the batch holds zeros past them (the loader zeroes only
+ * as far as an earlier sample in the slot wrote, so a dataset that writes past its
+ * length breaks this; on an error return it may have written anything). For a
+ * fixed field the dataset writes every byte. Valid only during the call it was
+ * passed to. */
 typedef struct ferry_sample {
     int nfields;
     void *const *data;

@@ -57,6 +57,17 @@ typedef struct ferry_loader_opts {
     uint32_t stream_shards; /* streams only: shards read in parallel, 1 .. 65536; 0 = 1 */
     int64_t rank;           /* streams only: this rank and the world size; < 0 = from the */
     int64_t world_size;     /* environment (ferry_dist_from_env) */
+    /* Bytes the loader may hold: the batch buffers (prefetch of them, each
+     * batch_size samples with every variable field at its bound), one sample of
+     * scratch per worker, and for a stream the buffers of its shuffle and group-batch
+     * decorators in each of stream_shards iterators. 0 = a quarter of physical
+     * memory. Checked before anything
+     * is allocated: a schema whose batch does not fit is FERRY_EINVAL naming the
+     * widest field, its bound, the batch size and the budget; the default prefetch
+     * is lowered to fit (down to 1), an explicit one that does not fit is
+     * FERRY_EINVAL. A file's schema decides a batch's size, so this is what keeps a
+     * file that claims huge fields from taking the machine's memory. */
+    uint64_t memory_budget;
 } ferry_loader_opts;
 
 /* Default settings: batch 1, no workers, sequential, seed 0, rank/world from the

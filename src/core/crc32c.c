@@ -12,7 +12,6 @@
  */
 #include "internal.h"
 #include "ferry/records.h"
-#include "../formats/records_internal.h"
 
 #include <string.h>
 

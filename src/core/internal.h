@@ -110,4 +110,15 @@ size_t ferry__queue_size(ferry__queue *q);
 bool ferry__parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
 bool ferry__parse_u64(const char *s, uint64_t *out);
 
+/* Checks a schema: names, dtypes, shapes and byte sizes in range (core/fields.c). */
+struct ferry_field;
+int ferry__check_fields(const struct ferry_field *fields, int nfields);
+
+/* CRC-32C, each implementation on its own (for the tests; core/crc32c.c). */
+uint32_t ferry__crc32c_sw(uint32_t crc, const void *data, size_t n);
+/* 1 when the CPU has the CRC-32C instruction (SSE4.2) and this build uses it. */
+int ferry__crc32c_hw_available(void);
+/* The instruction's version; falls back to the tables without it. */
+uint32_t ferry__crc32c_hw(uint32_t crc, const void *data, size_t n);
+
 #endif /* FERRY_INTERNAL_H */

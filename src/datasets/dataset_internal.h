@@ -33,6 +33,9 @@ struct ferry_stream {
     void *self;
     int nfields;
     ferry_field fields[FERRY_MAX_FIELDS];
+    /* memory each open iterator holds in buffers (a shuffle buffer, a group-batch's
+     * slots), summed down the chain: for a loader's memory budget */
+    uint64_t iter_bytes;
 };
 
 struct ferry_stream_iter {
@@ -45,8 +48,6 @@ void ferry__ctx_release(ferry_ctx *c);
 /* Scratch slot `slot` (0 .. FERRY__CTX_SLOTS-1) of at least n bytes, as
  * ferry_ctx_scratch (which is slot 0). */
 void *ferry__ctx_scratch(ferry_ctx *c, int slot, size_t n);
-/* Checks a schema: names, dtypes, shapes and byte sizes in range. */
-int ferry__check_fields(const ferry_field *fields, int nfields);
 
 /* "kind:location,key=value,..." split in place. Returns FERRY_EINVAL with a message
  * on a malformed spec. */

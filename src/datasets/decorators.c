@@ -53,9 +53,16 @@ static int reject_kept(ferry_stream *inner, int rc)
 
 /* Wraps self (a decorator over inner) as a stream with the inner's schema. If this
  * fails, ferry_stream_create calls destroy(self), which frees inner too. */
-static int wrap(ferry_stream **out, const ferry_stream_vtable *vt, void *self, ferry_stream *inner)
+/* bytes: what each iterator of the new stream holds besides its inner's, which a
+ * loader counts against its memory budget (once per stream shard it opens). */
+static int wrap(ferry_stream **out, const ferry_stream_vtable *vt, void *self, ferry_stream *inner,
+                size_t bytes)
 {
-    return ferry_stream_create(out, vt, self, inner->fields, inner->nfields);
+    uint64_t below = inner->iter_bytes;
+    int rc = ferry_stream_create(out, vt, self, inner->fields, inner->nfields);
+    if (rc == 0)
+        (*out)->iter_bytes = below + bytes < below ? UINT64_MAX : below + bytes;
+    return rc;
 }
 
 static int check_sample(const char *who, const ferry_sample *out, int nfields)
@@ -278,7 +285,7 @@ int ferry_stream_shuffle(ferry_stream **out, ferry_stream *inner, size_t buffer_
     sh->seed = seed;
     sh->L = L;
     sh->bytes = bytes;
-    return wrap(out, &shuffle_vtable, sh, inner);
+    return wrap(out, &shuffle_vtable, sh, inner, bytes + buffer_size * sizeof(size_t));
 }
 
 /* ---- Group-batch ---- */
@@ -575,7 +582,7 @@ static int group_create(ferry_stream **out, ferry_stream *inner, ferry_group_key
         g->nhash *= 2;
     g->L = L;
     g->bytes = bytes;
-    return wrap(out, &group_vtable, g, inner);
+    return wrap(out, &group_vtable, g, inner, bytes + g->cap * 4 * sizeof(int32_t));
 }
 
 int ferry_stream_group_batch(ferry_stream **out, ferry_stream *inner, ferry_group_key_fn key_fn,
@@ -658,7 +665,7 @@ int ferry_stream_shard(ferry_stream **out, ferry_stream *inner, uint64_t k, uint
     sd->base.inner = inner;
     sd->k = k;
     sd->n = n;
-    return wrap(out, &shard_vtable, sd, inner);
+    return wrap(out, &shard_vtable, sd, inner, 0);
 }
 
 /* ---- Repeat ---- */
@@ -756,7 +763,7 @@ int ferry_stream_repeat(ferry_stream **out, ferry_stream *inner, uint64_t times)
         return reject(inner, FERRY_ENOMEM, "repeat: out of memory");
     r->base.inner = inner;
     r->times = times;
-    return wrap(out, &repeat_vtable, r, inner);
+    return wrap(out, &repeat_vtable, r, inner, 0);
 }
 
 /* ---- Take and skip ---- */
@@ -836,7 +843,7 @@ static int counted_create(ferry_stream **out, ferry_stream *inner, uint64_t n,
         return reject(inner, FERRY_ENOMEM, "%s: out of memory", who);
     c->base.inner = inner;
     c->n = n;
-    return wrap(out, vt, c, inner);
+    return wrap(out, vt, c, inner, 0);
 }
 
 int ferry_stream_take(ferry_stream **out, ferry_stream *inner, uint64_t n)

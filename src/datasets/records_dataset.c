@@ -76,12 +76,13 @@ static int check_complete(const char *dir, char **names, size_t n)
 /* The shard files of dir: the manifest's, in its order, else every *.ferry file
  * in name order. */
 static int list_shards(const char *dir, char ***names, uint64_t **counts, uint64_t **bytes,
-                       size_t *n)
+                       size_t *n, uint64_t *set_id)
 {
     int rc = 0;
     *names = NULL;
     *counts = *bytes = NULL;
     *n = 0;
+    *set_id = 0;
     DIR *d = opendir(dir);
     if (!d)
         return ferry__err(FERRY_ENOENT, "%s: cannot open the shard directory", dir);
@@ -127,7 +128,7 @@ static int list_shards(const char *dir, char ***names, uint64_t **counts, uint64
         *n = 0;
         ferry__manifest_entry *m = NULL;
         size_t count = 0;
-        if ((rc = ferry__manifest_read(manifest, &m, &count)) < 0)
+        if ((rc = ferry__manifest_read(manifest, &m, &count, set_id)) < 0)
             return rc;
         *names = ferry__calloc(count, sizeof **names);
         *counts = ferry__calloc(count, sizeof **counts);
@@ -163,11 +164,38 @@ static bool same_schema(const shard_set *s, const ferry_record_file *f)
     return true;
 }
 
-static int set_open(shard_set **out, const char *dir, uint64_t shard_id, uint64_t num_shards)
+/* A shard's identity against its set: with a manifest of a set id, each shard must
+ * carry that id and its place in the manifest's list; without a manifest, no shard
+ * may carry one (it belongs to a set whose manifest is missing). */
+static int check_identity(const char *path, const ferry_record_file *f, bool manifest,
+                          uint64_t set_id, size_t pos)
+{
+    uint64_t id;
+    uint32_t index;
+    bool has = ferry__record_file_set(f, &id, &index);
+    if (!manifest && has)
+        return ferry__err(FERRY_ECORRUPT,
+                          "%s: shard %u of set %016llx, whose manifest is missing (a writer that "
+                          "did not finish?)",
+                          path, index, (unsigned long long)id);
+    if (manifest && set_id && !has)
+        return ferry__err(FERRY_ECORRUPT,
+                          "%s: carries no set identity; the manifest is of set %016llx", path,
+                          (unsigned long long)set_id);
+    if (manifest && set_id && (id != set_id || index != pos))
+        return ferry__err(FERRY_ECORRUPT,
+                          "%s: shard %u of set %016llx; the manifest names it as shard %zu of set "
+                          "%016llx (a file of another write)",
+                          path, index, (unsigned long long)id, pos, (unsigned long long)set_id);
+    return 0;
+}
+
+static int set_open_once(shard_set **out, const char *dir, uint64_t shard_id, uint64_t num_shards,
+                         bool *changed)
 {
     int rc = 0;
     char **names = NULL;
-    uint64_t *counts = NULL, *bytes = NULL;
+    uint64_t *counts = NULL, *bytes = NULL, set_id = 0;
     size_t n = 0;
     uint64_t total_bytes = 0;
     shard_set *s = NULL;
@@ -175,7 +203,7 @@ static int set_open(shard_set **out, const char *dir, uint64_t shard_id, uint64_
     if (num_shards == 0 || shard_id >= num_shards || num_shards > MAX_SHARDS)
         return ferry__err(FERRY_EINVAL, "records: shard_id %llu is outside [0, num_shards %llu)",
                           (unsigned long long)shard_id, (unsigned long long)num_shards);
-    FERRY_TRY(list_shards(dir, &names, &counts, &bytes, &n));
+    FERRY_TRY(list_shards(dir, &names, &counts, &bytes, &n, &set_id));
     s = ferry__calloc(1, sizeof *s);
     size_t take = n > shard_id ? (n - shard_id + num_shards - 1) / num_shards : 0;
     if (!s)
@@ -197,12 +225,18 @@ static int set_open(shard_set **out, const char *dir, uint64_t shard_id, uint64_
         s->n++;
         uint64_t size;
         int64_t mtime;
-        if (ferry__stat(path, &size, &mtime) < 0)
+        if (ferry__stat(path, &size, &mtime) < 0) {
+            *changed = counts != NULL; /* a writer may have just replaced the set */
             FERRY_FAIL(FERRY_ENOENT, "%s: the manifest names %s, which is missing", dir, names[p]);
+        }
         if (bytes && size != bytes[p])
             FERRY_FAIL(FERRY_ECORRUPT, "%s: %llu bytes, the manifest says %llu", path,
                        (unsigned long long)size, (unsigned long long)bytes[p]);
-        FERRY_TRY(ferry_record_file_open(&s->files[k], path, 0));
+        if ((rc = ferry_record_file_open(&s->files[k], path, 0)) < 0) {
+            *changed = rc == FERRY_ENOENT && counts != NULL; /* removed since the stat */
+            goto cleanup;
+        }
+        FERRY_TRY(check_identity(path, s->files[k], counts != NULL, set_id, p));
         uint64_t c = ferry_record_file_count(s->files[k]);
         if (counts && c != counts[p])
             FERRY_FAIL(FERRY_ECORRUPT, "%s: %llu records, the manifest says %llu", path,
@@ -228,6 +262,64 @@ cleanup:
     ferry__free(counts);
     ferry__free(bytes);
     return rc;
+}
+
+/* A set replaced between reading its manifest and opening its shards (whose old
+ * generation the writer then removes) is opened again, from the new manifest. */
+static int set_open(shard_set **out, const char *dir, uint64_t shard_id, uint64_t num_shards)
+{
+    for (int tries = 0;; tries++) {
+        bool changed = false;
+        int rc = set_open_once(out, dir, shard_id, num_shards, &changed);
+        if (rc != FERRY_ENOENT || !changed || tries == 8)
+            return rc;
+    }
+}
+
+int ferry_records_shards(const char *dir, char ***paths, size_t *n)
+{
+    int rc = 0;
+    char **names = NULL;
+    uint64_t *counts = NULL, *bytes = NULL, set_id;
+    size_t count = 0;
+    if (!paths || !n)
+        return ferry__err(FERRY_EINVAL, "records: NULL argument");
+    *paths = NULL;
+    *n = 0;
+    if (!dir)
+        return ferry__err(FERRY_EINVAL, "records: dir is NULL");
+    FERRY_TRY(list_shards(dir, &names, &counts, &bytes, &count, &set_id));
+    *paths = ferry__calloc(count ? count : 1, sizeof **paths);
+    if (!*paths)
+        FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", dir);
+    for (size_t k = 0; k < count; k++) {
+        size_t len = strlen(dir) + strlen(names[k]) + 2;
+        if (!((*paths)[k] = ferry__malloc(len)))
+            FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", dir);
+        snprintf((*paths)[k], len, "%s/%s", dir, names[k]);
+        *n = k + 1;
+    }
+cleanup:
+    if (rc < 0) {
+        ferry_records_shards_free(*paths, *n);
+        *paths = NULL;
+        *n = 0;
+    }
+    for (size_t k = 0; k < count; k++)
+        ferry__free(names[k]);
+    ferry__free(names);
+    ferry__free(counts);
+    ferry__free(bytes);
+    return rc;
+}
+
+void ferry_records_shards_free(char **paths, size_t n)
+{
+    if (!paths)
+        return;
+    for (size_t k = 0; k < n; k++)
+        ferry__free(paths[k]);
+    ferry__free(paths);
 }
 
 /* ---- Map-style ---- */

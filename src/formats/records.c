@@ -9,16 +9,18 @@
  */
 #define ZSTD_STATIC_LINKING_ONLY /* ZSTD_create?Ctx_advanced: allocate through ferry */
 #include "ferry/records.h"
-#include "../datasets/dataset_internal.h"
 #include "../io/io.h"
 #include "records_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zstd.h>
 #include <zstd_errors.h>
@@ -31,7 +33,9 @@
 #define END_MAGIC "FERRYEND"
 #define VERSION 1u
 #define FLAG_ZSTD 1u
+#define FLAG_SET 2u /* the set identity follows the header */
 #define HEADER 24u
+#define IDENTITY 16u /* u64 set id, u32 shard index, u32 zero */
 #define REC_HEADER 16u
 #define TRAILER 32u
 #define DCTX_SLOTS 1024u
@@ -204,6 +208,52 @@ static bool max_payload(const ferry_field *fs, int n, size_t *out)
     return true;
 }
 
+/* ---- The files of a set ---- */
+
+static size_t count_digits(const char *s)
+{
+    size_t n = 0;
+    while (s[n] >= '0' && s[n] <= '9')
+        n++;
+    return n;
+}
+
+static size_t count_hex(const char *s)
+{
+    size_t n = 0;
+    while ((s[n] >= '0' && s[n] <= '9') || (s[n] >= 'a' && s[n] <= 'f'))
+        n++;
+    return n;
+}
+
+int ferry__set_file_kind(const char *set, const char *file)
+{
+    size_t n = strlen(set);
+    if (strncmp(file, set, n) != 0)
+        return FERRY__SET_FILE_NONE;
+    const char *p = file + n;
+    if (!strncmp(p, ".manifest.tmp.", 14))
+        return strlen(p + 14) == 6 ? FERRY__SET_FILE_TEMP : FERRY__SET_FILE_NONE;
+    if (*p++ != '-')
+        return FERRY__SET_FILE_NONE;
+    bool gen = count_hex(p) == FERRY__SET_TAG_HEX && p[FERRY__SET_TAG_HEX] == '-';
+    if (gen)
+        p += FERRY__SET_TAG_HEX + 1;
+    size_t k = count_digits(p);
+    if (k < 5)
+        return FERRY__SET_FILE_NONE;
+    p += k;
+    if (!strncmp(p, ".ferry.tmp.", 11))
+        return strlen(p + 11) == 6 ? FERRY__SET_FILE_TEMP : FERRY__SET_FILE_NONE;
+    if (strncmp(p, "-of-", 4) != 0)
+        return FERRY__SET_FILE_NONE;
+    p += 4;
+    k = count_digits(p);
+    if (k < 5 || strcmp(p + k, ".ferry") != 0)
+        return FERRY__SET_FILE_NONE;
+    return gen ? FERRY__SET_FILE_SHARD : FERRY__SET_FILE_OLD_SHARD;
+}
+
 /* ---- Writing ---- */
 
 typedef struct wshard {
@@ -215,13 +265,17 @@ typedef struct wshard {
 
 struct ferry_record_writer {
     char *dir, *name;
+    uint64_t set_id; /* the identity every shard carries and the manifest names */
+    /* the id's first FERRY__SET_TAG_HEX hex digits, in the shards' names */
+    char tag[FERRY__SET_TAG_HEX + 1];
+    size_t schema_len;
     int nfields;
     ferry_field fields[FERRY_MAX_FIELDS];
     uint64_t shard_bytes, shard_records, total;
     int level;
     bool broken; /* a write failed part way: only abort is left */
     ZSTD_CCtx *cctx;
-    uint8_t *prefix; /* header, schema and padding: the start of every shard */
+    uint8_t *prefix; /* header, identity, schema and padding: the start of every shard */
     size_t prefix_len;
     uint8_t *rec; /* record header + stored payload + padding */
     size_t rec_cap;
@@ -313,13 +367,17 @@ static int shard_start(ferry_record_writer *w)
     wshard *s = &w->shards[w->nshards];
     memset(s, 0, sizeof *s);
     s->af.fd = -1;
-    char *target = path_fmt(w->dir, "%s-%05zu.ferry", w->name, w->nshards);
+    char *target = path_fmt(w->dir, "%s-%s-%05zu.ferry", w->name, w->tag, w->nshards);
     if (!target)
         return ferry__err(FERRY_ENOMEM, "writer: out of memory");
     rc = ferry__atomic_open(&s->af, target);
     ferry__free(target);
     if (rc < 0)
         return rc;
+    /* this shard's place in the set, under the header's CRC */
+    put32(w->prefix + HEADER + 8, (uint32_t)w->nshards);
+    uint32_t crc = ferry_crc32c(0, w->prefix, 20);
+    put32(w->prefix + 20, ferry_crc32c(crc, w->prefix + HEADER, IDENTITY + w->schema_len));
     rc = ferry__atomic_write(&s->af, w->prefix, w->prefix_len);
     if (rc < 0) {
         ferry__atomic_abort(&s->af);
@@ -391,6 +449,97 @@ static bool valid_name(const char *s)
     return true;
 }
 
+/* A fresh set id: from the kernel's random source, else the clock and the pid. */
+static uint64_t new_set_id(void)
+{
+    uint64_t id = 0;
+    if (getrandom(&id, sizeof id, GRND_NONBLOCK) != (ssize_t)sizeof id) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        id = ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^
+             ((uint64_t)getpid() << 40) ^ (uint64_t)(uintptr_t)&id;
+        id ^= id >> 31;
+        id *= 0x9e3779b97f4a7c15u;
+    }
+    return id ? id : 1;
+}
+
+enum { CLEAN_TEMPS, CLEAN_GENERATIONS, CLEAN_ALL };
+
+/* Removes what earlier writes of the set left in the directory: temporaries
+ * (CLEAN_TEMPS), and also shards of a generation that no manifest names
+ * (CLEAN_GENERATIONS: there is no manifest), or every shard file of the set that
+ * `keep` does not name (CLEAN_ALL: keep is the manifest in place). A file that
+ * cannot be removed stays for the next write to remove; readers never take it.
+ * Sets *tag_used when a file of the set already carries w->tag. */
+static void clean(ferry_record_writer *w, int what, const ferry__manifest_entry *keep, size_t nkeep,
+                  bool *tag_used)
+{
+    DIR *d = opendir(w->dir);
+    if (!d)
+        return;
+    size_t nlen = strlen(w->name);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int kind = ferry__set_file_kind(w->name, e->d_name);
+        if (kind == FERRY__SET_FILE_NONE)
+            continue;
+        if (tag_used && !strncmp(e->d_name + nlen + 1, w->tag, FERRY__SET_TAG_HEX) &&
+            e->d_name[nlen] == '-')
+            *tag_used = true;
+        bool drop = kind == FERRY__SET_FILE_TEMP ||
+                    (kind == FERRY__SET_FILE_SHARD && what >= CLEAN_GENERATIONS) ||
+                    (kind == FERRY__SET_FILE_OLD_SHARD && what == CLEAN_ALL);
+        for (size_t i = 0; drop && kind != FERRY__SET_FILE_TEMP && i < nkeep; i++)
+            drop = strcmp(keep[i].file, e->d_name) != 0;
+        if (!drop)
+            continue;
+        char *p = path_fmt(w->dir, "%s", e->d_name);
+        if (p)
+            ferry__unlink(p);
+        ferry__free(p);
+    }
+    closedir(d);
+}
+
+/* Before the first shard: the set's id, and the leftovers of killed writers gone.
+ * What the manifest in place names is kept, so the set stays readable throughout. */
+static int writer_prepare(ferry_record_writer *w)
+{
+    char *mpath = path_fmt(w->dir, "%s.manifest", w->name);
+    if (!mpath)
+        return ferry__err(FERRY_ENOMEM, "writer: out of memory");
+    ferry__manifest_entry *m = NULL;
+    size_t n = 0;
+    uint64_t old_id = 0;
+    int what = CLEAN_ALL;
+    int rc = ferry__manifest_read(mpath, &m, &n, &old_id);
+    ferry__free(mpath);
+    if (rc == FERRY_ENOENT)
+        what = CLEAN_GENERATIONS;
+    else if (rc < 0)
+        what = CLEAN_TEMPS; /* an unreadable manifest: touch no shard */
+    ferry__err_clear();
+    for (int tries = 0;; tries++) {
+        bool used = false;
+        do
+            w->set_id = new_set_id();
+        while (w->set_id == old_id);
+        snprintf(w->tag, sizeof w->tag, "%0*llx", FERRY__SET_TAG_HEX,
+                 (unsigned long long)(w->set_id >> (64 - 4 * FERRY__SET_TAG_HEX)));
+        clean(w, what, m, n, &used);
+        if (!used)
+            break;
+        if (tries == 16) {
+            ferry__free(m);
+            return ferry__err(FERRY_EIO, "%s: cannot find a name for a new set %s", w->dir,
+                              w->name);
+        }
+    }
+    ferry__free(m);
+    return 0;
+}
+
 int ferry_writer_open(ferry_record_writer **out, const ferry_writer_opts *o)
 {
     int rc = 0;
@@ -425,20 +574,21 @@ int ferry_writer_open(ferry_record_writer **out, const ferry_writer_opts *o)
     w->shard_records = o->shard_records ? o->shard_records : UINT64_MAX;
     w->level = o->zstd_level;
     size_t s = schema_size(w->fields, w->nfields); /* at most 32 * 123 + 2 bytes */
-    w->prefix_len = (size_t)align8(HEADER + s);
+    w->schema_len = s;
+    w->prefix_len = (size_t)align8(HEADER + IDENTITY + s);
     w->prefix = ferry__calloc(1, w->prefix_len);
     if (!w->prefix)
         FERRY_FAIL(FERRY_ENOMEM, "writer: out of memory");
-    memcpy(w->prefix, MAGIC, 8);
-    put32(w->prefix + 8, VERSION);
-    put32(w->prefix + 12, w->level ? FLAG_ZSTD : 0);
-    put32(w->prefix + 16, (uint32_t)s);
-    schema_encode(w->fields, w->nfields, w->prefix + HEADER);
-    uint32_t crc = ferry_crc32c(0, w->prefix, 20);
-    put32(w->prefix + 20, ferry_crc32c(crc, w->prefix + HEADER, s));
     if (w->level && !(w->cctx = ZSTD_createCCtx_advanced(zmem)))
         FERRY_FAIL(FERRY_ENOMEM, "writer: out of memory (zstd context)");
     FERRY_TRY(make_dirs(w->dir));
+    FERRY_TRY(writer_prepare(w));
+    memcpy(w->prefix, MAGIC, 8);
+    put32(w->prefix + 8, VERSION);
+    put32(w->prefix + 12, (w->level ? FLAG_ZSTD : 0) | FLAG_SET);
+    put32(w->prefix + 16, (uint32_t)s);
+    put64(w->prefix + HEADER, w->set_id);
+    schema_encode(w->fields, w->nfields, w->prefix + HEADER + IDENTITY);
     FERRY_TRY(shard_start(w));
     *out = w;
     return 0;
@@ -559,9 +709,11 @@ int ferry_writer_commit(ferry_record_writer *w)
 {
     int rc = 0;
     char **finals = NULL;
-    char *text = NULL;
+    char *text = NULL, *mpath = NULL;
     size_t renamed = 0;
+    bool switched = false;
     ferry__atomic_file m = {.fd = -1};
+    ferry__manifest_entry *keep = NULL;
     if (!w)
         return ferry__err(FERRY_EINVAL, "writer: NULL writer");
     if (w->broken)
@@ -571,23 +723,29 @@ int ferry_writer_commit(ferry_record_writer *w)
         FERRY_TRY(shard_finish(w, sh));
     size_t n = w->nshards;
     finals = ferry__calloc(n, sizeof *finals);
-    if (!finals)
+    keep = ferry__calloc(n, sizeof *keep);
+    mpath = path_fmt(w->dir, "%s.manifest", w->name);
+    if (!finals || !keep || !mpath)
         FERRY_FAIL(FERRY_ENOMEM, "writer: out of memory");
-    for (size_t k = 0; k < n; k++)
-        if (!(finals[k] = path_fmt(w->dir, "%s-%05zu-of-%05zu.ferry", w->name, k, n)))
+    for (size_t k = 0; k < n; k++) {
+        if (!(finals[k] = path_fmt(w->dir, "%s-%s-%05zu-of-%05zu.ferry", w->name, w->tag, k, n)))
             FERRY_FAIL(FERRY_ENOMEM, "writer: out of memory");
+        snprintf(keep[k].file, sizeof keep[k].file, "%s", strrchr(finals[k], '/') + 1);
+    }
     /* the manifest's text first: nothing is renamed before it is known to fit */
-    size_t cap = 64 + n * (strlen(w->name) + 160); /* a line is at most name + 120 */
+    size_t cap = 96 + n * (strlen(w->name) + 160); /* a line is at most name + 130 */
     text = ferry__malloc(cap);
     if (!text)
         FERRY_FAIL(FERRY_ENOMEM, "writer: out of memory");
-    size_t len = (size_t)snprintf(text, cap, "ferry-records 1\nshards %zu records %llu\n", n,
-                                  (unsigned long long)w->total);
+    size_t len =
+        (size_t)snprintf(text, cap, "ferry-records 2\nshards %zu records %llu set %016llx\n", n,
+                         (unsigned long long)w->total, (unsigned long long)w->set_id);
     for (size_t k = 0; k < n; k++)
-        len +=
-            (size_t)snprintf(text + len, cap - len, "%s %llu %llu %08x\n",
-                             strrchr(finals[k], '/') + 1, (unsigned long long)w->shards[k].records,
-                             (unsigned long long)w->shards[k].bytes, w->shards[k].crc);
+        len += (size_t)snprintf(text + len, cap - len, "%s %llu %llu %08x\n", keep[k].file,
+                                (unsigned long long)w->shards[k].records,
+                                (unsigned long long)w->shards[k].bytes, w->shards[k].crc);
+    /* The new generation's shards take names no other set uses, so the set in
+     * place stays whole until the manifest's rename switches to the new one. */
     for (size_t k = 0; k < n; k++) {
         wshard *s = &w->shards[k];
         char *target = ferry__strdup(finals[k]);
@@ -595,33 +753,50 @@ int ferry_writer_commit(ferry_record_writer *w)
             FERRY_FAIL(FERRY_ENOMEM, "writer: out of memory");
         ferry__free(s->af.path);
         s->af.path = target;
-        /* reopened so that ferry__atomic_commit can sync, rename and sync the dir */
+        /* reopened so that ferry__atomic_rename can sync it */
         s->af.fd = open(s->af.tmp, O_RDONLY | O_CLOEXEC);
         if (s->af.fd < 0)
             FERRY_FAIL(FERRY_EIO, "%s: reopen: %s", s->af.tmp, strerror(errno));
-        FERRY_TRY(ferry__atomic_commit(&s->af));
+        FERRY_TRY(ferry__atomic_rename(&s->af));
         renamed = k + 1;
     }
-    char *mpath = path_fmt(w->dir, "%s.manifest", w->name);
-    if (!mpath)
-        FERRY_FAIL(FERRY_ENOMEM, "writer: out of memory");
-    rc = ferry__atomic_open(&m, mpath);
-    ferry__free(mpath);
-    if (rc < 0)
-        goto cleanup;
+    /* the shards' names are durable before a manifest names them */
+    FERRY_TRY(ferry__sync_dir(mpath));
+    FERRY_TRY(ferry__atomic_open(&m, mpath));
     FERRY_TRY(ferry__atomic_write(&m, text, len));
-    FERRY_TRY(ferry__atomic_commit(&m));
+    FERRY_TRY(ferry__atomic_rename(&m));
+    switched = true;
+    /* The switch is made; until it is durable the old set must stay, for a crash
+     * could bring its manifest back. */
+    if ((rc = ferry__sync_dir(mpath)) < 0) {
+        char msg[FERRY_ERRMSG_MAX];
+        ferry__err_copy(msg);
+        FERRY_FAIL(rc,
+                   "%s: the new set is in place, but may not survive a crash (%s); the old "
+                   "set's files are left for the next write to remove",
+                   w->dir, msg);
+    }
+    /* the old generation, and anything else of the set the manifest does not name */
+    clean(w, CLEAN_ALL, keep, n, NULL);
+    ferry__sync_dir(mpath); /* a removal lost in a crash is redone by the next write */
+    ferry__err_clear();
 cleanup:
-    if (rc < 0) {
-        /* shards already in place would pass for whole without their manifest */
+    if (rc < 0 && !switched) {
+        char msg[FERRY_ERRMSG_MAX];
+        ferry__err_copy(msg);
+        /* the new generation's shards in place: no manifest names them (one that
+         * cannot be removed is removed by the next write) */
         for (size_t k = 0; k < renamed; k++)
-            unlink(finals[k]);
+            ferry__unlink(finals[k]);
         ferry__atomic_abort(&m);
+        ferry__err(rc, "%s", msg);
     }
     if (finals)
         for (size_t k = 0; k < w->nshards; k++)
             ferry__free(finals[k]);
     ferry__free(finals);
+    ferry__free(keep);
+    ferry__free(mpath);
     ferry__free(text);
     writer_free(w);
     return rc;
@@ -642,7 +817,10 @@ struct ferry_record_file {
     uint64_t end;   /* the index (or where the scan stopped): the records' end */
     uint64_t count;
     const uint8_t *index; /* the mapped offsets, or NULL after a scan */
-    uint64_t *scanned;    /* the offsets a recovery scan found */
+    bool has_set;         /* the header carries a set identity */
+    uint64_t set_id;
+    uint32_t set_index;
+    uint64_t *scanned; /* the offsets a recovery scan found */
     int recovered;
     /* decompression contexts by worker id (modulo DCTX_SLOTS). A reader takes a
      * context out of its slot (exchange with NULL) and puts it back (compare and
@@ -669,25 +847,31 @@ static int read_header(ferry_record_file *f)
     if (version != VERSION)
         return ferry__err(FERRY_ECORRUPT, "%s: record format version %u; this ferry reads %u", name,
                           version, VERSION);
-    if (flags & ~FLAG_ZSTD)
+    if (flags & ~(FLAG_ZSTD | FLAG_SET))
         return ferry__err(FERRY_ECORRUPT, "%s: unknown flags 0x%x in the header", name, flags);
+    uint32_t id = flags & FLAG_SET ? IDENTITY : 0;
     if (s > FERRY__RECORD_MAX_SCHEMA)
         return ferry__err(FERRY_ECORRUPT, "%s: schema of %u bytes is over the %u-byte limit", name,
                           s, FERRY__RECORD_MAX_SCHEMA);
-    if (s > f->size - HEADER)
+    if ((uint64_t)s + id > f->size - HEADER)
         return ferry__err(FERRY_ECORRUPT, "%s: schema of %u bytes runs past the end of the file",
                           name, s);
-    uint32_t crc = ferry_crc32c(ferry_crc32c(0, b, 20), b + HEADER, s);
+    uint32_t crc = ferry_crc32c(ferry_crc32c(0, b, 20), b + HEADER, id + s);
     if (crc != get32(b + 20))
         return ferry__err(FERRY_ECORRUPT, "%s: header crc mismatch (damaged header or schema)",
                           name);
-    int rc = schema_decode(name, b + HEADER, s, f->fields, &f->nfields);
+    if (id) {
+        f->has_set = true;
+        f->set_id = get64(b + HEADER);
+        f->set_index = get32(b + HEADER + 8);
+    }
+    int rc = schema_decode(name, b + HEADER + id, s, f->fields, &f->nfields);
     if (rc < 0)
         return rc;
     if (!max_payload(f->fields, f->nfields, &f->max_payload))
         return ferry__err(FERRY_ECORRUPT, "%s: schema: records would be too large", name);
     f->hflags = flags;
-    f->start = align8(HEADER + (uint64_t)s);
+    f->start = align8(HEADER + (uint64_t)id + s);
     return 0;
 }
 
@@ -855,6 +1039,13 @@ int ferry_record_file_recovered(const ferry_record_file *f)
 int ferry__record_file_compressed(const ferry_record_file *f)
 {
     return (f->hflags & FLAG_ZSTD) != 0;
+}
+
+bool ferry__record_file_set(const ferry_record_file *f, uint64_t *id, uint32_t *index)
+{
+    *id = f->set_id;
+    *index = f->set_index;
+    return f->has_set;
 }
 
 const char *ferry__record_file_name(const ferry_record_file *f)
@@ -1142,7 +1333,8 @@ static int cmp_names(const void *a, const void *b)
     return strcmp(x->file, y->file);
 }
 
-int ferry__manifest_read(const char *path, ferry__manifest_entry **entries, size_t *nout)
+int ferry__manifest_read(const char *path, ferry__manifest_entry **entries, size_t *nout,
+                         uint64_t *set_id)
 {
     int rc = 0;
     ferry__file f = {-1, 0, 0};
@@ -1150,9 +1342,11 @@ int ferry__manifest_read(const char *path, ferry__manifest_entry **entries, size
     ferry__manifest_entry *e = NULL;
     const ferry__manifest_entry **sorted = NULL;
     size_t got, n = 0, lineno = 0;
-    uint64_t shards = 0, total = 0, sum = 0;
+    uint64_t shards = 0, total = 0, sum = 0, id = 0;
+    int version = 0;
     *entries = NULL;
     *nout = 0;
+    *set_id = 0;
     FERRY_TRY(ferry__file_open(&f, path));
     if (f.size > FERRY__MANIFEST_MAX)
         FERRY_FAIL(FERRY_ECORRUPT, "%s: %llu bytes is too large for a manifest", path,
@@ -1177,23 +1371,34 @@ int ferry__manifest_read(const char *path, ferry__manifest_entry **entries, size
         lineno++;
         if (strlen(line) != (size_t)((nl ? nl : end) - line))
             FERRY_FAIL(FERRY_ECORRUPT, "%s: line %zu: holds a NUL byte", path, lineno);
-        char *tok[5];
-        int k = split(line, tok, 4);
+        char *tok[7];
+        int k = split(line, tok, lineno == 2 ? 6 : 4);
         if (lineno == 1) {
             if (k != 2 || strcmp(tok[0], "ferry-records") != 0)
                 FERRY_FAIL(FERRY_ECORRUPT,
-                           "%s: line 1: not a ferry manifest (expected \"ferry-records 1\")", path);
-            if (strcmp(tok[1], "1") != 0)
+                           "%s: line 1: not a ferry manifest (expected \"ferry-records 2\")", path);
+            if (strcmp(tok[1], "1") != 0 && strcmp(tok[1], "2") != 0)
                 FERRY_FAIL(FERRY_ECORRUPT,
                            "%s: line 1: manifest version \"%.20s\"; this ferry "
-                           "reads 1",
+                           "reads 1 and 2",
                            path, tok[1]);
+            version = tok[1][0] - '0';
         } else if (lineno == 2) {
-            if (k != 4 || strcmp(tok[0], "shards") != 0 || strcmp(tok[2], "records") != 0 ||
-                !parse_dec(tok[1], &shards) || !parse_dec(tok[3], &total))
+            uint32_t hi, lo;
+            if (k != (version == 1 ? 4 : 6) || strcmp(tok[0], "shards") != 0 ||
+                strcmp(tok[2], "records") != 0 || !parse_dec(tok[1], &shards) ||
+                !parse_dec(tok[3], &total))
                 FERRY_FAIL(FERRY_ECORRUPT,
-                           "%s: line 2: expected \"shards N records TOTAL\" with decimal numbers",
-                           path);
+                           "%s: line 2: expected \"shards N records TOTAL%s\" with decimal numbers",
+                           path, version == 1 ? "" : " set ID");
+            if (version == 2) {
+                if (strcmp(tok[4], "set") != 0 || strlen(tok[5]) != 16 ||
+                    !parse_hex32(tok[5] + 8, &lo) ||
+                    (tok[5][8] = '\0', !parse_hex32(tok[5], &hi)) ||
+                    (id = (uint64_t)hi << 32 | lo) == 0)
+                    FERRY_FAIL(FERRY_ECORRUPT,
+                               "%s: line 2: the set id must be 16 hex digits, not all zero", path);
+            }
             /* each entry line takes at least 8 bytes ("a 0 0 0\n") */
             if (shards > (uint64_t)(end - s) / 8 + 1)
                 FERRY_FAIL(FERRY_ECORRUPT, "%s: line 2: %llu shards cannot fit in the file", path,
@@ -1253,6 +1458,7 @@ int ferry__manifest_read(const char *path, ferry__manifest_entry **entries, size
     }
     *entries = e;
     *nout = n;
+    *set_id = id;
     e = NULL;
 cleanup:
     ferry__free(sorted);

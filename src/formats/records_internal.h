@@ -6,6 +6,7 @@
 #define FERRY_RECORDS_INTERNAL_H
 
 #include "ferry/records.h"
+#include "../core/internal.h"
 
 /* Limits on what a file may ask of a reader. */
 #define FERRY__RECORD_MAX_SCHEMA ((uint32_t)64 << 10) /* schema bytes S */
@@ -19,13 +20,26 @@ typedef struct ferry__manifest_entry {
     uint32_t crc; /* CRC-32C of the whole file */
 } ferry__manifest_entry;
 
-/* Parses NAME.manifest: the "ferry-records 1" line, "shards N records TOTAL", then N
- * lines "FILE RECORDS BYTES CRC-IN-HEX". The number of lines must be N, the records
- * must add up to TOTAL and no file may appear twice. FERRY_ECORRUPT naming the file
- * and line on any malformed line; FERRY_ENOENT / FERRY_EIO from the file layer.
- * *entries is allocated with ferry__malloc (free it with ferry__free), NULL when
- * *n is 0 or on failure. */
-int ferry__manifest_read(const char *path, ferry__manifest_entry **entries, size_t *n);
+/* Parses NAME.manifest: the "ferry-records 2" line, "shards N records TOTAL set ID"
+ * (version 1: no set id), then N lines "FILE RECORDS BYTES CRC-IN-HEX". The number
+ * of lines must be N, the records must add up to TOTAL and no file may appear
+ * twice. FERRY_ECORRUPT naming the file and line on any malformed line;
+ * FERRY_ENOENT / FERRY_EIO from the file layer. *entries is allocated with
+ * ferry__malloc (free it with ferry__free), NULL when *n is 0 or on failure.
+ * *set_id is the set's identity, which each of its shards carries; 0 for a
+ * version 1 manifest, whose shards carry none. */
+int ferry__manifest_read(const char *path, ferry__manifest_entry **entries, size_t *n,
+                         uint64_t *set_id);
+
+/* ---- The files of a set named NAME in its directory ---- */
+#define FERRY__SET_TAG_HEX 8 /* hex digits of the set id in its shards' names */
+enum {
+    FERRY__SET_FILE_NONE,      /* not a file of the set */
+    FERRY__SET_FILE_TEMP,      /* a writer's temporary: NAME-*.ferry.tmp.*, NAME.manifest.tmp.* */
+    FERRY__SET_FILE_SHARD,     /* a shard: NAME-GENERATION-00000-of-00004.ferry */
+    FERRY__SET_FILE_OLD_SHARD, /* a shard named as before generations: NAME-00000-of-00004.ferry */
+};
+int ferry__set_file_kind(const char *set, const char *file);
 
 /* CRC-32C and size of a whole file, read with pread in chunks. */
 int ferry__crc32c_file(const char *path, uint32_t *crc, uint64_t *size);
@@ -38,14 +52,10 @@ int ferry__crc32c_file(const char *path, uint32_t *crc, uint64_t *size);
 int ferry__record_file_span(const ferry_record_file *f, uint64_t i, const void **p, size_t *n);
 /* 1 when the shard's records are zstd-compressed. */
 int ferry__record_file_compressed(const ferry_record_file *f);
+/* The set identity in the shard's header: true with the set id and the shard's
+ * index in its set, false for a shard written without one (format of before). */
+bool ferry__record_file_set(const ferry_record_file *f, uint64_t *id, uint32_t *index);
 /* The path the file was opened with. */
 const char *ferry__record_file_name(const ferry_record_file *f);
-
-/* ---- CRC-32C, each implementation on its own (for the tests) ---- */
-uint32_t ferry__crc32c_sw(uint32_t crc, const void *data, size_t n);
-/* 1 when the CPU has the CRC-32C instruction (SSE4.2) and this build uses it. */
-int ferry__crc32c_hw_available(void);
-/* The instruction's version; falls back to the tables without it. */
-uint32_t ferry__crc32c_hw(uint32_t crc, const void *data, size_t n);
 
 #endif

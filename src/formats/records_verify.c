@@ -7,6 +7,7 @@
 #include "../io/io.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -31,8 +32,24 @@ static void problem(verifier *v, const char *fmt, ...)
         v->report(msg, v->arg);
 }
 
-/* Every record of one shard; returns its record count (as far as it can be read). */
-static uint64_t verify_file(verifier *v, const char *path)
+/* A remark that is not damage: counted neither as a problem nor kept silent. */
+static void note(verifier *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note(verifier *v, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int k = snprintf(msg, sizeof msg, "note: ");
+    vsnprintf(msg + k, sizeof msg - (size_t)k, fmt, ap);
+    va_end(ap);
+    if (v->report)
+        v->report(msg, v->arg);
+}
+
+/* Every record of one shard; returns its record count (as far as it can be read).
+ * With a manifest (in_set), the shard's identity must be the set's id and its
+ * position pos; without one, a shard must carry none. */
+static uint64_t verify_file(verifier *v, const char *path, bool in_set, uint64_t set_id, size_t pos)
 {
     ferry_record_file *f;
     if (ferry_record_file_open(&f, path, 0) < 0) {
@@ -42,6 +59,22 @@ static uint64_t verify_file(verifier *v, const char *path)
         problem(v, "%s: %llu whole records can be recovered (open with FERRY_RECORD_RECOVER)", path,
                 (unsigned long long)ferry_record_file_count(f));
     }
+    uint64_t id;
+    uint32_t index;
+    bool has = ferry__record_file_set(f, &id, &index);
+    if (!in_set && has)
+        problem(v,
+                "%s: shard %u of set %016llx, whose manifest is missing (a writer that did not "
+                "finish?)",
+                path, index, (unsigned long long)id);
+    else if (in_set && set_id && !has)
+        problem(v, "%s: carries no set identity; the manifest is of set %016llx", path,
+                (unsigned long long)set_id);
+    else if (in_set && set_id && (id != set_id || index != pos))
+        problem(v,
+                "%s: shard %u of set %016llx; the manifest names it as shard %zu of set %016llx "
+                "(a file of another write)",
+                path, index, (unsigned long long)id, pos, (unsigned long long)set_id);
     uint64_t n = ferry_record_file_count(f);
     for (uint64_t i = 0; i < n; i++) {
         const void *p;
@@ -61,10 +94,31 @@ int ferry_records_verify(const char *path, ferry_report_fn report, void *arg, ui
 {
     verifier v = {report, arg, 0, 0};
     struct stat st;
-    if (!path || stat(path, &st) != 0)
-        return ferry__err(FERRY_ENOENT, "%s: no such file or directory", path ? path : "(null)");
+    if (!path)
+        return ferry__err(FERRY_EINVAL, "verify: path is NULL");
+    if (stat(path, &st) != 0) {
+        int e = errno;
+        return ferry__err(e == ENOENT || e == ENOTDIR ? FERRY_ENOENT : FERRY_EIO, "%s: %s", path,
+                          strerror(e));
+    }
+    if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
+        return ferry__err(FERRY_EIO, "%s: is %s, not a shard file or a set's directory", path,
+                          S_ISFIFO(st.st_mode)  ? "a FIFO"
+                          : S_ISCHR(st.st_mode) ? "a character device"
+                          : S_ISBLK(st.st_mode) ? "a block device"
+                                                : "not a regular file");
     if (!S_ISDIR(st.st_mode)) {
-        verify_file(&v, path);
+        /* a shard on its own: its identity is not checked */
+        ferry_record_file *f;
+        if (ferry_record_file_open(&f, path, FERRY_RECORD_RECOVER) == 0) {
+            uint64_t id;
+            uint32_t index;
+            bool has = ferry__record_file_set(f, &id, &index);
+            ferry_record_file_free(f);
+            verify_file(&v, path, has, has ? id : 0, index);
+        } else {
+            verify_file(&v, path, false, 0, 0);
+        }
         goto done;
     }
     /* a directory: its manifest, else its .ferry files */
@@ -109,12 +163,13 @@ int ferry_records_verify(const char *path, ferry_report_fn report, void *arg, ui
         for (size_t i = 0; i < nshards; i++) {
             char p[4096];
             snprintf(p, sizeof p, "%s/%s", path, shards[i]);
-            verify_file(&v, p);
+            verify_file(&v, p, false, 0, 0);
         }
     } else if (rc == 0) {
         ferry__manifest_entry *m = NULL;
         size_t n = 0;
-        if (ferry__manifest_read(manifest, &m, &n) < 0) {
+        uint64_t set_id = 0;
+        if (ferry__manifest_read(manifest, &m, &n, &set_id) < 0) {
             problem(&v, "%s", ferry_last_errmsg());
         }
         for (size_t i = 0; i < n; i++) {
@@ -131,16 +186,28 @@ int ferry_records_verify(const char *path, ferry_report_fn report, void *arg, ui
                         (unsigned long long)m[i].bytes);
             if (crc != m[i].crc)
                 problem(&v, "%s: file CRC-32C %08x, the manifest says %08x", p, crc, m[i].crc);
-            uint64_t count = verify_file(&v, p);
+            uint64_t count = verify_file(&v, p, true, set_id, i);
             if (count != m[i].records)
                 problem(&v, "%s: %llu records, the manifest says %llu", p,
                         (unsigned long long)count, (unsigned long long)m[i].records);
         }
+        /* the set's name: its manifest's, without ".manifest" */
+        char set[4096];
+        const char *base = strrchr(manifest, '/') + 1;
+        snprintf(set, sizeof set, "%.*s", (int)(strlen(base) - 9), base);
         for (size_t s = 0; s < nshards; s++) {
             bool named = false;
             for (size_t i = 0; i < n && !named; i++)
                 named = !strcmp(shards[s], m[i].file);
-            if (!named)
+            int kind = ferry__set_file_kind(set, shards[s]);
+            if (named)
+                continue;
+            if (kind == FERRY__SET_FILE_SHARD || kind == FERRY__SET_FILE_OLD_SHARD)
+                note(&v,
+                     "%s/%s: not part of the set: left by an earlier or unfinished write of "
+                     "%s; the next write of the set removes it",
+                     path, shards[s], set);
+            else
                 problem(&v, "%s/%s: a shard file the manifest does not name", path, shards[s]);
         }
         ferry__free(m);

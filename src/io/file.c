@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,18 +29,34 @@ int ferry__stat(const char *path, uint64_t *size, int64_t *mtime_ns)
     return 0;
 }
 
+static const char *file_kind(mode_t m)
+{
+    return S_ISDIR(m)    ? "a directory"
+           : S_ISFIFO(m) ? "a FIFO"
+           : S_ISCHR(m)  ? "a character device"
+           : S_ISBLK(m)  ? "a block device"
+           : S_ISSOCK(m) ? "a socket"
+                         : "not a regular file";
+}
+
 int ferry__file_open(ferry__file *f, const char *path)
 {
     struct stat st;
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer; a
+     * regular file's reads ignore it */
+    f->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (f->fd < 0)
         return ferry__err(errno_code(errno), "%s: %s", path, strerror(errno));
-    if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(f->fd, &st) != 0) {
         int e = errno;
         close(f->fd);
         f->fd = -1;
-        return S_ISDIR(st.st_mode) ? ferry__err(FERRY_EIO, "%s: is a directory", path)
-                                   : ferry__err(FERRY_EIO, "%s: %s", path, strerror(e));
+        return ferry__err(FERRY_EIO, "%s: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(f->fd);
+        f->fd = -1;
+        return ferry__err(FERRY_EIO, "%s: is %s, not a regular file", path, file_kind(st.st_mode));
     }
     f->size = (uint64_t)st.st_size;
     f->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
@@ -107,6 +124,103 @@ void ferry__unmap(ferry__map *m)
     m->size = 0;
 }
 
+/* ---- Fault injection ---- */
+
+static _Thread_local int fault_mode;
+static _Thread_local long fault_at, fault_seen;
+
+long ferry__fault_arm(int mode, long n)
+{
+    long seen = fault_seen;
+    fault_seen = 0;
+    fault_at = n;
+    fault_mode = mode == FERRY__FAULT_FAIL || mode == FERRY__FAULT_KILL ? mode : FERRY__FAULT_OFF;
+    return seen;
+}
+
+/* Counts a fault point: true when it is the one to fail. In KILL mode the process
+ * dies here, unless the caller does part of its work first (then fault_kill). */
+static bool fault(bool kill_later)
+{
+    if (__builtin_expect(fault_mode == FERRY__FAULT_OFF, 1))
+        return false;
+    if (++fault_seen != fault_at)
+        return false;
+    if (fault_mode == FERRY__FAULT_KILL && !kill_later)
+        raise(SIGKILL);
+    return true;
+}
+
+static void fault_kill(void)
+{
+    if (fault_mode == FERRY__FAULT_KILL)
+        raise(SIGKILL);
+}
+
+/* The system calls of the writers, each a fault point. */
+static int f_fsync(int fd)
+{
+    if (fault(false)) {
+        errno = EIO;
+        return -1;
+    }
+    return fsync(fd);
+}
+
+static int f_close(int fd)
+{
+    if (fault(false)) {
+        close(fd);
+        errno = EIO;
+        return -1;
+    }
+    return close(fd);
+}
+
+static int f_rename(const char *from, const char *to)
+{
+    if (fault(false)) {
+        errno = EIO;
+        return -1;
+    }
+    return rename(from, to);
+}
+
+static int f_unlink(const char *path)
+{
+    if (fault(false)) {
+        errno = EIO;
+        return -1;
+    }
+    return unlink(path);
+}
+
+int ferry__unlink(const char *path)
+{
+    if (f_unlink(path) != 0 && errno != ENOENT)
+        return ferry__err(FERRY_EIO, "%s: cannot remove: %s", path, strerror(errno));
+    return 0;
+}
+
+int ferry__sync_dir(const char *path)
+{
+    int rc = 0;
+    char dir[4096]; /* no allocation: this runs where failing would cost a whole set */
+    if (strlen(path) >= sizeof dir)
+        return ferry__err(FERRY_EIO, "%s: path too long", path);
+    strcpy(dir, path);
+    const char *d = dirname(dir);
+    int dfd = fault(false) ? (errno = EIO, -1) : open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        rc = ferry__err(FERRY_EIO, "%s: cannot open the directory to sync it: %s", d,
+                        strerror(errno));
+    else if (f_fsync(dfd) != 0)
+        rc = ferry__err(FERRY_EIO, "%s: fsync of the directory: %s", d, strerror(errno));
+    if (dfd >= 0)
+        close(dfd);
+    return rc;
+}
+
 int ferry__atomic_open(ferry__atomic_file *w, const char *path)
 {
     memset(w, 0, sizeof *w);
@@ -122,7 +236,7 @@ int ferry__atomic_open(ferry__atomic_file *w, const char *path)
     /* A dot-prefixed name would be nicer, but the temporary must be in the same
      * directory (same filesystem) for rename to be atomic; keep the path's form. */
     snprintf(w->tmp, n + 16, "%s.tmp.XXXXXX", path);
-    w->fd = mkostemp(w->tmp, O_CLOEXEC);
+    w->fd = fault(false) ? (errno = EIO, -1) : mkostemp(w->tmp, O_CLOEXEC);
     if (w->fd < 0) {
         int e = errno;
         ferry__free(w->tmp);
@@ -139,7 +253,16 @@ static int write_at(ferry__atomic_file *w, const void *p, size_t n, uint64_t off
 {
     const char *c = p;
     while (n) {
-        ssize_t r = pwrite(w->fd, c, n, (off_t)off);
+        ssize_t r;
+        if (fault(true)) { /* the disk fills, or the process dies, part way */
+            if (n / 2)
+                (void)!pwrite(w->fd, c, n / 2, (off_t)off);
+            fault_kill();
+            errno = ENOSPC;
+            r = -1;
+        } else {
+            r = pwrite(w->fd, c, n, (off_t)off);
+        }
         if (r < 0) {
             if (errno == EINTR)
                 continue;
@@ -218,39 +341,39 @@ int ferry__atomic_close(ferry__atomic_file *w)
     int rc = flush(w);
     ferry__free(w->buf);
     w->buf = NULL;
-    if (close(w->fd) != 0 && rc == 0)
+    if (f_close(w->fd) != 0 && rc == 0)
         rc = ferry__err(FERRY_EIO, "%s: close: %s", w->tmp, strerror(errno));
     w->fd = -1;
     return rc;
 }
 
-int ferry__atomic_commit(ferry__atomic_file *w)
+int ferry__atomic_rename(ferry__atomic_file *w)
 {
     int rc = 0;
     FERRY_TRY(flush(w));
-    if (fsync(w->fd) != 0)
+    if (f_fsync(w->fd) != 0)
         FERRY_FAIL(FERRY_EIO, "%s: fsync: %s", w->tmp, strerror(errno));
-    if (close(w->fd) != 0) {
-        w->fd = -1;
-        FERRY_FAIL(FERRY_EIO, "%s: close: %s", w->tmp, strerror(errno));
-    }
+    int fd = w->fd;
     w->fd = -1;
-    if (rename(w->tmp, w->path) != 0)
+    if (f_close(fd) != 0)
+        FERRY_FAIL(FERRY_EIO, "%s: close: %s", w->tmp, strerror(errno));
+    if (f_rename(w->tmp, w->path) != 0)
         FERRY_FAIL(FERRY_EIO, "%s: rename into place: %s", w->path, strerror(errno));
     ferry__free(w->tmp);
     w->tmp = NULL;
-    /* make the rename itself durable */
-    char *dir = ferry__strdup(w->path);
-    if (dir) {
-        int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd >= 0) {
-            fsync(dfd);
-            close(dfd);
-        }
-        ferry__free(dir);
-    }
 cleanup:
     ferry__atomic_abort(w);
+    return rc;
+}
+
+int ferry__atomic_commit(ferry__atomic_file *w)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s", w->path ? w->path : "");
+    int rc = ferry__atomic_rename(w);
+    /* make the rename itself durable */
+    if (rc == 0)
+        rc = ferry__sync_dir(path);
     return rc;
 }
 
@@ -259,7 +382,7 @@ void ferry__atomic_abort(ferry__atomic_file *w)
     if (w->fd >= 0)
         close(w->fd);
     if (w->tmp)
-        unlink(w->tmp);
+        f_unlink(w->tmp);
     ferry__free(w->tmp);
     ferry__free(w->path);
     ferry__free(w->buf);

@@ -15,7 +15,9 @@ typedef struct ferry__file {
     int64_t mtime_ns;
 } ferry__file;
 
-/* Opens for reading and stats. FERRY_ENOENT or FERRY_EIO with "path: reason". */
+/* Opens for reading and stats. FERRY_ENOENT or FERRY_EIO with "path: reason". Only a
+ * regular file is taken: a FIFO, device or directory is refused at once (the open
+ * never blocks). */
 int ferry__file_open(ferry__file *f, const char *path);
 void ferry__file_close(ferry__file *f);
 /* Reads up to n bytes at off, retrying short reads and EINTR; *got < n only at the
@@ -62,9 +64,30 @@ int ferry__atomic_reserve(ferry__atomic_file *w, uint64_t size);
  * Nothing more can be appended; before ferry__atomic_commit, w->fd must be a
  * descriptor of w->tmp again. */
 int ferry__atomic_close(ferry__atomic_file *w);
-/* fsync, rename over the target, fsync the directory, and free. On failure the
- * temporary is removed and the target left as it was. */
+/* fsync, rename over the target, fsync the directory, and free. On a failure before
+ * the rename the temporary is removed and the target left as it was; a failed
+ * directory fsync is an error too, though the target is then already in place. */
 int ferry__atomic_commit(ferry__atomic_file *w);
+/* ferry__atomic_commit without the directory fsync, for a writer of many files
+ * that syncs their directory once (ferry__sync_dir) after renaming them all. */
+int ferry__atomic_rename(ferry__atomic_file *w);
+/* fsync of the directory holding path (a file in it), which makes renames and
+ * removals in it durable. FERRY_EIO on failure. */
+int ferry__sync_dir(const char *path);
+/* Removes a file; a missing one is no error. FERRY_EIO naming it otherwise. */
+int ferry__unlink(const char *path);
+
+/* ---- Fault injection, for the tests ----
+ * Every create, write, fsync, close, rename and unlink of a writer in this layer is
+ * a fault point. Armed with mode FERRY__FAULT_FAIL, the n-th point (1-based)
+ * counted from the arming fails as the disk would (a write is cut short with
+ * ENOSPC, the others fail with EIO); with FERRY__FAULT_KILL the process is killed
+ * (SIGKILL) at it, a write having written about half its bytes. n = 0 only counts.
+ * The hook is per thread and off unless armed, at the cost of a test of a
+ * thread-local flag per system call. Returns the points counted since the last
+ * arming; FERRY__FAULT_OFF disarms. */
+enum { FERRY__FAULT_OFF = 0, FERRY__FAULT_FAIL = 1, FERRY__FAULT_KILL = 2 };
+long ferry__fault_arm(int mode, long n);
 /* Removes the temporary and frees. Safe after a failed commit and on a zeroed w. */
 void ferry__atomic_abort(ferry__atomic_file *w);
 

@@ -29,6 +29,7 @@
 #include "ferry/records.h" /* ferry_crc32c, for the state blob */
 
 #include <sched.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -47,6 +48,7 @@
  * virtual machine whose idle cores halt), longer than the wait it replaces.
  * Polling yields the core, so a worker that has work gets it. */
 #define POLL_BATCH_NS 200000u
+#define DEFAULT_BUDGET_DIVISOR 4 /* memory_budget 0: a quarter of physical memory */
 #define POLL_NS 100000u
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -63,7 +65,11 @@ enum { SLOT_PENDING = 0, SLOT_OK = 1, SLOT_FAILED = 2 };
 typedef struct block {
     atomic_uint refs; /* the batch it is attached to, and each exported tensor */
     ferry_loader *l;
+    void *mem_base; /* the allocation; mem is it aligned to 64 bytes */
     uint8_t *mem;
+    /* variable fields: dirty[v * batch_size + i] bytes at the start of slot i of the
+     * v-th variable field may be nonzero; past them it is all zeros */
+    size_t *dirty;
     struct block *next_spare;
 } block;
 
@@ -96,6 +102,7 @@ struct ferry_batch {
     char fail_msg[FERRY_ERRMSG_MAX];
     /* memory: the block's bytes; NULL blk until the batch is next scheduled */
     block *blk;
+    size_t *dirty; /* the block's */
     uint64_t *indices;
     _Atomic uint8_t *state;
     uint8_t *field[FERRY_MAX_FIELDS];
@@ -120,6 +127,8 @@ struct ferry_loader {
     size_t field_stride[FERRY_MAX_FIELDS]; /* bytes per sample */
     size_t row_bytes[FERRY_MAX_FIELDS];    /* variable fields: bytes per row */
     bool any_variable;
+    int var_of[FERRY_MAX_FIELDS]; /* variable fields: their number among the variable ones */
+    int nvar;
     ferry_sampler *sampler, *own_sampler;
 
     pthread_mutex_t m;
@@ -143,8 +152,8 @@ struct ferry_loader {
     /* a block's layout, and the spare blocks (under m) */
     size_t blk_bytes, idx_off, state_off, field_off[FERRY_MAX_FIELDS], len_off[FERRY_MAX_FIELDS];
     block *spare;
-    uint32_t nspare;
-    int blk_rc; /* a failure to allocate a block, for ferry_loader_next */
+    uint32_t nspare, max_spare; /* spares kept: the pool's size, within the budget */
+    int blk_rc;                 /* a failure to allocate a block, for ferry_loader_next */
     ferry_batch *free_list;
     uint32_t nfree, wake_free; /* wake idle workers once this many buffers are free */
     ferry_batch **by_number;   /* sampler order: ring by batch number */
@@ -184,35 +193,42 @@ static int set_errmsg(ferry_loader *l, int rc)
 
 /* ---- Buffers ---- */
 
-/* A new block (not cleared: every slot is written before it is handed out, and
- * untouched pages cost no page faults before the first batch), or NULL. */
+static void block_free(block *k)
+{
+    if (k) {
+        ferry__free(k->mem_base);
+        ferry__free(k->dirty);
+        ferry__free(k);
+    }
+}
+
+/* A new block, or NULL. Zeroed memory, which for a large buffer is fresh pages the
+ * kernel maps on first touch: a deep pool costs no page faults before the first
+ * batch, and a variable field's padding needs zeroing only where an earlier sample
+ * in the slot wrote (dirty). */
 static block *block_new(ferry_loader *l)
 {
     block *k = ferry__calloc(1, sizeof *k);
     if (!k)
         return NULL;
-    k->mem = ferry__aligned_alloc(l->blk_bytes);
-    if (!k->mem) {
-        ferry__free(k);
-        return NULL;
-    }
     k->l = l;
     atomic_init(&k->refs, 1);
-    return k;
-}
-
-static void block_free(block *k)
-{
-    if (k) {
-        ferry__aligned_free(k->mem);
-        ferry__free(k);
+    k->mem_base = ferry__calloc(1, l->blk_bytes + 64);
+    if (l->nvar && k->mem_base)
+        k->dirty = ferry__calloc((size_t)l->nvar * l->o.batch_size, sizeof *k->dirty);
+    if (!k->mem_base || (l->nvar && !k->dirty)) {
+        block_free(k);
+        return NULL;
     }
+    k->mem = (uint8_t *)ferry__align64((size_t)(uintptr_t)k->mem_base);
+    return k;
 }
 
 /* Gives b the block k (whose one reference is now b's). */
 static void attach(ferry_loader *l, ferry_batch *b, block *k)
 {
     b->blk = k;
+    b->dirty = k->dirty;
     b->indices = (uint64_t *)(k->mem + l->idx_off);
     b->state = (_Atomic uint8_t *)(k->mem + l->state_off);
     for (int f = 0; f < l->nfields; f++) {
@@ -301,10 +317,10 @@ static void destroy(ferry_loader *l)
 /* Keeps a block no one uses as a spare, or frees it. Under m. */
 static void block_retire(ferry_loader *l, block *k)
 {
-    /* as many spares as the pool has buffers: a steady loop then never frees
-     * and allocates again, and memory stays within twice the pool plus what
-     * the caller's tensors hold */
-    if (l->nspare < l->nbufs) {
+    /* as many spares as the pool has buffers (as the budget allows): a steady
+     * loop then never frees and allocates again, and memory stays within twice
+     * the pool plus what the caller's tensors hold */
+    if (l->nspare < l->max_spare) {
         atomic_store(&k->refs, 1);
         k->next_spare = l->spare;
         l->spare = k;
@@ -621,17 +637,32 @@ static int fill_slot(ferry_loader *l, ferry_batch *b, uint32_t i, uint64_t index
                         "the dataset's %s returned %d, which is not a status it "
                         "may return",
                         stream_next ? "next" : "get", rc);
-    if (rc != 0 || !l->any_variable)
+    if (!l->any_variable)
         return rc;
+    size_t B = l->o.batch_size;
+    if (rc != 0) {
+        /* what a failed call wrote is unknown: the whole slot may be dirty */
+        for (int f = 0; f < l->nfields; f++)
+            if (l->fields[f].variable)
+                b->dirty[(size_t)l->var_of[f] * B + i] = l->field_stride[f];
+        return rc;
+    }
     for (int f = 0; f < l->nfields; f++) {
         if (!l->fields[f].variable)
             continue;
+        size_t *dirty = &b->dirty[(size_t)l->var_of[f] * B + i];
         int64_t bound = l->fields[f].shape[0];
-        if (len[f] < 0 || len[f] > bound)
+        if (len[f] < 0 || len[f] > bound) {
+            *dirty = l->field_stride[f];
             return ferry__err(FERRY_EOVERFLOW, "field \"%s\": length %lld is outside [0, %lld]",
                               l->fields[f].name, (long long)len[f], (long long)bound);
+        }
+        /* the dataset wrote the first len rows; past them, zeros up to what an
+         * earlier sample in this slot wrote, no further (the rest is zero still) */
         size_t used = (size_t)len[f] * l->row_bytes[f];
-        memset((uint8_t *)data[f] + used, 0, l->field_stride[f] - used);
+        if (*dirty > used)
+            memset((uint8_t *)data[f] + used, 0, *dirty - used);
+        *dirty = used;
         b->lengths[f][i] = len[f];
     }
     return 0;
@@ -648,10 +679,20 @@ static void compact(ferry_loader *l, ferry_batch *b, uint32_t nslots)
         if (out != i) {
             b->indices[out] = b->indices[i];
             for (int f = 0; f < l->nfields; f++) {
-                memmove(b->field[f] + (size_t)out * l->field_stride[f],
-                        b->field[f] + (size_t)i * l->field_stride[f], l->field_stride[f]);
-                if (b->lengths[f])
-                    b->lengths[f][out] = b->lengths[f][i];
+                uint8_t *to = b->field[f] + (size_t)out * l->field_stride[f];
+                const uint8_t *from = b->field[f] + (size_t)i * l->field_stride[f];
+                if (!l->fields[f].variable) {
+                    memmove(to, from, l->field_stride[f]);
+                    continue;
+                }
+                /* the rows, then zeros as far as the slot was dirty */
+                size_t used = (size_t)b->lengths[f][i] * l->row_bytes[f];
+                size_t *dirty = &b->dirty[(size_t)l->var_of[f] * l->o.batch_size + out];
+                memmove(to, from, used);
+                if (*dirty > used)
+                    memset(to + used, 0, *dirty - used);
+                *dirty = used;
+                b->lengths[f][out] = b->lengths[f][i];
             }
         }
         out++;
@@ -955,6 +996,108 @@ static uint32_t auto_prefetch(const ferry_loader *l)
     return n > MAX_PREFETCH ? MAX_PREFETCH : n;
 }
 
+static uint64_t default_budget(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0)
+        return (uint64_t)4 << 30;
+    return (uint64_t)pages * (uint64_t)page / DEFAULT_BUDGET_DIVISOR;
+}
+
+/* "1.5 GiB" */
+static const char *human(uint64_t n, char *buf, size_t cap)
+{
+    static const char *unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    double v = (double)n;
+    int u = 0;
+    while (v >= 1024 && u < 6) {
+        v /= 1024;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, cap, "%llu bytes", (unsigned long long)n);
+    else
+        snprintf(buf, cap, "%.1f %s", v, unit[u]);
+    return buf;
+}
+
+/* The memory the settings ask for, against the budget, before anything is
+ * allocated: the batch buffers (prefetch of them) and, per worker, scratch of up to
+ * one sample (what a decoder such as a compressed shard's needs). With the default
+ * prefetch, the pool is made as deep as the budget allows, down to one buffer. */
+static int check_budget(ferry_loader *l)
+{
+    uint64_t budget = l->o.memory_budget ? l->o.memory_budget : default_budget();
+    uint64_t B = l->o.batch_size, sample = 0, batch = 64 + 2 * B, big = 0;
+    int widest = 0;
+    for (int f = 0; f < l->nfields; f++) {
+        uint64_t bytes = l->field_stride[f], field;
+        if (__builtin_mul_overflow(bytes, B, &field))
+            field = UINT64_MAX;
+        if (field > big) {
+            big = field;
+            widest = f;
+        }
+        sample = sample + bytes < sample ? UINT64_MAX : sample + bytes;
+        uint64_t extra = field + 64 + (l->fields[f].variable ? 16 * B : 0);
+        batch = batch + extra < batch ? UINT64_MAX : batch + extra;
+    }
+    uint64_t workers = l->o.num_workers ? l->o.num_workers : 1, scratch, streams = 0;
+    if (__builtin_mul_overflow(sample, workers, &scratch))
+        scratch = UINT64_MAX;
+    char b1[32], b2[32], b3[32];
+    /* a stream's buffering decorators hold their buffers in each shard's iterator */
+    if (l->st && __builtin_mul_overflow(l->st->iter_bytes, (uint64_t)l->o.stream_shards, &streams))
+        streams = UINT64_MAX;
+    if (streams > budget)
+        return ferry__err(FERRY_EINVAL,
+                          "loader: the stream's buffers (shuffle or group-batch) of %s each, "
+                          "times stream_shards %u, need %s, over the memory budget of %s "
+                          "(memory_budget; 0 = 1/%d of physical memory)",
+                          human(l->st->iter_bytes, b1, sizeof b1), l->o.stream_shards,
+                          human(streams, b2, sizeof b2), human(budget, b3, sizeof b3),
+                          DEFAULT_BUDGET_DIVISOR);
+    scratch = scratch + streams < scratch ? UINT64_MAX : scratch + streams;
+    const ferry_field *f = &l->fields[widest];
+    if (batch > budget || scratch > budget - batch) {
+        if (f->variable)
+            return ferry__err(FERRY_EINVAL,
+                              "loader: field \"%s\" (variable, bound %lld rows: %s a sample) "
+                              "times batch_size %llu needs %s, over the memory budget of %s "
+                              "(memory_budget; 0 = 1/%d of physical memory)",
+                              f->name, (long long)f->shape[0],
+                              human(l->field_stride[widest], b1, sizeof b1), (unsigned long long)B,
+                              human(batch, b2, sizeof b2), human(budget, b3, sizeof b3),
+                              DEFAULT_BUDGET_DIVISOR);
+        return ferry__err(FERRY_EINVAL,
+                          "loader: field \"%s\" (%s a sample) times batch_size %llu needs %s, "
+                          "over the memory budget of %s (memory_budget; 0 = 1/%d of physical "
+                          "memory)",
+                          f->name, human(l->field_stride[widest], b1, sizeof b1),
+                          (unsigned long long)B, human(batch, b2, sizeof b2),
+                          human(budget, b3, sizeof b3), DEFAULT_BUDGET_DIVISOR);
+    }
+    uint64_t fits = (budget - scratch) / batch;
+    if (l->o.prefetch == 0) {
+        l->o.prefetch = auto_prefetch(l);
+        if (l->o.prefetch > fits)
+            l->o.prefetch = (uint32_t)fits;
+    }
+    /* spare buffers (exported tensors' memory coming back) count too */
+    if (l->o.prefetch <= fits)
+        l->max_spare =
+            (uint32_t)(fits - l->o.prefetch < l->o.prefetch ? fits - l->o.prefetch : l->o.prefetch);
+    if (l->o.prefetch > fits)
+        return ferry__err(FERRY_EINVAL,
+                          "loader: prefetch %u buffers of %s (batch_size %llu) are over the "
+                          "memory budget of %s: at most %llu fit (memory_budget; 0 = 1/%d of "
+                          "physical memory)",
+                          l->o.prefetch, human(batch, b1, sizeof b1), (unsigned long long)B,
+                          human(budget, b2, sizeof b2), (unsigned long long)fits,
+                          DEFAULT_BUDGET_DIVISOR);
+    return 0;
+}
+
 static int create(ferry_loader **out, ferry_dataset *ds, ferry_stream *st,
                   const ferry_loader_opts *opts)
 {
@@ -998,6 +1141,8 @@ static int create(ferry_loader **out, ferry_dataset *ds, ferry_stream *st,
         l->row_bytes[f] =
             ferry_field_row_elems(&l->fields[f]) * ferry_dtype_size(l->fields[f].dtype);
         l->any_variable |= l->fields[f].variable != 0;
+        if (l->fields[f].variable)
+            l->var_of[f] = l->nvar++;
     }
     if (ds) {
         l->sampler = o.sampler;
@@ -1012,8 +1157,7 @@ static int create(ferry_loader **out, ferry_dataset *ds, ferry_stream *st,
         if (!l->shards)
             FERRY_FAIL(FERRY_ENOMEM, "loader: out of memory");
     }
-    if (l->o.prefetch == 0)
-        l->o.prefetch = auto_prefetch(l);
+    FERRY_TRY(check_budget(l));
     FERRY_TRY(alloc_buffers(l, l->o.prefetch));
     ferry__ctx_init(&l->inline_worker.ctx, 0, o.seed, 0);
     bool hints = ds && ds->vt->hint;
@@ -1298,8 +1442,14 @@ int ferry_loader_next(ferry_loader *l, ferry_batch **out)
         ferry_batch *b = take_ready(l);
         if (b) {
             rc = deliver(l, b, out);
-            if (rc == FERRY_END && !l->over)
+            if (rc == FERRY_END && !l->over) {
+                /* an empty batch (every sample skipped) is progress: the timeout is for
+                 * the wait on one batch, not on a run of empty ones */
+                if (t0)
+                    l->consumer_wait_ns += ferry_now_ns() - t0;
+                t0 = deadline = 0;
                 continue;
+            }
             break;
         }
         if (sched_done(l) && l->undelivered == 0) {
@@ -1341,8 +1491,11 @@ int ferry_loader_next(ferry_loader *l, ferry_batch **out)
             b = take_ready(l);
             if (b) {
                 rc = deliver(l, b, out);
-                if (rc == FERRY_END && !l->over)
+                if (rc == FERRY_END && !l->over) {
+                    l->consumer_wait_ns += ferry_now_ns() - t0;
+                    t0 = deadline = 0;
                     continue;
+                }
                 break;
             }
             rc = timeout_error(l);

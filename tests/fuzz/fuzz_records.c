@@ -63,11 +63,13 @@ static void fix_crcs(uint8_t *b, size_t n)
 {
     if (n < 24)
         return;
+    /* flag bit 1: a 16-byte set identity between the header and the schema */
+    size_t id = get32(b + 12) & 2 ? 16 : 0;
     uint32_t s = get32(b + 16);
-    if (s > n - 24)
+    if (s > n - 24 || id > n - 24 - s)
         return;
-    put32(b + 20, ferry_crc32c(ferry_crc32c(0, b, 20), b + 24, s));
-    size_t pos = (24 + (size_t)s + 7) & ~(size_t)7, end = n;
+    put32(b + 20, ferry_crc32c(ferry_crc32c(0, b, 20), b + 24, id + s));
+    size_t pos = (24 + id + (size_t)s + 7) & ~(size_t)7, end = n;
     if (n >= 32 && pos <= n - 32 && !memcmp(b + n - 8, "FERRYEND", 8)) {
         uint8_t *t = b + n - 32;
         uint64_t count = get64(t), ix = get64(t + 8);

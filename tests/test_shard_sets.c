@@ -776,8 +776,12 @@ TEST(a_pack_over_a_set_killed_at_any_moment_leaves_the_old_or_the_new_set)
                   "4000", "--no-progress", (char *)NULL);
             _exit(127);
         }
-        usleep((useconds_t)(span_us * (uint64_t)k / 12)); /* from the start to past the end */
-        kill(pid, SIGKILL);
+        /* from the start to past the end; the last run is not killed, so that a
+         * loaded machine, where a pack takes longer than measured, still ends
+         * with a whole new set at least once */
+        usleep((useconds_t)(span_us * (uint64_t)k / 12));
+        if (k < 15)
+            kill(pid, SIGKILL);
         int st;
         waitpid(pid, &st, 0);
         ferry_dataset *ds;
@@ -791,7 +795,7 @@ TEST(a_pack_over_a_set_killed_at_any_moment_leaves_the_old_or_the_new_set)
         news += n == 15000;
     }
     printf("killed packs over a set: %d left the old set, %d the new one\n", olds, news);
-    CHECK(olds > 0 && news > 0);
+    CHECK(olds > 0 && news > 0); /* the kill at 0 us leaves the old set; the last run, the new */
     test_remove_dir();
 }
 

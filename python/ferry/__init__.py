@@ -1031,14 +1031,17 @@ class DataLoader:
         self._started_once = True
         epoch, first = self._epoch, self._first
         if self._stream and first:
-            raise NotSupportedError("%s is a stream: resuming a stream mid-epoch is not supported "
-                                    "yet" % (self._ident,))
-        self._loader.start(epoch, first)
+            # a stream cannot seek: its shards are read again up to the state's place
+            self._loader.state_resume(self._stream_state)
+        else:
+            self._loader.start(epoch, first)
+        self._stream_state = None
         # a `for` that stops early leaves the position where it stopped
         self._first = first
         return _Iter(self, epoch)
 
     _started_once = False
+    _stream_state = None
 
     def stats(self):
         """The loader's counters as a dict: samples, batches, bytes, skipped,
@@ -1054,7 +1057,7 @@ class DataLoader:
         handed out of it, and the source and settings that decide the order).
         ``load_state_dict`` in a new process, even with another ``num_workers`` or
         ``prefetch_factor``, continues with exactly the next batch."""
-        return {
+        state = {
             "ferry_state": 1,
             "source": self._ident,
             "length": None if self._stream else len(self._src),
@@ -1066,6 +1069,16 @@ class DataLoader:
             "epoch": self._epoch,
             "batches": self._first,
         }
+        if self._first and not self.in_order:
+            raise NotSupportedError("state_dict() mid-epoch needs in_order=True: batches handed "
+                                    "out in completion order are not a prefix of the epoch")
+        if self._stream and self._first:
+            # each stream shard's reads so far (16 bytes a shard), hex for JSON
+            blob = self._stream_state
+            if blob is None:
+                blob = self._loader.state_save()
+            state["stream"] = blob.hex()
+        return state
 
     def load_state_dict(self, state):
         """Continues from ``state_dict()``'s dict: the next ``for`` yields the
@@ -1089,9 +1102,13 @@ class DataLoader:
                 raise ValueError("state: %s must be an int >= 0, got %r" % (k, v))
         if state["seed"] >= 1 << 64:
             raise ValueError("state: seed %r is out of range" % (state["seed"],))
+        blob = None
         if self._stream and state["batches"]:
-            raise NotSupportedError("%s is a stream: resuming a stream mid-epoch is not "
-                                    "supported yet" % (self._ident,))
+            try:
+                blob = bytes.fromhex(state["stream"])
+            except (KeyError, TypeError, ValueError):
+                raise ValueError("state: a stream's mid-epoch state needs its 'stream' entry "
+                                 "(hex), which is missing or damaged") from None
         if state["seed"] != self.seed:
             # the order and every random choice depend on the seed: take the state's
             self.seed = state["seed"]
@@ -1101,6 +1118,7 @@ class DataLoader:
                 self._loader.close()
             self._make_loader()
         self._epoch, self._first, self._epoch_given = state["epoch"], state["batches"], True
+        self._stream_state = blob
 
     def close(self):
         """Stops the workers and frees the loader. Tensors of earlier batches stay

@@ -1982,6 +1982,44 @@ static PyObject *loader_next(PyObject *op, PyObject *args)
     return make_batch(self, b);
 }
 
+/* state_save() -> bytes: the loader's position as the batches handed out leave it */
+static PyObject *loader_state_save(PyObject *op, PyObject *unused)
+{
+    LoaderObject *self = (LoaderObject *)op;
+    if (check_open(self) < 0)
+        return NULL;
+    size_t cap = ferry_loader_state_size(self->l), len = 0;
+    char *buf = malloc(cap ? cap : 1);
+    if (!buf)
+        return PyErr_NoMemory();
+    int rc = ferry_loader_state_save(self->l, buf, cap, &len);
+    PyObject *r = rc < 0 ? raise_loader(self, rc) : PyBytes_FromStringAndSize(buf, (Py_ssize_t)len);
+    free(buf);
+    return r;
+}
+
+/* state_resume(bytes): continues where the state says (a stream reads its shards
+ * again up to there, on this thread) */
+static PyObject *loader_state_resume(PyObject *op, PyObject *args)
+{
+    LoaderObject *self = (LoaderObject *)op;
+    const char *buf;
+    Py_ssize_t len;
+    if (!PyArg_ParseTuple(args, "y#", &buf, &len) || check_open(self) < 0)
+        return NULL;
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "ferry: the loader is in use by another thread");
+        return NULL;
+    }
+    self->busy = 1;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS rc = ferry_loader_state_resume(self->l, buf, (size_t)len);
+    Py_END_ALLOW_THREADS self->busy = 0;
+    if (rc < 0)
+        return raise_loader(self, rc);
+    Py_RETURN_NONE;
+}
+
 static PyObject *loader_cancel(PyObject *op, PyObject *unused)
 {
     LoaderObject *self = (LoaderObject *)op;
@@ -2069,6 +2107,8 @@ static PyMethodDef loader_methods[] = {
     {"start", loader_start, METH_VARARGS, "start(epoch, first_batch=0)"},
     {"next", loader_next, METH_VARARGS, "next(timeout_s=0) -> batch or None"},
     {"cancel", loader_cancel, METH_NOARGS, "cancel(): a waiting next() returns at once"},
+    {"state_save", loader_state_save, METH_NOARGS, "state_save() -> bytes"},
+    {"state_resume", loader_state_resume, METH_VARARGS, "state_resume(bytes)"},
     {"close", loader_close_m, METH_NOARGS, "close(): stops the workers"},
     {"stats", loader_stats, METH_NOARGS, "stats() -> dict"},
     {NULL}};

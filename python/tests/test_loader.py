@@ -429,6 +429,35 @@ def test_kept_tensors_never_starve_the_loader():
             assert torch.equal(idx, b.indices)
 
 
+def test_stream_state_resumes_exactly(tmp_path):
+    d = tmp_path / "csv"
+    d.mkdir()
+    for p in range(3):
+        (d / ("part-%05d" % p)).write_text("".join("%d,%d\n" % (p * 1000 + i, i % 7)
+                                                   for i in range(50 + 13 * p)))
+    src = "csv:%s" % d
+
+    def rows(b):
+        return [tuple(int(x) for x in r) for r in np.column_stack([b[k] for k in sorted(b)])]
+
+    full = [rows(b) for b in ferry.DataLoader(src, batch_size=7, output="numpy", num_workers=2)]
+    dl = ferry.DataLoader(src, batch_size=7, output="numpy", num_workers=2)
+    it = iter(dl)
+    first = [rows(next(it)) for _ in range(9)]
+    state = json.loads(json.dumps(dl.state_dict()))
+    assert state["batches"] > 0 and "stream" in state
+    again = ferry.DataLoader(src, batch_size=7, output="numpy", num_workers=0)
+    again.load_state_dict(state)
+    rest = [rows(b) for b in again]
+    assert first + rest == full
+    bad = dict(state, stream="00" + state["stream"][2:])
+    with pytest.raises(ferry.Error):
+        again.load_state_dict(bad)
+        next(iter(again))
+    with pytest.raises(ValueError, match="batch_size"):
+        ferry.DataLoader(src, batch_size=8).load_state_dict(state)
+
+
 def test_streams_refuse_shuffle_and_have_no_len(tmp_path):
     d = tmp_path / "csv"
     d.mkdir()

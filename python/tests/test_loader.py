@@ -48,6 +48,14 @@ def test_numpy_output_and_dlpack_interop():
     t = torch.from_dlpack(b["data"])            # NumPy's own DLPack export, zero-copy
     assert t.data_ptr() == b["data"].__array_interface__["data"][0]
     assert b.size == 10 and b.indices.dtype == np.int64
+    raw = b._idx                                # ferry's own export object
+    assert "dltensor_versioned" in repr(raw.__dlpack__(max_version=(1, 0)))
+    assert "dltensor_versioned" not in repr(raw.__dlpack__())
+    assert raw.__dlpack_device__() == (1, 0)
+    assert torch.equal(torch.from_dlpack(raw), torch.arange(10))
+    assert list(np.from_dlpack(raw)) == list(range(10))
+    with pytest.raises(BufferError):
+        raw.__dlpack__(stream=5)
     dt = ferry.DataLoader("synthetic:100,bytes=8", batch_size=10)
     tb = next(iter(dt))
     a = np.from_dlpack(tb["data"])              # torch's DLPack export, zero-copy

@@ -140,6 +140,12 @@ int ferry_dataset_tokens(ferry_dataset **out, const ferry_tokens_opts *o)
         globfree(&g);
         return ferry__err(FERRY_ENOENT, "tokens: no file matches \"%s\"", o->pattern);
     }
+    if (gr == GLOB_ABORTED) {
+        globfree(&g);
+        return ferry__err(FERRY_ENOENT,
+                          "tokens: no file matches \"%s\" (a directory on its way cannot be read)",
+                          o->pattern);
+    }
     if (gr != 0) {
         globfree(&g);
         return ferry__err(gr == GLOB_NOSPACE ? FERRY_ENOMEM : FERRY_EIO,

@@ -21,5 +21,8 @@
 #include "image.h"
 #include "transform.h"
 #include "pipeline.h"
+#include "npy.h"
+#include "tokens.h"
+#include "mds.h"
 
 #endif /* FERRY_H */

@@ -64,6 +64,8 @@ MDS_SHARD = 64 << 20
 MDS_BATCH = 256
 TARGET_MDS = 0.80
 
+SCRATCH = []              # the scratch directory, kept out of the results
+
 
 def ferry_bench(ferry, spec, batch, workers, expect):
     cmd = [ferry, "bench", spec, "--shuffle", "--batch", str(batch),
@@ -75,6 +77,7 @@ def ferry_bench(ferry, spec, batch, workers, expect):
         raise RuntimeError("%s delivered %d samples (%d errors), expected %d"
                            % (what, r["samples"], r["errors"], expect))
     r["wall_seconds"] = wall
+    r["source"] = r["source"].replace(SCRATCH[0], "TMP") if SCRATCH else r["source"]
     return r
 
 
@@ -328,6 +331,7 @@ def part_mds(args, tmpdir):
 # ---------------------------------------------------------------- report --
 
 def run(args, tmpdir, t_start):
+    SCRATCH.append(tmpdir)
     exe = build_rowcopy(args.ferry, tmpdir)
     la = load_average()
     npy = part_npy(args, tmpdir, exe)

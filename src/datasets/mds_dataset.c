@@ -19,6 +19,7 @@
 
 #define DEFAULT_ZSTD_MAX ((uint64_t)1 << 30)
 #define SHAPE_DIMS 8
+#define FAR_HINT_MIN ((uint64_t)64 << 10) /* smaller samples: no read-ahead calls */
 
 typedef struct shard {
     ferry__map map;
@@ -201,7 +202,7 @@ static void mds_hint(void *self, const uint64_t *indices, size_t count, int soon
             __builtin_prefetch(sh->p + a);
             continue;
         }
-        if (sh->owned)
+        if (sh->owned || b - a < FAR_HINT_MIN)
             continue;
         uintptr_t addr = (uintptr_t)(sh->p + a), page = 4096;
         madvise((void *)(addr & ~(page - 1)), (b - a) + (addr & (page - 1)), MADV_WILLNEED);
@@ -444,7 +445,13 @@ int ferry_dataset_mds(ferry_dataset **out, const ferry_mds_opts *o)
         }
     }
     ferry__free(ipath);
+    uint64_t bytes = 0;
+    for (size_t s = 0; s < d->ix.nshards; s++)
+        bytes += d->sh[s].size;
+    bool far = d->len && bytes / d->len >= FAR_HINT_MIN;
     rc = ferry_dataset_create(out, &mds_vtable, d, f, nf);
+    if (rc == 0 && !far)
+        (*out)->near_hints_only = true;
     ferry__free(f);
     return rc;
 cleanup:

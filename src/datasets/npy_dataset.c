@@ -16,6 +16,7 @@
 
 #define DEFAULT_INFLATE_MAX ((uint64_t)1 << 30)
 #define MAX_ARRAYS FERRY_MAX_FIELDS
+#define FAR_HINT_MIN ((size_t)64 << 10)
 
 typedef struct npy_array {
     char label[512];     /* "a.npy" or "b.npz/x.npy", for messages */
@@ -119,8 +120,10 @@ static int npy_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
     return 0;
 }
 
-/* soon: pull the rows' first lines into the cache; later: ask the kernel to read
- * their pages (an array larger than memory). */
+/* soon: pull the rows' first lines into the cache; later batches (only for rows
+ * of FAR_HINT_MIN bytes and more: smaller ones cost a system call each for no
+ * gain, and the dataset then asks the loader for near hints only): ask the
+ * kernel to read their pages (an array larger than memory). */
 static void npy_hint(void *self, const uint64_t *indices, size_t count, int soon)
 {
     const npy_ds *d = self;
@@ -136,6 +139,8 @@ static void npy_hint(void *self, const uint64_t *indices, size_t count, int soon
                 __builtin_prefetch(p);
                 continue;
             }
+            if (a->row_bytes < FAR_HINT_MIN)
+                continue;
             uintptr_t addr = (uintptr_t)p, page = 4096;
             madvise((void *)(addr & ~(page - 1)), a->row_bytes + (addr & (page - 1)),
                     MADV_WILLNEED);
@@ -395,7 +400,13 @@ int ferry_dataset_npy(ferry_dataset **out, const ferry_npy_opts *o)
     d->len = d->arr[0].rows;
     ferry__free(op);
     op = NULL;
+    bool far = false;
+    for (int c = 0; c < d->ncols; c++)
+        far |= d->col[c].fast && !d->arr[d->col[c].arr].owned &&
+               d->arr[d->col[c].arr].row_bytes >= FAR_HINT_MIN;
     rc = ferry_dataset_create(out, &npy_vtable, d, f, d->ncols);
+    if (rc == 0 && !far)
+        (*out)->near_hints_only = true;
     ferry__free(f);
     return rc;
 cleanup:

@@ -14,6 +14,7 @@
 
 #define MAX_SHARDS 65536
 #define MAX_SEQ ((uint64_t)1 << 24)
+#define FAR_HINT_MIN ((size_t)64 << 10) /* smaller windows: no read-ahead calls */
 
 typedef struct shard {
     ferry__map map;
@@ -84,6 +85,8 @@ static void tk_hint(void *self, const uint64_t *indices, size_t count, int soon)
             __builtin_prefetch(p);
             continue;
         }
+        if (bytes < FAR_HINT_MIN)
+            continue;
         uintptr_t a = (uintptr_t)p, page = 4096;
         madvise((void *)(a & ~(page - 1)), bytes + (a & (page - 1)), MADV_WILLNEED);
     }
@@ -209,7 +212,11 @@ int ferry_dataset_tokens(ferry_dataset **out, const ferry_tokens_opts *o)
         f[k].ndim = 1;
         f[k].shape[0] = (int64_t)seq;
     }
-    return ferry_dataset_create(out, &tokens_vtable, d, f, 2);
+    bool far = (seq + 1) * d->size >= FAR_HINT_MIN;
+    rc = ferry_dataset_create(out, &tokens_vtable, d, f, 2);
+    if (rc == 0 && !far)
+        (*out)->near_hints_only = true;
+    return rc;
 cleanup:
     globfree(&g);
     tk_destroy(d);

@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define MAX_NODES ((uint32_t)1 << 24)
+#define MAX_NODES ((uint32_t)1 << 22) /* about 120,000 shards */
 
 typedef struct ctx {
     const char *name;

@@ -83,6 +83,40 @@ TEST(mosaic_mix_raw_shards)
     ferry_dataset_free(ds);
 }
 
+TEST(loader_with_two_shuffling_workers_delivers_every_sample_once)
+{
+    test_need_shared(MDS_DIR "/index.json");
+    ferry_dataset *ds = open_spec("mds:" MDS_DIR);
+    ferry_loader_opts lo;
+    ferry_loader_opts_default(&lo);
+    lo.batch_size = 100;
+    lo.num_workers = 2;
+    lo.shuffle = 1;
+    lo.seed = 3;
+    ferry_loader *l;
+    CHECK_OK(ferry_loader_create(&l, ds, &lo));
+    unsigned char *seen = calloc(10000, 1);
+    ferry_batch *b;
+    int rc;
+    uint64_t n = 0;
+    while ((rc = ferry_loader_next(l, &b)) == 0) {
+        ferry_tensor t;
+        CHECK_OK(ferry_batch_field(b, 1, &t));
+        for (int64_t r = 0; r < t.shape[0]; r++) {
+            int64_t id = ((int64_t *)t.data)[r];
+            CHECK(id >= 1 && id <= 9999 && !seen[id]);
+            seen[id] = 1;
+            n++;
+        }
+        ferry_batch_release(b);
+    }
+    CHECK_EQ(rc, FERRY_END);
+    CHECK_U64(n, 9999);
+    free(seen);
+    ferry_loader_free(l);
+    ferry_dataset_free(ds);
+}
+
 TEST(mosaic_mix_from_zstd_files_alone)
 {
     test_need_shared(MDS_DIR "/index.json");

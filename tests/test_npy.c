@@ -693,3 +693,59 @@ TEST(allocation_failures_in_open)
     CHECK(done);
     test_remove_dir();
 }
+
+/* np.savez and np.savez_compressed archives (zip64 local headers, as NumPy
+ * writes them) with several members, read member by member and whole. */
+TEST(numpy_savez_archives)
+{
+    if (access(PY, X_OK) != 0 || system(PY " -c 'import numpy' >/dev/null 2>&1") != 0)
+        SKIP("python3 with numpy is absent");
+    test_make_dir("npy-savez");
+    char script[2048];
+    snprintf(script, sizeof script,
+             PY " - <<'EOF'\n"
+                "import numpy as np, os\n"
+                "d = '%s'\n"
+                "x = np.arange(60, dtype='>i4').reshape(20, 3)\n"
+                "y = np.linspace(0, 1, 20).astype('<f8')\n"
+                "np.savez(os.path.join(d, 'plain.npz'), x=x, y=y)\n"
+                "np.savez_compressed(os.path.join(d, 'packed.npz'), x=x, y=y)\n"
+                "open(os.path.join(d, 'x.bin'), 'wb').write(x.astype('<i4').tobytes())\n"
+                "open(os.path.join(d, 'y.bin'), 'wb').write(y.tobytes())\n"
+                "EOF\n",
+             test_dir);
+    CHECK_EQ(system(script), 0);
+    char p[512];
+    size_t xn, yn;
+    unsigned char *xb = test_read_file(test_path("x.bin", p), &xn);
+    unsigned char *yb = test_read_file(test_path("y.bin", p), &yn);
+    const char *names[2] = {"plain.npz", "packed.npz"};
+    for (int k = 0; k < 2; k++) {
+        char spec[700];
+        snprintf(spec, sizeof spec, "npy:%s/%s", test_dir, names[k]);
+        ferry_dataset *ds = open_spec(spec);
+        CHECK_U64(ferry_dataset_len(ds), 20);
+        int fx = ferry_dataset_find_field(ds, "x"), fy = ferry_dataset_find_field(ds, "y");
+        CHECK(fx >= 0 && fy >= 0);
+        CHECK_EQ(ferry_dataset_field(ds, fx)->dtype, FERRY_I32);
+        void *data[2];
+        int64_t len[2];
+        data[fx] = malloc(12);
+        data[fy] = malloc(8);
+        ferry_sample s = {2, data, len};
+        ferry_ctx *ctx;
+        CHECK_OK(ferry_ctx_create(&ctx, 0, 0));
+        for (uint64_t i = 0; i < 20; i++) {
+            CHECK_OK(ferry_dataset_get(ds, i, &s, ctx));
+            CHECK(!memcmp(data[fx], xb + 12 * i, 12));
+            CHECK(!memcmp(data[fy], yb + 8 * i, 8));
+        }
+        ferry_ctx_free(ctx);
+        free(data[0]);
+        free(data[1]);
+        ferry_dataset_free(ds);
+    }
+    free(xb);
+    free(yb);
+    test_remove_dir();
+}

@@ -157,6 +157,7 @@ TEST(written_shards_behind_a_glob)
         ferry_loader_opts lo;
         ferry_loader_opts_default(&lo);
         lo.batch_size = 2;
+        lo.num_workers = 2;
         lo.sampler = s;
         ferry_loader *l;
         CHECK_OK(ferry_loader_create(&l, ds, &lo));

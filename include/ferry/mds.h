@@ -32,7 +32,10 @@
  * At open every shard is checked against the index: its size, its sample count,
  * its offsets, and every sample's column sizes (which also gives the variable
  * fields their bounds). A disagreement is FERRY_ECORRUPT naming the shard, the
- * sample and the offset.
+ * sample and the offset. That check reads the start of every sample once, so
+ * opening costs a pass over the shards' pages (from the page cache, a fraction
+ * of a second per GB). index.json may hold at most FERRY_MDS_MAX_INDEX bytes and
+ * 4M JSON values (about 120,000 shards).
  *
  * Samples are numbered across shards in index order (a global index), so any
  * sampler works. Thread rules: a dataset may be read from any number of threads.

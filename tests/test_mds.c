@@ -13,6 +13,7 @@
 #include "core/internal.h"
 
 #include <dirent.h>
+#include <zstd.h>
 #include <unistd.h>
 
 #define MDS_DIR FERRY_SHARED_DIR "/testdata/mds/mosaic_mix_zstd"
@@ -147,6 +148,27 @@ TEST(mosaic_mix_from_zstd_files_alone)
     CHECK_RC(ferry_dataset_open(&ds, spec), FERRY_EOVERFLOW);
     CHECK_CONTAINS(ferry_last_errmsg(), ".mds.zstd: decompresses to ");
     CHECK_CONTAINS(ferry_last_errmsg(), "zstd_max=");
+    /* with a cache directory: decompressed onto disk, whatever zstd_max says,
+     * byte for byte the raw shards; a second open maps them as they are */
+    char cache[600], one[700];
+    snprintf(cache, sizeof cache, "%s/cache", test_dir);
+    snprintf(spec, sizeof spec, "mds:%s,zstd_max=20000,cache=%s", test_dir, cache);
+    for (int pass = 0; pass < 2; pass++) {
+        ds = open_spec(spec);
+        check_mosaic_mix(ds);
+        ferry_dataset_free(ds);
+        size_t a, b;
+        snprintf(one, sizeof one, "%s/shard.00042.mds", cache);
+        unsigned char *got = test_read_file(one, &a),
+                      *want = test_read_file(MDS_DIR "/shard.00042.mds", &b);
+        CHECK_U64(a, b);
+        CHECK(!memcmp(got, want, a));
+        free(got);
+        free(want);
+    }
+    char cmd[800];
+    snprintf(cmd, sizeof cmd, "test $(ls %s | wc -l) -eq 64 && rm -r %s", cache, cache);
+    CHECK_EQ(system(cmd), 0);
     test_remove_dir();
 }
 
@@ -491,4 +513,62 @@ TEST(allocation_failures_in_open)
         done = 1;
     }
     CHECK(done);
+}
+
+TEST(zstd_shards_that_lie)
+{
+    test_make_dir("mds-zstd-bad");
+    char p[512], z[512], spec[1200];
+    const int var[1] = {1};
+    char texts[40][16];
+    cell c[40];
+    for (int j = 0; j < 40; j++) {
+        snprintf(texts[j], sizeof texts[j], "sample %d", j);
+        c[j] = (cell){texts[j], strlen(texts[j])};
+    }
+    size_t raw = write_shard(test_path("shard.00000.mds", p), 1, var, 40, c);
+    size_t n;
+    unsigned char *rb = test_read_file(p, &n);
+    size_t cap = ZSTD_compressBound(n);
+    unsigned char *zb = malloc(cap);
+    size_t zn = ZSTD_compress(zb, cap, rb, n, 3);
+    CHECK(!ZSTD_isError(zn));
+    unlink(p);
+    test_write_file(test_path("shard.00000.mds.zstd", z), zb, zn);
+    char text[2048];
+    snprintf(text, sizeof text,
+             "{\"shards\": [{\"column_encodings\": [\"str\"], \"column_names\": [\"t\"], "
+             "\"column_sizes\": [null], \"compression\": \"zstd:3\", \"format\": \"mds\", "
+             "\"raw_data\": {\"basename\": \"shard.00000.mds\", \"bytes\": %zu}, \"samples\": 40, "
+             "\"zip_data\": {\"basename\": \"shard.00000.mds.zstd\", \"bytes\": %zu}}], "
+             "\"version\": 2}",
+             raw, zn);
+    test_write_file(test_path("index.json", p), text, strlen(text));
+    snprintf(spec, sizeof spec, "mds:%s", test_dir);
+    ferry_dataset *ds = open_spec(spec);
+    CHECK_U64(ferry_dataset_len(ds), 40);
+    ferry_dataset_free(ds);
+    /* a damaged frame of the same size: in memory and through the cache */
+    zb[zn / 2] ^= 0x55;
+    zb[zn / 2 + 1] ^= 0x55;
+    test_write_file(z, zb, zn);
+    for (int cached = 0; cached < 2; cached++) {
+        if (cached)
+            snprintf(spec, sizeof spec, "mds:%s,cache=%s/c", test_dir, test_dir);
+        else
+            snprintf(spec, sizeof spec, "mds:%s", test_dir);
+        ds = NULL;
+        CHECK_RC(ferry_dataset_open(&ds, spec), FERRY_ECORRUPT);
+        CHECK_CONTAINS(ferry_last_errmsg(), "shard.00000.mds.zstd");
+    }
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "test ! -e %s/c/shard.00000.mds && rm -rf %s/c", test_dir, test_dir);
+    CHECK_EQ(system(cmd), 0); /* nothing half-written left in the cache */
+    /* a frame cut short: its size no longer what the index says */
+    test_write_file(z, zb, zn - 5);
+    CHECK_RC(ferry_dataset_open(&ds, spec), FERRY_ECORRUPT);
+    CHECK_CONTAINS(ferry_last_errmsg(), "shard.00000.mds.zstd: offset 0: the index says");
+    free(zb);
+    free(rb);
+    test_remove_dir();
 }

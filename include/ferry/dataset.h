@@ -189,7 +189,7 @@ FERRY_API int ferry_dataset_synthetic(ferry_dataset **out, const ferry_synthetic
  * FERRY_EINVAL naming them.
  * Also "npy:PATH" / "npy:x=a.npy;y=b.npz/m[,inflate_max=N]" (ferry/npy.h),
  * "tokens:GLOB[,seq=T][,dtype=u16|u32][,order=llmc,batch=B[,rank=R,world=W]]"
- * (ferry/tokens.h) and "mds:DIR[,zstd_max=N]" (ferry/mds.h). */
+ * (ferry/tokens.h) and "mds:DIR[,zstd_max=N][,cache=DIR]" (ferry/mds.h). */
 FERRY_API int ferry_dataset_open(ferry_dataset **out, const char *spec);
 
 /* Opens any described source: a map-style kind sets *ds, a stream kind (csv) sets

@@ -26,8 +26,9 @@
  *
  * Shards are mapped. A shard whose raw file is absent is read from its zstd
  * file (zip_data, compression "zstd"): decompressed once, at open, into memory
- * within a bound (zstd_max; past it the shard is refused, naming it). Other
- * compressions are refused.
+ * within a bound (zstd_max; past it the shard is refused, naming it), or onto
+ * disk in a cache directory (cache) and mapped from there. Other compressions
+ * are refused. The index's hashes are not checked.
  *
  * At open every shard is checked against the index: its size, its sample count,
  * its offsets, and every sample's column sizes (which also gives the variable
@@ -54,6 +55,11 @@ extern "C" {
 typedef struct ferry_mds_opts {
     const char *dir;
     uint64_t zstd_max; /* bytes of decompressed shards held in memory in all; 0 = 1 GiB */
+    /* NULL, or a directory (created if missing) where shards present only as
+     * zstd files are decompressed (each written whole or not at all, then
+     * mapped; one already there with the index's size is mapped as it is), as
+     * Streaming's local cache does: then zstd_max does not apply. */
+    const char *cache;
 } ferry_mds_opts;
 
 FERRY_API int ferry_dataset_mds(ferry_dataset **out, const ferry_mds_opts *o);

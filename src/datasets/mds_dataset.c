@@ -8,9 +8,11 @@
 #include "../formats/mds_internal.h"
 #include "../io/io.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <zstd.h>
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -32,6 +34,7 @@ typedef struct shard {
 
 typedef struct mds_ds {
     char *dir;
+    const char *cache; /* where zstd shards are decompressed to (during open only) */
     ferry__mds_index ix;
     shard *sh;
     int field[FERRY_MAX_FIELDS];       /* the field of each column */
@@ -258,6 +261,63 @@ static int read_index(const char *path, char **text, size_t *n)
     return 0;
 }
 
+/* Decompresses the zstd file z (a frame of `want` bytes) into path, whole or not
+ * at all, through a bounded stream buffer. */
+static int inflate_to_file(const ferry__map *z, const char *zpath, const char *path, uint64_t want)
+{
+    ferry__atomic_file w;
+    int rc = ferry__atomic_open(&w, path);
+    if (rc < 0)
+        return rc;
+    ZSTD_DStream *ds = ZSTD_createDStream();
+    size_t cap = ZSTD_DStreamOutSize();
+    void *buf = ferry__malloc(cap);
+    if (!ds || !buf) {
+        rc = ferry__err(FERRY_ENOMEM, "%s: out of memory", zpath);
+        goto done;
+    }
+    ZSTD_initDStream(ds);
+    ZSTD_inBuffer in = {z->data, z->size, 0};
+    uint64_t made = 0;
+    size_t r = 1;
+    while (r != 0) {
+        ZSTD_outBuffer out = {buf, cap, 0};
+        r = ZSTD_decompressStream(ds, &out, &in);
+        if (ZSTD_isError(r)) {
+            rc = ferry__err(FERRY_ECORRUPT, "%s: offset %zu: zstd: %s", zpath, in.pos,
+                            ZSTD_getErrorName(r));
+            goto done;
+        }
+        made += out.pos;
+        if (made > want) {
+            rc = ferry__err(FERRY_ECORRUPT,
+                            "%s: decompresses to more than the %llu bytes the "
+                            "index says",
+                            zpath, (unsigned long long)want);
+            goto done;
+        }
+        if (out.pos && (rc = ferry__atomic_write(&w, buf, out.pos)) < 0)
+            goto done;
+        if (r != 0 && in.pos == in.size && out.pos < cap) {
+            rc = ferry__err(FERRY_ECORRUPT, "%s: offset %zu: the zstd frame is cut short", zpath,
+                            in.pos);
+            goto done;
+        }
+    }
+    if (made != want) {
+        rc = ferry__err(FERRY_ECORRUPT, "%s: decompresses to %llu bytes, the index says %llu",
+                        zpath, (unsigned long long)made, (unsigned long long)want);
+        goto done;
+    }
+    rc = ferry__atomic_commit(&w);
+done:
+    if (rc < 0)
+        ferry__atomic_abort(&w);
+    ZSTD_freeDStream(ds);
+    ferry__free(buf);
+    return rc;
+}
+
 /* Maps shard s, or decompresses its zstd file when the raw one is absent. */
 static int load_shard(mds_ds *d, size_t s, uint64_t *zstd_left, uint64_t zstd_max)
 {
@@ -293,6 +353,27 @@ static int load_shard(mds_ds *d, size_t s, uint64_t *zstd_left, uint64_t zstd_ma
                         "%s: offset 0: the zstd frame holds %s bytes, the index says %llu", zpath,
                         want == ZSTD_CONTENTSIZE_UNKNOWN ? "an unknown number of" : "other",
                         (unsigned long long)e->raw_bytes);
+        goto done;
+    }
+    if (d->cache) {
+        /* decompressed onto disk once, then mapped: memory stays bounded */
+        char cpath[4096];
+        snprintf(cpath, sizeof cpath, "%s/%s", d->cache, e->raw);
+        if (ferry__map_file(&sh->map, cpath) == 0 && sh->map.size == want) {
+            sh->p = sh->map.data;
+            sh->size = sh->map.size;
+            goto done;
+        }
+        ferry__unmap(&sh->map);
+        if (mkdir(d->cache, 0755) != 0 && errno != EEXIST) {
+            rc = ferry__err(FERRY_EIO, "%s: cannot create: %s", d->cache, strerror(errno));
+            goto done;
+        }
+        if ((rc = inflate_to_file(&z, zpath, cpath, want)) < 0 ||
+            (rc = ferry__map_file(&sh->map, cpath)) < 0)
+            goto done;
+        sh->p = sh->map.data;
+        sh->size = sh->map.size;
         goto done;
     }
     if (want > *zstd_left) {
@@ -393,6 +474,8 @@ int ferry_dataset_mds(ferry_dataset **out, const ferry_mds_opts *o)
     *out = NULL;
     if (!o || !o->dir || !*o->dir)
         return ferry__err(FERRY_EINVAL, "mds: dir is empty");
+    if (o->cache && !*o->cache)
+        return ferry__err(FERRY_EINVAL, "mds: cache is empty");
     mds_ds *d = ferry__calloc(1, sizeof *d);
     char *text = NULL, *ipath = NULL;
     ferry_field *f = NULL;
@@ -412,6 +495,7 @@ int ferry_dataset_mds(ferry_dataset **out, const ferry_mds_opts *o)
     if (!d->sh)
         FERRY_FAIL(FERRY_ENOMEM, "mds: out of memory for %zu shards", d->ix.nshards);
     uint64_t zmax = o->zstd_max ? o->zstd_max : DEFAULT_ZSTD_MAX, zleft = zmax;
+    d->cache = o->cache;
     for (size_t s = 0; s < d->ix.nshards; s++) {
         FERRY_TRY(load_shard(d, s, &zleft, zmax));
         FERRY_TRY(check_shard(d, s));
@@ -449,6 +533,7 @@ int ferry_dataset_mds(ferry_dataset **out, const ferry_mds_opts *o)
     for (size_t s = 0; s < d->ix.nshards; s++)
         bytes += d->sh[s].size;
     bool far = d->len && bytes / d->len >= FAR_HINT_MIN;
+    d->cache = NULL; /* the caller's string: not kept past open */
     rc = ferry_dataset_create(out, &mds_vtable, d, f, nf);
     if (rc == 0 && !far)
         (*out)->near_hints_only = true;
@@ -464,7 +549,7 @@ cleanup:
 
 int ferry__mds_open_spec(ferry_dataset **out, ferry__spec *s)
 {
-    ferry_mds_opts o = {.dir = s->location};
+    ferry_mds_opts o = {.dir = s->location, .cache = ferry__spec_str(s, "cache")};
     int rc;
     if ((rc = ferry__spec_u64(s, "zstd_max", 1, UINT64_MAX, &o.zstd_max)) < 0 ||
         (rc = ferry__spec_check_used(s)) < 0)

@@ -13,6 +13,7 @@
 #include "core/internal.h"
 
 #include <math.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -747,5 +748,60 @@ TEST(numpy_savez_archives)
     }
     free(xb);
     free(yb);
+    test_remove_dir();
+}
+
+#ifdef FERRY_CLI
+#define CLI_PATH FERRY_CLI
+#else
+#define CLI_PATH "ferry" /* unused: run_cli skips */
+#endif
+
+/* Runs the ferry command with args (a shell fragment); its exit status, and its
+ * stdout+stderr in out. */
+static int run_cli(const char *args, char *out, size_t cap)
+{
+#ifdef FERRY_CLI
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s %s 2>&1", FERRY_CLI, args);
+    FILE *p = popen(cmd, "r");
+    CHECK(p != NULL);
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+#else
+    (void)args;
+    (void)out;
+    (void)cap;
+    SKIP("the ferry command is not built");
+#endif
+}
+
+TEST(ferry_head_pack_and_bench_read_npy)
+{
+    test_make_dir("npy-cli");
+    char a[512], b[512], args[2048], out[8192];
+    int32_t x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    uint8_t y[4] = {9, 8, 7, 6};
+    for (int i = 0; i < 8; i++) /* stored big-endian */
+        x[i] = (int32_t)__builtin_bswap32((uint32_t)x[i]);
+    write_npy(test_path("x.npy", a), 1, "{'descr': '>i4', 'fortran_order': False, 'shape': (4, 2)}",
+              x, sizeof x);
+    write_npy(test_path("y.npy", b), 1, "{'descr': '|u1', 'fortran_order': False, 'shape': (4,)}",
+              y, sizeof y);
+    snprintf(args, sizeof args, "head 'npy:x=%s;y=%s' -n 2", a, b);
+    CHECK_EQ(run_cli(args, out, sizeof out), 0);
+    CHECK_CONTAINS(out, "{\"x\": [1, 2], \"y\": 9}\n{\"x\": [3, 4], \"y\": 8}");
+    snprintf(args, sizeof args, "pack 'npy:x=%s;y=%s' %s/rec && %s head records:%s/rec -n 4", a, b,
+             test_dir, CLI_PATH, test_dir);
+    CHECK_EQ(run_cli(args, out, sizeof out), 0);
+    CHECK_CONTAINS(out, "{\"x\": [7, 8], \"y\": 6}");
+    snprintf(args, sizeof args, "bench 'npy:x=%s;y=%s' --shuffle --batch 3 --json", a, b);
+    CHECK_EQ(run_cli(args, out, sizeof out), 0);
+    CHECK_CONTAINS(out, "\"samples\": 4,");
+    snprintf(args, sizeof args, "head npy:%s/nothing.npy", test_dir);
+    CHECK_EQ(run_cli(args, out, sizeof out), 2);
+    CHECK_CONTAINS(out, "nothing.npy");
     test_remove_dir();
 }

@@ -12,6 +12,7 @@
 #include "core/internal.h"
 
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define SHARD FERRY_SHARED_DIR "/testdata/llmc/tiny_shakespeare_val.bin"
@@ -296,5 +297,50 @@ TEST(writer_replaces_whole_or_not_at_all)
     free(got);
     CHECK_RC(ferry_tokens_writer_open(&w, p, FERRY_F32), FERRY_EINVAL);
     ferry_tokens_writer_abort(NULL);
+    test_remove_dir();
+}
+
+#ifdef FERRY_CLI
+#define CLI_PATH FERRY_CLI
+#else
+#define CLI_PATH "ferry" /* unused: run_cli skips */
+#endif
+
+/* Runs the ferry command with args (a shell fragment); its exit status, and its
+ * stdout+stderr in out. */
+static int run_cli(const char *args, char *out, size_t cap)
+{
+#ifdef FERRY_CLI
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s %s 2>&1", FERRY_CLI, args);
+    FILE *p = popen(cmd, "r");
+    CHECK(p != NULL);
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+#else
+    (void)args;
+    (void)out;
+    (void)cap;
+    SKIP("the ferry command is not built");
+#endif
+}
+
+TEST(ferry_head_pack_and_bench_read_tokens)
+{
+    test_make_dir("tokens-cli");
+    char p[512], args[2048], out[8192];
+    write_shard(test_path("t.bin", p), FERRY_U16, 100, 41);
+    snprintf(args, sizeof args, "head tokens:%s,seq=4 -n 1", p);
+    CHECK_EQ(run_cli(args, out, sizeof out), 0);
+    CHECK_CONTAINS(out, "{\"input\": [100, 101, 102, 103], \"target\": [101, 102, 103, 104]}");
+    snprintf(args, sizeof args, "pack tokens:%s,seq=4 %s/rec && %s head records:%s/rec -n 10", p,
+             test_dir, CLI_PATH, test_dir);
+    CHECK_EQ(run_cli(args, out, sizeof out), 0);
+    CHECK_CONTAINS(out, "{\"input\": [136, 137, 138, 139], \"target\": [137, 138, 139, 140]}");
+    snprintf(args, sizeof args, "bench tokens:%s,seq=4 --shuffle --batch 3 --json", p);
+    CHECK_EQ(run_cli(args, out, sizeof out), 0);
+    CHECK_CONTAINS(out, "\"samples\": 10,");
     test_remove_dir();
 }

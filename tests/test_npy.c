@@ -805,3 +805,30 @@ TEST(ferry_head_pack_and_bench_read_npy)
     CHECK_CONTAINS(out, "nothing.npy");
     test_remove_dir();
 }
+
+TEST(parse_header_reports_members_and_layout)
+{
+    const char hdr[] =
+        "\x93NUMPY\x01\x00\x75\x00{'descr': [('a', '<i4'), ('', '|V4'), ('b', '>f8', "
+        "(2, 3)), ('c', '<c8')], 'fortran_order': True, 'shape': (5, 7), }\n";
+    ferry_npy_header h;
+    CHECK_OK(ferry_npy_parse_header(hdr, sizeof hdr - 1, "h.npy", &h));
+    CHECK_EQ(h.major, 1);
+    CHECK_EQ(h.fortran, 1);
+    CHECK_EQ(h.ndim, 2);
+    CHECK_EQ(h.shape[1], 7);
+    CHECK_EQ(h.structured, 1);
+    CHECK_EQ(h.nmembers, 3); /* the padding member is left out */
+    CHECK_U64(h.itemsize, 4 + 4 + 48 + 8);
+    CHECK_U64(h.members[1].offset, 8);
+    CHECK_EQ(h.members[1].ndim, 2);
+    CHECK_EQ(h.members[1].swap, 8);
+    CHECK_EQ(h.members[2].dtype, FERRY_F32); /* complex64: a float32 pair */
+    CHECK_EQ(h.members[2].ndim, 1);
+    CHECK_EQ(h.members[2].shape[0], 2);
+    CHECK_U64(h.data_bytes, 35 * 64);
+    CHECK_U64(h.data_offset, sizeof hdr - 1);
+    /* the header's length may not run past what is there */
+    CHECK_RC(ferry_npy_parse_header(hdr, 40, "h.npy", &h), FERRY_ECORRUPT);
+    CHECK_CONTAINS(ferry_last_errmsg(), "h.npy: offset 8: header length 117 runs past the end");
+}

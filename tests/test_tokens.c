@@ -344,3 +344,47 @@ TEST(ferry_head_pack_and_bench_read_tokens)
     CHECK_CONTAINS(out, "\"samples\": 10,");
     test_remove_dir();
 }
+
+TEST(widened_to_int32_and_int64)
+{
+    test_make_dir("tokens-out");
+    char p[512], spec[700];
+    write_shard(test_path("a.bin", p), FERRY_U16, 65530, 21);
+    ferry_ctx *ctx;
+    CHECK_OK(ferry_ctx_create(&ctx, 0, 0));
+    for (int w = 0; w < 2; w++) {
+        snprintf(spec, sizeof spec, "tokens:%s,seq=5,out=%s", p, w ? "i64" : "i32");
+        ferry_dataset *ds = open_spec(spec);
+        CHECK_EQ(ferry_dataset_field(ds, 0)->dtype, w ? FERRY_I64 : FERRY_I32);
+        CHECK_EQ(ferry_dataset_field(ds, 1)->dtype, w ? FERRY_I64 : FERRY_I32);
+        int64_t in[5], tg[5];
+        void *data[2] = {in, tg};
+        int64_t len[2];
+        ferry_sample s = {2, data, len};
+        for (uint64_t i = 0; i < 4; i++) {
+            CHECK_OK(ferry_dataset_get(ds, i, &s, ctx));
+            for (int k = 0; k < 5; k++) {
+                int64_t a = w ? in[k] : ((int32_t *)in)[k], b = w ? tg[k] : ((int32_t *)tg)[k];
+                uint16_t want = (uint16_t)(65530 + i * 5 + (uint64_t)k);
+                CHECK_EQ(a, want);
+                CHECK_EQ(b, (uint16_t)(want + 1));
+            }
+        }
+        ferry_dataset_free(ds);
+    }
+    /* a uint32 token past INT32_MAX does not fit int32: an error, not a wrap */
+    write_shard(test_path("b.bin", p), FERRY_U32, 0x7ffffffe, 8);
+    snprintf(spec, sizeof spec, "tokens:%s,seq=3,out=i32", p);
+    ferry_dataset *ds = open_spec(spec);
+    int32_t in[3], tg[3];
+    void *data[2] = {in, tg};
+    int64_t len[2];
+    ferry_sample s = {2, data, len};
+    CHECK_RC(ferry_dataset_get(ds, 0, &s, ctx), FERRY_EOVERFLOW);
+    CHECK_CONTAINS(ferry_last_errmsg(), "b.bin: offset 1032: token 2147483648 does not fit int32");
+    ferry_dataset_free(ds);
+    snprintf(spec, sizeof spec, "tokens:%s,out=u8", p);
+    CHECK_RC(ferry_dataset_open(&ds, spec), FERRY_EINVAL);
+    ferry_ctx_free(ctx);
+    test_remove_dir();
+}

@@ -46,6 +46,10 @@ typedef struct ferry_tokens_opts {
     uint64_t seq;        /* T: tokens of input per sample; 0 = 1024 */
     ferry_dtype dtype;   /* FERRY_U16 or FERRY_U32 to insist on one; 0 = from the version */
     ferry_tokens_order order;
+    /* the fields' dtype: 0 = the shard's (uint16 or uint32, copied as stored);
+     * FERRY_I32 or FERRY_I64 widen each token on the way (what an embedding
+     * lookup takes: llm.c's int, PyTorch's long) */
+    ferry_dtype out;
     uint64_t batch;            /* LLMC order: B, sequences per rank per step (>= 1) */
     uint64_t rank, world_size; /* LLMC order: this process of world_size (0 means 1) */
 } ferry_tokens_opts;

@@ -18,6 +18,7 @@
 
 typedef struct shard {
     ferry__map map;
+    char *path; /* for messages */
     const uint8_t *tok;
     uint64_t count;   /* tokens */
     uint64_t windows; /* (count - 1) / T */
@@ -28,7 +29,8 @@ typedef struct shard {
 typedef struct tokens_ds {
     shard *s;
     size_t n;
-    unsigned size; /* bytes a token */
+    unsigned size;   /* bytes a token */
+    ferry_dtype out; /* the fields' dtype */
     uint64_t seq, len, dropped;
     ferry_tokens_order order;
     uint64_t batch, rank, world;
@@ -66,8 +68,47 @@ static int tk_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
     const shard *s = locate(d, i, &start);
     size_t bytes = (size_t)d->seq * d->size;
     const uint8_t *p = s->tok + start * d->size;
-    memcpy(out->data[0], p, bytes);
-    memcpy(out->data[1], p + d->size, bytes);
+    if (d->out == FERRY_U16 || d->out == FERRY_U32) {
+        memcpy(out->data[0], p, bytes);
+        memcpy(out->data[1], p + d->size, bytes);
+        return 0;
+    }
+    /* widen: the window's T + 1 tokens once, input and target from the same reads */
+    size_t n = (size_t)d->seq;
+    if (d->out == FERRY_I64) {
+        int64_t *in = out->data[0], *tg = out->data[1];
+        for (size_t k = 0; k <= n; k++) {
+            int64_t v;
+            if (d->size == 2) {
+                uint16_t t;
+                memcpy(&t, p + 2 * k, 2);
+                v = t;
+            } else {
+                uint32_t t;
+                memcpy(&t, p + 4 * k, 4);
+                v = t;
+            }
+            if (k < n)
+                in[k] = v;
+            if (k)
+                tg[k - 1] = v;
+        }
+    } else {
+        int32_t *in = out->data[0], *tg = out->data[1];
+        for (size_t k = 0; k <= n; k++) {
+            uint32_t t = 0;
+            memcpy(&t, p + d->size * k, d->size);
+            if (t > INT32_MAX)
+                return ferry_error(
+                    FERRY_EOVERFLOW, "%s: offset %llu: token %u does not fit int32 (sample %llu)",
+                    s->path, (unsigned long long)(FERRY_TOKENS_HEADER + (start + k) * d->size), t,
+                    (unsigned long long)i);
+            if (k < n)
+                in[k] = (int32_t)t;
+            if (k)
+                tg[k - 1] = (int32_t)t;
+        }
+    }
     return 0;
 }
 
@@ -97,8 +138,10 @@ static void tk_destroy(void *self)
     tokens_ds *d = self;
     if (!d)
         return;
-    for (size_t k = 0; k < d->n; k++)
+    for (size_t k = 0; k < d->n; k++) {
         ferry__unmap(&d->s[k].map);
+        ferry__free(d->s[k].path);
+    }
     ferry__free(d->s);
     ferry__free(d);
 }
@@ -126,6 +169,9 @@ int ferry_dataset_tokens(ferry_dataset **out, const ferry_tokens_opts *o)
     if (o->dtype != FERRY_DTYPE_INVALID && o->dtype != FERRY_U16 && o->dtype != FERRY_U32)
         return ferry__err(FERRY_EINVAL, "tokens: dtype %s is not uint16 or uint32",
                           ferry_dtype_name(o->dtype));
+    if (o->out != FERRY_DTYPE_INVALID && o->out != FERRY_I32 && o->out != FERRY_I64)
+        return ferry__err(FERRY_EINVAL, "tokens: out %s is not int32 or int64 (or 0: as stored)",
+                          ferry_dtype_name(o->out));
     if (o->order != FERRY_TOKENS_ALL && o->order != FERRY_TOKENS_LLMC)
         return ferry__err(FERRY_EINVAL, "tokens: order %d is not ALL (0) or LLMC (1)", o->order);
     uint64_t world = o->world_size ? o->world_size : 1;
@@ -173,6 +219,8 @@ int ferry_dataset_tokens(ferry_dataset **out, const ferry_tokens_opts *o)
         shard *s = &d->s[d->n];
         FERRY_TRY(ferry__map_file(&s->map, path));
         d->n++;
+        if (!(s->path = ferry__strdup(path)))
+            FERRY_FAIL(FERRY_ENOMEM, "tokens: out of memory");
         unsigned size;
         FERRY_TRY(
             ferry__tokens_header(s->map.data, s->map.size, s->map.size, path, &size, &s->count));
@@ -207,8 +255,9 @@ int ferry_dataset_tokens(ferry_dataset **out, const ferry_tokens_opts *o)
     memset(f, 0, sizeof f);
     snprintf(f[0].name, sizeof f[0].name, "input");
     snprintf(f[1].name, sizeof f[1].name, "target");
+    d->out = o->out ? o->out : d->size == 2 ? FERRY_U16 : FERRY_U32;
     for (int k = 0; k < 2; k++) {
-        f[k].dtype = d->size == 2 ? FERRY_U16 : FERRY_U32;
+        f[k].dtype = d->out;
         f[k].ndim = 1;
         f[k].shape[0] = (int64_t)seq;
     }
@@ -226,7 +275,8 @@ cleanup:
 int ferry__tokens_open_spec(ferry_dataset **out, ferry__spec *s)
 {
     ferry_tokens_opts o = {.pattern = s->location};
-    const char *dt = ferry__spec_str(s, "dtype"), *order = ferry__spec_str(s, "order");
+    const char *dt = ferry__spec_str(s, "dtype"), *order = ferry__spec_str(s, "order"),
+               *outs = ferry__spec_str(s, "out");
     int rc;
     if ((rc = ferry__spec_u64(s, "seq", 1, MAX_SEQ, &o.seq)) < 0 ||
         (rc = ferry__spec_u64(s, "batch", 1, (uint64_t)1 << 24, &o.batch)) < 0 ||
@@ -241,6 +291,13 @@ int ferry__tokens_open_spec(ferry_dataset **out, ferry__spec *s)
     else if (dt)
         return ferry__err(FERRY_EINVAL, "source %s: dtype=\"%.32s\" is not u16 or u32", s->kind,
                           dt);
+    if (outs && !strcmp(outs, "i32"))
+        o.out = FERRY_I32;
+    else if (outs && !strcmp(outs, "i64"))
+        o.out = FERRY_I64;
+    else if (outs)
+        return ferry__err(FERRY_EINVAL, "source %s: out=\"%.32s\" is not i32 or i64", s->kind,
+                          outs);
     if (!order || !strcmp(order, "all"))
         o.order = FERRY_TOKENS_ALL;
     else if (!strcmp(order, "llmc"))

@@ -237,6 +237,11 @@ TEST(npz_archives_stored_and_deflated)
         CHECK_CONTAINS(ferry_last_errmsg(), "rows along its first axis");
     }
     ferry_dataset *ds = open_spec("npy:" NPY_DIR "/npyio/data_float64_corder.npz/arr0");
+    CHECK_U64(ferry_dataset_len(ds), 2);
+    check_values(ds, 0, seq6, 6);
+    ferry_dataset_free(ds);
+    ds = open_spec("npy:" NPY_DIR "/npyio/data_float64_corder.npz/arr1");
+    CHECK_U64(ferry_dataset_len(ds), 6);
     check_values(ds, 0, seq6, 6);
     ferry_dataset_free(ds);
     ds = open_spec("npy:" NPY_DIR "/npyio/data_float64_forder.npz/arr0");

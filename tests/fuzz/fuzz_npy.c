@@ -15,6 +15,11 @@
 
 static char dir[256], path[300];
 
+static void cleanup(void)
+{
+    rmdir(dir);
+}
+
 static void setup(void)
 {
     if (dir[0])
@@ -24,6 +29,7 @@ static void setup(void)
     if (!mkdtemp(dir))
         abort();
     snprintf(path, sizeof path, "%s/a.npy", dir);
+    atexit(cleanup);
 }
 
 static void read_rows(const uint8_t *data, size_t size)

@@ -23,7 +23,9 @@ also on failure) and measures, side by side in one run, from the page cache:
      samples of a 1,000-byte `bytes` column and an `int`, written here in
      the MDS layout; `ferry pack mds:DIR` makes the records): `ferry bench
      ... --shuffle --batch 256`, workers 0 and 2 (>= 0.8x, same workers).
-Each ferry and bare run is the best of 3; beside each wall-clock ratio (the
+Each timed run reads at least about 2,000,000 rows or samples (400,000
+windows): several epochs, each in its own shuffled order, where the data is
+smaller (--scale); each ferry and bare run is the best of 3; beside each wall-clock ratio (the
 target) is the same ratio per CPU second used (user + system, every thread),
 which other load on the machine skews less. Prints a table to stdout (progress
 on stderr) and writes the raw results as JSON. Exits 0 whether the targets
@@ -48,6 +50,8 @@ ROOT = os.path.dirname(HERE)
 
 REPEATS = 3
 WORKERS = (0, 2)
+RUN_SAMPLES = 2000000     # each timed run reads about this many (rows, samples)
+RUN_WINDOWS = 400000      # ... or token windows: several epochs at small scales
 
 NPY_ROWS = 2000000
 NPY_COLS = 128            # float32: 512-byte rows
@@ -83,9 +87,15 @@ def timed(cmd, what):
     return out, wall, children_cpu() - c0
 
 
-def ferry_bench(ferry, spec, batch, workers, expect):
+def epochs_for(n, target):
+    """Epochs enough for about `target` samples: a run long enough to time."""
+    return max(1, min(1000, round(target / n)))
+
+
+def ferry_bench(ferry, spec, batch, workers, expect, epochs=1):
     cmd = [ferry, "bench", spec, "--shuffle", "--batch", str(batch),
-           "--workers", str(workers), "--json"]
+           "--workers", str(workers), "--epochs", str(epochs), "--json"]
+    expect *= epochs
     what = "ferry bench %s (workers=%d)" % (spec.split(":")[0], workers)
     out, wall, cpu = timed(cmd, what)
     r = last_json(out, what)
@@ -110,10 +120,10 @@ def build_rowcopy(ferry, tmpdir):
 
 
 def rowcopy(exe, path, count, row, offset, threads, step=0, token=0,
-            batch=256):
+            batch=256, epochs=1):
     cmd = [exe, "--count", str(count), "--row", str(row), "--offset",
            str(offset), "--threads", str(threads), "--batch", str(batch),
-           "--seed", "0"]
+           "--seed", "0", "--epochs", str(epochs)]
     if token:
         cmd += ["--step", str(step), "--token", str(token)]
     out, wall, cpu = timed(cmd + [path], "rowcopy")
@@ -145,15 +155,17 @@ def part_npy(args, tmpdir, exe):
     a.flush()
     offset = a.offset
     del a
+    ep = epochs_for(n, RUN_SAMPLES)
     runs = {w: {"ferry": [], "bare": []} for w in WORKERS}
     for rep in range(REPEATS):
         warm(path)
-        log("1. npy: run %d/%d" % (rep + 1, REPEATS))
+        log("1. npy: run %d/%d (%d epochs each)" % (rep + 1, REPEATS, ep))
         for w in WORKERS:
             runs[w]["ferry"].append(ferry_bench(args.ferry, "npy:" + path,
-                                                NPY_BATCH, w, n))
+                                                NPY_BATCH, w, n, ep))
             runs[w]["bare"].append(rowcopy(exe, path, n, NPY_COLS * 4, offset,
-                                           max(1, w), batch=NPY_BATCH))
+                                           max(1, w), batch=NPY_BATCH,
+                                           epochs=ep))
     rows = []
     for w in WORKERS:
         f = best(runs[w]["ferry"], "samples_per_s")["samples_per_s"]
@@ -164,7 +176,7 @@ def part_npy(args, tmpdir, exe):
                      "bare": b, "ratio": f / b, "pass": f / b >= TARGET_NPY,
                      "cpu_ratio": fc / bc})
     os.remove(path)
-    return {"rows": n, "row_bytes": NPY_COLS * 4, "file_bytes":
+    return {"rows": n, "epochs": ep, "row_bytes": NPY_COLS * 4, "file_bytes":
             n * NPY_COLS * 4 + offset, "runs": {"workers=%d" % w: runs[w]
                                                 for w in WORKERS},
             "rows_by_workers": rows}
@@ -239,16 +251,18 @@ def part_tokens(args, tmpdir, exe):
     write_llmc_shard(path, count)
     windows = (count - 1) // TOK_T
     spec = "tokens:%s,seq=%d" % (path, TOK_T)
+    ep = epochs_for(windows, RUN_WINDOWS)
     runs = {w: {"ferry": [], "bare": []} for w in WORKERS}
     for rep in range(REPEATS):
         warm(path)
-        log("2. tokens: run %d/%d" % (rep + 1, REPEATS))
+        log("2. tokens: run %d/%d (%d epochs each)" % (rep + 1, REPEATS, ep))
         for w in WORKERS:
             runs[w]["ferry"].append(ferry_bench(args.ferry, spec, TOK_BATCH,
-                                                w, windows))
+                                                w, windows, ep))
             runs[w]["bare"].append(rowcopy(exe, path, windows, TOK_T * 2,
                                            1024, max(1, w), step=TOK_T * 2,
-                                           token=2, batch=TOK_BATCH))
+                                           token=2, batch=TOK_BATCH,
+                                           epochs=ep))
     anchor = {}
     for w in WORKERS:
         warm(path)
@@ -271,7 +285,7 @@ def part_tokens(args, tmpdir, exe):
     fb = max(r["ferry"] for r in rows)
     ab = max(anchor[w]["windows_per_s"] for w in WORKERS)
     os.remove(path)
-    return {"tokens": count, "seq": TOK_T, "windows": windows,
+    return {"tokens": count, "seq": TOK_T, "windows": windows, "epochs": ep,
             "runs": {"workers=%d" % w: runs[w] for w in WORKERS},
             "anchor": {"workers=%d" % w: anchor[w] for w in WORKERS},
             "rows_by_workers": rows,
@@ -332,6 +346,7 @@ def part_mds(args, tmpdir):
     rec = os.path.join(tmpdir, "records")
     log("3. ferry pack mds:DIR -> records")
     run_checked([args.ferry, "pack", "mds:" + d, rec], "ferry pack")
+    ep = epochs_for(n, RUN_SAMPLES)
     runs = {w: {"mds": [], "records": []} for w in WORKERS}
     for rep in range(REPEATS):
         warm(d)
@@ -339,9 +354,9 @@ def part_mds(args, tmpdir):
         log("3. mds and records: run %d/%d" % (rep + 1, REPEATS))
         for w in WORKERS:
             runs[w]["mds"].append(ferry_bench(args.ferry, "mds:" + d,
-                                              MDS_BATCH, w, n))
+                                              MDS_BATCH, w, n, ep))
             runs[w]["records"].append(ferry_bench(args.ferry, "records:" + rec,
-                                                  MDS_BATCH, w, n))
+                                                  MDS_BATCH, w, n, ep))
     rows = []
     for w in WORKERS:
         m = best(runs[w]["mds"], "samples_per_s")["samples_per_s"]
@@ -350,7 +365,7 @@ def part_mds(args, tmpdir):
         rc = best(runs[w]["records"], "samples_per_cpu_s")["samples_per_cpu_s"]
         rows.append({"workers": w, "mds": m, "records": r, "ratio": m / r,
                      "pass": m / r >= TARGET_MDS, "cpu_ratio": mc / rc})
-    return {"samples": n, "bytes": MDS_BYTES, "shards": nshards,
+    return {"samples": n, "epochs": ep, "bytes": MDS_BYTES, "shards": nshards,
             "runs": {"workers=%d" % w: runs[w] for w in WORKERS},
             "rows_by_workers": rows}
 

@@ -6,11 +6,12 @@
  *   rows:    piece i is ROW bytes at OFFSET + i * ROW (a .npy's rows);
  *   windows: piece i is two copies of ROW bytes, at OFFSET + i * STEP and one
  *            token (TOKEN bytes) later (an llm.c shard's input and target).
- * Only the permutation comes from libferry; the order is made before the clock
- * starts.
+ * Only the permutation comes from libferry; the orders are made before the clock
+ * starts. With --epochs E it makes E passes, pass e in the order of epoch e (as
+ * `ferry bench --shuffle --epochs E`).
  *
  * Usage: rowcopy --count N --row BYTES --offset BYTES [--step BYTES --token BYTES]
- *                [--batch N] [--threads N] [--seed N] FILE
+ *                [--batch N] [--threads N] [--seed N] [--epochs E] FILE
  * Prints one line of JSON: rows, threads, seconds, rows_per_s.
  */
 #define _GNU_SOURCE
@@ -28,7 +29,7 @@
 #include <unistd.h>
 
 static const uint8_t *base;
-static uint64_t *order, count, batch = 256, nthreads = 1;
+static uint64_t *orders, *order, count, batch = 256, nthreads = 1;
 static size_t row, step, token;
 static uint64_t offset;
 
@@ -65,7 +66,7 @@ static void *run(void *arg)
 
 int main(int argc, char **argv)
 {
-    uint64_t seed = 0;
+    uint64_t seed = 0, epochs = 1;
     const char *path = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -85,21 +86,30 @@ int main(int argc, char **argv)
             nthreads = strtoull(argv[++i], NULL, 10);
         else if (i + 1 < argc && !strcmp(a, "--seed"))
             seed = strtoull(argv[++i], NULL, 10);
+        else if (i + 1 < argc && !strcmp(a, "--epochs"))
+            epochs = strtoull(argv[++i], NULL, 10);
         else
             path = a;
     }
-    if (!path || !count || !row || !batch || !nthreads || nthreads > 64 || (token && !step)) {
+    if (!path || !count || !row || !batch || !nthreads || nthreads > 64 || (token && !step) ||
+        !epochs || epochs > 1000) {
         fprintf(stderr, "usage: rowcopy --count N --row BYTES --offset BYTES [--step BYTES "
-                        "--token BYTES] [--batch N] [--threads N] [--seed N] FILE\n");
+                        "--token BYTES] [--batch N] [--threads N] [--seed N] [--epochs E] "
+                        "FILE\n");
         return 2;
     }
     ferry_sampler *s;
-    order = malloc(count * sizeof *order);
-    if (!order || ferry_sampler_random(&s, count, seed, 0, 0) != 0 ||
-        ferry_sampler_set_epoch(s, 0) != 0 || ferry_sampler_fill(s, 0, count, order) != 0) {
-        fprintf(stderr, "rowcopy: %s\n", ferry_last_errmsg());
+    orders = malloc(epochs * count * sizeof *orders);
+    if (!orders || ferry_sampler_random(&s, count, seed, 0, 0) != 0) {
+        fprintf(stderr, "rowcopy: %s\n", orders ? ferry_last_errmsg() : "out of memory");
         return 1;
     }
+    for (uint64_t e = 0; e < epochs; e++)
+        if (ferry_sampler_set_epoch(s, e) != 0 ||
+            ferry_sampler_fill(s, 0, count, orders + e * count) != 0) {
+            fprintf(stderr, "rowcopy: %s\n", ferry_last_errmsg());
+            return 1;
+        }
     ferry_sampler_free(s);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -118,22 +128,25 @@ int main(int argc, char **argv)
     base = m;
     pthread_t th[64];
     job jobs[64];
-    for (unsigned t = 0; t < nthreads; t++) {
-        jobs[t].id = t;
-        pthread_create(&th[t], NULL, run, &jobs[t]);
-    }
     uint64_t sum = 0;
-    for (unsigned t = 0; t < nthreads; t++) {
-        pthread_join(th[t], NULL);
-        sum += jobs[t].sum;
+    for (uint64_t e = 0; e < epochs; e++) {
+        order = orders + e * count;
+        for (unsigned t = 0; t < nthreads; t++) {
+            jobs[t].id = t;
+            pthread_create(&th[t], NULL, run, &jobs[t]);
+        }
+        for (unsigned t = 0; t < nthreads; t++) {
+            pthread_join(th[t], NULL);
+            sum += jobs[t].sum;
+        }
     }
     munmap(m, (size_t)st.st_size);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
     printf("{\"rows\": %llu, \"threads\": %llu, \"seconds\": %.6f, \"rows_per_s\": %.1f, "
            "\"check\": %llu}\n",
-           (unsigned long long)count, (unsigned long long)nthreads, secs, (double)count / secs,
-           (unsigned long long)sum);
-    free(order);
+           (unsigned long long)(count * epochs), (unsigned long long)nthreads, secs,
+           (double)(count * epochs) / secs, (unsigned long long)sum);
+    free(orders);
     return 0;
 }

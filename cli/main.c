@@ -115,6 +115,7 @@ static void usage(FILE *f)
                "  cat FILE [-f I] [-n N]   print records of a shard\n"
                "  verify DIR|FILE          check every record's CRC and the manifest\n"
                "  stat DIR|FILE            summarise record shards\n"
+               "  tokens SOURCE OUT        write a field of token ids as an llm.c token shard\n"
                "  version                  print the version\n"
                "  help                     this text\n"
                "\n"
@@ -146,6 +147,8 @@ int main(int argc, char **argv)
         return cmd_verify(argc - 1, argv + 1);
     if (!strcmp(cmd, "stat"))
         return cmd_stat(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tokens"))
+        return cmd_tokens(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("ferry %s\n", ferry_version_string());
         return 0;

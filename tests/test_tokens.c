@@ -388,3 +388,67 @@ TEST(widened_to_int32_and_int64)
     ferry_ctx_free(ctx);
     test_remove_dir();
 }
+
+/* A 1-D '<i8' .npy of n ids. */
+static void write_ids(const char *path, const int64_t *ids, size_t n)
+{
+    char dict[128];
+    int dl = snprintf(dict, sizeof dict,
+                      "{'descr': '<i8', 'fortran_order': False, 'shape': (%zu,), }", n);
+    size_t total = (10 + (size_t)dl + 1 + 63) / 64 * 64, hlen = total - 10;
+    unsigned char *buf = calloc(1, total + 8 * n);
+    memcpy(buf, "\x93NUMPY\x01\x00", 8);
+    buf[8] = (unsigned char)hlen;
+    buf[9] = (unsigned char)(hlen >> 8);
+    memcpy(buf + 10, dict, (size_t)dl);
+    memset(buf + 10 + dl, ' ', hlen - (size_t)dl - 1);
+    buf[total - 1] = '\n';
+    memcpy(buf + total, ids, 8 * n);
+    test_write_file(path, buf, total + 8 * n);
+    free(buf);
+}
+
+TEST(ferry_tokens_writes_a_shard_from_any_source)
+{
+    test_make_dir("tokens-write-cli");
+    char ids_path[512], out_path[512], args[2048], out[8192];
+    int64_t ids[300];
+    for (int i = 0; i < 300; i++)
+        ids[i] = i * 200;
+    write_ids(test_path("ids.npy", ids_path), ids, 300);
+    test_path("out.bin", out_path);
+    snprintf(args, sizeof args, "tokens npy:%s %s", ids_path, out_path);
+    CHECK_EQ(run_cli(args, out, sizeof out), 0);
+    CHECK_CONTAINS(out, "out.bin: 300 tokens (uint16, version 1)");
+    char spec[700];
+    snprintf(spec, sizeof spec, "tokens:%s,seq=299", out_path);
+    ferry_dataset *ds = open_spec(spec);
+    CHECK_U64(ferry_dataset_len(ds), 1);
+    uint32_t in[299], tg[299];
+    get_window(ds, 0, in, tg);
+    CHECK_EQ(in[0], 0);
+    CHECK_EQ(in[298], 298 * 200);
+    CHECK_EQ(tg[298], 299 * 200);
+    ferry_dataset_free(ds);
+    /* 299 * 300 does not fit uint16: refused, the old shard left as it was */
+    ids[299] = 70000;
+    write_ids(ids_path, ids, 300);
+    CHECK_EQ(run_cli(args, out, sizeof out), 1);
+    CHECK_CONTAINS(out, "sample 299, element 0: 70000 does not fit uint16; try --dtype u32");
+    size_t n;
+    unsigned char *old = test_read_file(out_path, &n);
+    CHECK_U64(n, 1024 + 600);
+    free(old);
+    snprintf(args, sizeof args, "tokens npy:%s %s --dtype u32", ids_path, out_path);
+    CHECK_EQ(run_cli(args, out, sizeof out), 0);
+    CHECK_CONTAINS(out, "300 tokens (uint32, version 2)");
+    ds = open_spec(spec);
+    get_window(ds, 0, in, tg);
+    CHECK_EQ(tg[298], 70000);
+    ferry_dataset_free(ds);
+    ids[5] = -1;
+    write_ids(ids_path, ids, 300);
+    CHECK_EQ(run_cli(args, out, sizeof out), 1);
+    CHECK_CONTAINS(out, "sample 5, element 0: -1 does not fit uint32");
+    test_remove_dir();
+}

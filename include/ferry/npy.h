@@ -24,7 +24,8 @@
  * Refused, with a message naming the file: object dtypes ("|O": Python pickles,
  * code in data), nested structured dtypes, datetimes, long doubles; a header
  * whose shape and dtype disagree with the file's size; a zip member whose sizes
- * or CRC lie.
+ * lie; a deflated member whose CRC-32 is wrong (a stored member's is not
+ * checked: that would read the whole archive at open).
  *
  * Thread rules: a dataset may be read from any number of threads at once.
  */

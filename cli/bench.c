@@ -381,6 +381,10 @@ int cmd_bench(int argc, char **argv)
         printf("delivered   %llu samples in %llu batches, %llu skipped\n",
                (unsigned long long)samples, (unsigned long long)batches,
                (unsigned long long)st.skipped);
+        if (ds && ferry_tokens_dropped(ds))
+            printf("note        %llu tokens are in no window (each shard's tail after its "
+                   "last whole window)\n",
+                   (unsigned long long)ferry_tokens_dropped(ds));
         printf("time        %.3f s, first batch after %.3f ms\n", secs, first_ms);
         printf("throughput  %.0f samples/s, %.0f batches/s, %.1f MB/s\n", sps,
                secs > 0 ? (double)batches / secs : 0, bps / 1e6);

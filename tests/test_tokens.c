@@ -342,6 +342,13 @@ TEST(ferry_head_pack_and_bench_read_tokens)
     snprintf(args, sizeof args, "bench tokens:%s,seq=4 --shuffle --batch 3 --json", p);
     CHECK_EQ(run_cli(args, out, sizeof out), 0);
     CHECK_CONTAINS(out, "\"samples\": 10,");
+    /* 41 tokens, T = 4: 10 windows cover 41; with T = 6, 6 windows cover 37, 4 are in none */
+    snprintf(args, sizeof args, "bench tokens:%s,seq=6", p);
+    CHECK_EQ(run_cli(args, out, sizeof out), 0);
+    CHECK_CONTAINS(out, "note        4 tokens are in no window");
+    snprintf(args, sizeof args, "pack tokens:%s,seq=6 %s/rec6", p, test_dir);
+    CHECK_EQ(run_cli(args, out, sizeof out), 0);
+    CHECK_CONTAINS(out, "note: 4 tokens are in no window");
     test_remove_dir();
 }
 

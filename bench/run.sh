@@ -34,3 +34,5 @@ mkdir -p "$here/results"
 "$python" "$here/records_vs.py" --ferry "$ferry" --out "$here/results/records.json" || exit $?
 "$python" "$here/images_vs_torch.py" --ferry "$ferry" --out "$here/results/images.json" || exit $?
 "$python" "$here/tensors_vs.py" --ferry "$ferry" --out "$here/results/tensors.json" || exit $?
+# .npy rows and llm.c token windows vs a bare copy loop and a np.memmap DataLoader; MDS vs records
+"$python" "$here/arrays_vs.py" --ferry "$ferry" --out "$here/results/arrays.json" || exit $?

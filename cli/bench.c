@@ -34,6 +34,9 @@ static void bench_usage(FILE *f)
            "      an image folder (one directory per class), decoded by the image pipeline\n"
            "  records:DIR  a record shard set (ferry pack); lmdb:PATH  an LMDB environment\n"
            "      either with ,pipeline=... decodes its \"image\" (or \"data\") field\n"
+           "  npy:PATH or npy:x=a.npy;y=b.npz/m  NumPy arrays, row by row along axis 0\n"
+           "  tokens:GLOB[,seq=1024]  llm.c token shards as windows: input, target\n"
+           "  mds:DIR  MosaicML MDS shards (index.json), one global index\n"
            "\n"
            "options:\n"
            "  --batch N         samples per batch, 1..16777216 (default 64; 256 with\n"
@@ -386,6 +389,10 @@ int cmd_bench(int argc, char **argv)
         printf("delivered   %llu samples in %llu batches, %llu skipped\n",
                (unsigned long long)samples, (unsigned long long)batches,
                (unsigned long long)st.skipped);
+        if (ds && ferry_tokens_dropped(ds))
+            printf("note        %llu tokens are in no window (each shard's tail after its "
+                   "last whole window)\n",
+                   (unsigned long long)ferry_tokens_dropped(ds));
         printf("time        %.3f s, first batch after %.3f ms\n", secs, first_ms);
         printf("throughput  %.0f samples/s, %.0f batches/s, %.1f MB/s\n", sps,
                secs > 0 ? (double)batches / secs : 0, bps / 1e6);

@@ -46,6 +46,7 @@ int cmd_ls(int argc, char **argv);
 int cmd_cat(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_stat(int argc, char **argv);
+int cmd_tokens(int argc, char **argv);
 
 /* Named-tensor files: ls, verify and cat hand a .safetensors FILE to these. */
 bool cli_is_safetensors(const char *path);

@@ -116,6 +116,7 @@ static void usage(FILE *f)
                "  verify DIR|FILE          check every record's CRC and the manifest\n"
                "  stat DIR|FILE            summarise record shards\n"
                "  (ls, cat and verify also read .safetensors files: names, dtypes, shapes, CRCs)\n"
+               "  tokens SOURCE OUT        write a field of token ids as an llm.c token shard\n"
                "  version                  print the version\n"
                "  help                     this text\n"
                "\n"
@@ -147,6 +148,8 @@ int main(int argc, char **argv)
         return cmd_verify(argc - 1, argv + 1);
     if (!strcmp(cmd, "stat"))
         return cmd_stat(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tokens"))
+        return cmd_tokens(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("ferry %s\n", ferry_version_string());
         return 0;

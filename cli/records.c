@@ -193,6 +193,10 @@ int cmd_pack(int argc, char **argv)
     printf("%s: %llu records, %.1f MB of fields, in %.3f s (%.0f MB/s)\n", w.dir,
            (unsigned long long)records, (double)bytes / 1e6, secs,
            secs > 0 ? (double)bytes / 1e6 / secs : 0);
+    if (ds && ferry_tokens_dropped(ds))
+        printf("note: %llu tokens are in no window (each shard's tail after its last whole "
+               "window) and are not packed\n",
+               (unsigned long long)ferry_tokens_dropped(ds));
 done:
     ferry_writer_abort(wr);
     ferry_loader_free(l);

@@ -10,6 +10,7 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config python3 python3-pil python3-numpy libzstd-dev liblmdb-dev
       libjpeg62-turbo-dev libspng-dev
       python3-dev python3-venv python3-setuptools python3-wheel python3-torch python3-pytest)
+pkgs+=(zlib1g-dev)
 if [ "${1:-}" = fuzz ]; then
   pkgs+=(clang libclang-rt-14-dev)
 fi

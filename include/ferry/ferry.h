@@ -22,5 +22,8 @@
 #include "transform.h"
 #include "pipeline.h"
 #include "tensors.h"
+#include "npy.h"
+#include "tokens.h"
+#include "mds.h"
 
 #endif /* FERRY_H */

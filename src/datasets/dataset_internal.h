@@ -74,6 +74,9 @@ int ferry__spec_check_used(const ferry__spec *s);
 int ferry__lines_open_spec(ferry_dataset **out, ferry__spec *s);
 int ferry__files_open_spec(ferry_dataset **out, ferry__spec *s);
 int ferry__records_open_spec(ferry_dataset **ds, ferry_stream **st, ferry__spec *s);
+int ferry__npy_open_spec(ferry_dataset **out, ferry__spec *s);
+int ferry__tokens_open_spec(ferry_dataset **out, ferry__spec *s);
+int ferry__mds_open_spec(ferry_dataset **out, ferry__spec *s);
 /* The image options of a spec ("pipeline=", "size=", ...), taken when the kind is
  * images or a pipeline= is given (*present); *field is image_field= or NULL. */
 struct ferry_image_pipeline;

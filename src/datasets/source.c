@@ -177,6 +177,12 @@ int ferry_source_open(const char *spec, ferry_dataset **ds, ferry_stream **st)
             rc = ferry__lmdb_open_spec(ds, s);
         else if (!strcmp(s->kind, "files"))
             rc = ferry__files_open_spec(ds, s);
+        else if (!strcmp(s->kind, "npy"))
+            rc = ferry__npy_open_spec(ds, s);
+        else if (!strcmp(s->kind, "tokens"))
+            rc = ferry__tokens_open_spec(ds, s);
+        else if (!strcmp(s->kind, "mds"))
+            rc = ferry__mds_open_spec(ds, s);
         else if (!strcmp(s->kind, "csv"))
             rc = st ? ferry__csv_open_spec(st, s)
                     : ferry__err(FERRY_EINVAL,
@@ -184,7 +190,7 @@ int ferry_source_open(const char *spec, ferry_dataset **ds, ferry_stream **st)
         else
             rc = ferry__err(FERRY_EINVAL,
                             "source: unknown kind \"%.64s\" (known: synthetic, lines, files, "
-                            "images, records, lmdb, csv)",
+                            "images, records, lmdb, csv, npy, tokens, mds)",
                             s->kind);
     }
     if (rc == 0 && images) {

@@ -5,6 +5,7 @@
 #include "dataset_internal.h"
 #include "csv_internal.h"
 #include "lmdb_internal.h"
+#include "shard_files.h"
 #include "ferry/pipeline.h"
 
 #include <string.h>
@@ -177,6 +178,10 @@ int ferry_source_open(const char *spec, ferry_dataset **ds, ferry_stream **st)
             rc = ferry__lmdb_open_spec(ds, s);
         else if (!strcmp(s->kind, "files"))
             rc = ferry__files_open_spec(ds, s);
+        else if (!strcmp(s->kind, "tfrecord"))
+            rc = ferry__tfrecord_open_spec(ds, st, s);
+        else if (!strcmp(s->kind, "wds"))
+            rc = ferry__wds_open_spec(ds, st, s);
         else if (!strcmp(s->kind, "csv"))
             rc = st ? ferry__csv_open_spec(st, s)
                     : ferry__err(FERRY_EINVAL,
@@ -184,7 +189,7 @@ int ferry_source_open(const char *spec, ferry_dataset **ds, ferry_stream **st)
         else
             rc = ferry__err(FERRY_EINVAL,
                             "source: unknown kind \"%.64s\" (known: synthetic, lines, files, "
-                            "images, records, lmdb, csv)",
+                            "images, records, lmdb, csv, tfrecord, wds)",
                             s->kind);
     }
     if (rc == 0 && images) {

@@ -1,0 +1,186 @@
+/*
+ * Sequential reading of a file as it is or through zlib's gzip inflate.
+ */
+#include "seqread.h"
+
+#include <string.h>
+
+#define GZ_IN_BYTES ((size_t)256 << 10)
+
+int ferry__seqread_open(ferry__seqread *r, const char *path, const char *name, int compression,
+                        size_t window)
+{
+    int rc = 0;
+    memset(r, 0, sizeof *r);
+    r->f.fd = -1;
+    r->name = name;
+    if (window < 4096)
+        window = 4096;
+    FERRY_TRY(ferry__file_open(&r->f, path));
+    r->gzip = compression == FERRY__GZ_GZIP;
+    if (compression == FERRY__GZ_AUTO) {
+        uint8_t magic[2];
+        size_t got;
+        FERRY_TRY(ferry__file_pread(&r->f, name, magic, 2, 0, &got));
+        r->gzip = got == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
+    }
+    if (!(r->buf = ferry__malloc(window)))
+        FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory for a %zu-byte read window", name, window);
+    r->cap = window;
+    if (r->gzip) {
+        if (!(r->in = ferry__malloc(GZ_IN_BYTES)))
+            FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", name);
+        r->in_cap = GZ_IN_BYTES;
+        /* 15 + 16: gzip wrapper only, so a plain zlib stream is refused */
+        if (inflateInit2(&r->z, 15 + 16) != Z_OK)
+            FERRY_FAIL(FERRY_ENOMEM, "%s: zlib could not start an inflater", name);
+        r->z_live = true;
+    }
+    return 0;
+cleanup:
+    ferry__seqread_close(r);
+    return rc;
+}
+
+void ferry__seqread_close(ferry__seqread *r)
+{
+    if (r->z_live)
+        inflateEnd(&r->z);
+    r->z_live = false;
+    ferry__file_close(&r->f);
+    ferry__free(r->buf);
+    ferry__free(r->in);
+    r->buf = r->in = NULL;
+}
+
+/* Inflates into buf[end..cap); sets eof at the end of the last member. */
+static int gz_fill(ferry__seqread *r)
+{
+    size_t got;
+    int rc;
+    while (r->end < r->cap && !r->eof) {
+        if (r->z.avail_in == 0) {
+            if (r->file_off >= r->f.size) {
+                return ferry__err(FERRY_ECORRUPT,
+                                  "%s: the gzip stream ends early, at file offset %llu "
+                                  "(truncated?)",
+                                  r->name, (unsigned long long)r->file_off);
+            }
+            if ((rc = ferry__file_pread(&r->f, r->name, r->in, r->in_cap, r->file_off, &got)) < 0)
+                return rc;
+            if (got == 0)
+                return ferry__err(FERRY_EIO, "%s: the file shrank while it was read", r->name);
+            r->file_off += got;
+            r->z.next_in = r->in;
+            r->z.avail_in = (uInt)got;
+        }
+        r->z.next_out = r->buf + r->end;
+        r->z.avail_out = (uInt)(r->cap - r->end);
+        int zr = inflate(&r->z, Z_NO_FLUSH);
+        r->end = r->cap - r->z.avail_out;
+        if (zr == Z_STREAM_END) {
+            /* another gzip member may follow (concatenated gzip files) */
+            if (r->z.avail_in == 0 && r->file_off >= r->f.size) {
+                r->eof = true;
+                break;
+            }
+            if (r->z.avail_in == 0) {
+                if ((rc = ferry__file_pread(&r->f, r->name, r->in, r->in_cap, r->file_off, &got)) <
+                    0)
+                    return rc;
+                r->file_off += got;
+                r->z.next_in = r->in;
+                r->z.avail_in = (uInt)got;
+            }
+            if (r->z.next_in[0] != 0x1f)
+                return ferry__err(FERRY_ECORRUPT,
+                                  "%s: bytes that are not gzip after the gzip stream, at file "
+                                  "offset %llu",
+                                  r->name, (unsigned long long)(r->file_off - r->z.avail_in));
+            inflateReset(&r->z);
+        } else if (zr != Z_OK && zr != Z_BUF_ERROR) {
+            return ferry__err(FERRY_ECORRUPT, "%s: bad gzip data near file offset %llu: %s",
+                              r->name, (unsigned long long)(r->file_off - r->z.avail_in),
+                              r->z.msg ? r->z.msg : "inflate failed");
+        }
+    }
+    return 0;
+}
+
+int ferry__seqread_need(ferry__seqread *r, size_t n, size_t *avail)
+{
+    int rc;
+    if (r->end - r->pos >= n || r->eof) {
+        *avail = r->end - r->pos < n ? r->end - r->pos : n;
+        return 0;
+    }
+    if (n > r->cap) {
+        uint8_t *grown = ferry__malloc(n);
+        if (!grown)
+            return ferry__err(FERRY_ENOMEM, "%s: out of memory for a %zu-byte record", r->name, n);
+        memcpy(grown, r->buf + r->pos, r->end - r->pos);
+        ferry__free(r->buf);
+        r->buf = grown;
+        r->cap = n;
+        r->end -= r->pos;
+        r->pos = 0;
+    } else if (r->pos > 0) {
+        memmove(r->buf, r->buf + r->pos, r->end - r->pos);
+        r->end -= r->pos;
+        r->pos = 0;
+    }
+    if (r->gzip) {
+        if ((rc = gz_fill(r)) < 0)
+            return rc;
+    } else {
+        while (r->end < n && !r->eof) {
+            size_t got;
+            if ((rc = ferry__file_pread(&r->f, r->name, r->buf + r->end, r->cap - r->end,
+                                        r->file_off, &got)) < 0)
+                return rc;
+            r->file_off += got;
+            r->end += got;
+            if (got == 0 || r->file_off >= r->f.size)
+                r->eof = true;
+        }
+    }
+    *avail = r->end - r->pos < n ? r->end - r->pos : n;
+    return 0;
+}
+
+int ferry__seqread_skip(ferry__seqread *r, uint64_t n, uint64_t *skipped)
+{
+    uint64_t done = 0;
+    size_t have = r->end - r->pos;
+    if (n <= have) {
+        r->pos += (size_t)n;
+        r->off += n;
+        *skipped = n;
+        return 0;
+    }
+    done = have;
+    r->pos = r->end = 0;
+    if (!r->gzip) {
+        /* past the window: move the file offset instead of reading */
+        uint64_t left = r->f.size > r->file_off ? r->f.size - r->file_off : 0;
+        uint64_t step = n - done < left ? n - done : left;
+        r->file_off += step;
+        done += step;
+        if (r->file_off >= r->f.size)
+            r->eof = true;
+    } else {
+        while (done < n) {
+            size_t want = n - done < r->cap ? (size_t)(n - done) : r->cap, got;
+            int rc = ferry__seqread_need(r, want, &got);
+            if (rc < 0)
+                return rc;
+            if (got == 0)
+                break;
+            r->pos += got;
+            done += got;
+        }
+    }
+    r->off += done;
+    *skipped = done;
+    return 0;
+}

@@ -1,0 +1,536 @@
+/*
+ * TFRecord: the real files in ../shared/testdata/tfrecord read with the contents
+ * SOURCES.md lists (map-style and stream, plain and gzip), schemas inferred and
+ * given, missing values, raw records, SequenceExample refused with a message, the
+ * stream's split of files across shards, and every bad input with its message.
+ */
+#include "harness.h"
+
+#include <ferry/ferry.h>
+#include <ferry/records.h>
+#include <ferry/tfrecord.h>
+
+#include <math.h>
+#include <unistd.h>
+
+#define TF FERRY_SHARED_DIR "/testdata/tfrecord"
+#define MAXS 5000
+
+/* One read sample: each field's bytes and length. */
+typedef struct row {
+    uint8_t *data[FERRY_MAX_FIELDS];
+    int64_t len[FERRY_MAX_FIELDS];
+} row;
+
+typedef struct table {
+    int nf;
+    ferry_field f[FERRY_MAX_FIELDS];
+    size_t n;
+    row *rows;
+    int rc; /* what ended the read: FERRY_END or an error */
+    char msg[512];
+} table;
+
+static void table_free(table *t)
+{
+    for (size_t i = 0; i < t->n; i++)
+        for (int k = 0; k < t->nf; k++)
+            free(t->rows[i].data[k]);
+    free(t->rows);
+}
+
+static int col(const table *t, const char *name)
+{
+    for (int k = 0; k < t->nf; k++)
+        if (!strcmp(t->f[k].name, name))
+            return k;
+    test_fail(__FILE__, __LINE__, "no field %s", name);
+}
+
+/* Reads every sample of a source (map-style, or the stream's shard of nshards). */
+static table read_source(const char *spec, uint64_t shard, uint64_t nshards, uint64_t epoch)
+{
+    table t = {0};
+    ferry_dataset *ds;
+    ferry_stream *st;
+    CHECK_OK(ferry_source_open(spec, &ds, &st));
+    t.nf = ds ? ferry_dataset_nfields(ds) : ferry_stream_nfields(st);
+    for (int k = 0; k < t.nf; k++)
+        t.f[k] = *(ds ? ferry_dataset_field(ds, k) : ferry_stream_field(st, k));
+    t.rows = calloc(MAXS, sizeof *t.rows);
+    ferry_ctx *ctx;
+    CHECK_OK(ferry_ctx_create(&ctx, 0, epoch));
+    ferry_stream_iter *it = NULL;
+    if (st)
+        CHECK_OK(ferry_stream_open(st, shard, nshards, epoch, &it));
+    for (;;) {
+        CHECK(t.n < MAXS);
+        row *r = &t.rows[t.n];
+        for (int k = 0; k < t.nf; k++)
+            r->data[k] = calloc(1, ferry_field_nbytes(&t.f[k]) + 1);
+        ferry_sample s = {t.nf, (void *const *)r->data, r->len};
+        int rc;
+        if (ds)
+            rc = t.n < ferry_dataset_len(ds) ? ferry_dataset_get(ds, t.n, &s, ctx) : FERRY_END;
+        else
+            rc = ferry_stream_next(it, &s, ctx);
+        if (rc != 0) {
+            for (int k = 0; k < t.nf; k++)
+                free(r->data[k]);
+            t.rc = rc;
+            snprintf(t.msg, sizeof t.msg, "%s", ferry_last_errmsg());
+            break;
+        }
+        t.n++;
+    }
+    ferry_stream_close(it);
+    ferry_ctx_free(ctx);
+    ferry_dataset_free(ds);
+    ferry_stream_free(st);
+    return t;
+}
+
+static float f32(const table *t, size_t i, const char *name, int j)
+{
+    float v;
+    memcpy(&v, t->rows[i].data[col(t, name)] + 4 * j, 4);
+    return v;
+}
+
+static int64_t i64(const table *t, size_t i, const char *name, int j)
+{
+    int64_t v;
+    memcpy(&v, t->rows[i].data[col(t, name)] + 8 * j, 8);
+    return v;
+}
+
+static int64_t len(const table *t, size_t i, const char *name)
+{
+    return t->rows[i].len[col(t, name)];
+}
+
+/* Row j of a bytes field, as a string. */
+static const char *str(const table *t, size_t i, const char *name, int j)
+{
+    int k = col(t, name);
+    size_t w = t->f[k].ndim == 2 ? (size_t)t->f[k].shape[1] : (size_t)t->f[k].shape[0];
+    static char buf[4096];
+    size_t n = t->f[k].ndim == 2 ? strnlen((char *)t->rows[i].data[k] + j * w, w)
+                                 : (size_t)t->rows[i].len[k];
+    memcpy(buf, t->rows[i].data[k] + j * w, n);
+    buf[n] = 0;
+    return buf;
+}
+
+/* The ydf toy set: SOURCES.md's listing of its four records. */
+static void check_toy(const table *t, size_t first, size_t count)
+{
+    static const char *cat1[] = {"A", "B", "A", "C"};
+    static const char *set1[4][3] = {{"x"}, {"x", "y"}, {"y", "x", "z"}, {"x", "y", "z"}};
+    static const int nset1[] = {1, 2, 3, 3};
+    static const int nset2[] = {0, 1, 2, 3};
+    static const char *set2[4][3] = {{0}, {"x"}, {"x", "y"}, {"z", "x", "y"}};
+    static const int has_num2[] = {0, 1, 0, 1};
+    static const int64_t bool1[] = {0, 1, 0, 1};
+    static const int has_bool2[] = {1, 0, 1, 0};
+    static const int64_t bool2[] = {0, 0, 1, 0};
+    static const float cat3[] = {1, 2, 1, 3};
+    CHECK_EQ(t->n, count);
+    CHECK_EQ(t->nf, 9);
+    CHECK_EQ(t->f[col(t, "Num_1")].ndim, 0);
+    CHECK_EQ(t->f[col(t, "Num_1")].dtype, FERRY_F32);
+    CHECK_EQ(t->f[col(t, "Bool_1")].dtype, FERRY_I64);
+    for (size_t i = 0; i < count; i++) {
+        size_t r = first + i;
+        CHECK(f32(t, i, "Num_1", 0) == (float)(r + 1));
+        CHECK_EQ(len(t, i, "Num_2"), has_num2[r]);
+        if (has_num2[r])
+            CHECK(f32(t, i, "Num_2", 0) == (float)(r + 1));
+        CHECK(!strcmp(str(t, i, "Cat_1", 0), cat1[r]));
+        CHECK_EQ(len(t, i, "Cat_set_1"), nset1[r]);
+        for (int j = 0; j < nset1[r]; j++)
+            CHECK(!strcmp(str(t, i, "Cat_set_1", j), set1[r][j]));
+        CHECK_EQ(len(t, i, "Cat_set_2"), nset2[r]);
+        for (int j = 0; j < nset2[r]; j++)
+            CHECK(!strcmp(str(t, i, "Cat_set_2", j), set2[r][j]));
+        CHECK_EQ(i64(t, i, "Bool_1", 0), bool1[r]);
+        CHECK_EQ(len(t, i, "Bool_2"), has_bool2[r]);
+        if (has_bool2[r])
+            CHECK_EQ(i64(t, i, "Bool_2", 0), bool2[r]);
+        CHECK(f32(t, i, "Cat_3", 0) == cat3[r]);
+    }
+}
+
+TEST(ydf_toy_uncompressed)
+{
+    test_need_shared(TF "/ydf_toy_uncompressed-00000-of-00002.tfrecord");
+    /* shard 0 alone, map-style (an offset index) */
+    table t = read_source("tfrecord:" TF "/ydf_toy_uncompressed-00000-of-00002.tfrecord", 0, 1, 0);
+    CHECK_EQ(t.rc, FERRY_END);
+    check_toy(&t, 0, 3);
+    table_free(&t);
+    /* both shards through a glob; the schema is inferred across them */
+    t = read_source("tfrecord:" TF "/ydf_toy_uncompressed-0000*", 0, 1, 0);
+    check_toy(&t, 0, 4);
+    table_free(&t);
+    /* record lengths as listed */
+    t = read_source("tfrecord:" TF "/ydf_toy_uncompressed-0000*,raw=1", 0, 1, 0);
+    CHECK_EQ(t.n, 4);
+    CHECK_EQ(t.rows[0].len[0], 153);
+    CHECK_EQ(t.rows[1].len[0], 159);
+    CHECK_EQ(t.rows[2].len[0], 167);
+    CHECK_EQ(t.rows[3].len[0], 168);
+    CHECK_EQ(t.f[0].shape[0], 168); /* the longest record: the bound of a map-style raw field */
+    table_free(&t);
+}
+
+TEST(ydf_toy_gzip)
+{
+    test_need_shared(TF "/ydf_toy_gzip-00000-of-00002.tfrecord.gz");
+    /* gzip files are a stream; read in name order with one shard and seed 0 the
+     * order is a permutation: take each file alone */
+    table t = read_source("tfrecord:" TF "/ydf_toy_gzip-00000-of-00002.tfrecord.gz", 0, 1, 0);
+    CHECK_EQ(t.rc, FERRY_END);
+    check_toy(&t, 0, 3);
+    table_free(&t);
+    t = read_source("tfrecord:" TF "/ydf_toy_gzip-00001-of-00002.tfrecord.gz,"
+                    "features=Num_1:f32;Cat_set_1:bytes:3x1",
+                    0, 1, 0);
+    CHECK_EQ(t.n, 1);
+    CHECK(f32(&t, 0, "Num_1", 0) == 4.0f);
+    CHECK(!strcmp(str(&t, 0, "Cat_set_1", 2), "z"));
+    table_free(&t);
+    /* the payloads after gunzip are byte-identical to the uncompressed shard's */
+    table a = read_source("tfrecord:" TF "/ydf_toy_gzip-00000-of-00002.tfrecord.gz,raw=1", 0, 1, 0);
+    table b =
+        read_source("tfrecord:" TF "/ydf_toy_uncompressed-00000-of-00002.tfrecord,raw=1", 0, 1, 0);
+    CHECK_EQ(a.n, 3);
+    CHECK_EQ(b.n, 3);
+    for (size_t i = 0; i < 3; i++) {
+        CHECK_EQ(a.rows[i].len[0], b.rows[i].len[0]);
+        CHECK(!memcmp(a.rows[i].data[0], b.rows[i].data[0], (size_t)a.rows[i].len[0]));
+    }
+    table_free(&a);
+    table_free(&b);
+}
+
+TEST(penguin)
+{
+    test_need_shared(TF "/tfx_penguin_eval-00000-of-00001.tfrecord.gz");
+    table t = read_source("tfrecord:" TF "/tfx_penguin_eval-00000-of-00001.tfrecord.gz", 0, 1, 0);
+    CHECK_EQ(t.rc, FERRY_END);
+    CHECK_EQ(t.n, 100);
+    CHECK_EQ(t.nf, 5);
+    CHECK(f32(&t, 0, "body_mass_g", 0) == 0.2569444477558136f);
+    CHECK(f32(&t, 0, "culmen_depth_mm", 0) == 0.5595238208770752f);
+    CHECK(f32(&t, 0, "culmen_length_mm", 0) == 0.24727272987365723f);
+    CHECK(f32(&t, 0, "flipper_length_mm", 0) == 0.1525423675775528f);
+    CHECK_EQ(i64(&t, 0, "species", 0), 0);
+    for (size_t i = 0; i < t.n; i++) {
+        CHECK(i64(&t, i, "species", 0) >= 0 && i64(&t, i, "species", 0) <= 2);
+        float v = f32(&t, i, "body_mass_g", 0);
+        CHECK(v >= 0 && v <= 1);
+    }
+    table_free(&t);
+    t = read_source("tfrecord:" TF "/tfx_penguin_train-00000-of-00001.tfrecord.gz,raw=1", 0, 1, 0);
+    CHECK_EQ(t.n, 234);
+    for (size_t i = 0; i < t.n; i++)
+        CHECK_EQ(t.rows[i].len[0], 136);
+    table_free(&t);
+    /* both splits as one stream, split over 2 shards: disjoint, 334 in all */
+    table s0 = read_source("tfrecord:" TF "/tfx_penguin_*.tfrecord.gz", 0, 2, 3);
+    table s1 = read_source("tfrecord:" TF "/tfx_penguin_*.tfrecord.gz", 1, 2, 3);
+    CHECK_EQ(s0.n + s1.n, 334);
+    CHECK(s0.n == 100 || s0.n == 234);
+    table_free(&s0);
+    table_free(&s1);
+}
+
+TEST(sequence_example)
+{
+    test_need_shared(TF "/tfx_sequence_example_eval.tfrecord.gz");
+    table t = read_source("tfrecord:" TF "/tfx_sequence_example_eval.tfrecord.gz,raw=1", 0, 1, 0);
+    CHECK_EQ(t.rc, FERRY_END);
+    CHECK_EQ(t.n, 4500);
+    for (size_t i = 0; i < t.n; i++)
+        CHECK_EQ(t.rows[i].len[0], i % 10 == 0 ? 47 : 61); /* ids % 10 == 0: empty context */
+    /* record 1 (id 10501): feature_lists "s" holds "10501" and "10502" */
+    CHECK(memmem(t.rows[1].data[0], 61, "10501", 5) && memmem(t.rows[1].data[0], 61, "10502", 5));
+    table_free(&t);
+    ferry_dataset *ds;
+    ferry_stream *st;
+    CHECK_RC(ferry_source_open("tfrecord:" TF "/tfx_sequence_example_eval.tfrecord.gz", &ds, &st),
+             FERRY_ENOTSUP);
+    CHECK_CONTAINS(ferry_last_errmsg(),
+                   "tfx_sequence_example_eval.tfrecord.gz: record 0 at offset 0");
+    CHECK_CONTAINS(ferry_last_errmsg(), "SequenceExample");
+}
+
+TEST(sentences)
+{
+    test_need_shared(TF "/ydf_sentences_gzip.tfrecord.gz");
+    table t = read_source("tfrecord:" TF "/ydf_sentences_gzip.tfrecord.gz", 0, 1, 0);
+    CHECK_EQ(t.n, 2);
+    CHECK_EQ(t.nf, 1);
+    CHECK(!strcmp(str(&t, 0, "f1", 0), "Hello world"));
+    CHECK(!strcmp(str(&t, 1, "f1", 0), "Bonjour le monde"));
+    table_free(&t);
+    t = read_source("tfrecord:" TF "/ydf_sentences_gzip.tfrecord.gz,raw=1", 0, 1, 0);
+    CHECK_EQ(t.rows[0].len[0], 25);
+    CHECK_EQ(t.rows[1].len[0], 30);
+    table_free(&t);
+}
+
+/* ---- Files written here ---- */
+
+static uint32_t mask(uint32_t c)
+{
+    return ((c >> 15) | (c << 17)) + 0xa282ead8u;
+}
+
+static size_t frame(uint8_t *out, const void *data, uint64_t n)
+{
+    memcpy(out, &n, 8);
+    uint32_t c = mask(ferry_crc32c(0, out, 8));
+    memcpy(out + 8, &c, 4);
+    memcpy(out + 12, data, n);
+    c = mask(ferry_crc32c(0, data, n));
+    memcpy(out + 12 + n, &c, 4);
+    return 16 + n;
+}
+
+/* An Example with float feature "x" = [v] and bytes feature "s" = [text]. */
+static size_t example(uint8_t *out, float v, const char *text)
+{
+    uint8_t *p = out;
+    size_t tl = strlen(text);
+    *p++ = 0x0a, *p++ = (uint8_t)(15 + 2 + 9 + tl); /* Example.features */
+    /* entry "x": Feature{float_list{packed [v]}} */
+    *p++ = 0x0a, *p++ = 13, *p++ = 0x0a, *p++ = 1, *p++ = 'x', *p++ = 0x12, *p++ = 8;
+    *p++ = 0x12, *p++ = 6, *p++ = 0x0a, *p++ = 4;
+    memcpy(p, &v, 4), p += 4;
+    /* entry "s": Feature{bytes_list{[text]}} */
+    *p++ = 0x0a, *p++ = (uint8_t)(9 + tl), *p++ = 0x0a, *p++ = 1, *p++ = 's', *p++ = 0x12;
+    *p++ = (uint8_t)(4 + tl), *p++ = 0x0a, *p++ = (uint8_t)(2 + tl), *p++ = 0x0a,
+    *p++ = (uint8_t)tl;
+    memcpy(p, text, tl), p += tl;
+    return (size_t)(p - out);
+}
+
+static void write_set(const char *name, int count)
+{
+    static uint8_t file[1 << 16];
+    size_t at = 0;
+    for (int i = 0; i < count; i++) {
+        uint8_t ex[256];
+        char text[32];
+        snprintf(text, sizeof text, "s%d", i);
+        size_t n = example(ex, (float)i, text);
+        at += frame(file + at, ex, n);
+    }
+    char path[512];
+    test_write_file(test_path(name, path), file, at);
+}
+
+TEST(written_examples)
+{
+    test_make_dir("tfrecord-written");
+    write_set("a.tfrecord", 5);
+    char spec[600], path[512];
+    snprintf(spec, sizeof spec, "tfrecord:%s", test_path("a.tfrecord", path));
+    table t = read_source(spec, 0, 1, 0);
+    CHECK_EQ(t.n, 5);
+    CHECK_EQ(t.nf, 2);
+    for (size_t i = 0; i < 5; i++) {
+        char want[8];
+        snprintf(want, sizeof want, "s%zu", i);
+        CHECK(f32(&t, i, "x", 0) == (float)i);
+        CHECK(!strcmp(str(&t, i, "s", 0), want));
+    }
+    table_free(&t);
+    /* a given schema: "y" is in no record: an error naming it, or filled */
+    snprintf(spec, sizeof spec, "tfrecord:%s,features=x:f32;y:i64:2", path);
+    t = read_source(spec, 0, 1, 0);
+    CHECK_EQ(t.n, 0);
+    CHECK_EQ(t.rc, FERRY_ENOENT);
+    CHECK_CONTAINS(t.msg, "a.tfrecord: record 0 at offset 0: feature \"y\" is missing");
+    table_free(&t);
+    snprintf(spec, sizeof spec, "tfrecord:%s,features=x:f32;y:i64:2,missing=fill,fill=-1", path);
+    t = read_source(spec, 0, 1, 0);
+    CHECK_EQ(t.n, 5);
+    CHECK_EQ(i64(&t, 4, "y", 1), -1);
+    table_free(&t);
+    /* a bound too small for a value */
+    snprintf(spec, sizeof spec, "tfrecord:%s,features=s:bytes:1", path);
+    t = read_source(spec, 0, 1, 0);
+    CHECK_EQ(t.rc, FERRY_EOVERFLOW);
+    CHECK_CONTAINS(t.msg, "record 0 at offset 0: feature \"s\" has a 2-byte value");
+    table_free(&t);
+    /* stream: many files, split over shards, shuffled per epoch */
+    for (int k = 0; k < 8; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "part-%d.tfrecord", k);
+        write_set(name, k + 1);
+    }
+    snprintf(spec, sizeof spec, "tfrecord:%s/part-*.tfrecord,stream=1,seed=7", test_dir);
+    size_t total = 0;
+    for (uint64_t s = 0; s < 3; s++) {
+        table p = read_source(spec, s, 3, 0);
+        CHECK_EQ(p.rc, FERRY_END);
+        total += p.n;
+        table_free(&p);
+    }
+    CHECK_EQ(total, 36);
+    table e0 = read_source(spec, 0, 1, 0), e1 = read_source(spec, 0, 1, 1);
+    CHECK_EQ(e0.n, 36);
+    int differ = 0;
+    for (size_t i = 0; i < 36; i++) {
+        char a[64];
+        snprintf(a, sizeof a, "%s", str(&e0, i, "s", 0));
+        differ |= strcmp(a, str(&e1, i, "s", 0)) != 0;
+    }
+    CHECK(differ); /* a new file order each epoch */
+    table_free(&e0);
+    table_free(&e1);
+    test_remove_dir();
+}
+
+/* Writes bytes as a file and reads it as spec + path: the error at the end. */
+static table read_bytes(const char *name, const void *b, size_t n, const char *opts)
+{
+    char path[512], spec[700];
+    test_write_file(test_path(name, path), b, n);
+    snprintf(spec, sizeof spec, "tfrecord:%s%s", path, opts);
+    ferry_dataset *ds;
+    ferry_stream *st;
+    int rc = ferry_source_open(spec, &ds, &st);
+    if (rc < 0) {
+        table t = {0};
+        t.rc = rc;
+        snprintf(t.msg, sizeof t.msg, "%s", ferry_last_errmsg());
+        return t;
+    }
+    ferry_dataset_free(ds);
+    ferry_stream_free(st);
+    return read_source(spec, 0, 1, 0);
+}
+
+TEST(bad_framing)
+{
+    test_make_dir("tfrecord-bad");
+    uint8_t f[1024], ex[256];
+    size_t n = example(ex, 1, "ab"), a = frame(f, ex, n), b = a + frame(f + a, ex, n);
+    /* a data CRC mismatch in record 1: map-style and stream both say where */
+    f[a + 20] ^= 1;
+    table t = read_bytes("crc.tfrecord", f, b, ",raw=1");
+    CHECK_EQ(t.n, 1);
+    CHECK_EQ(t.rc, FERRY_ECORRUPT);
+    char want[128];
+    snprintf(want, sizeof want, "crc.tfrecord: record 1 at offset %zu: data CRC mismatch", a);
+    CHECK_CONTAINS(t.msg, want);
+    table_free(&t);
+    t = read_bytes("crc2.tfrecord", f, b, ",raw=1,stream=1,max=64");
+    CHECK_EQ(t.n, 1);
+    CHECK_CONTAINS(t.msg, "record 1 at offset");
+    CHECK_CONTAINS(t.msg, "data CRC mismatch");
+    table_free(&t);
+    f[a + 20] ^= 1;
+    /* a length CRC mismatch: found when the index is built */
+    f[a + 9] ^= 1;
+    t = read_bytes("lcrc.tfrecord", f, b, ",raw=1");
+    CHECK_EQ(t.rc, FERRY_ECORRUPT);
+    snprintf(want, sizeof want, "lcrc.tfrecord: record 1 at offset %zu: length CRC mismatch", a);
+    CHECK_CONTAINS(t.msg, want);
+    f[a + 9] ^= 1;
+    /* truncated: in the data, and in the header */
+    t = read_bytes("trunc.tfrecord", f, b - 5, ",raw=1");
+    CHECK_EQ(t.rc, FERRY_ECORRUPT);
+    CHECK_CONTAINS(t.msg, "record 1 at offset");
+    CHECK_CONTAINS(t.msg, "truncated");
+    t = read_bytes("trunc2.tfrecord", f, b - 5, ",raw=1,stream=1,max=64");
+    CHECK_EQ(t.n, 1);
+    CHECK_CONTAINS(t.msg, "truncated");
+    CHECK_CONTAINS(t.msg, "the rest of the file is not read");
+    table_free(&t);
+    t = read_bytes("trunc3.tfrecord", f, a + 7, ",raw=1,stream=1,max=64");
+    CHECK_CONTAINS(t.msg, "truncated header (7 of 12 bytes)");
+    table_free(&t);
+    /* a length near 2^64 with a valid length CRC */
+    uint8_t h[16];
+    uint64_t huge = UINT64_MAX - 3;
+    memcpy(h, &huge, 8);
+    uint32_t c = mask(ferry_crc32c(0, h, 8));
+    memcpy(h + 8, &c, 4);
+    memcpy(f + a, h, 12);
+    t = read_bytes("huge.tfrecord", f, b, ",raw=1");
+    CHECK_EQ(t.rc, FERRY_ECORRUPT);
+    CHECK_CONTAINS(t.msg, "record 1 at offset");
+    CHECK_CONTAINS(t.msg, "length 18446744073709551612 is over the limit");
+    t = read_bytes("huge2.tfrecord", f, b, ",raw=1,stream=1,max=64");
+    CHECK_EQ(t.n, 1);
+    CHECK_CONTAINS(t.msg, "is over the limit");
+    table_free(&t);
+    /* a gzip file cut short */
+    test_remove_dir();
+}
+
+/* A record holding these protobuf bytes, decoded with schema x:f32. */
+static void bad_proto(const char *name, const uint8_t *pb, size_t n, const char *want)
+{
+    uint8_t f[512];
+    size_t at = frame(f, pb, n);
+    table t = read_bytes(name, f, at, ",features=x:f32");
+    CHECK_EQ(t.n, 0);
+    CHECK_EQ(t.rc, FERRY_ECORRUPT);
+    CHECK_CONTAINS(t.msg, "record 0 at offset 0: ");
+    CHECK_CONTAINS(t.msg, "protobuf: ");
+    CHECK_CONTAINS(t.msg, want);
+    table_free(&t);
+}
+
+TEST(bad_protobuf)
+{
+    test_make_dir("tfrecord-proto");
+    /* a varint over 10 bytes */
+    static const uint8_t v[] = {0x0a, 0x0c, 0x0a, 0x0a, 0xff, 0xff, 0xff,
+                                0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+    bad_proto("varint.tfrecord", v, sizeof v, "bad varint");
+    /* a varint that runs off the end */
+    static const uint8_t v2[] = {0x0a, 0x02, 0x0a, 0x80};
+    bad_proto("varint2.tfrecord", v2, sizeof v2, "varint runs past its message");
+    /* wire type 7 */
+    static const uint8_t w[] = {0x0f};
+    bad_proto("wire.tfrecord", w, sizeof w, "wire type 7 (bad)");
+    /* a group (wire type 3) */
+    static const uint8_t g[] = {0x0b};
+    bad_proto("group.tfrecord", g, sizeof g, "wire type 3 (groups");
+    /* a nested length past its enclosing message: Features says 5, entry says 100 */
+    static const uint8_t l[] = {0x0a, 0x05, 0x0a, 0x64, 0x0a, 0x01, 'x'};
+    bad_proto("len.tfrecord", l, sizeof l, "length 100 at byte 3 runs past its message");
+    /* packed floats of 3 bytes */
+    static const uint8_t p[] = {0x0a, 0x0e, 0x0a, 0x0c, 0x0a, 0x01, 'x', 0x12,
+                                0x07, 0x12, 0x05, 0x0a, 0x03, 1,    2,   3};
+    bad_proto("packed.tfrecord", p, sizeof p, "packed floats of 3 bytes");
+    test_remove_dir();
+}
+
+TEST(bad_gzip)
+{
+    test_need_shared(TF "/tfx_penguin_eval-00000-of-00001.tfrecord.gz");
+    test_make_dir("tfrecord-gz");
+    size_t n;
+    unsigned char *b = test_read_file(TF "/tfx_penguin_eval-00000-of-00001.tfrecord.gz", &n);
+    table t = read_bytes("cut.tfrecord.gz", b, n / 2, "");
+    CHECK(t.n < 100);
+    CHECK_EQ(t.rc, FERRY_ECORRUPT);
+    CHECK_CONTAINS(t.msg, "cut.tfrecord.gz: the gzip stream ends early");
+    table_free(&t);
+    b[n / 2] ^= 0x55;
+    t = read_bytes("flip.tfrecord.gz", b, n, ",raw=1");
+    CHECK(t.n < 100);
+    CHECK_EQ(t.rc, FERRY_ECORRUPT);
+    CHECK_CONTAINS(t.msg, "flip.tfrecord.gz");
+    table_free(&t);
+    free(b);
+    test_remove_dir();
+}

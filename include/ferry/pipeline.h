@@ -109,7 +109,8 @@ FERRY_API int ferry_image_pipeline_run(const ferry_image_pipeline *p, const void
                                        ferry_rng *rng, void *dst, ferry_ctx *ctx);
 
 /* A dataset of images over another one whose field `field` holds encoded images
- * (NULL: "image" if there is one, else "data"): that field becomes "image", the
+ * (NULL: "image" if there is one, else "data", else WebDataset's "jpg", "jpeg" or
+ * "png"): that field becomes "image", the
  * pipeline's output tensor; every other field passes through unchanged (labels,
  * several of them, paths). A failing image is an error naming the file (from a
  * "path" field when there is one) or the sample. With own_inner, inner is freed

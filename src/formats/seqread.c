@@ -53,12 +53,14 @@ void ferry__seqread_close(ferry__seqread *r)
     r->buf = r->in = NULL;
 }
 
-/* Inflates into buf[end..cap); sets eof at the end of the last member. */
-static int gz_fill(ferry__seqread *r)
+/* Inflates into buf[end..cap) until at least `want` bytes are there (as much as
+ * the input at hand gives: each call fills what it can); sets eof at the end of the
+ * last member. */
+static int gz_fill(ferry__seqread *r, size_t want)
 {
     size_t got;
     int rc;
-    while (r->end < r->cap && !r->eof) {
+    while (r->end < want && !r->eof) {
         if (r->z.avail_in == 0) {
             if (r->file_off >= r->f.size) {
                 return ferry__err(FERRY_ECORRUPT,
@@ -130,7 +132,7 @@ int ferry__seqread_need(ferry__seqread *r, size_t n, size_t *avail)
         r->pos = 0;
     }
     if (r->gzip) {
-        if ((rc = gz_fill(r)) < 0)
+        if ((rc = gz_fill(r, n)) < 0)
             return rc;
     } else {
         while (r->end < n && !r->eof) {

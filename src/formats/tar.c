@@ -95,10 +95,10 @@ void ferry__tar_close(ferry__tar *t)
     ferry__seqread_close(&t->r);
 }
 
-#define AT t->r.name, (unsigned long long)t->headers, (unsigned long long)hoff
+#define AT t->r.name, (unsigned long long)hno, (unsigned long long)hoff
 
 /* "LEN key=value\n" records: path and size are applied. */
-static int pax(ferry__tar *t, const uint8_t *p, size_t n, uint64_t hoff)
+static int pax(ferry__tar *t, const uint8_t *p, size_t n, uint64_t hno, uint64_t hoff)
 {
     size_t i = 0;
     while (i < n) {
@@ -160,7 +160,7 @@ int ferry__tar_next(ferry__tar *t, ferry__tar_member *m)
                                   t->r.name, t->name);
             t->pending = 0;
         }
-        uint64_t hoff = t->r.off;
+        uint64_t hoff = t->r.off, hno = t->headers;
         if (first_hoff == UINT64_MAX)
             first_hoff = hoff;
         if ((rc = ferry__seqread_need(&t->r, BLOCK, &got)) < 0)
@@ -222,7 +222,7 @@ int ferry__tar_next(ferry__tar *t, ferry__tar_member *m)
                 memcpy(t->longname, d, l);
                 t->longname[l] = 0;
                 t->have_long = true;
-            } else if (type == 'x' && (rc = pax(t, d, (size_t)size, hoff)) < 0) {
+            } else if (type == 'x' && (rc = pax(t, d, (size_t)size, hno, hoff)) < 0) {
                 return rc;
             }
             t->pending = padded;
@@ -256,7 +256,7 @@ int ferry__tar_next(ferry__tar *t, ferry__tar_member *m)
         t->cur.size = size;
         t->cur.header_off = first_hoff;
         t->cur.data_off = hoff + BLOCK;
-        t->cur.index = t->headers - 1;
+        t->cur.index = hno;
         t->pending = padded;
         *m = t->cur;
         return 0;

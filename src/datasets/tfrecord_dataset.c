@@ -687,9 +687,8 @@ static int st_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
         }
         if (rc < 0) {
             /* the framing is lost: nothing after this point can be trusted */
-            rc = ferry__err_prefix(rc, "the rest of the file is not read");
             char msg[FERRY_ERRMSG_MAX];
-            snprintf(msg, sizeof msg, "%s", ferry_last_errmsg());
+            snprintf(msg, sizeof msg, "%s; the rest of the file is not read", ferry_last_errmsg());
             end_file(it);
             return ferry__err(rc, "%s", msg);
         }

@@ -507,6 +507,16 @@ static void ws_end_file(wds_iter *it)
     it->pos += it->step;
 }
 
+/* The archive cannot be read on: the error says so, and the next call goes on with
+ * the next tar. */
+static int ws_broken(wds_iter *it, int rc)
+{
+    char msg[FERRY_ERRMSG_MAX];
+    snprintf(msg, sizeof msg, "%s; the rest of the tar is not read", ferry_last_errmsg());
+    ws_end_file(it);
+    return ferry__err(rc, "%s", msg);
+}
+
 /* An error inside a sample: the rest of its members are passed over. */
 static int ws_drop(wds_iter *it, int rc)
 {
@@ -516,7 +526,7 @@ static int ws_drop(wds_iter *it, int rc)
     return rc;
 }
 
-static int ws_member(wds_iter *it, int k, ferry_sample *out, const char *path)
+static int ws_member(wds_iter *it, int k, ferry_sample *out, const char *path, int *broken)
 {
     const wds *w = it->w;
     const uint8_t *p;
@@ -527,7 +537,7 @@ static int ws_member(wds_iter *it, int k, ferry_sample *out, const char *path)
                               path, it->m.name, (unsigned long long)it->m.header_off,
                               (unsigned long long)it->m.size);
         if ((rc = ferry__tar_data(&it->tar, &p)) < 0)
-            return rc;
+            return *broken = 1, rc;
         int64_t v;
         char name[FERRY__TAR_MAX_NAME + 1];
         snprintf(name, sizeof name, "%.*s", (int)it->key_len, it->key);
@@ -544,7 +554,7 @@ static int ws_member(wds_iter *it, int k, ferry_sample *out, const char *path)
                           (unsigned long long)it->m.size, w->fields[k].name,
                           (long long)w->fields[k].shape[0]);
     if ((rc = ferry__tar_data(&it->tar, &p)) < 0)
-        return rc;
+        return *broken = 1, rc;
     memcpy(out->data[k], p, (size_t)it->m.size);
     out->length[k] = (int64_t)it->m.size;
     return 0;
@@ -574,13 +584,8 @@ static int ws_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
                 rc = ferry__tar_next(&it->tar, &it->m);
                 if (rc == FERRY_END)
                     break;
-                if (rc < 0) {
-                    rc = ferry__err_prefix(rc, "the rest of the tar is not read");
-                    char msg[FERRY_ERRMSG_MAX];
-                    snprintf(msg, sizeof msg, "%s", ferry_last_errmsg());
-                    ws_end_file(it);
-                    return ferry__err(rc, "%s", msg);
-                }
+                if (rc < 0)
+                    return ws_broken(it, rc);
                 it->peeked = true;
             }
             size_t kl;
@@ -615,8 +620,9 @@ static int ws_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
                                           "already",
                                           path, it->m.name, (unsigned long long)it->m.header_off,
                                           (int)it->key_len, it->key, ext));
-            if ((rc = ws_member(it, k, out, path)) < 0)
-                return ws_drop(it, rc);
+            int broken = 0;
+            if ((rc = ws_member(it, k, out, path, &broken)) < 0)
+                return broken ? ws_broken(it, rc) : ws_drop(it, rc);
             have |= (uint64_t)1 << k;
         }
         if (!started) {

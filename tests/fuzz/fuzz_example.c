@@ -23,7 +23,8 @@ static void inside(const bounds *b, const uint8_t *q, size_t n)
 static int on_feature(void *arg, const ferry__feature *f)
 {
     const bounds *b = arg;
-    inside(b, f->key, f->key_len);
+    if (f->key_len) /* an entry without a key has the key "" */
+        inside(b, f->key, f->key_len);
     if (f->kind == FERRY__FEAT_NONE)
         return 0;
     inside(b, f->list, f->list_len);

@@ -1,0 +1,324 @@
+#!/usr/bin/python3
+"""TFRecord and WebDataset shards read by ferry vs their anchors.
+
+Usage: formats_vs.py --ferry PATH [--out FILE] [--scale F] [--images N]
+
+Makes its data in a temporary directory under $TMPDIR (deleted at the end,
+also on failure) and measures, in one run, best of 3 each, side by side:
+  1. uncompressed TFRecord, every record's two CRC-32Cs checked:
+     `ferry bench tfrecord:DIR,raw=1 --batch 16 --workers 2` (map-style,
+     through the offset index; and the stream, stream=1) vs
+     `dd if=FILE of=/dev/null bs=8M` over the same files from the page cache
+     (8 files of 64 KiB records, 1.3 GB at scale 1). Target: >= 0.8x.
+  2. gzip TFRecord: `ferry bench tfrecord:DIR,raw=1 --batch 64 --workers 2`
+     (a stream: gzip has no random access) vs the bare decompression rate of
+     the same library (zlib) on the same files with the same number of
+     threads: formats_bare.c (beside this script, compiled here with cc -O2)
+     inflates each file into a 1 MiB buffer and drops the output. Rates are
+     decompressed bytes per second. Target: >= 0.9x. Beside it, libdeflate's
+     whole-buffer rate on the same files, where it is installed (the case for
+     or against it: it cannot stream).
+  3. a WebDataset tar of JPEGs through the train pipeline:
+     `ferry bench wds:TAR --pipeline train --batch 64 --workers 2 --shuffle` vs
+     `ferry bench images:DIR` with the same options over the same images in an
+     image folder (bench/gen_images.py, 1,000 images at scale 1). Target:
+     images/s >= 0.95x.
+Prints a table to stdout (progress goes to stderr) and writes the raw results
+as JSON. Exits 0 whether the targets pass or fail; non-zero only when something
+breaks (a command fails, ferry reports errors or delivers the wrong count).
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+from common import log, warm, pf, fmt_rate as fmt
+from common import (print_report, run_checked, last_json, shown_command,
+                    need_executable, load_average, in_scratch_dir, shown_path,
+                    raw_header, write_results, dd_read)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+MB = 1e6
+REPEATS = 3
+WORKERS = 2
+BARE = "formats_bare.c"
+
+PLAIN_FILES = 8
+PLAIN_RECORDS = 20000        # at scale 1, in all
+PLAIN_BYTES = 65536
+PLAIN_BATCH = 16
+TARGET_1 = 0.80
+
+GZ_FILES = 4
+GZ_RECORDS = 40000           # at scale 1, in all
+GZ_BYTES = 4000
+GZ_LEVEL = 6
+GZ_BATCH = 64
+TARGET_2 = 0.90
+
+IMAGES = 1000                # at scale 1
+IMG_BATCH = 64
+TARGET_3 = 0.95
+
+
+class Ferry:
+    def __init__(self, exe, tmpdir):
+        self.exe = exe
+        self.tmpdir = tmpdir
+
+    def scrub(self, s):
+        return s.replace(self.tmpdir + os.sep, "").replace(self.tmpdir, "")
+
+    def bench(self, source, batch, expect, extra=()):
+        cmd = [self.exe, "bench", source, "--batch", str(batch), "--workers",
+               str(WORKERS)] + list(extra) + ["--epochs", "1", "--json",
+                                              "--no-progress"]
+        what = "ferry bench %s" % self.scrub(source)
+        out, wall = run_checked(cmd, what)
+        r = last_json(out, what)
+        if r.get("errors", 0) != 0:
+            raise RuntimeError("%s reported %s errors" % (what, r["errors"]))
+        if r["samples"] != expect:
+            raise RuntimeError("%s delivered %d samples, expected %d"
+                               % (what, r["samples"], expect))
+        r["source"] = self.scrub(r.get("source", ""))
+        r["command"] = shown_command(cmd, self.scrub)
+        r["wall_seconds"] = wall
+        return r
+
+
+def build_bare(tmpdir):
+    src = os.path.join(HERE, BARE)
+    exe = os.path.join(tmpdir, "formats_bare")
+    base = ["cc", "-O2", "-std=c11", src, "-o", exe]
+    for extra in (["-DHAVE_LIBDEFLATE", "-lz", "-ldeflate", "-lpthread"],
+                  ["-lz", "-lpthread"]):
+        p = subprocess.run(base + extra, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, universal_newlines=True)
+        if p.returncode == 0:
+            return exe, "-DHAVE_LIBDEFLATE" in extra
+    raise RuntimeError("compiling %s failed:\n%s" % (BARE, p.stderr))
+
+
+def bare(exe, mode, files, expect_bytes):
+    cmd = [exe, mode, "--threads", str(WORKERS)] + files
+    out, wall = run_checked(cmd, "formats_bare %s" % mode)
+    r = last_json(out, "formats_bare %s" % mode)
+    if r["bytes_out"] != expect_bytes:
+        raise RuntimeError("formats_bare %s: %d bytes out, expected %d"
+                           % (mode, r["bytes_out"], expect_bytes))
+    r["mb_per_s"] = r["bytes_out"] / r["seconds"] / MB
+    r["command"] = ["formats_bare", mode, "--threads", str(WORKERS),
+                    "FILE..."]
+    return r
+
+
+def write_files(exe, d, nfiles, total, nbytes, gz):
+    os.makedirs(d)
+    files = []
+    for k in range(nfiles):
+        name = "part-%05d.tfrecord" % k + (".gz" if gz else "")
+        path = os.path.join(d, name)
+        count = total // nfiles + (1 if k < total % nfiles else 0)
+        cmd = [exe, "write", path, str(count), str(nbytes), "--seed", str(k)]
+        if gz:
+            cmd += ["--gzip", str(GZ_LEVEL)]
+        run_checked(cmd, "formats_bare write")
+        files.append(path)
+    return files
+
+
+def part_plain(ferry, exe, tmpdir, n):
+    d = os.path.join(tmpdir, "plain")
+    log("1. writing %d TFRecords of %d bytes in %d files"
+        % (n, PLAIN_BYTES, PLAIN_FILES))
+    files = write_files(exe, d, PLAIN_FILES, n, PLAIN_BYTES, False)
+    total = sum(os.path.getsize(p) for p in files)
+    os.sync()
+    dd_runs, fmap, fstream = [], [], []
+    for rep in range(REPEATS):
+        if sum(warm(p) for p in files) != total:
+            raise RuntimeError("short read of the TFRecord files")
+        log("1. run %d/%d: dd, ferry map-style, ferry stream"
+            % (rep + 1, REPEATS))
+        wall = sum(dd_read(p, os.path.getsize(p)) for p in files)
+        dd_runs.append({"command": ["dd", "if=FILE", "of=/dev/null", "bs=8M"],
+                        "files": len(files), "wall_seconds": wall,
+                        "mb_per_s": total / wall / MB})
+        for runs, src in ((fmap, "tfrecord:%s,raw=1" % d),
+                          (fstream, "tfrecord:%s,raw=1,stream=1" % d)):
+            r = ferry.bench(src, PLAIN_BATCH, n)
+            r["file_mb_per_s"] = total / r["seconds"] / MB
+            runs.append(r)
+    best_dd = max(dd_runs, key=lambda r: r["mb_per_s"])
+    bm = max(fmap, key=lambda r: r["file_mb_per_s"])
+    bs = max(fstream, key=lambda r: r["file_mb_per_s"])
+    return {"records": n, "record_bytes": PLAIN_BYTES, "files": len(files),
+            "file_bytes": total, "dd": dd_runs, "ferry_map": fmap,
+            "ferry_stream": fstream, "best_dd": best_dd, "best_map": bm,
+            "best_stream": bs,
+            "ratio_map": bm["file_mb_per_s"] / best_dd["mb_per_s"],
+            "ratio_stream": bs["file_mb_per_s"] / best_dd["mb_per_s"]}
+
+
+def part_gzip(ferry, exe, has_libdeflate, tmpdir, n):
+    d = os.path.join(tmpdir, "gz")
+    log("2. writing %d text-like TFRecords of %d bytes in %d gzip files "
+        "(level %d)" % (n, GZ_BYTES, GZ_FILES, GZ_LEVEL))
+    files = write_files(exe, d, GZ_FILES, n, GZ_BYTES, True)
+    total_gz = sum(os.path.getsize(p) for p in files)
+    inflated = n * (GZ_BYTES + 16)
+    os.sync()
+    zl, ld, fr = [], [], []
+    for rep in range(REPEATS):
+        for p in files:
+            warm(p)
+        log("2. run %d/%d: zlib bare, ferry%s" % (
+            rep + 1, REPEATS, ", libdeflate bare" if has_libdeflate else ""))
+        zl.append(bare(exe, "inflate", files, inflated))
+        r = ferry.bench("tfrecord:%s,raw=1,max=%d" % (d, GZ_BYTES), GZ_BATCH,
+                        n)
+        r["inflated_mb_per_s"] = inflated / r["seconds"] / MB
+        fr.append(r)
+        if has_libdeflate:
+            ld.append(bare(exe, "libdeflate", files, inflated))
+    bz = max(zl, key=lambda r: r["mb_per_s"])
+    bf = max(fr, key=lambda r: r["inflated_mb_per_s"])
+    out = {"records": n, "record_bytes": GZ_BYTES, "files": len(files),
+           "gzip_bytes": total_gz, "inflated_bytes": inflated,
+           "zlib_bare": zl, "ferry": fr, "best_zlib": bz, "best_ferry": bf,
+           "ratio": bf["inflated_mb_per_s"] / bz["mb_per_s"]}
+    if ld:
+        bl = max(ld, key=lambda r: r["mb_per_s"])
+        out.update(libdeflate_bare=ld, best_libdeflate=bl,
+                   libdeflate_vs_zlib=bl["mb_per_s"] / bz["mb_per_s"])
+    return out
+
+
+def make_tar(folder, tar_path):
+    """The image folder as one WebDataset shard: CLASS/NAME.jpg and
+    CLASS/NAME.cls (the class's position among the sorted class folders, as
+    ImageFolder and ferry's images: label it), in sorted order."""
+    classes = sorted(c for c in os.listdir(folder)
+                     if os.path.isdir(os.path.join(folder, c)))
+    n = 0
+    with tarfile.open(tar_path, "w", format=tarfile.USTAR_FORMAT) as tf:
+        for label, c in enumerate(classes):
+            for f in sorted(os.listdir(os.path.join(folder, c))):
+                if not f.endswith(".jpg"):
+                    continue
+                key = "%s/%s" % (c, f[:-4])
+                tf.add(os.path.join(folder, c, f), arcname=key + ".jpg")
+                data = str(label).encode()
+                ti = tarfile.TarInfo(key + ".cls")
+                ti.size = len(data)
+                tf.addfile(ti, __import__("io").BytesIO(data))
+                n += 1
+    return n
+
+
+def part_images(ferry, tmpdir, n):
+    folder = os.path.join(tmpdir, "images")
+    log("3. writing %d JPEGs (bench/gen_images.py)" % n)
+    run_checked([sys.executable, os.path.join(HERE, "gen_images.py"), folder,
+                 "--images", str(n)], "gen_images.py")
+    tar_path = os.path.join(tmpdir, "shard-00000.tar")
+    if make_tar(folder, tar_path) != n:
+        raise RuntimeError("the tar holds a different number of images")
+    os.sync()
+    opts = ["--pipeline", "train", "--shuffle"]
+    fw, fi = [], []
+    for rep in range(REPEATS):
+        warm(folder)
+        warm(tar_path)
+        log("3. run %d/%d: ferry wds, ferry images" % (rep + 1, REPEATS))
+        fw.append(ferry.bench("wds:" + tar_path, IMG_BATCH, n, opts))
+        fi.append(ferry.bench("images:" + folder, IMG_BATCH, n, opts))
+    bw = max(fw, key=lambda r: r["samples_per_s"])
+    bi = max(fi, key=lambda r: r["samples_per_s"])
+    return {"images": n, "tar_bytes": os.path.getsize(tar_path),
+            "ferry_wds": fw, "ferry_images": fi, "best_wds": bw,
+            "best_images": bi,
+            "ratio": bw["samples_per_s"] / bi["samples_per_s"]}
+
+
+def report(raw, t0, out):
+    p, g, i = raw["plain"], raw["gzip"], raw["images"]
+    lines = [
+        "TFRecord and WebDataset (%d workers, best of %d)" % (WORKERS,
+                                                              REPEATS),
+        "",
+        "1. uncompressed TFRecord, %d records of %d bytes, %.0f MB in %d "
+        "files, CRCs checked" % (p["records"], p["record_bytes"],
+                                 p["file_bytes"] / MB, p["files"]),
+        "   dd bs=8M                  %8s MB/s" % fmt(p["best_dd"]["mb_per_s"]),
+        "   ferry map-style (index)   %8s MB/s  %.2fx  %s (target >= %.2fx)"
+        % (fmt(p["best_map"]["file_mb_per_s"]), p["ratio_map"],
+           pf(p["ratio_map"] >= TARGET_1), TARGET_1),
+        "   ferry stream              %8s MB/s  %.2fx" % (
+            fmt(p["best_stream"]["file_mb_per_s"]), p["ratio_stream"]),
+        "",
+        "2. gzip TFRecord, %d records of %d bytes, %.0f MB gzip -> %.0f MB"
+        % (g["records"], g["record_bytes"], g["gzip_bytes"] / MB,
+           g["inflated_bytes"] / MB),
+        "   zlib bare inflate         %8s MB/s (inflated)"
+        % fmt(g["best_zlib"]["mb_per_s"]),
+        "   ferry stream (zlib)       %8s MB/s  %.2fx  %s (target >= %.2fx)"
+        % (fmt(g["best_ferry"]["inflated_mb_per_s"]), g["ratio"],
+           pf(g["ratio"] >= TARGET_2), TARGET_2),
+    ]
+    if "best_libdeflate" in g:
+        lines.append("   libdeflate bare (whole)   %8s MB/s  %.2fx zlib's"
+                     % (fmt(g["best_libdeflate"]["mb_per_s"]),
+                        g["libdeflate_vs_zlib"]))
+    lines += [
+        "",
+        "3. train pipeline, %d JPEGs, batch %d, shuffled" % (i["images"],
+                                                            IMG_BATCH),
+        "   ferry images:DIR          %8s images/s"
+        % fmt(i["best_images"]["samples_per_s"]),
+        "   ferry wds:TAR             %8s images/s  %.2fx  %s (target >= %.2fx)"
+        % (fmt(i["best_wds"]["samples_per_s"]), i["ratio"],
+           pf(i["ratio"] >= TARGET_3), TARGET_3),
+    ]
+    print_report(lines, t0, out)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ferry", default=os.path.join(ROOT, "build", "ferry"))
+    ap.add_argument("--out", default=os.path.join(HERE, "results",
+                                                  "formats.json"))
+    ap.add_argument("--scale", type=float, default=1.0)
+    args = ap.parse_args()
+    need_executable(args.ferry)
+    exe_ferry = os.path.abspath(args.ferry)
+    t0 = time.perf_counter()
+    load = load_average()
+    n1 = max(PLAIN_FILES, int(PLAIN_RECORDS * args.scale))
+    n2 = max(GZ_FILES, int(GZ_RECORDS * args.scale))
+    n3 = max(IMG_BATCH, int(IMAGES * args.scale))
+    need = n1 * PLAIN_BYTES * 1.1 + n2 * GZ_BYTES + n3 * 250000
+
+    def run(tmpdir):
+        ferry = Ferry(exe_ferry, tmpdir)
+        exe, has_ld = build_bare(tmpdir)
+        raw = raw_header("formats", zlib=True, libdeflate=has_ld)
+        raw["load_average"] = load
+        raw["scale"] = args.scale
+        raw["plain"] = part_plain(ferry, exe, tmpdir, n1)
+        raw["gzip"] = part_gzip(ferry, exe, has_ld, tmpdir, n2)
+        raw["images"] = part_images(ferry, tmpdir, n3)
+        write_results(args.out, raw, private=[tmpdir])
+        report(raw, t0, shown_path(args.out, ROOT))
+
+    in_scratch_dir("formats_vs.py", "ferry-formats-", need, run)
+
+
+if __name__ == "__main__":
+    main()

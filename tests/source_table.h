@@ -85,4 +85,46 @@ static inline table read_source(const char *spec, uint64_t shard, uint64_t nshar
     return t;
 }
 
+/* Runs a loader (workers threads, batches of batch) over a source, one epoch; the
+ * samples delivered, and the sum of the int64 scalar field `sum_field` over them. */
+static inline uint64_t loader_sum(const char *spec, uint32_t workers, uint32_t batch,
+                                  const char *sum_field, int64_t *sum)
+{
+    ferry_dataset *ds;
+    ferry_stream *st;
+    CHECK_OK(ferry_source_open(spec, &ds, &st));
+    ferry_loader_opts o;
+    ferry_loader_opts_default(&o);
+    o.num_workers = workers;
+    o.batch_size = batch;
+    o.shuffle = ds != NULL;
+    o.stream_shards = 3;
+    o.rank = 0;
+    o.world_size = 1;
+    ferry_loader *l;
+    CHECK_OK(ds ? ferry_loader_create(&l, ds, &o) : ferry_loader_create_stream(&l, st, &o));
+    ferry_batch *b;
+    int rc;
+    uint64_t n = 0;
+    *sum = 0;
+    while ((rc = ferry_loader_next(l, &b)) == 0) {
+        int f = -1;
+        for (int k = 0; k < ferry_batch_nfields(b); k++)
+            if (!strcmp(ferry_batch_field_info(b, k)->name, sum_field))
+                f = k;
+        CHECK(f >= 0);
+        ferry_tensor t;
+        CHECK_OK(ferry_batch_field(b, f, &t));
+        for (uint32_t i = 0; i < ferry_batch_size(b); i++)
+            *sum += ((const int64_t *)t.data)[i];
+        n += ferry_batch_size(b);
+        ferry_batch_release(b);
+    }
+    CHECK_RC(rc, FERRY_END);
+    ferry_loader_free(l);
+    ferry_dataset_free(ds);
+    ferry_stream_free(st);
+    return n;
+}
+
 #endif

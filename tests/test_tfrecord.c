@@ -459,3 +459,23 @@ TEST(bad_gzip)
     free(b);
     test_remove_dir();
 }
+
+TEST(loader_workers)
+{
+    test_need_shared(TF "/tfx_penguin_eval-00000-of-00001.tfrecord.gz");
+    /* the same samples whatever the workers: a stream over both gzip splits */
+    int64_t sum0, sum2;
+    const char *spec = "tfrecord:" TF "/tfx_penguin_*.tfrecord.gz";
+    CHECK_U64(loader_sum(spec, 0, 7, "species", &sum0), 334);
+    CHECK_U64(loader_sum(spec, 2, 7, "species", &sum2), 334);
+    CHECK_EQ(sum0, sum2);
+    table t = read_source(spec, 0, 1, 0);
+    int64_t want = 0;
+    for (size_t i = 0; i < t.n; i++)
+        want += i64(&t, i, "species", 0);
+    CHECK_EQ(sum0, want);
+    table_free(&t);
+    /* map-style over the uncompressed toy shards, shuffled, 2 workers */
+    CHECK_U64(loader_sum("tfrecord:" TF "/ydf_toy_uncompressed-0000*", 2, 3, "Bool_1", &sum2), 4);
+    CHECK_EQ(sum2, 2);
+}

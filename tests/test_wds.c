@@ -529,3 +529,18 @@ TEST(stream_shards)
     free(t.p);
     test_remove_dir();
 }
+
+TEST(loader_workers)
+{
+    test_need_shared(WDS "/sample.tgz");
+    /* a gzipped shard as a stream: every label once, whatever the workers */
+    int64_t sum0, sum2;
+    CHECK_U64(loader_sum("wds:" WDS "/sample.tgz", 0, 8, "cls", &sum0), 90);
+    CHECK_U64(loader_sum("wds:" WDS "/sample.tgz", 2, 8, "cls", &sum2), 90);
+    static const int hist[10] = {7, 12, 7, 11, 12, 6, 10, 14, 2, 9};
+    int64_t want = 0;
+    for (int c = 0; c < 10; c++)
+        want += c * hist[c];
+    CHECK_EQ(sum0, want);
+    CHECK_EQ(sum2, want);
+}

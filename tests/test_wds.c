@@ -544,3 +544,44 @@ TEST(loader_workers)
     CHECK_EQ(sum0, want);
     CHECK_EQ(sum2, want);
 }
+
+#ifdef FERRY_CLI
+/* ferry pack converts a shard to record shards: the same samples come back. */
+TEST(cli_pack_head)
+{
+    test_need_shared(WDS "/sample.tgz");
+    test_make_dir("wds-pack");
+    char cmd[2048], out[512];
+    test_path("shards", out);
+    snprintf(cmd, sizeof cmd, "%s pack wds:%s/sample.tgz %s --no-progress >/dev/null 2>&1",
+             FERRY_CLI, WDS, out);
+    CHECK(system(cmd) == 0);
+    char spec[600];
+    snprintf(spec, sizeof spec, "records:%s", out);
+    table a = read_source("wds:" WDS "/sample.tgz", 0, 1, 0), b = read_source(spec, 0, 1, 0);
+    CHECK_EQ(a.n, 90);
+    CHECK_EQ(b.n, 90);
+    CHECK_EQ(a.nf, b.nf);
+    for (size_t i = 0; i < a.n; i++)
+        for (int k = 0; k < a.nf; k++) {
+            CHECK(!strcmp(a.f[k].name, b.f[k].name));
+            size_t n = a.f[k].variable ? (size_t)a.rows[i].len[k] : ferry_field_nbytes(&a.f[k]);
+            CHECK_EQ(a.rows[i].len[k] * a.f[k].variable, b.rows[i].len[k] * b.f[k].variable);
+            CHECK(!memcmp(a.rows[i].data[k], b.rows[i].data[k], n));
+        }
+    table_free(&a);
+    table_free(&b);
+    /* ferry head over a TFRecord file */
+    snprintf(cmd, sizeof cmd, "%s head tfrecord:%s/../tfrecord/ydf_sentences_gzip.tfrecord.gz -n 2",
+             FERRY_CLI, WDS);
+    FILE *p = popen(cmd, "r");
+    CHECK(p);
+    char text[4096] = "";
+    size_t got = fread(text, 1, sizeof text - 1, p);
+    text[got] = 0;
+    CHECK(pclose(p) == 0);
+    CHECK_CONTAINS(text, "Hello world");
+    CHECK_CONTAINS(text, "Bonjour le monde");
+    test_remove_dir();
+}
+#endif

@@ -25,9 +25,10 @@
  * and, for a stream, the largest in the first `infer` samples: a later, larger
  * member is FERRY_EOVERFLOW naming it and asking for max=.
  *
- * To decode images through the image pipeline, wrap the map-style dataset with
- * ferry_dataset_images (its default field is "jpg", "jpeg" or "png"), or give
- * pipeline= in a source description ("wds:DIR,pipeline=train").
+ * To decode images through the image pipeline, wrap the dataset with
+ * ferry_dataset_images, or the stream with ferry_stream_images (ferry/pipeline.h;
+ * the default field of both is "jpg", "jpeg" or "png"), or give pipeline= in a
+ * source description ("wds:DIR,pipeline=train").
  *
  * Thread rules as for every dataset: get from many threads at once; a stream
  * iterator by one thread at a time.

@@ -193,10 +193,15 @@ int ferry_source_open(const char *spec, ferry_dataset **ds, ferry_stream **st)
                             s->kind);
     }
     if (rc == 0 && images) {
-        if (!*ds) {
+        if (!*ds && ip.mode != FERRY_PIPELINE_NONE) {
+            ferry_stream *inner = *st;
+            *st = NULL;
+            rc = ferry_stream_images(st, inner, image_field, &ip);
+        } else if (!*ds) {
             ferry_stream_free(*st);
             *st = NULL;
-            rc = ferry__err(FERRY_EINVAL, "source %s: pipeline= needs a map-style source", s->kind);
+            rc = ferry__err(FERRY_EINVAL, "source %s: pipeline=none needs a map-style source",
+                            s->kind);
         } else {
             ferry_dataset *inner = *ds;
             *ds = NULL;

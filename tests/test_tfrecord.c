@@ -1,7 +1,7 @@
 /*
  * TFRecord: the real files in ../shared/testdata/tfrecord read with the contents
  * SOURCES.md lists (map-style and stream, plain and gzip), schemas inferred and
- * given, missing values, raw records, SequenceExample refused with a message, the
+ * given, missing values, raw records, SequenceExample context and feature lists, the
  * stream's split of files across shards, and every bad input with its message.
  */
 #include "harness.h"
@@ -182,13 +182,40 @@ TEST(sequence_example)
     /* record 1 (id 10501): feature_lists "s" holds "10501" and "10502" */
     CHECK(memmem(t.rows[1].data[0], 61, "10501", 5) && memmem(t.rows[1].data[0], 61, "10502", 5));
     table_free(&t);
-    ferry_dataset *ds;
-    ferry_stream *st;
-    CHECK_RC(ferry_source_open("tfrecord:" TF "/tfx_sequence_example_eval.tfrecord.gz", &ds, &st),
-             FERRY_ENOTSUP);
-    CHECK_CONTAINS(ferry_last_errmsg(),
-                   "tfx_sequence_example_eval.tfrecord.gz: record 0 at offset 0");
-    CHECK_CONTAINS(ferry_last_errmsg(), "SequenceExample");
+    /* decoded: context "i" (int64) and "f" (float), feature list "s" (2 steps) */
+    t = read_source("tfrecord:" TF "/tfx_sequence_example_eval.tfrecord.gz", 0, 1, 0);
+    CHECK_EQ(t.rc, FERRY_END);
+    CHECK_EQ(t.n, 4500);
+    CHECK_EQ(t.nf, 3);
+    int s = col(&t, "s");
+    CHECK_EQ(t.f[s].ndim, 2);
+    CHECK_EQ(t.f[s].shape[0], 2);
+    CHECK_EQ(t.f[s].shape[1], 5);
+    for (size_t k = 0; k < t.n; k++) {
+        int64_t id = 10500 + (int64_t)k;
+        /* ids % 10 == 0: the context features are present with no kind */
+        CHECK_EQ(len(&t, k, "i"), id % 10 ? 1 : 0);
+        CHECK_EQ(len(&t, k, "f"), id % 10 ? 1 : 0);
+        if (id % 10) {
+            CHECK_EQ(i64(&t, k, "i", 0), id);
+            CHECK(f32(&t, k, "f", 0) == (float)id);
+        }
+        CHECK_EQ(len(&t, k, "s"), 2);
+        char want[16];
+        snprintf(want, sizeof want, "%lld", (long long)id);
+        CHECK(!strcmp(str(&t, k, "s", 0), want));
+        snprintf(want, sizeof want, "%lld", (long long)id + 1);
+        CHECK(!strcmp(str(&t, k, "s", 1), want));
+    }
+    table_free(&t);
+    /* a given schema that takes the list for a feature: an error naming it */
+    t = read_source("tfrecord:" TF "/tfx_sequence_example_eval.tfrecord.gz,features=s:bytes:16", 0,
+                    1, 0);
+    CHECK_EQ(t.n, 0);
+    CHECK_EQ(t.rc, FERRY_ECORRUPT);
+    CHECK_CONTAINS(t.msg, "tfx_sequence_example_eval.tfrecord.gz: record 0 at offset 0: \"s\" is "
+                          "a feature list, the schema has a feature");
+    table_free(&t);
 }
 
 TEST(sentences)

@@ -30,8 +30,13 @@
  * length 0. For a fixed field it is FERRY_ENOENT naming the feature, or, with
  * missing FILL, every value set to `fill`.
  *
- * tf.train.SequenceExample records (feature_lists) are not decoded: reading one
- * is FERRY_ENOTSUP saying so; raw = 1 reads them as bytes.
+ * tf.train.SequenceExample records: the context's features are fields as above;
+ * each feature list is a variable field whose dim 0 is its steps (up to the most
+ * steps seen while inferring): float/int64 steps of one value give [steps], of k
+ * values [steps, k] (every step must hold k); bytes steps of one value give
+ * [steps, longest] with rows zero-padded (steps of several bytes values are
+ * FERRY_ENOTSUP: read those with raw = 1). A name used by both the context and a
+ * list is FERRY_ENOTSUP. features= names context (or Example) features only.
  *
  * raw = 1: one field "data", the record's bytes (uint8, variable).
  *

@@ -19,6 +19,7 @@
 
 typedef struct col {
     int kind; /* FERRY__FEAT_* */
+    int seq;  /* a feature list of a SequenceExample: dim 0 is its steps */
 } col;
 
 typedef struct tfr {
@@ -105,6 +106,68 @@ static const char *kind_name(int kind)
 
 #define WHERE name, (unsigned long long)rec, (unsigned long long)off
 
+/* A feature list: step j is row j (its k values, or its one bytes value
+ * zero-padded); the length is the number of steps. */
+static int decode_steps(const tfr *t, int k, const ferry__feature *fl, void *dst, int64_t *length,
+                        const char *name, uint64_t rec, uint64_t off)
+{
+    const ferry_field *f = &t->fields[k];
+    size_t width = f->ndim == 2 ? (size_t)f->shape[1] : 1, esize = ferry_dtype_size(f->dtype);
+    size_t pos = 0;
+    uint64_t j = 0;
+    ferry__feature step;
+    int rc;
+    while ((rc = ferry__feature_step(fl, &pos, &step)) == 1) {
+        if (j >= (uint64_t)f->shape[0])
+            return ferry__err(FERRY_EOVERFLOW,
+                              "%s: record %llu at offset %llu: feature list \"%s\" has more than "
+                              "%lld steps (the most in the records read to infer it)",
+                              WHERE, f->name, (long long)f->shape[0]);
+        uint8_t *row = (uint8_t *)dst + j * width * esize;
+        uint64_t count = 0;
+        if (step.kind != FERRY__FEAT_NONE && step.kind != t->cols[k].kind)
+            return ferry__err(FERRY_ECORRUPT,
+                              "%s: record %llu at offset %llu: feature list \"%s\": step %llu is "
+                              "a %s, the schema says %s",
+                              WHERE, f->name, (unsigned long long)j, kind_name(step.kind),
+                              kind_name(t->cols[k].kind));
+        if (t->cols[k].kind == FERRY__FEAT_BYTES) {
+            size_t p2 = 0, len;
+            const uint8_t *v;
+            memset(row, 0, width);
+            while (step.kind != FERRY__FEAT_NONE &&
+                   (rc = ferry__feature_bytes_next(&step, &p2, &v, &len)) == 1) {
+                if (count++ || len > width)
+                    return ferry__err(FERRY_EOVERFLOW,
+                                      "%s: record %llu at offset %llu: feature list \"%s\": step "
+                                      "%llu holds %s (the field takes one of up to %zu bytes)",
+                                      WHERE, f->name, (unsigned long long)j,
+                                      count > 1 ? "several values" : "a longer value", width);
+                memcpy(row, v, len);
+            }
+        } else if (step.kind != FERRY__FEAT_NONE) {
+            rc = t->cols[k].kind == FERRY__FEAT_FLOAT
+                     ? ferry__feature_floats(&step, (float *)row, width, &count)
+                     : ferry__feature_int64s(&step, (int64_t *)row, width, &count);
+        }
+        if (rc < 0)
+            return ferry__err_prefix(rc, "%s: record %llu at offset %llu: feature list \"%s\"",
+                                     WHERE, f->name);
+        if (t->cols[k].kind != FERRY__FEAT_BYTES && count != width)
+            return ferry__err(FERRY_ECORRUPT,
+                              "%s: record %llu at offset %llu: feature list \"%s\": step %llu "
+                              "holds %llu values, the field takes %zu",
+                              WHERE, f->name, (unsigned long long)j, (unsigned long long)count,
+                              width);
+        j++;
+    }
+    if (rc < 0)
+        return ferry__err_prefix(rc, "%s: record %llu at offset %llu: feature list \"%s\"", WHERE,
+                                 f->name);
+    *length = (int64_t)j;
+    return 0;
+}
+
 static int decode_field(const tfr *t, int k, const ferry__feature *f, bool have, void *dst,
                         int64_t *length, const char *name, uint64_t rec, uint64_t off)
 {
@@ -135,6 +198,13 @@ static int decode_field(const tfr *t, int k, const ferry__feature *f, bool have,
                           "%s: record %llu at offset %llu: feature \"%s\" is a %s, the schema "
                           "says %s",
                           WHERE, fl->name, kind_name(f->kind), kind_name(c->kind));
+    if (f->seq != c->seq)
+        return ferry__err(FERRY_ECORRUPT,
+                          "%s: record %llu at offset %llu: \"%s\" is a %s, the schema has a %s",
+                          WHERE, fl->name, f->seq ? "feature list" : "feature",
+                          c->seq ? "feature list" : "feature");
+    if (c->seq)
+        return decode_steps(t, k, f, dst, length, name, rec, off);
     uint64_t count = 0;
     if (c->kind == FERRY__FEAT_BYTES) {
         size_t pos = 0, len;
@@ -220,8 +290,9 @@ static int decode(const tfr *t, const uint8_t *data, size_t n, ferry_sample *out
 
 typedef struct stat_ {
     char name[FERRY_MAX_NAME];
-    int kind;
+    int kind, seq;
     uint64_t min_count, max_count, max_len, seen;
+    uint64_t max_steps, max_per_step; /* feature lists */
 } stat_;
 
 typedef struct infer_state {
@@ -256,8 +327,40 @@ static int on_infer(void *arg, const ferry__feature *f)
         st->n++;
     }
     stat_ *s = &st->s[k];
-    uint64_t count, max_len;
-    int rc = ferry__feature_count(f, &count, &max_len);
+    if (s->seen && s->seq != f->seq)
+        return ferry__err(FERRY_ENOTSUP,
+                          "%s: record %llu at offset %llu: \"%s\" is both a context feature and a "
+                          "feature list",
+                          st->file, (unsigned long long)st->rec, (unsigned long long)st->off,
+                          s->name);
+    s->seq = f->seq;
+    uint64_t count = 0, max_len = 0;
+    int rc = 0;
+    if (f->seq) {
+        size_t pos = 0;
+        ferry__feature step;
+        while ((rc = ferry__feature_step(f, &pos, &step)) == 1) {
+            uint64_t c, l;
+            if ((rc = ferry__feature_count(&step, &c, &l)) < 0)
+                break;
+            if (step.kind == FERRY__FEAT_BYTES && c > 1)
+                return ferry__err(FERRY_ENOTSUP,
+                                  "%s: record %llu at offset %llu: feature list \"%s\" has a step "
+                                  "of %llu bytes values: not supported (one per step is; read "
+                                  "with raw=1)",
+                                  st->file, (unsigned long long)st->rec,
+                                  (unsigned long long)st->off, s->name, (unsigned long long)c);
+            if (c > s->max_per_step)
+                s->max_per_step = c;
+            if (l > max_len)
+                max_len = l;
+            count++;
+        }
+        if (count > s->max_steps)
+            s->max_steps = count;
+    } else {
+        rc = ferry__feature_count(f, &count, &max_len);
+    }
     if (rc < 0)
         return ferry__err_prefix(rc, "%s: record %llu at offset %llu: feature \"%s\"", st->file,
                                  (unsigned long long)st->rec, (unsigned long long)st->off, s->name);
@@ -347,7 +450,18 @@ static int infer_schema(tfr *t, uint64_t *max_raw)
                 break;
             }
             t->cols[i].kind = s->kind;
-            if (s->kind == FERRY__FEAT_BYTES) {
+            t->cols[i].seq = s->seq;
+            if (s->seq) {
+                /* steps in dim 0; a step's values (or its bytes) in dim 1 */
+                f->variable = 1;
+                f->shape[0] = s->max_steps ? (int64_t)s->max_steps : 1;
+                uint64_t w = s->kind == FERRY__FEAT_BYTES ? s->max_len : s->max_per_step;
+                f->dtype = s->kind == FERRY__FEAT_BYTES   ? FERRY_U8
+                           : s->kind == FERRY__FEAT_FLOAT ? FERRY_F32
+                                                          : FERRY_I64;
+                f->ndim = s->kind != FERRY__FEAT_BYTES && w <= 1 ? 1 : 2;
+                f->shape[1] = f->ndim == 2 ? (int64_t)(w ? w : 1) : 0;
+            } else if (s->kind == FERRY__FEAT_BYTES) {
                 f->dtype = FERRY_U8;
                 f->variable = 1;
                 int64_t width = s->max_len ? (int64_t)s->max_len : 1;
@@ -372,11 +486,12 @@ static int infer_schema(tfr *t, uint64_t *max_raw)
         }
         t->nfields = st->n;
         /* sort fields and their kinds together */
-        for (int i = 0; i < t->nfields; i++)
-            t->fields[i].shape[FERRY_MAX_DIMS - 1] = t->cols[i].kind; /* carried through qsort */
+        for (int i = 0; i < t->nfields; i++) /* carried through qsort */
+            t->fields[i].shape[FERRY_MAX_DIMS - 1] = t->cols[i].kind + 8 * t->cols[i].seq;
         qsort(t->fields, (size_t)t->nfields, sizeof t->fields[0], cmp_field);
         for (int i = 0; i < t->nfields; i++) {
-            t->cols[i].kind = (int)t->fields[i].shape[FERRY_MAX_DIMS - 1];
+            t->cols[i].kind = (int)(t->fields[i].shape[FERRY_MAX_DIMS - 1] % 8);
+            t->cols[i].seq = (int)(t->fields[i].shape[FERRY_MAX_DIMS - 1] / 8);
             t->fields[i].shape[FERRY_MAX_DIMS - 1] = 0;
         }
     }

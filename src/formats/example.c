@@ -131,9 +131,10 @@ static int parse_feature(cur *c, ferry__feature *f)
     return rc;
 }
 
-static int parse_entry(cur *c, int (*fn)(void *, const ferry__feature *), void *arg)
+/* A map entry: key = 1, value = 2 (a Feature, or with seq a FeatureList). */
+static int parse_entry(cur *c, int seq, int (*fn)(void *, const ferry__feature *), void *arg)
 {
-    ferry__feature f = {.key = (const uint8_t *)"", .key_len = 0, .base = c->base};
+    ferry__feature f = {.key = (const uint8_t *)"", .key_len = 0, .base = c->base, .seq = seq};
     uint32_t field = 0;
     int wire = 0, rc;
     while ((rc = tag(c, &field, &wire)) == 1) {
@@ -144,15 +145,57 @@ static int parse_entry(cur *c, int (*fn)(void *, const ferry__feature *), void *
             f.key = s.start;
             f.key_len = (size_t)(s.end - s.start);
         } else if (field == 2 && wire == WIRE_LEN) {
-            if ((rc = sub(c, &s)) < 0 || (rc = parse_feature(&s, &f)) < 0)
+            if ((rc = sub(c, &s)) < 0)
                 return rc;
+            if (seq) {
+                f.list = s.start;
+                f.list_len = (size_t)(s.end - s.start);
+                f.base = s.base;
+            } else if ((rc = parse_feature(&s, &f)) < 0) {
+                return rc;
+            }
         } else if ((rc = skip(c, wire)) < 0) {
             return rc;
         }
     }
     if (rc < 0)
         return rc;
+    if (seq) {
+        if (!f.list)
+            f.list = (const uint8_t *)"";
+        /* the kind of a feature list: that of its first step with one */
+        size_t pos = 0;
+        ferry__feature step;
+        f.kind = FERRY__FEAT_NONE;
+        while (f.kind == FERRY__FEAT_NONE && (rc = ferry__feature_step(&f, &pos, &step)) == 1)
+            f.kind = step.kind;
+        if (rc < 0)
+            return rc;
+    }
     return fn(arg, &f);
+}
+
+int ferry__feature_step(const ferry__feature *fl, size_t *pos, ferry__feature *step)
+{
+    cur c = {fl->list, fl->list + *pos, fl->list + fl->list_len, fl->base};
+    uint32_t field = 0;
+    int wire = 0, rc;
+    while ((rc = tag(&c, &field, &wire)) == 1) {
+        if (field == 1 && wire == WIRE_LEN) {
+            cur s = {0};
+            if ((rc = sub(&c, &s)) < 0 || (rc = parse_feature(&s, step)) < 0)
+                return rc;
+            step->key = fl->key;
+            step->key_len = fl->key_len;
+            step->seq = 0;
+            *pos = (size_t)(c.p - c.start);
+            return 1;
+        }
+        if ((rc = skip(&c, wire)) < 0)
+            return rc;
+    }
+    *pos = fl->list_len;
+    return rc;
 }
 
 int ferry__example_walk(const uint8_t *p, size_t n, int (*fn)(void *arg, const ferry__feature *f),
@@ -161,16 +204,15 @@ int ferry__example_walk(const uint8_t *p, size_t n, int (*fn)(void *arg, const f
     cur c = {p, p, p + n, 0};
     uint32_t field = 0;
     int wire = 0, rc;
+    /* Example.features = 1; SequenceExample.context = 1 (the same Features message)
+     * and SequenceExample.feature_lists = 2 (FeatureLists: a map of FeatureList) */
     while ((rc = tag(&c, &field, &wire)) == 1) {
-        if (field == 2 && wire == WIRE_LEN)
-            return ferry__err(FERRY_ENOTSUP,
-                              "a tf.train.SequenceExample (it has feature_lists): not supported; "
-                              "read it with raw=1");
-        if (field != 1 || wire != WIRE_LEN) {
+        if ((field != 1 && field != 2) || wire != WIRE_LEN) {
             if ((rc = skip(&c, wire)) < 0)
                 return rc;
             continue;
         }
+        int seq = field == 2;
         cur feats = {0};
         if ((rc = sub(&c, &feats)) < 0)
             return rc;
@@ -181,7 +223,7 @@ int ferry__example_walk(const uint8_t *p, size_t n, int (*fn)(void *arg, const f
                 continue;
             }
             cur entry = {0};
-            if ((rc = sub(&feats, &entry)) < 0 || (rc = parse_entry(&entry, fn, arg)) != 0)
+            if ((rc = sub(&feats, &entry)) < 0 || (rc = parse_entry(&entry, seq, fn, arg)) != 0)
                 return rc;
         }
         if (rc < 0)

@@ -1,7 +1,9 @@
 /*
- * tf.train.Example, parsed in place from a record's protobuf bytes.
+ * tf.train.Example and tf.train.SequenceExample, parsed in place from a record's
+ * protobuf bytes.
  *
  * The parser walks a fixed nesting (Example > Features > map entry > Feature >
+ * list; SequenceExample > FeatureLists > map entry > FeatureList > Feature >
  * list) with no recursion; every length is checked against what is left of its
  * enclosing message before it is used, varints are at most 10 bytes, and unknown
  * fields are skipped as the wire format says. Errors say what is wrong and at which
@@ -30,15 +32,23 @@ typedef struct ferry__feature {
     const uint8_t *list; /* the BytesList / FloatList / Int64List message */
     size_t list_len;
     size_t base; /* byte offset of list within the record, for messages */
+    int seq;     /* 1: a FeatureList of a SequenceExample: list is the FeatureList
+                  * message, its steps come from ferry__feature_step, and kind is
+                  * that of its first step with a kind */
 } ferry__feature;
 
-/* Calls fn for every entry of the Example's feature map, in the order they are
- * stored (a key given twice comes twice: the last one counts, as in protobuf).
- * A non-zero return from fn stops the walk and is returned. FERRY_ECORRUPT on
- * malformed bytes; FERRY_ENOTSUP for a tf.train.SequenceExample (it has
- * feature_lists, field 2). */
+/* Calls fn for every entry of the feature map of a tf.train.Example, or of the
+ * context and the feature_lists of a tf.train.SequenceExample (the two share
+ * field 1, so an Example is a SequenceExample without lists), in the order they
+ * are stored (a key given twice comes twice: the last one counts, as in
+ * protobuf). A non-zero return from fn stops the walk and is returned.
+ * FERRY_ECORRUPT on malformed bytes. */
 int ferry__example_walk(const uint8_t *p, size_t n, int (*fn)(void *arg, const ferry__feature *f),
                         void *arg);
+
+/* The steps of a feature list (f->seq) one by one: start with *pos = 0; 1 with
+ * *step set (a Feature, seq 0), 0 after the last, or FERRY_ECORRUPT. */
+int ferry__feature_step(const ferry__feature *fl, size_t *pos, ferry__feature *step);
 
 /* Counts the values of a feature's list and, for bytes, the longest value. */
 int ferry__feature_count(const ferry__feature *f, uint64_t *count, uint64_t *max_len);

@@ -1,7 +1,8 @@
 /*
- * Fuzz target: the tf.train.Example parser on arbitrary protobuf bytes. Every
- * feature it reports is counted and read back every way (floats, int64s, bytes);
- * the counts must agree and every value must lie inside the input.
+ * Fuzz target: the tf.train.Example (and SequenceExample) parser on arbitrary
+ * protobuf bytes. Every feature (and feature list step) it reports is counted
+ * and read back every way (floats, int64s, bytes); the counts must agree and
+ * every value must lie inside the input.
  */
 #include <ferry/ferry.h>
 #include "formats/example.h"
@@ -25,6 +26,19 @@ static int on_feature(void *arg, const ferry__feature *f)
     const bounds *b = arg;
     if (f->key_len) /* an entry without a key has the key "" */
         inside(b, f->key, f->key_len);
+    if (f->seq) {
+        /* a feature list: every step as a feature of its own */
+        if (f->list_len)
+            inside(b, f->list, f->list_len);
+        size_t pos = 0;
+        ferry__feature step;
+        while (ferry__feature_step(f, &pos, &step) == 1) {
+            if (pos > f->list_len || step.seq)
+                abort();
+            on_feature(arg, &step);
+        }
+        return 0;
+    }
     if (f->kind == FERRY__FEAT_NONE)
         return 0;
     inside(b, f->list, f->list_len);

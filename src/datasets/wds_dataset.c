@@ -592,7 +592,7 @@ static int ws_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
             const char *ext;
             if ((rc = split(path, &it->m, &kl, &ext)) < 0) {
                 it->peeked = false;
-                return rc;
+                return started ? ws_drop(it, rc) : rc; /* the sample it was in is lost */
             }
             if (it->dropping && kl == it->drop_len && !memcmp(it->m.name, it->drop, kl)) {
                 it->peeked = false;

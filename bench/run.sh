@@ -3,8 +3,9 @@
 # Usage: bench/run.sh [FERRY]   (FERRY defaults to build/ferry in the repo root)
 # Also ferry lines vs PyTorch seek + readline (lines_vs_torch.py), record shards
 # vs dd, LMDB and cp -r (records_vs.py), and the image pipeline vs torchvision and
-# a plain TurboJPEG decode loop (images_vs_torch.py).
-# Prints tables on stdout and writes bench/results/{loader,lines,records,images}.json.
+# a plain TurboJPEG decode loop (images_vs_torch.py), and TFRecord and WebDataset
+# shards vs dd, bare zlib and an image folder (formats_vs.py).
+# Prints tables on stdout and writes bench/results/{loader,lines,records,images,formats}.json.
 # Exits 0 whether or not the targets pass; non-zero only if something breaks.
 set -euo pipefail
 
@@ -32,3 +33,4 @@ mkdir -p "$here/results"
 "$python" "$here/lines_vs_torch.py" --ferry "$ferry" --out "$here/results/lines.json" || exit $?
 "$python" "$here/records_vs.py" --ferry "$ferry" --out "$here/results/records.json" || exit $?
 "$python" "$here/images_vs_torch.py" --ferry "$ferry" --out "$here/results/images.json" || exit $?
+"$python" "$here/formats_vs.py" --ferry "$ferry" --out "$here/results/formats.json" || exit $?

@@ -8,11 +8,13 @@ set -euo pipefail
 # python3-pil and python3-numpy: the resampler is tested against Pillow
 pkgs=(build-essential cmake pkg-config python3 python3-pil python3-numpy libzstd-dev liblmdb-dev
       libjpeg62-turbo-dev libspng-dev)
+pkgs+=(zlib1g-dev)  # gzip TFRecord files and tars
 if [ "${1:-}" = fuzz ]; then
   pkgs+=(clang libclang-rt-14-dev)
 fi
 if [ "${1:-}" = bench ]; then
   pkgs+=(python3-numpy python3-torch python3-torchvision python3-pil python3-lmdb lmdb-utils libturbojpeg0-dev)
+  pkgs+=(libdeflate-dev)  # formats_vs.py measures it beside zlib
 fi
 
 missing=()

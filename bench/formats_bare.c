@@ -1,5 +1,5 @@
 /*
- * The formats benchmark's helper (formats_vs.py compiles it with cc -O2):
+ * The formats benchmark's data writer and bare loops (formats_vs.py compiles this with cc -O2):
  *
  *   formats_bare write OUT COUNT BYTES [--gzip LEVEL] [--seed S]
  *       writes a TFRecord file of COUNT records of BYTES bytes each (masked

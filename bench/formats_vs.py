@@ -23,6 +23,9 @@ also on failure) and measures, in one run, best of 3 each, side by side:
      `ferry bench images:DIR` with the same options over the same images in an
      image folder (bench/gen_images.py, 1,000 images at scale 1). Target:
      images/s >= 0.95x.
+Beside each rate, the CPU seconds each command took (user + system, from the
+kernel's accounting of the child): on a machine shared with other work the
+wall-clock rates move with the load, the CPU cost much less.
 Prints a table to stdout (progress goes to stderr) and writes the raw results
 as JSON. Exits 0 whether the targets pass or fail; non-zero only when something
 breaks (a command fails, ferry reports errors or delivers the wrong count).
@@ -31,6 +34,7 @@ breaks (a command fails, ferry reports errors or delivers the wrong count).
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tarfile
@@ -66,6 +70,20 @@ IMG_BATCH = 64
 TARGET_3 = 0.95
 
 
+def child_cpu():
+    """CPU seconds (user + system) of the children waited for so far."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def checked(cmd, what):
+    """run_checked, with the CPU seconds the command took (on a busy machine
+    the wall time says as much about the other processes as about this one)."""
+    c0 = child_cpu()
+    out, wall = run_checked(cmd, what)
+    return out, wall, child_cpu() - c0
+
+
 class Ferry:
     def __init__(self, exe, tmpdir):
         self.exe = exe
@@ -79,7 +97,7 @@ class Ferry:
                str(WORKERS)] + list(extra) + ["--epochs", "1", "--json",
                                               "--no-progress"]
         what = "ferry bench %s" % self.scrub(source)
-        out, wall = run_checked(cmd, what)
+        out, wall, cpu = checked(cmd, what)
         r = last_json(out, what)
         if r.get("errors", 0) != 0:
             raise RuntimeError("%s reported %s errors" % (what, r["errors"]))
@@ -89,6 +107,7 @@ class Ferry:
         r["source"] = self.scrub(r.get("source", ""))
         r["command"] = shown_command(cmd, self.scrub)
         r["wall_seconds"] = wall
+        r["cpu_seconds"] = cpu
         return r
 
 
@@ -107,8 +126,9 @@ def build_bare(tmpdir):
 
 def bare(exe, mode, files, expect_bytes):
     cmd = [exe, mode, "--threads", str(WORKERS)] + files
-    out, wall = run_checked(cmd, "formats_bare %s" % mode)
+    out, wall, cpu = checked(cmd, "formats_bare %s" % mode)
     r = last_json(out, "formats_bare %s" % mode)
+    r["cpu_seconds"] = cpu
     if r["bytes_out"] != expect_bytes:
         raise RuntimeError("formats_bare %s: %d bytes out, expected %d"
                            % (mode, r["bytes_out"], expect_bytes))
@@ -146,9 +166,11 @@ def part_plain(ferry, exe, tmpdir, n):
             raise RuntimeError("short read of the TFRecord files")
         log("1. run %d/%d: dd, ferry map-style, ferry stream"
             % (rep + 1, REPEATS))
+        c0 = child_cpu()
         wall = sum(dd_read(p, os.path.getsize(p)) for p in files)
         dd_runs.append({"command": ["dd", "if=FILE", "of=/dev/null", "bs=8M"],
                         "files": len(files), "wall_seconds": wall,
+                        "cpu_seconds": child_cpu() - c0,
                         "mb_per_s": total / wall / MB})
         for runs, src in ((fmap, "tfrecord:%s,raw=1" % d),
                           (fstream, "tfrecord:%s,raw=1,stream=1" % d)):
@@ -163,7 +185,10 @@ def part_plain(ferry, exe, tmpdir, n):
             "ferry_stream": fstream, "best_dd": best_dd, "best_map": bm,
             "best_stream": bs,
             "ratio_map": bm["file_mb_per_s"] / best_dd["mb_per_s"],
-            "ratio_stream": bs["file_mb_per_s"] / best_dd["mb_per_s"]}
+            "ratio_stream": bs["file_mb_per_s"] / best_dd["mb_per_s"],
+            "cpu_seconds": {"dd": min(r["cpu_seconds"] for r in dd_runs),
+                            "map": min(r["cpu_seconds"] for r in fmap),
+                            "stream": min(r["cpu_seconds"] for r in fstream)}}
 
 
 def part_gzip(ferry, exe, has_libdeflate, tmpdir, n):
@@ -192,7 +217,9 @@ def part_gzip(ferry, exe, has_libdeflate, tmpdir, n):
     out = {"records": n, "record_bytes": GZ_BYTES, "files": len(files),
            "gzip_bytes": total_gz, "inflated_bytes": inflated,
            "zlib_bare": zl, "ferry": fr, "best_zlib": bz, "best_ferry": bf,
-           "ratio": bf["inflated_mb_per_s"] / bz["mb_per_s"]}
+           "ratio": bf["inflated_mb_per_s"] / bz["mb_per_s"],
+           "cpu_seconds": {"zlib": min(r["cpu_seconds"] for r in zl),
+                           "ferry": min(r["cpu_seconds"] for r in fr)}}
     if ld:
         bl = max(ld, key=lambda r: r["mb_per_s"])
         out.update(libdeflate_bare=ld, best_libdeflate=bl,
@@ -244,7 +271,9 @@ def part_images(ferry, tmpdir, n):
     return {"images": n, "tar_bytes": os.path.getsize(tar_path),
             "ferry_wds": fw, "ferry_images": fi, "best_wds": bw,
             "best_images": bi,
-            "ratio": bw["samples_per_s"] / bi["samples_per_s"]}
+            "ratio": bw["samples_per_s"] / bi["samples_per_s"],
+            "cpu_seconds": {"wds": min(r["cpu_seconds"] for r in fw),
+                            "images": min(r["cpu_seconds"] for r in fi)}}
 
 
 def report(raw, t0, out):
@@ -262,6 +291,9 @@ def report(raw, t0, out):
            pf(p["ratio_map"] >= TARGET_1), TARGET_1),
         "   ferry stream              %8s MB/s  %.2fx" % (
             fmt(p["best_stream"]["file_mb_per_s"]), p["ratio_stream"]),
+        "   CPU seconds (least of 3): dd %.3f, ferry map-style %.3f, stream %.3f"
+        % (p["cpu_seconds"]["dd"], p["cpu_seconds"]["map"],
+           p["cpu_seconds"]["stream"]),
         "",
         "2. gzip TFRecord, %d records of %d bytes, %.0f MB gzip -> %.0f MB"
         % (g["records"], g["record_bytes"], g["gzip_bytes"] / MB,
@@ -271,6 +303,9 @@ def report(raw, t0, out):
         "   ferry stream (zlib)       %8s MB/s  %.2fx  %s (target >= %.2fx)"
         % (fmt(g["best_ferry"]["inflated_mb_per_s"]), g["ratio"],
            pf(g["ratio"] >= TARGET_2), TARGET_2),
+        "   CPU seconds (least of 3): zlib bare %.3f, ferry %.3f (%.2fx)"
+        % (g["cpu_seconds"]["zlib"], g["cpu_seconds"]["ferry"],
+           g["cpu_seconds"]["zlib"] / g["cpu_seconds"]["ferry"]),
     ]
     if "best_libdeflate" in g:
         lines.append("   libdeflate bare (whole)   %8s MB/s  %.2fx zlib's"
@@ -285,6 +320,9 @@ def report(raw, t0, out):
         "   ferry wds:TAR             %8s images/s  %.2fx  %s (target >= %.2fx)"
         % (fmt(i["best_wds"]["samples_per_s"]), i["ratio"],
            pf(i["ratio"] >= TARGET_3), TARGET_3),
+        "   CPU seconds (least of 3): images %.3f, wds %.3f (%.2fx)"
+        % (i["cpu_seconds"]["images"], i["cpu_seconds"]["wds"],
+           i["cpu_seconds"]["images"] / i["cpu_seconds"]["wds"]),
     ]
     print_report(lines, t0, out)
 

@@ -14,6 +14,10 @@
  *       the same with libdeflate (built with -DHAVE_LIBDEFLATE): a whole-buffer
  *       decompressor, so each file is read whole and inflated whole into memory
  *       the size of its output (what a streaming reader cannot afford).
+ *   formats_bare igzip --threads T FILE...
+ *       the same with ISA-L's igzip (built with -DHAVE_ISAL): a streaming
+ *       inflater, used as the zlib loop uses zlib (1 MiB output buffer, the
+ *       gzip header and trailer CRC-32 checked).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -25,6 +29,9 @@
 #include <zlib.h>
 #ifdef HAVE_LIBDEFLATE
 #include <libdeflate.h>
+#endif
+#ifdef HAVE_ISAL
+#include <isa-l/igzip_lib.h>
 #endif
 
 static uint32_t table[256];
@@ -74,9 +81,10 @@ static int cmd_write(int argc, char **argv)
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
             rng ^= strtoull(argv[++i], NULL, 10) * 0x9e3779b97f4a7c15ull;
     }
-    static const char *words[] = {"the", "of", "and", "to", "in", "a", "is", "that", "for",
-                                  "it", "as", "was", "with", "be", "by", "on", "not", "he",
-                                  "this", "are", "or", "his", "from", "at", "which", "but"};
+    static const char *words[] = {"the",  "of",   "and", "to",    "in",   "a",    "is",
+                                  "that", "for",  "it",  "as",    "was",  "with", "be",
+                                  "by",   "on",   "not", "he",    "this", "are",  "or",
+                                  "his",  "from", "at",  "which", "but"};
     crc_init();
     uint8_t *rec = malloc((size_t)bytes + 16);
     FILE *f = level < 0 ? fopen(out, "wb") : NULL;
@@ -195,14 +203,64 @@ static void *deflate_files(void *arg)
         memcpy(&isize, in + n - 4, 4); /* one member, under 4 GiB */
         uint8_t *out = malloc(isize ? isize : 1);
         size_t got = 0;
-        if (!out || libdeflate_gzip_decompress(d, in, (size_t)n, out, isize, &got) !=
-                        LIBDEFLATE_SUCCESS)
+        if (!out ||
+            libdeflate_gzip_decompress(d, in, (size_t)n, out, isize, &got) != LIBDEFLATE_SUCCESS)
             j->failed = 1;
         j->out += got;
         free(in);
         free(out);
     }
     libdeflate_free_decompressor(d);
+    return NULL;
+}
+#endif
+
+#ifdef HAVE_ISAL
+static void *igzip_files(void *arg)
+{
+    job *j = arg;
+    uint8_t *in = malloc(256 << 10), *out = malloc(1 << 20);
+    struct inflate_state *st = malloc(sizeof *st);
+    for (int i = j->index; i < j->nfiles && st; i += j->threads) {
+        FILE *f = fopen(j->files[i], "rb");
+        if (!f) {
+            j->failed = 1;
+            break;
+        }
+        isal_inflate_init(st);
+        st->crc_flag = ISAL_GZIP;
+        for (;;) {
+            if (st->avail_in == 0) {
+                size_t got = fread(in, 1, 256 << 10, f);
+                if (got == 0)
+                    break;
+                st->next_in = in;
+                st->avail_in = (uint32_t)got;
+            }
+            st->next_out = out;
+            st->avail_out = 1 << 20;
+            int r = isal_inflate(st);
+            j->out += (1 << 20) - st->avail_out;
+            if (r != ISAL_DECOMP_OK) {
+                j->failed = 1;
+                break;
+            }
+            if (st->block_state == ISAL_BLOCK_FINISH) {
+                if (st->avail_in == 0 && feof(f))
+                    break;
+                uint8_t *rest = st->next_in;
+                uint32_t left = st->avail_in;
+                isal_inflate_reset(st); /* another member */
+                st->crc_flag = ISAL_GZIP;
+                st->next_in = rest;
+                st->avail_in = left;
+            }
+        }
+        fclose(f);
+    }
+    free(st);
+    free(in);
+    free(out);
     return NULL;
 }
 #endif
@@ -217,8 +275,14 @@ static int cmd_inflate(int argc, char **argv, int libdeflate)
     if (threads < 1 || threads > 256 || argc - first < 1)
         return 2;
 #ifndef HAVE_LIBDEFLATE
-    if (libdeflate) {
+    if (libdeflate == 1) {
         fprintf(stderr, "formats_bare: built without libdeflate\n");
+        return 3;
+    }
+#endif
+#ifndef HAVE_ISAL
+    if (libdeflate == 2) {
+        fprintf(stderr, "formats_bare: built without ISA-L\n");
         return 3;
     }
 #endif
@@ -228,11 +292,16 @@ static int cmd_inflate(int argc, char **argv, int libdeflate)
     clock_gettime(CLOCK_MONOTONIC, &a);
     for (int i = 0; i < threads; i++) {
         jobs[i] = (job){argv + first, argc - first, threads, i, libdeflate, 0, 0};
+        void *(*fn)(void *) = inflate_files;
 #ifdef HAVE_LIBDEFLATE
-        pthread_create(&t[i], NULL, libdeflate ? deflate_files : inflate_files, &jobs[i]);
-#else
-        pthread_create(&t[i], NULL, inflate_files, &jobs[i]);
+        if (libdeflate == 1)
+            fn = deflate_files;
 #endif
+#ifdef HAVE_ISAL
+        if (libdeflate == 2)
+            fn = igzip_files;
+#endif
+        pthread_create(&t[i], NULL, fn, &jobs[i]);
     }
     uint64_t out = 0;
     int failed = 0;
@@ -260,6 +329,8 @@ int main(int argc, char **argv)
         return cmd_inflate(argc - 2, argv + 2, 0);
     if (argc >= 2 && !strcmp(argv[1], "libdeflate"))
         return cmd_inflate(argc - 2, argv + 2, 1);
-    fprintf(stderr, "usage: formats_bare write|inflate|libdeflate ...\n");
+    if (argc >= 2 && !strcmp(argv[1], "igzip"))
+        return cmd_inflate(argc - 2, argv + 2, 2);
+    fprintf(stderr, "usage: formats_bare write|inflate|libdeflate|igzip ...\n");
     return 2;
 }

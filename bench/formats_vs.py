@@ -12,12 +12,13 @@ also on failure) and measures, in one run, best of 3 each, side by side:
      (8 files of 64 KiB records, 1.3 GB at scale 1). Target: >= 0.8x.
   2. gzip TFRecord: `ferry bench tfrecord:DIR,raw=1 --batch 64 --workers 2`
      (a stream: gzip has no random access) vs the bare decompression rate of
-     the same library (zlib) on the same files with the same number of
-     threads: formats_bare.c (beside this script, compiled here with cc -O2)
-     inflates each file into a 1 MiB buffer and drops the output. Rates are
-     decompressed bytes per second. Target: >= 0.9x. Beside it, libdeflate's
-     whole-buffer rate on the same files, where it is installed (the case for
-     or against it: it cannot stream).
+     the library ferry was built with (ISA-L's igzip when it links libisal,
+     else zlib) on the same files with the same number of threads:
+     formats_bare.c (beside this script, compiled here with cc -O2) inflates
+     each file into a 1 MiB buffer and drops the output. Rates are
+     decompressed bytes per second. Target: >= 0.9x. Beside it, the other
+     inflaters this machine has, on the same files: zlib, igzip (streaming)
+     and libdeflate (whole files in memory: it cannot stream).
   3. a WebDataset tar of JPEGs through the train pipeline:
      `ferry bench wds:TAR --pipeline train --batch 64 --workers 2 --shuffle` vs
      `ferry bench images:DIR` with the same options over the same images in an
@@ -112,16 +113,33 @@ class Ferry:
 
 
 def build_bare(tmpdir):
+    """Compiles formats_bare.c with what this machine has: returns the
+    executable and the set of its inflaters (zlib always; igzip, libdeflate
+    where their development files are installed)."""
     src = os.path.join(HERE, BARE)
     exe = os.path.join(tmpdir, "formats_bare")
     base = ["cc", "-O2", "-std=c11", src, "-o", exe]
-    for extra in (["-DHAVE_LIBDEFLATE", "-lz", "-ldeflate", "-lpthread"],
-                  ["-lz", "-lpthread"]):
-        p = subprocess.run(base + extra, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, universal_newlines=True)
+    options = {"igzip": (["-DHAVE_ISAL"], ["-lisal"]),
+               "libdeflate": (["-DHAVE_LIBDEFLATE"], ["-ldeflate"])}
+    for want in (("igzip", "libdeflate"), ("igzip",), ("libdeflate",), ()):
+        flags, libs = [], []
+        for w in want:
+            flags += options[w][0]
+            libs += options[w][1]
+        p = subprocess.run(base + flags + ["-lz"] + libs + ["-lpthread"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           universal_newlines=True)
         if p.returncode == 0:
-            return exe, "-DHAVE_LIBDEFLATE" in extra
+            return exe, {"zlib"} | set(want)
     raise RuntimeError("compiling %s failed:\n%s" % (BARE, p.stderr))
+
+
+def ferry_inflater(exe):
+    """The inflater the ferry library was built with: igzip (ISA-L) when it
+    links libisal, else zlib."""
+    p = subprocess.run(["ldd", exe], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, universal_newlines=True)
+    return "igzip" if "libisal" in p.stdout else "zlib"
 
 
 def bare(exe, mode, files, expect_bytes):
@@ -191,7 +209,10 @@ def part_plain(ferry, exe, tmpdir, n):
                             "stream": min(r["cpu_seconds"] for r in fstream)}}
 
 
-def part_gzip(ferry, exe, has_libdeflate, tmpdir, n):
+BARE_MODE = {"zlib": "inflate", "igzip": "igzip", "libdeflate": "libdeflate"}
+
+
+def part_gzip(ferry, exe, inflaters, lib, tmpdir, n):
     d = os.path.join(tmpdir, "gz")
     log("2. writing %d text-like TFRecords of %d bytes in %d gzip files "
         "(level %d)" % (n, GZ_BYTES, GZ_FILES, GZ_LEVEL))
@@ -199,32 +220,37 @@ def part_gzip(ferry, exe, has_libdeflate, tmpdir, n):
     total_gz = sum(os.path.getsize(p) for p in files)
     inflated = n * (GZ_BYTES + 16)
     os.sync()
-    zl, ld, fr = [], [], []
+    if lib not in inflaters:
+        raise RuntimeError("ferry inflates with %s, which formats_bare could "
+                           "not be built with" % lib)
+    names = [lib] + sorted(i for i in inflaters if i != lib)
+    bare_runs = {i: [] for i in names}
+    fr = []
     for rep in range(REPEATS):
         for p in files:
             warm(p)
-        log("2. run %d/%d: zlib bare, ferry%s" % (
-            rep + 1, REPEATS, ", libdeflate bare" if has_libdeflate else ""))
-        zl.append(bare(exe, "inflate", files, inflated))
+        log("2. run %d/%d: ferry, bare %s" % (rep + 1, REPEATS,
+                                              ", ".join(names)))
         r = ferry.bench("tfrecord:%s,raw=1,max=%d" % (d, GZ_BYTES), GZ_BATCH,
                         n)
         r["inflated_mb_per_s"] = inflated / r["seconds"] / MB
         fr.append(r)
-        if has_libdeflate:
-            ld.append(bare(exe, "libdeflate", files, inflated))
-    bz = max(zl, key=lambda r: r["mb_per_s"])
+        for i in names:
+            bare_runs[i].append(bare(exe, BARE_MODE[i], files, inflated))
+    best_bare = {i: max(bare_runs[i], key=lambda r: r["mb_per_s"])
+                 for i in names}
     bf = max(fr, key=lambda r: r["inflated_mb_per_s"])
-    out = {"records": n, "record_bytes": GZ_BYTES, "files": len(files),
-           "gzip_bytes": total_gz, "inflated_bytes": inflated,
-           "zlib_bare": zl, "ferry": fr, "best_zlib": bz, "best_ferry": bf,
-           "ratio": bf["inflated_mb_per_s"] / bz["mb_per_s"],
-           "cpu_seconds": {"zlib": min(r["cpu_seconds"] for r in zl),
-                           "ferry": min(r["cpu_seconds"] for r in fr)}}
-    if ld:
-        bl = max(ld, key=lambda r: r["mb_per_s"])
-        out.update(libdeflate_bare=ld, best_libdeflate=bl,
-                   libdeflate_vs_zlib=bl["mb_per_s"] / bz["mb_per_s"])
-    return out
+    bl = best_bare[lib]
+    return {"records": n, "record_bytes": GZ_BYTES, "files": len(files),
+            "gzip_bytes": total_gz, "inflated_bytes": inflated,
+            "ferry_inflater": lib, "bare": bare_runs, "ferry": fr,
+            "best_bare": best_bare, "best_ferry": bf,
+            "ratio": bf["inflated_mb_per_s"] / bl["mb_per_s"],
+            "vs_zlib": {i: best_bare[i]["mb_per_s"]
+                        / best_bare["zlib"]["mb_per_s"] for i in names},
+            "cpu_seconds": {"bare": min(r["cpu_seconds"]
+                                        for r in bare_runs[lib]),
+                            "ferry": min(r["cpu_seconds"] for r in fr)}}
 
 
 def make_tar(folder, tar_path):
@@ -295,22 +321,28 @@ def report(raw, t0, out):
         % (p["cpu_seconds"]["dd"], p["cpu_seconds"]["map"],
            p["cpu_seconds"]["stream"]),
         "",
-        "2. gzip TFRecord, %d records of %d bytes, %.0f MB gzip -> %.0f MB"
-        % (g["records"], g["record_bytes"], g["gzip_bytes"] / MB,
-           g["inflated_bytes"] / MB),
-        "   zlib bare inflate         %8s MB/s (inflated)"
-        % fmt(g["best_zlib"]["mb_per_s"]),
-        "   ferry stream (zlib)       %8s MB/s  %.2fx  %s (target >= %.2fx)"
+        "2. gzip TFRecord, %d records of %d bytes, %.0f MB gzip -> %.0f MB; "
+        "ferry inflates with %s" % (g["records"], g["record_bytes"],
+                                    g["gzip_bytes"] / MB,
+                                    g["inflated_bytes"] / MB,
+                                    g["ferry_inflater"]),
+        "   %-26s%8s MB/s (inflated)" % (
+            "bare %s" % g["ferry_inflater"],
+            fmt(g["best_bare"][g["ferry_inflater"]]["mb_per_s"])),
+        "   ferry stream              %8s MB/s  %.2fx  %s (target >= %.2fx)"
         % (fmt(g["best_ferry"]["inflated_mb_per_s"]), g["ratio"],
            pf(g["ratio"] >= TARGET_2), TARGET_2),
-        "   CPU seconds (least of 3): zlib bare %.3f, ferry %.3f (%.2fx)"
-        % (g["cpu_seconds"]["zlib"], g["cpu_seconds"]["ferry"],
-           g["cpu_seconds"]["zlib"] / g["cpu_seconds"]["ferry"]),
+        "   CPU seconds (least of 3): bare %.3f, ferry %.3f (%.2fx)"
+        % (g["cpu_seconds"]["bare"], g["cpu_seconds"]["ferry"],
+           g["cpu_seconds"]["bare"] / g["cpu_seconds"]["ferry"]),
     ]
-    if "best_libdeflate" in g:
-        lines.append("   libdeflate bare (whole)   %8s MB/s  %.2fx zlib's"
-                     % (fmt(g["best_libdeflate"]["mb_per_s"]),
-                        g["libdeflate_vs_zlib"]))
+    for k in sorted(g["best_bare"]):
+        if k != g["ferry_inflater"]:
+            how = "whole files in memory" if k == "libdeflate" else "streaming"
+            if k != "zlib":
+                how += "; %.2fx zlib's" % g["vs_zlib"][k]
+            lines.append("   %-26s%8s MB/s  (%s)" % (
+                "bare %s" % k, fmt(g["best_bare"][k]["mb_per_s"]), how))
     lines += [
         "",
         "3. train pipeline, %d JPEGs, batch %d, shuffled" % (i["images"],
@@ -345,12 +377,14 @@ def main():
 
     def run(tmpdir):
         ferry = Ferry(exe_ferry, tmpdir)
-        exe, has_ld = build_bare(tmpdir)
-        raw = raw_header("formats", zlib=True, libdeflate=has_ld)
+        exe, inflaters = build_bare(tmpdir)
+        lib = ferry_inflater(exe_ferry)
+        raw = raw_header("formats", ferry_inflater=lib,
+                         bare_inflaters=sorted(inflaters))
         raw["load_average"] = load
         raw["scale"] = args.scale
         raw["plain"] = part_plain(ferry, exe, tmpdir, n1)
-        raw["gzip"] = part_gzip(ferry, exe, has_ld, tmpdir, n2)
+        raw["gzip"] = part_gzip(ferry, exe, inflaters, lib, tmpdir, n2)
         raw["images"] = part_images(ferry, tmpdir, n3)
         write_results(args.out, raw, private=[tmpdir])
         report(raw, t0, shown_path(args.out, ROOT))

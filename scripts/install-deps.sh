@@ -8,7 +8,7 @@ set -euo pipefail
 # python3-pil and python3-numpy: the resampler is tested against Pillow
 pkgs=(build-essential cmake pkg-config python3 python3-pil python3-numpy libzstd-dev liblmdb-dev
       libjpeg62-turbo-dev libspng-dev)
-pkgs+=(zlib1g-dev)  # gzip TFRecord files and tars
+pkgs+=(zlib1g-dev libisal-dev)  # gzip TFRecord files and tars (ISA-L: faster, optional)
 if [ "${1:-}" = fuzz ]; then
   pkgs+=(clang libclang-rt-14-dev)
 fi

@@ -5,7 +5,8 @@
  * CRC-32Cs (of the length, and of the data); both are checked on every read. A
  * file may be gzip-compressed as a whole (TensorFlow's compression_type "GZIP"):
  * with compression AUTO, files whose first bytes are gzip's magic are inflated
- * (zlib, streaming: memory stays at the read window however large the file).
+ * (ISA-L's igzip where the build has it, else zlib; streaming: memory stays at the
+ * read window however large the file).
  *
  * Records are tf.train.Example messages, decoded into named fields:
  *   float_list -> float32, int64_list -> int64, bytes_list -> uint8 bytes.

@@ -9,7 +9,7 @@
  *   "cls"      an int64 label, parsed from the member's ASCII decimal text
  *   any other  the member's bytes (uint8, variable)
  * Archives: POSIX ustar, GNU and pax (long names, pax sizes), as .tar or gzipped
- * (.tar.gz, .tgz: found by their magic bytes, inflated with zlib as a stream).
+ * (.tar.gz, .tgz: found by their magic bytes, inflated as a stream: igzip or zlib).
  * Directory entries are passed over; links, devices and sparse files, names
  * without an extension, a sample holding an extension twice and a header with a
  * bad checksum are errors naming the file, the member and its offset.

@@ -31,10 +31,17 @@ int ferry__seqread_open(ferry__seqread *r, const char *path, const char *name, i
         if (!(r->in = ferry__malloc(GZ_IN_BYTES)))
             FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", name);
         r->in_cap = GZ_IN_BYTES;
+#ifdef FERRY_HAVE_ISAL
+        if (!(r->isal = ferry__malloc(sizeof *r->isal)))
+            FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", name);
+        isal_inflate_init(r->isal);
+        r->isal->crc_flag = ISAL_GZIP; /* the gzip header parsed, the trailer checked */
+#else
         /* 15 + 16: gzip wrapper only, so a plain zlib stream is refused */
         if (inflateInit2(&r->z, 15 + 16) != Z_OK)
             FERRY_FAIL(FERRY_ENOMEM, "%s: zlib could not start an inflater", name);
         r->z_live = true;
+#endif
     }
     return 0;
 cleanup:
@@ -47,6 +54,10 @@ void ferry__seqread_close(ferry__seqread *r)
     if (r->z_live)
         inflateEnd(&r->z);
     r->z_live = false;
+#ifdef FERRY_HAVE_ISAL
+    ferry__free(r->isal);
+    r->isal = NULL;
+#endif
     ferry__file_close(&r->f);
     ferry__free(r->buf);
     ferry__free(r->in);
@@ -56,6 +67,7 @@ void ferry__seqread_close(ferry__seqread *r)
 /* Inflates into buf[end..cap) until at least `want` bytes are there (as much as
  * the input at hand gives: each call fills what it can); sets eof at the end of the
  * last member. */
+#ifndef FERRY_HAVE_ISAL
 static int gz_fill(ferry__seqread *r, size_t want)
 {
     size_t got;
@@ -108,6 +120,87 @@ static int gz_fill(ferry__seqread *r, size_t want)
     }
     return 0;
 }
+#endif
+
+#ifdef FERRY_HAVE_ISAL
+static const char *isal_why(int code)
+{
+    switch (code) {
+    case ISAL_INVALID_BLOCK:
+        return "invalid deflate block";
+    case ISAL_INVALID_SYMBOL:
+        return "invalid deflate symbol";
+    case ISAL_INVALID_LOOKBACK:
+        return "invalid back-reference distance";
+    case ISAL_INVALID_WRAPPER:
+        return "invalid gzip header";
+    case ISAL_UNSUPPORTED_METHOD:
+        return "unsupported compression method";
+    case ISAL_INCORRECT_CHECKSUM:
+        return "incorrect data check (the gzip CRC-32 or length)";
+    default:
+        return "inflate failed";
+    }
+}
+
+/* As gz_fill, with igzip. */
+static int isal_fill(ferry__seqread *r, size_t want)
+{
+    struct inflate_state *st = r->isal;
+    size_t got;
+    int rc;
+    while (r->end < want && !r->eof) {
+        if (st->avail_in == 0) {
+            if (r->file_off >= r->f.size)
+                return ferry__err(FERRY_ECORRUPT,
+                                  "%s: the gzip stream ends early, at file offset %llu "
+                                  "(truncated?)",
+                                  r->name, (unsigned long long)r->file_off);
+            if ((rc = ferry__file_pread(&r->f, r->name, r->in, r->in_cap, r->file_off, &got)) < 0)
+                return rc;
+            if (got == 0)
+                return ferry__err(FERRY_EIO, "%s: the file shrank while it was read", r->name);
+            r->file_off += got;
+            st->next_in = r->in;
+            st->avail_in = (uint32_t)got;
+        }
+        st->next_out = r->buf + r->end;
+        st->avail_out = (uint32_t)(r->cap - r->end);
+        int code = isal_inflate(st);
+        r->end = r->cap - st->avail_out;
+        if (code < 0)
+            return ferry__err(FERRY_ECORRUPT, "%s: bad gzip data near file offset %llu: %s",
+                              r->name, (unsigned long long)(r->file_off - st->avail_in),
+                              isal_why(code));
+        if (st->block_state != ISAL_BLOCK_FINISH)
+            continue;
+        /* another gzip member may follow (concatenated gzip files) */
+        if (st->avail_in == 0 && r->file_off >= r->f.size) {
+            r->eof = true;
+            break;
+        }
+        if (st->avail_in == 0) {
+            if ((rc = ferry__file_pread(&r->f, r->name, r->in, r->in_cap, r->file_off, &got)) < 0)
+                return rc;
+            r->file_off += got;
+            st->next_in = r->in;
+            st->avail_in = (uint32_t)got;
+        }
+        if (st->next_in[0] != 0x1f)
+            return ferry__err(FERRY_ECORRUPT,
+                              "%s: bytes that are not gzip after the gzip stream, at file offset "
+                              "%llu",
+                              r->name, (unsigned long long)(r->file_off - st->avail_in));
+        uint8_t *next = st->next_in;
+        uint32_t left = st->avail_in;
+        isal_inflate_reset(st);
+        st->crc_flag = ISAL_GZIP;
+        st->next_in = next;
+        st->avail_in = left;
+    }
+    return 0;
+}
+#endif
 
 int ferry__seqread_need(ferry__seqread *r, size_t n, size_t *avail)
 {
@@ -132,8 +225,13 @@ int ferry__seqread_need(ferry__seqread *r, size_t n, size_t *avail)
         r->pos = 0;
     }
     if (r->gzip) {
+#ifdef FERRY_HAVE_ISAL
+        if ((rc = isal_fill(r, n)) < 0)
+            return rc;
+#else
         if ((rc = gz_fill(r, n)) < 0)
             return rc;
+#endif
     } else {
         while (r->end < n && !r->eof) {
             size_t got;

@@ -1,7 +1,11 @@
 /*
- * A sequential reader of one file, as it is or gzip-compressed (zlib's inflate,
- * several members in a row allowed): a window of the file's (decompressed) bytes
- * that the caller advances through. The TFRecord and tar readers sit on it.
+ * A sequential reader of one file, as it is or gzip-compressed (several members in
+ * a row allowed): a window of the file's (decompressed) bytes that the caller
+ * advances through. The TFRecord and tar readers sit on it.
+ *
+ * Inflating is streaming, with ISA-L's igzip where the build found it
+ * (FERRY_HAVE_ISAL: about 2.5 times zlib's rate on x86-64), else with zlib. Both
+ * check the gzip trailer's CRC-32 and length.
  *
  * Memory is the window: it starts at the size asked for and grows only as far as
  * the caller asks (a record larger than the window), so the caller's limits bound it.
@@ -12,6 +16,9 @@
 #include "../io/io.h"
 
 #include <zlib.h>
+#ifdef FERRY_HAVE_ISAL
+#include <isa-l/igzip_lib.h>
+#endif
 
 enum { FERRY__GZ_AUTO = 0, FERRY__GZ_NONE = 1, FERRY__GZ_GZIP = 2 };
 
@@ -21,6 +28,9 @@ typedef struct ferry__seqread {
     int gzip;         /* the file is gzip (detected by its magic bytes, or asked) */
     z_stream z;
     bool z_live;
+#ifdef FERRY_HAVE_ISAL
+    struct inflate_state *isal;
+#endif
     uint8_t *in; /* compressed input (gzip only) */
     size_t in_cap;
     uint64_t file_off; /* next file offset to read */

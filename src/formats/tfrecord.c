@@ -4,9 +4,32 @@
 #include "tfrecord_internal.h"
 #include "ferry/records.h"
 
+#include <limits.h>
 #include <string.h>
+#ifdef FERRY_HAVE_ISAL
+#include <isa-l/crc.h>
+#endif
 
 #define WINDOW ((size_t)1 << 20)
+
+/* CRC-32C of a record: ISA-L's folding implementation, where the build has it,
+ * runs about twice the rate of the crc32 instruction loop (ferry_crc32c). */
+static uint32_t crc32c(const void *p, size_t n)
+{
+#ifdef FERRY_HAVE_ISAL
+    uint32_t c = 0xffffffffu;
+    const unsigned char *b = p;
+    while (n > 0) {
+        int k = n > (size_t)INT_MAX ? INT_MAX : (int)n;
+        c = crc32_iscsi((unsigned char *)b, k, c);
+        b += k;
+        n -= (size_t)k;
+    }
+    return c ^ 0xffffffffu;
+#else
+    return ferry_crc32c(0, p, n);
+#endif
+}
 
 static uint64_t get64(const uint8_t *p)
 {
@@ -25,7 +48,7 @@ static uint32_t get32(const uint8_t *p)
 int ferry__tfr_header(const char *name, uint64_t record, uint64_t off, const uint8_t *h,
                       uint64_t max, uint64_t *len)
 {
-    uint32_t want = ferry__tfr_mask(ferry_crc32c(0, h, 8)), got = get32(h + 8);
+    uint32_t want = ferry__tfr_mask(crc32c(h, 8)), got = get32(h + 8);
     *len = get64(h);
     if (want != got)
         return ferry__err(FERRY_ECORRUPT,
@@ -43,7 +66,7 @@ int ferry__tfr_header(const char *name, uint64_t record, uint64_t off, const uin
 
 int ferry__tfr_data(const char *name, uint64_t record, uint64_t off, const uint8_t *d, uint64_t len)
 {
-    uint32_t want = ferry__tfr_mask(ferry_crc32c(0, d, (size_t)len)), got = get32(d + len);
+    uint32_t want = ferry__tfr_mask(crc32c(d, (size_t)len)), got = get32(d + len);
     if (want != got)
         return ferry__err(FERRY_ECORRUPT,
                           "%s: record %llu at offset %llu: data CRC mismatch (stored %08x, "

@@ -12,6 +12,7 @@
 #include "source_table.h"
 
 #include <math.h>
+#include <zlib.h>
 #include <unistd.h>
 
 #define TF FERRY_SHARED_DIR "/testdata/tfrecord"
@@ -505,4 +506,50 @@ TEST(loader_workers)
     /* map-style over the uncompressed toy shards, shuffled, 2 workers */
     CHECK_U64(loader_sum("tfrecord:" TF "/ydf_toy_uncompressed-0000*", 2, 3, "Bool_1", &sum2), 4);
     CHECK_EQ(sum2, 2);
+}
+
+TEST(gzip_members)
+{
+    /* two gzip members one after the other (cat a.gz b.gz) are one stream */
+    test_make_dir("tfrecord-members");
+    uint8_t f[1024], ex[256];
+    size_t at = 0;
+    for (int i = 0; i < 3; i++) {
+        char text[8];
+        snprintf(text, sizeof text, "m%d", i);
+        at += frame(f + at, ex, example(ex, (float)i, text));
+    }
+    char a[512], b[512], both[512];
+    test_path("a.gz", a);
+    test_path("b.gz", b);
+    gzFile g = gzopen(a, "wb");
+    CHECK(g && gzwrite(g, f, (unsigned)at) == (int)at && gzclose(g) == Z_OK);
+    g = gzopen(b, "wb");
+    CHECK(g && gzwrite(g, f, (unsigned)at) == (int)at && gzclose(g) == Z_OK);
+    size_t na, nb;
+    unsigned char *pa = test_read_file(a, &na), *pb = test_read_file(b, &nb);
+    unsigned char *cat = malloc(na + nb + 8);
+    memcpy(cat, pa, na);
+    memcpy(cat + na, pb, nb);
+    test_write_file(test_path("both.tfrecord.gz", both), cat, na + nb);
+    char spec[600];
+    snprintf(spec, sizeof spec, "tfrecord:%s", both);
+    table t = read_source(spec, 0, 1, 0);
+    CHECK_EQ(t.rc, FERRY_END);
+    CHECK_EQ(t.n, 6);
+    CHECK(!strcmp(str(&t, 5, "s", 0), "m2"));
+    table_free(&t);
+    /* bytes that are not gzip after the last member */
+    memcpy(cat + na + nb, "garbage!", 8);
+    test_write_file(both, cat, na + nb + 8);
+    snprintf(spec, sizeof spec, "tfrecord:%s,raw=1,max=64", both); /* no inference at open */
+    t = read_source(spec, 0, 1, 0);
+    CHECK_EQ(t.n, 6);
+    CHECK_EQ(t.rc, FERRY_ECORRUPT);
+    CHECK_CONTAINS(t.msg, "bytes that are not gzip after the gzip stream");
+    table_free(&t);
+    free(pa);
+    free(pb);
+    free(cat);
+    test_remove_dir();
 }

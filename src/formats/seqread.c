@@ -64,59 +64,83 @@ void ferry__seqread_close(ferry__seqread *r)
     r->buf = r->in = NULL;
 }
 
-/* Inflates into buf[end..cap) until at least `want` bytes are there (as much as
- * the input at hand gives: each call fills what it can); sets eof at the end of the
- * last member. */
-#ifndef FERRY_HAVE_ISAL
-static int gz_fill(ferry__seqread *r, size_t want)
+/* Input for the inflater: more of the file when what it has is used up. At the
+ * end of the file, *got is 0. */
+static int more_input(ferry__seqread *r, uint8_t **next_in, size_t *avail_in, size_t *got)
+{
+    *got = *avail_in;
+    if (*avail_in > 0 || r->file_off >= r->f.size)
+        return 0;
+    int rc = ferry__file_pread(&r->f, r->name, r->in, r->in_cap, r->file_off, got);
+    if (rc < 0)
+        return rc;
+    if (*got == 0)
+        return ferry__err(FERRY_EIO, "%s: the file shrank while it was read", r->name);
+    r->file_off += *got;
+    *next_in = r->in;
+    *avail_in = *got;
+    return 0;
+}
+
+/* After a gzip member: 1 when another member follows (concatenated gzip
+ * files), 0 at the end of the file (eof set), or an error for other bytes. It
+ * runs when more output is wanted, not when the member ends, so the output
+ * before bad trailing bytes is handed out first. */
+static int next_member(ferry__seqread *r, uint8_t **next_in, size_t *avail_in)
 {
     size_t got;
+    int rc = more_input(r, next_in, avail_in, &got);
+    if (rc < 0)
+        return rc;
+    if (got == 0) {
+        r->eof = true;
+        return 0;
+    }
+    if ((*next_in)[0] != 0x1f)
+        return ferry__err(FERRY_ECORRUPT,
+                          "%s: bytes that are not gzip after the gzip stream, at file offset %llu",
+                          r->name, (unsigned long long)(r->file_off - *avail_in));
+    return 1;
+}
+
+static int ends_early(const ferry__seqread *r)
+{
+    return ferry__err(FERRY_ECORRUPT,
+                      "%s: the gzip stream ends early, at file offset %llu (truncated?)", r->name,
+                      (unsigned long long)r->file_off);
+}
+
+#ifndef FERRY_HAVE_ISAL
+/* Inflates into buf[end..cap) until at least `want` bytes are there (each call
+ * fills what the input at hand gives); sets eof after the last member. */
+static int gz_fill(ferry__seqread *r, size_t want)
+{
     int rc;
     while (r->end < want && !r->eof) {
-        if (r->z.avail_in == 0) {
-            if (r->file_off >= r->f.size) {
-                return ferry__err(FERRY_ECORRUPT,
-                                  "%s: the gzip stream ends early, at file offset %llu "
-                                  "(truncated?)",
-                                  r->name, (unsigned long long)r->file_off);
-            }
-            if ((rc = ferry__file_pread(&r->f, r->name, r->in, r->in_cap, r->file_off, &got)) < 0)
+        uint8_t *next_in = r->z.next_in;
+        size_t avail_in = r->z.avail_in, got;
+        if (r->member_end) {
+            if ((rc = next_member(r, &next_in, &avail_in)) <= 0)
                 return rc;
-            if (got == 0)
-                return ferry__err(FERRY_EIO, "%s: the file shrank while it was read", r->name);
-            r->file_off += got;
-            r->z.next_in = r->in;
-            r->z.avail_in = (uInt)got;
+            inflateReset(&r->z);
+            r->member_end = false;
+        } else if ((rc = more_input(r, &next_in, &avail_in, &got)) < 0) {
+            return rc;
+        } else if (got == 0) {
+            return ends_early(r);
         }
+        r->z.next_in = next_in;
+        r->z.avail_in = (uInt)avail_in;
         r->z.next_out = r->buf + r->end;
         r->z.avail_out = (uInt)(r->cap - r->end);
         int zr = inflate(&r->z, Z_NO_FLUSH);
         r->end = r->cap - r->z.avail_out;
-        if (zr == Z_STREAM_END) {
-            /* another gzip member may follow (concatenated gzip files) */
-            if (r->z.avail_in == 0 && r->file_off >= r->f.size) {
-                r->eof = true;
-                break;
-            }
-            if (r->z.avail_in == 0) {
-                if ((rc = ferry__file_pread(&r->f, r->name, r->in, r->in_cap, r->file_off, &got)) <
-                    0)
-                    return rc;
-                r->file_off += got;
-                r->z.next_in = r->in;
-                r->z.avail_in = (uInt)got;
-            }
-            if (r->z.next_in[0] != 0x1f)
-                return ferry__err(FERRY_ECORRUPT,
-                                  "%s: bytes that are not gzip after the gzip stream, at file "
-                                  "offset %llu",
-                                  r->name, (unsigned long long)(r->file_off - r->z.avail_in));
-            inflateReset(&r->z);
-        } else if (zr != Z_OK && zr != Z_BUF_ERROR) {
+        if (zr == Z_STREAM_END)
+            r->member_end = true;
+        else if (zr != Z_OK && zr != Z_BUF_ERROR)
             return ferry__err(FERRY_ECORRUPT, "%s: bad gzip data near file offset %llu: %s",
                               r->name, (unsigned long long)(r->file_off - r->z.avail_in),
                               r->z.msg ? r->z.msg : "inflate failed");
-        }
     }
     return 0;
 }
@@ -147,23 +171,23 @@ static const char *isal_why(int code)
 static int isal_fill(ferry__seqread *r, size_t want)
 {
     struct inflate_state *st = r->isal;
-    size_t got;
     int rc;
     while (r->end < want && !r->eof) {
-        if (st->avail_in == 0) {
-            if (r->file_off >= r->f.size)
-                return ferry__err(FERRY_ECORRUPT,
-                                  "%s: the gzip stream ends early, at file offset %llu "
-                                  "(truncated?)",
-                                  r->name, (unsigned long long)r->file_off);
-            if ((rc = ferry__file_pread(&r->f, r->name, r->in, r->in_cap, r->file_off, &got)) < 0)
+        uint8_t *next_in = st->next_in;
+        size_t avail_in = st->avail_in, got;
+        if (r->member_end) {
+            if ((rc = next_member(r, &next_in, &avail_in)) <= 0)
                 return rc;
-            if (got == 0)
-                return ferry__err(FERRY_EIO, "%s: the file shrank while it was read", r->name);
-            r->file_off += got;
-            st->next_in = r->in;
-            st->avail_in = (uint32_t)got;
+            isal_inflate_reset(st);
+            st->crc_flag = ISAL_GZIP;
+            r->member_end = false;
+        } else if ((rc = more_input(r, &next_in, &avail_in, &got)) < 0) {
+            return rc;
+        } else if (got == 0) {
+            return ends_early(r);
         }
+        st->next_in = next_in;
+        st->avail_in = (uint32_t)avail_in;
         st->next_out = r->buf + r->end;
         st->avail_out = (uint32_t)(r->cap - r->end);
         int code = isal_inflate(st);
@@ -172,31 +196,8 @@ static int isal_fill(ferry__seqread *r, size_t want)
             return ferry__err(FERRY_ECORRUPT, "%s: bad gzip data near file offset %llu: %s",
                               r->name, (unsigned long long)(r->file_off - st->avail_in),
                               isal_why(code));
-        if (st->block_state != ISAL_BLOCK_FINISH)
-            continue;
-        /* another gzip member may follow (concatenated gzip files) */
-        if (st->avail_in == 0 && r->file_off >= r->f.size) {
-            r->eof = true;
-            break;
-        }
-        if (st->avail_in == 0) {
-            if ((rc = ferry__file_pread(&r->f, r->name, r->in, r->in_cap, r->file_off, &got)) < 0)
-                return rc;
-            r->file_off += got;
-            st->next_in = r->in;
-            st->avail_in = (uint32_t)got;
-        }
-        if (st->next_in[0] != 0x1f)
-            return ferry__err(FERRY_ECORRUPT,
-                              "%s: bytes that are not gzip after the gzip stream, at file offset "
-                              "%llu",
-                              r->name, (unsigned long long)(r->file_off - st->avail_in));
-        uint8_t *next = st->next_in;
-        uint32_t left = st->avail_in;
-        isal_inflate_reset(st);
-        st->crc_flag = ISAL_GZIP;
-        st->next_in = next;
-        st->avail_in = left;
+        if (st->block_state == ISAL_BLOCK_FINISH)
+            r->member_end = true;
     }
     return 0;
 }

@@ -36,8 +36,9 @@ typedef struct ferry__seqread {
     uint64_t file_off; /* next file offset to read */
     uint8_t *buf;      /* the window: buf[pos..end) are the bytes at stream offset off */
     size_t cap, pos, end;
-    uint64_t off; /* stream (decompressed) offset of buf[pos] */
-    bool eof;     /* nothing more after buf[end] */
+    uint64_t off;    /* stream (decompressed) offset of buf[pos] */
+    bool eof;        /* nothing more after buf[end] */
+    bool member_end; /* gzip: the inflater finished a member */
 } ferry__seqread;
 
 /* Opens path (name: how messages call it) with a window of `window` bytes.

@@ -163,6 +163,30 @@ TEST(penguin)
     for (size_t i = 0; i < t.n; i++)
         CHECK_EQ(t.rows[i].len[0], 136);
     table_free(&t);
+    /* the inferred schema is the one TFX wrote beside the data (schema.pbtxt):
+     * the same names, FLOAT as float32 and INT as int64, each of shape [1]
+     * (one value: a scalar here) */
+    test_need_shared(TF "/tfx_penguin_schema.pbtxt");
+    t = read_source("tfrecord:" TF "/tfx_penguin_train-00000-of-00001.tfrecord.gz", 0, 1, 0);
+    CHECK_EQ(t.rc, FERRY_END);
+    CHECK_EQ(t.n, 234);
+    size_t n;
+    char *pb = (char *)test_read_file(TF "/tfx_penguin_schema.pbtxt", &n);
+    pb[n] = 0;
+    int features = 0;
+    for (char *at = strstr(pb, "name: \""); at; at = strstr(at + 1, "name: \"")) {
+        char name[64], type[16];
+        CHECK(sscanf(at, "name: \"%63[^\"]\" type: %15s", name, type) == 2);
+        int k = col(&t, name);
+        CHECK_EQ(t.f[k].dtype, !strcmp(type, "FLOAT") ? FERRY_F32 : FERRY_I64);
+        CHECK(!strcmp(type, "FLOAT") || !strcmp(type, "INT"));
+        CHECK_EQ(t.f[k].ndim, 0);
+        features++;
+    }
+    CHECK_EQ(features, 5);
+    CHECK_EQ(t.nf, 5);
+    free(pb);
+    table_free(&t);
     /* both splits as one stream, split over 2 shards: disjoint, 334 in all */
     table s0 = read_source("tfrecord:" TF "/tfx_penguin_*.tfrecord.gz", 0, 2, 3);
     table s1 = read_source("tfrecord:" TF "/tfx_penguin_*.tfrecord.gz", 1, 2, 3);

@@ -185,8 +185,11 @@ FERRY_API int ferry_dataset_synthetic(ferry_dataset **out, const ferry_synthetic
  * (int64: the position of its top-level subdirectory among the sorted ones, the
  * torchvision ImageFolder layout; -1 for files directly in DIR), and
  * "lmdb:PATH[,db=NAME][,datum=auto|1|0][,max=N][,lock=0|1]" (ferry/lmdb.h: Caffe
- * Datum values decode to "data", "label" and "float_data"). Unknown kinds and keys are
- * FERRY_EINVAL naming them. */
+ * Datum values decode to "data", "label" and "float_data"), and
+ * "tfrecord:PATH|DIR|GLOB[,raw=1][,features=...][,stream=1]" (ferry/tfrecord.h: TFRecord
+ * files, tf.train.Example fields) and "wds:PATH|DIR|GLOB[,fields=jpg;cls][,stream=1]"
+ * (ferry/wds.h: WebDataset tar shards), map-style over uncompressed files and streams
+ * over gzipped ones. Unknown kinds and keys are FERRY_EINVAL naming them. */
 FERRY_API int ferry_dataset_open(ferry_dataset **out, const char *spec);
 
 /* Opens any described source: a map-style kind sets *ds, a stream kind (csv) sets

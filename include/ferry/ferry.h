@@ -21,5 +21,7 @@
 #include "image.h"
 #include "transform.h"
 #include "pipeline.h"
+#include "tfrecord.h"
+#include "wds.h"
 
 #endif /* FERRY_H */

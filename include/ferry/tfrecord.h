@@ -60,14 +60,14 @@ extern "C" {
 #endif
 
 enum { FERRY_TFRECORD_AUTO = 0, FERRY_TFRECORD_NONE = 1, FERRY_TFRECORD_GZIP = 2 };
-enum { FERRY_MISSING_ERROR = 0, FERRY_MISSING_FILL = 1 };
+enum { FERRY_TFRECORD_MISSING_ERROR = 0, FERRY_TFRECORD_MISSING_FILL = 1 };
 
 typedef struct ferry_tfrecord_opts {
     int compression;      /* FERRY_TFRECORD_AUTO (by magic bytes), _NONE or _GZIP */
     int raw;              /* 1: one field "data" with each record's bytes */
     const char *features; /* the schema as text (above); NULL: inferred */
     uint64_t infer;       /* records read to infer the schema or raw bound; 0 = 1000 */
-    int missing;          /* FERRY_MISSING_ERROR or FERRY_MISSING_FILL */
+    int missing;          /* FERRY_TFRECORD_MISSING_ERROR or FERRY_TFRECORD_MISSING_FILL */
     double fill;          /* the value of a missing fixed field with FILL */
     uint64_t max_record;  /* longer records are an error; 0 = 256 MiB */
     uint64_t max;         /* raw: the bound of "data"; 0 = the longest record (map-style)

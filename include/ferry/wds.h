@@ -16,7 +16,7 @@
  *
  * The fields: with fields = "jpg;cls", only those extensions are read (other
  * members are passed over); else every extension found. A sample missing one of
- * the fields is an error naming it (missing FERRY_MISSING_ERROR), or is left out
+ * the fields is an error naming it (missing FERRY_WDS_MISSING_ERROR), or is left out
  * (FERRY_WDS_MISSING_SKIP: the map-style index leaves it out at open, the stream
  * passes over it).
  *

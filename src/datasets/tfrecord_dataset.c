@@ -180,7 +180,7 @@ static int decode_field(const tfr *t, int k, const ferry__feature *f, bool have,
             *length = 0;
             return 0;
         }
-        if (t->o.missing != FERRY_MISSING_FILL)
+        if (t->o.missing != FERRY_TFRECORD_MISSING_FILL)
             return ferry__err(FERRY_ENOENT,
                               "%s: record %llu at offset %llu: feature \"%s\" is %s (missing=fill "
                               "fills it)",
@@ -861,7 +861,7 @@ int ferry__tfrecord_open_spec(ferry_dataset **ds, ferry_stream **st, ferry__spec
                           "or gzip",
                           comp);
     if (missing && !strcmp(missing, "fill"))
-        o.missing = FERRY_MISSING_FILL;
+        o.missing = FERRY_TFRECORD_MISSING_FILL;
     else if (missing && strcmp(missing, "error"))
         return ferry__err(FERRY_EINVAL, "source tfrecord: missing=\"%.32s\" is not error or fill",
                           missing);

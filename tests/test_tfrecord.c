@@ -577,3 +577,60 @@ TEST(gzip_members)
     free(cat);
     test_remove_dir();
 }
+
+TEST(large_raw_records)
+{
+    /* records of 16 KiB and more go straight into the sample: the same checks */
+    test_make_dir("tfrecord-large");
+    size_t rec = 20000, at = 0;
+    uint8_t *f = malloc(3 * (rec + 16)), *d = malloc(rec);
+    for (int r = 0; r < 3; r++) {
+        for (size_t i = 0; i < rec; i++)
+            d[i] = (uint8_t)(i * 31 + (size_t)r);
+        at += frame(f + at, d, rec);
+    }
+    char path[512], spec[600];
+    test_write_file(test_path("big.tfrecord", path), f, at);
+    snprintf(spec, sizeof spec, "tfrecord:%s,raw=1", path);
+    table t = read_source(spec, 0, 1, 0);
+    CHECK_EQ(t.rc, FERRY_END);
+    CHECK_EQ(t.n, 3);
+    for (int r = 0; r < 3; r++) {
+        CHECK_EQ(t.rows[r].len[0], (int64_t)rec);
+        CHECK_EQ(t.rows[r].data[0][rec - 1], (uint8_t)((rec - 1) * 31 + (size_t)r));
+    }
+    table_free(&t);
+    /* a flipped data byte in record 2 */
+    f[2 * (rec + 16) + 12 + 777] ^= 4;
+    test_write_file(path, f, at);
+    t = read_source(spec, 0, 1, 0);
+    CHECK_EQ(t.n, 2);
+    CHECK_EQ(t.rc, FERRY_ECORRUPT);
+    char want[128];
+    snprintf(want, sizeof want, "big.tfrecord: record 2 at offset %zu: data CRC mismatch",
+             2 * (rec + 16));
+    CHECK_CONTAINS(t.msg, want);
+    table_free(&t);
+    /* the file cut after it was indexed */
+    f[2 * (rec + 16) + 12 + 777] ^= 4;
+    test_write_file(path, f, at);
+    ferry_dataset *ds;
+    CHECK_OK(ferry_dataset_open(&ds, spec));
+    CHECK(truncate(path, (off_t)(at - 100)) == 0);
+    ferry_ctx *ctx;
+    CHECK_OK(ferry_ctx_create(&ctx, 0, 0));
+    uint8_t *buf = malloc(rec);
+    void *ptr[1] = {buf};
+    int64_t len[1];
+    ferry_sample s = {1, ptr, len};
+    CHECK_OK(ferry_dataset_get(ds, 1, &s, ctx));
+    CHECK_RC(ferry_dataset_get(ds, 2, &s, ctx), FERRY_ESTALE);
+    CHECK_CONTAINS(ferry_last_errmsg(), "record 2 at offset");
+    CHECK_CONTAINS(ferry_last_errmsg(), "shorter than when it was indexed");
+    free(buf);
+    ferry_ctx_free(ctx);
+    ferry_dataset_free(ds);
+    free(f);
+    free(d);
+    test_remove_dir();
+}

@@ -687,6 +687,53 @@ static uint64_t tfr_len(void *self)
     return t->first[t->files.n];
 }
 
+/* raw = 1 records at least this long are read straight into the sample (the
+ * header and the CRC with reads of their own): one copy instead of two. */
+#define RAW_DIRECT ((uint64_t)16 << 10)
+
+static int stale(const char *name, uint64_t j, uint64_t off, const char *why)
+{
+    return ferry__err(FERRY_ESTALE, "%s: record %llu at offset %llu: %s", name,
+                      (unsigned long long)j, (unsigned long long)off, why);
+}
+
+static int get_raw_direct(const tfr *t, size_t k, uint64_t j, uint64_t off, uint64_t len,
+                          ferry_sample *out)
+{
+    const char *name = t->files.paths[k];
+    uint8_t head[FERRY__TFR_HEADER], crc[4];
+    uint64_t hlen;
+    size_t got;
+    int rc;
+    if (len > (uint64_t)t->fields[0].shape[0])
+        return ferry__err(FERRY_EOVERFLOW,
+                          "%s: record %llu at offset %llu: %llu bytes, over the bound of \"data\" "
+                          "(%lld; give max=)",
+                          name, (unsigned long long)j, (unsigned long long)off,
+                          (unsigned long long)len, (long long)t->fields[0].shape[0]);
+    if ((rc = ferry__file_pread(&t->fds[k], name, head, sizeof head, off, &got)) < 0)
+        return rc;
+    if (got < sizeof head)
+        return stale(name, j, off, "the file is shorter than when it was indexed");
+    if ((rc = ferry__tfr_header(name, j, off, head, t->o.max_record, &hlen)) < 0)
+        return rc;
+    if (hlen != len)
+        return stale(name, j, off, "its length changed since the file was indexed");
+    if ((rc = ferry__file_pread(&t->fds[k], name, out->data[0], (size_t)len,
+                                off + FERRY__TFR_HEADER, &got)) < 0)
+        return rc;
+    if (got < len)
+        return stale(name, j, off, "the file is shorter than when it was indexed");
+    if ((rc = ferry__file_pread(&t->fds[k], name, crc, 4, off + FERRY__TFR_HEADER + len, &got)) < 0)
+        return rc;
+    if (got < 4)
+        return stale(name, j, off, "the file is shorter than when it was indexed");
+    if ((rc = ferry__tfr_data_at(name, j, off, out->data[0], len, crc)) < 0)
+        return rc;
+    out->length[0] = (int64_t)len;
+    return 0;
+}
+
 static int tfr_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
 {
     tfr *t = self;
@@ -701,6 +748,8 @@ static int tfr_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
     uint64_t j = i - t->first[lo], off = t->offs[lo][j];
     uint64_t total = t->offs[lo][j + 1] - off;
     const char *name = t->files.paths[lo];
+    if (t->o.raw && total >= RAW_DIRECT)
+        return get_raw_direct(t, lo, j, off, total - FERRY__TFR_OVERHEAD, out);
     uint8_t *buf = ferry_ctx_scratch(ctx, (size_t)total);
     if (!buf)
         return FERRY_ENOMEM;

@@ -64,9 +64,10 @@ int ferry__tfr_header(const char *name, uint64_t record, uint64_t off, const uin
     return 0;
 }
 
-int ferry__tfr_data(const char *name, uint64_t record, uint64_t off, const uint8_t *d, uint64_t len)
+int ferry__tfr_data_at(const char *name, uint64_t record, uint64_t off, const uint8_t *d,
+                       uint64_t len, const uint8_t *crc)
 {
-    uint32_t want = ferry__tfr_mask(crc32c(d, (size_t)len)), got = get32(d + len);
+    uint32_t want = ferry__tfr_mask(crc32c(d, (size_t)len)), got = get32(crc);
     if (want != got)
         return ferry__err(FERRY_ECORRUPT,
                           "%s: record %llu at offset %llu: data CRC mismatch (stored %08x, "
@@ -74,6 +75,11 @@ int ferry__tfr_data(const char *name, uint64_t record, uint64_t off, const uint8
                           name, (unsigned long long)record, (unsigned long long)off, got, want,
                           (unsigned long long)len);
     return 0;
+}
+
+int ferry__tfr_data(const char *name, uint64_t record, uint64_t off, const uint8_t *d, uint64_t len)
+{
+    return ferry__tfr_data_at(name, record, off, d, len, d + len);
 }
 
 int ferry__tfr_open(ferry__tfr_reader *t, const char *path, const char *name, int compression,

@@ -27,6 +27,9 @@ int ferry__tfr_header(const char *name, uint64_t record, uint64_t off, const uin
 /* Checks the data CRC of a record whose data and CRC are at d (len + 4 bytes). */
 int ferry__tfr_data(const char *name, uint64_t record, uint64_t off, const uint8_t *d,
                     uint64_t len);
+/* The same with the stored CRC elsewhere (4 bytes at crc). */
+int ferry__tfr_data_at(const char *name, uint64_t record, uint64_t off, const uint8_t *d,
+                       uint64_t len, const uint8_t *crc);
 
 /* Reads the records of one file in order. */
 typedef struct ferry__tfr_reader {

@@ -188,11 +188,14 @@ FERRY_API int ferry_dataset_synthetic(ferry_dataset **out, const ferry_synthetic
  * (int64: the position of its top-level subdirectory among the sorted ones, the
  * torchvision ImageFolder layout; -1 for files directly in DIR), and
  * "lmdb:PATH[,db=NAME][,datum=auto|1|0][,max=N][,lock=0|1]" (ferry/lmdb.h: Caffe
- * Datum values decode to "data", "label" and "float_data"). Unknown kinds and keys are
- * FERRY_EINVAL naming them.
- * Also "npy:PATH" / "npy:x=a.npy;y=b.npz/m[,inflate_max=N]" (ferry/npy.h),
- * "tokens:GLOB[,seq=T][,dtype=u16|u32][,out=i32|i64][,order=llmc,batch=B[,rank=R,world=W]]"
- * (ferry/tokens.h) and "mds:DIR[,zstd_max=N][,cache=DIR]" (ferry/mds.h). */
+ * Datum values decode to "data", "label" and "float_data"), and
+ * "tfrecord:PATH|DIR|GLOB[,raw=1][,features=...][,stream=1]" (ferry/tfrecord.h: TFRecord
+ * files, tf.train.Example fields) and "wds:PATH|DIR|GLOB[,fields=jpg;cls][,stream=1]"
+ * (ferry/wds.h: WebDataset tar shards), map-style over uncompressed files and streams
+ * over gzipped ones. Also "npy:PATH" / "npy:x=a.npy;y=b.npz/m[,inflate_max=N]"
+ * (ferry/npy.h), "tokens:GLOB[,seq=T][,dtype=u16|u32][,out=i32|i64][,order=llmc,batch=B
+ * [,rank=R,world=W]]" (ferry/tokens.h) and "mds:DIR[,zstd_max=N][,cache=DIR]"
+ * (ferry/mds.h). Unknown kinds and keys are FERRY_EINVAL naming them. */
 FERRY_API int ferry_dataset_open(ferry_dataset **out, const char *spec);
 
 /* Opens any described source: a map-style kind sets *ds, a stream kind (csv) sets

@@ -25,5 +25,7 @@
 #include "npy.h"
 #include "tokens.h"
 #include "mds.h"
+#include "tfrecord.h"
+#include "wds.h"
 
 #endif /* FERRY_H */

@@ -109,13 +109,25 @@ FERRY_API int ferry_image_pipeline_run(const ferry_image_pipeline *p, const void
                                        ferry_rng *rng, void *dst, ferry_ctx *ctx);
 
 /* A dataset of images over another one whose field `field` holds encoded images
- * (NULL: "image" if there is one, else "data"): that field becomes "image", the
+ * (NULL: "image" if there is one, else "data", else WebDataset's "jpg", "jpeg" or
+ * "png"): that field becomes "image", the
  * pipeline's output tensor; every other field passes through unchanged (labels,
  * several of them, paths). A failing image is an error naming the file (from a
  * "path" field when there is one) or the sample. With own_inner, inner is freed
  * with the dataset (also when this call fails). */
 FERRY_API int ferry_dataset_images(ferry_dataset **out, ferry_dataset *inner, const char *field,
                                    const ferry_image_pipeline *p, int own_inner);
+
+/* The same over a stream (a gzipped WebDataset shard, a TFRecord stream): field
+ * `field` (NULL: "image", "data", "jpg", "jpeg" or "png", the first there) holds
+ * variable uint8 encoded images and becomes "image"; the other fields pass through.
+ * The per-sample draws are keyed by (seed, epoch, hash of the stream shard and the
+ * sample's position in it), so they do not depend on the worker count. Takes
+ * ownership of inner, also when it fails (as the stream decorators do). Memory:
+ * one encoded image at the field's bound per opened shard. Mode none is
+ * FERRY_EINVAL (a stream passes its bytes through as they are). */
+FERRY_API int ferry_stream_images(ferry_stream **out, ferry_stream *inner, const char *field,
+                                  const ferry_image_pipeline *p);
 
 #ifdef __cplusplus
 }

@@ -118,6 +118,10 @@ int ferry_dataset_images(ferry_dataset **out, ferry_dataset *inner, const char *
         d->field = ferry_dataset_find_field(inner, "image");
         if (d->field < 0)
             d->field = ferry_dataset_find_field(inner, "data");
+        /* WebDataset names fields by extension */
+        static const char *const exts[] = {"jpg", "jpeg", "png"};
+        for (int i = 0; i < 3 && d->field < 0; i++)
+            d->field = ferry_dataset_find_field(inner, exts[i]);
     }
     if (d->field < 0)
         FERRY_FAIL(FERRY_EINVAL, "images: the dataset has no field \"%s\" with encoded images",

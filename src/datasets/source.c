@@ -5,6 +5,7 @@
 #include "dataset_internal.h"
 #include "csv_internal.h"
 #include "lmdb_internal.h"
+#include "shard_files.h"
 #include "ferry/pipeline.h"
 
 #include <string.h>
@@ -183,6 +184,10 @@ int ferry_source_open(const char *spec, ferry_dataset **ds, ferry_stream **st)
             rc = ferry__tokens_open_spec(ds, s);
         else if (!strcmp(s->kind, "mds"))
             rc = ferry__mds_open_spec(ds, s);
+        else if (!strcmp(s->kind, "tfrecord"))
+            rc = ferry__tfrecord_open_spec(ds, st, s);
+        else if (!strcmp(s->kind, "wds"))
+            rc = ferry__wds_open_spec(ds, st, s);
         else if (!strcmp(s->kind, "csv"))
             rc = st ? ferry__csv_open_spec(st, s)
                     : ferry__err(FERRY_EINVAL,
@@ -190,14 +195,19 @@ int ferry_source_open(const char *spec, ferry_dataset **ds, ferry_stream **st)
         else
             rc = ferry__err(FERRY_EINVAL,
                             "source: unknown kind \"%.64s\" (known: synthetic, lines, files, "
-                            "images, records, lmdb, csv, npy, tokens, mds)",
+                            "images, records, lmdb, csv, npy, tokens, mds, tfrecord, wds)",
                             s->kind);
     }
     if (rc == 0 && images) {
-        if (!*ds) {
+        if (!*ds && ip.mode != FERRY_PIPELINE_NONE) {
+            ferry_stream *inner = *st;
+            *st = NULL;
+            rc = ferry_stream_images(st, inner, image_field, &ip);
+        } else if (!*ds) {
             ferry_stream_free(*st);
             *st = NULL;
-            rc = ferry__err(FERRY_EINVAL, "source %s: pipeline= needs a map-style source", s->kind);
+            rc = ferry__err(FERRY_EINVAL, "source %s: pipeline=none needs a map-style source",
+                            s->kind);
         } else {
             ferry_dataset *inner = *ds;
             *ds = NULL;

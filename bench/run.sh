@@ -3,8 +3,8 @@
 # Usage: bench/run.sh [FERRY]   (FERRY defaults to build/ferry in the repo root)
 # Also ferry lines vs PyTorch seek + readline (lines_vs_torch.py), record shards
 # vs dd, LMDB and cp -r (records_vs.py), and the image pipeline vs torchvision and
-# a plain TurboJPEG decode loop (images_vs_torch.py), and named tensors
-# (safetensors) vs torch.save, torch.load and dd (tensors_vs.py).
+# a plain TurboJPEG decode loop (images_vs_torch.py).
+# Also named tensors (safetensors) vs torch.save, torch.load and dd (tensors_vs.py).
 # Prints tables on stdout and writes bench/results/{loader,lines,records,images}.json.
 # Exits 0 whether or not the targets pass; non-zero only if something breaks.
 set -euo pipefail

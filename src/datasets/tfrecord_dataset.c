@@ -399,7 +399,7 @@ static int infer_schema(tfr *t, uint64_t *max_raw)
     for (size_t k = 0; k < t->files.n && st->records < limit && rc == 0; k++) {
         ferry__tfr_reader rd;
         if ((rc = ferry__tfr_open(&rd, t->files.paths[k], t->files.paths[k], t->o.compression,
-                                  t->o.max_record)) < 0)
+                                  t->o.max_record, 0)) < 0)
             break;
         st->file = t->files.paths[k];
         while (st->records < limit) {
@@ -607,7 +607,8 @@ static int tfr_open(tfr **out, const char *location, const ferry_tfrecord_opts *
         for (size_t k = 0; k < t->files.n; k++) {
             const char *path = t->files.paths[k];
             ferry__tfr_reader rd;
-            FERRY_TRY(ferry__tfr_open(&rd, path, path, t->o.compression, t->o.max_record));
+            /* a small window: the reads stop at the headers */
+            FERRY_TRY(ferry__tfr_open(&rd, path, path, t->o.compression, t->o.max_record, 4096));
             if (rd.r.gzip) {
                 ferry__tfr_close(&rd);
                 FERRY_FAIL(FERRY_ENOTSUP,
@@ -834,27 +835,37 @@ static int st_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
             return FERRY_END;
         const char *path = t->files.paths[ferry_permutation_at(&it->order, it->pos)];
         if (!it->open) {
-            if ((rc = ferry__tfr_open(&it->rd, path, path, t->o.compression, t->o.max_record)) <
+            if ((rc = ferry__tfr_open(&it->rd, path, path, t->o.compression, t->o.max_record, 0)) <
                 0) {
                 it->pos += it->step;
                 return rc;
             }
             it->open = true;
         }
-        const uint8_t *d;
+        const uint8_t *d = NULL;
         size_t n;
         uint64_t off, rec = it->rd.record;
-        rc = ferry__tfr_next(&it->rd, &d, &n, &off, 1);
+        if (t->o.raw) /* straight into the sample */
+            rc = ferry__tfr_next_into(&it->rd, out->data[0], (size_t)t->fields[0].shape[0], &n,
+                                      &off);
+        else
+            rc = ferry__tfr_next(&it->rd, &d, &n, &off, 1);
         if (rc == FERRY_END) {
             end_file(it);
             continue;
         }
-        if (rc < 0) {
+        if (rc < 0 && it->rd.broken) {
             /* the framing is lost: nothing after this point can be trusted */
             char msg[FERRY_ERRMSG_MAX];
             snprintf(msg, sizeof msg, "%s; the rest of the file is not read", ferry_last_errmsg());
             end_file(it);
             return ferry__err(rc, "%s", msg);
+        }
+        if (rc < 0) /* this record only (a bad data CRC, too long for its field) */
+            return rc;
+        if (t->o.raw) {
+            out->length[0] = (int64_t)n;
+            return 0;
         }
         return decode(t, d, n, out, path, rec, off);
     }

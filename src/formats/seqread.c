@@ -285,3 +285,45 @@ int ferry__seqread_skip(ferry__seqread *r, uint64_t n, uint64_t *skipped)
     *skipped = done;
     return 0;
 }
+
+int ferry__seqread_read(ferry__seqread *r, void *dst, size_t n, size_t *got)
+{
+    uint8_t *d = dst;
+    size_t done = 0, have;
+    int rc;
+    *got = 0;
+    if (!r->gzip && n - (r->end - r->pos < n ? r->end - r->pos : n) >= (r->cap >> 2)) {
+        /* much more than the window holds: the rest straight from the file */
+        have = r->end - r->pos < n ? r->end - r->pos : n;
+        memcpy(d, r->buf + r->pos, have);
+        r->pos += have;
+        r->off += have;
+        done = have;
+        if (r->pos == r->end) {
+            size_t k;
+            if ((rc = ferry__file_pread(&r->f, r->name, d + done, n - done, r->file_off, &k)) < 0)
+                return rc;
+            r->file_off += k;
+            r->off += k;
+            done += k;
+            r->pos = r->end = 0;
+            if (r->file_off >= r->f.size)
+                r->eof = true;
+        }
+        *got = done;
+        return 0;
+    }
+    while (done < n) {
+        size_t want = n - done < r->cap ? n - done : r->cap;
+        if ((rc = ferry__seqread_need(r, want, &have)) < 0)
+            return rc;
+        if (have == 0)
+            break;
+        memcpy(d + done, r->buf + r->pos, have);
+        r->pos += have;
+        r->off += have;
+        done += have;
+    }
+    *got = done;
+    return 0;
+}

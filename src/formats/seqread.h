@@ -50,6 +50,10 @@ void ferry__seqread_close(ferry__seqread *r);
  * *avail is what is there: n, or less at the end of the stream (0 at its very end).
  * Errors: FERRY_EIO, FERRY_ENOMEM, FERRY_ECORRUPT (bad gzip data), named. */
 int ferry__seqread_need(ferry__seqread *r, size_t n, size_t *avail);
+/* Copies the next n bytes to dst and moves past them: for a file read as it is,
+ * what the window does not hold is read from the file straight into dst. *got < n
+ * only at the end of the stream. */
+int ferry__seqread_read(ferry__seqread *r, void *dst, size_t n, size_t *got);
 /* Moves past n bytes. For a file read as it is, bytes past the window are not read at
  * all (a seek). *skipped < n only at the end of the stream. */
 int ferry__seqread_skip(ferry__seqread *r, uint64_t n, uint64_t *skipped);

@@ -36,17 +36,26 @@ typedef struct ferry__tfr_reader {
     ferry__seqread r;
     uint64_t record; /* number of the next record */
     uint64_t max;    /* longest record accepted */
+    bool broken;     /* the framing is lost: every later call fails */
 } ferry__tfr_reader;
 
+/* window: bytes of the read window (0: 1 MiB); an index scan wants a small one,
+ * so that the data between headers is not read. */
 int ferry__tfr_open(ferry__tfr_reader *t, const char *path, const char *name, int compression,
-                    uint64_t max);
+                    uint64_t max, size_t window);
 void ferry__tfr_close(ferry__tfr_reader *t);
 /* The next record, CRCs checked: *data (valid until the next call), *n, *off (its
  * offset in the file, or in the decompressed stream of a gzip file). FERRY_END at
- * the end of the file; FERRY_ECORRUPT naming file, record and offset. With
- * check_data = 0 the data is not read at all where the file allows it (an index
- * scan): *data is then NULL. */
+ * the end of the file; FERRY_ECORRUPT naming file, record and offset. After a
+ * data CRC mismatch (*data and *n set, the record passed) the next call reads the
+ * next record; after any other error (t->broken) the file cannot be read on.
+ * With check_data = 0 the data is not read at all where the file allows it (an
+ * index scan): *data is then NULL. */
 int ferry__tfr_next(ferry__tfr_reader *t, const uint8_t **data, size_t *n, uint64_t *off,
                     int check_data);
+/* The next record's data copied into dst (cap bytes): for a plain file, what the
+ * window does not hold is read from the file straight into dst. Errors as
+ * ferry__tfr_next; a record over cap is FERRY_EOVERFLOW (passed over, not read). */
+int ferry__tfr_next_into(ferry__tfr_reader *t, uint8_t *dst, size_t cap, size_t *n, uint64_t *off);
 
 #endif

@@ -8,6 +8,11 @@
 
 /* Streams are read as this many shards by default, whatever --workers says. */
 #define STREAM_SHARDS 4
+/* --shuffle on a stream: a shuffle buffer of this many samples per stream shard,
+ * fewer for large samples so that one shard's buffer stays within
+ * SHUFFLE_BUFFER_BYTES. */
+#define SHUFFLE_BUFFER 8192
+#define SHUFFLE_BUFFER_BYTES ((uint64_t)64 << 20)
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,7 +46,12 @@ static void bench_usage(FILE *f)
            "  --workers N       worker threads, 0..1024; 0 = the caller's thread (default 2)\n"
            "  --prefetch N      batch buffers in flight, 1..65536 (default 2 per worker,\n"
            "                    more for small batches: up to 32 MiB or 64 buffers)\n"
-           "  --shuffle         random order (a new one each epoch)\n"
+           "  --shuffle         random order (a new one each epoch); a stream (csv:,\n"
+           "                    records:...,stream=1) goes through a shuffle buffer per\n"
+           "                    stream shard, seeded by --seed (see --shuffle-buffer)\n"
+           "  --shuffle-buffer N  with --shuffle on a stream: samples per buffer, 1..16777216\n"
+           "                    (default 8192, fewer for samples over 8 KiB: at most 64 MiB\n"
+           "                    a shard); the same as shuffle=N,seed=S in the source\n"
            "  --seed N          seed of every random choice (default 0)\n"
            "  --epochs N        epochs to run, 1..1000000 (default 1)\n"
            "  --drop-last       drop a last, partial batch\n"
@@ -112,7 +122,8 @@ int cmd_bench(int argc, char **argv)
         O_JSON,
         O_NOPROG,
         O_SHARDS,
-        O_PIPELINE
+        O_PIPELINE,
+        O_SHUFBUF
     };
     static const struct option opts[] = {{"batch", required_argument, 0, O_BATCH},
                                          {"workers", required_argument, 0, O_WORKERS},
@@ -132,6 +143,7 @@ int cmd_bench(int argc, char **argv)
                                          {"no-progress", no_argument, 0, O_NOPROG},
                                          {"stream-shards", required_argument, 0, O_SHARDS},
                                          {"pipeline", required_argument, 0, O_PIPELINE},
+                                         {"shuffle-buffer", required_argument, 0, O_SHUFBUF},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     ferry_loader_opts o;
@@ -143,6 +155,8 @@ int cmd_bench(int argc, char **argv)
     bool digest = false, json = false, progress = true;
     const char *pipeline = NULL;
     bool batch_set = false;
+    uint64_t shuffle_buffer = 0; /* streams: the buffer in use, 0 for none */
+    bool source_shuffles = false;
 
     optind = 1;
     int c;
@@ -231,6 +245,10 @@ int cmd_bench(int argc, char **argv)
                 return cli_error(EXIT_USAGE, "--pipeline: \"%s\" is not 'train' or 'eval'", optarg);
             pipeline = optarg;
             break;
+        case O_SHUFBUF:
+            if (!cli_u64("--shuffle-buffer", optarg, 1, 1u << 24, &shuffle_buffer))
+                return EXIT_USAGE;
+            break;
         case 'h':
             bench_usage(stdout);
             return 0;
@@ -285,6 +303,42 @@ int cmd_bench(int argc, char **argv)
     if (rank >= world) {
         status = cli_error(EXIT_USAGE, "--rank %lld is outside [0, %lld] for --world-size %lld",
                            (long long)rank, (long long)world - 1, (long long)world);
+        goto done;
+    }
+    if (stream) {
+        /* the source's own shuffle=N, or --shuffle here: a shuffle buffer per shard */
+        const char *sp = strstr(spec, ",shuffle=");
+        source_shuffles = sp != NULL;
+        if (source_shuffles && (o.shuffle || shuffle_buffer)) {
+            status = cli_error(EXIT_USAGE, "bench: --shuffle and a shuffle= in SOURCE: use one");
+            goto done;
+        }
+        if (source_shuffles) {
+            shuffle_buffer = strtoull(sp + 9, NULL, 10);
+        } else if (o.shuffle) {
+            if (!shuffle_buffer) {
+                uint64_t sample = 0;
+                for (int f = 0; f < ferry_stream_nfields(stream); f++)
+                    sample += ferry_field_nbytes(ferry_stream_field(stream, f));
+                shuffle_buffer = SHUFFLE_BUFFER;
+                if (sample && SHUFFLE_BUFFER_BYTES / sample < shuffle_buffer)
+                    shuffle_buffer =
+                        SHUFFLE_BUFFER_BYTES / sample ? SHUFFLE_BUFFER_BYTES / sample : 1;
+            }
+            ferry_stream *inner = stream;
+            stream = NULL; /* the decorator owns it from here, also when it fails */
+            if ((rc = ferry_stream_shuffle(&stream, inner, (size_t)shuffle_buffer, o.seed)) < 0) {
+                status = cli_error(EXIT_USAGE, "%s", ferry_last_errmsg());
+                goto done;
+            }
+        } else if (shuffle_buffer) {
+            status = cli_error(EXIT_USAGE, "bench: --shuffle-buffer needs --shuffle");
+            goto done;
+        }
+    } else if (shuffle_buffer) {
+        status = cli_error(EXIT_USAGE,
+                           "bench: --shuffle-buffer is for streams; this source is map-style, "
+                           "and --shuffle alone gives it a random order");
         goto done;
     }
     if (stream && !o.stream_shards)
@@ -362,6 +416,10 @@ int cmd_bench(int argc, char **argv)
                (double)st.stage_ns[FERRY_STAGE_DECODE] / 1e9,
                (double)st.stage_ns[FERRY_STAGE_TRANSFORM] / 1e9,
                (double)st.stage_ns[FERRY_STAGE_WRITE] / 1e9);
+        printf(", \"order\": \"%s\", \"shuffle_buffer\": %llu",
+               stream ? (shuffle_buffer ? "shuffle_buffer" : "stream")
+                      : (o.shuffle ? "shuffled" : "sequential"),
+               (unsigned long long)shuffle_buffer);
         if (digest)
             printf(", \"digest\": \"%016llx\"", (unsigned long long)h);
         if (status) {
@@ -371,10 +429,19 @@ int cmd_bench(int argc, char **argv)
         printf("}\n");
     } else {
         printf("source      %s\n", spec);
-        printf("setup       batch %u, workers %u, prefetch %u, epochs %llu, %s order, rank %lld "
+        char order[160];
+        if (!stream)
+            snprintf(order, sizeof order, "%s order", o.shuffle ? "shuffled" : "sequential");
+        else if (shuffle_buffer)
+            snprintf(order, sizeof order,
+                     "stream order through a shuffle buffer of %llu samples per shard",
+                     (unsigned long long)shuffle_buffer);
+        else
+            snprintf(order, sizeof order, "stream order, not shuffled");
+        printf("setup       batch %u, workers %u, prefetch %u, epochs %llu, %s, rank %lld "
                "of %lld\n",
-               o.batch_size, o.num_workers, st.prefetch, (unsigned long long)epochs,
-               o.shuffle ? "shuffled" : "sequential", (long long)rank, (long long)world);
+               o.batch_size, o.num_workers, st.prefetch, (unsigned long long)epochs, order,
+               (long long)rank, (long long)world);
         printf("delivered   %llu samples in %llu batches, %llu skipped\n",
                (unsigned long long)samples, (unsigned long long)batches,
                (unsigned long long)st.skipped);

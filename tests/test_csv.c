@@ -1316,3 +1316,77 @@ TEST(loader_reads_every_row_once)
     ferry_stream_free(st);
     remove_dir(dir);
 }
+
+/* Batches of a class-sorted CSV that hold more than one class, out of all batches;
+ * every row must come once. */
+static void class_mix(const char *spec, int *mixed, int *batches)
+{
+    ferry_dataset *ds = NULL;
+    ferry_stream *st = NULL;
+    CHECK_OK(ferry_source_open(spec, &ds, &st));
+    CHECK(ds == NULL && st != NULL);
+    ferry_loader_opts o;
+    ferry_loader_opts_default(&o);
+    o.batch_size = 50;
+    o.num_workers = 2;
+    o.stream_shards = 1;
+    o.rank = 0;
+    o.world_size = 1;
+    ferry_loader *l;
+    CHECK_OK(ferry_loader_create_stream(&l, st, &o));
+    uint8_t seen[2000] = {0};
+    ferry_batch *b;
+    int rc;
+    *mixed = *batches = 0;
+    while ((rc = ferry_loader_next(l, &b)) == 0) {
+        ferry_tensor id, cls;
+        CHECK_OK(ferry_batch_field(b, 0, &id));
+        CHECK_OK(ferry_batch_field(b, 1, &cls));
+        const int64_t *ids = id.data, *c = cls.data;
+        bool m = false;
+        for (uint32_t i = 0; i < ferry_batch_size(b); i++) {
+            CHECK(ids[i] >= 0 && ids[i] < 2000);
+            CHECK_EQ(c[i], ids[i] / 500);
+            seen[ids[i]]++;
+            m |= c[i] != c[0];
+        }
+        *mixed += m;
+        (*batches)++;
+        ferry_batch_release(b);
+    }
+    CHECK_RC(rc, FERRY_END);
+    for (int i = 0; i < 2000; i++)
+        CHECK_EQ(seen[i], 1);
+    ferry_loader_free(l);
+    ferry_stream_free(st);
+}
+
+TEST(shuffle_key_mixes_a_class_sorted_file)
+{
+    char *dir = make_dir();
+    tbuf t = {0};
+    for (int i = 0; i < 2000; i++)
+        add(&t, "%d,%d\n", i, i / 500); /* 4 classes, one after the other */
+    write_part(dir, 0, t.p);
+    free(t.p);
+    char spec[1200];
+    int mixed, batches;
+    snprintf(spec, sizeof spec, "csv:%s,dtype=i64,fields=id:0;label:1", dir);
+    class_mix(spec, &mixed, &batches);
+    CHECK_EQ(batches, 40);
+    CHECK_EQ(mixed, 0); /* file order: one class per batch */
+    snprintf(spec, sizeof spec, "csv:%s,dtype=i64,fields=id:0;label:1,shuffle=1000,seed=5", dir);
+    class_mix(spec, &mixed, &batches);
+    CHECK_EQ(batches, 40);
+    CHECK(mixed >= 32); /* all but the drained tail of the last class */
+    /* shuffle= on a map-style source says what to do instead */
+    ferry_dataset *ds = NULL;
+    ferry_stream *st = NULL;
+    CHECK_RC(ferry_source_open("synthetic:10,shuffle=4", &ds, &st), FERRY_EINVAL);
+    CHECK_CONTAINS(ferry_last_errmsg(), "shuffle= is for streams");
+    CHECK(ds == NULL && st == NULL);
+    snprintf(spec, sizeof spec, "csv:%s,shuffle=0", dir);
+    CHECK_RC(ferry_source_open(spec, &ds, &st), FERRY_EINVAL);
+    CHECK_CONTAINS(ferry_last_errmsg(), "shuffle=\"0\" is not a number in [1, 16777216]");
+    remove_dir(dir);
+}

@@ -1,0 +1,115 @@
+/*
+ * The ferry command as a new user meets it: stream shuffling, compressed input,
+ * honest counts, readable output, hints and help.
+ */
+#include "harness.h"
+
+#include <stdarg.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Runs the ferry command with args (a shell fragment); returns its exit status and
+ * its stdout+stderr in out. */
+static int ferry(const char *args, char *out, size_t cap)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s %s 2>&1", FERRY_CLI, args);
+    FILE *p = popen(cmd, "r");
+    CHECK(p != NULL);
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    CHECK(WIFEXITED(st));
+    return WEXITSTATUS(st);
+}
+
+/* Runs a shell command; fails the test unless it exits 0. */
+static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+__attribute__((unused)) static void sh(const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int st = system(cmd);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        test_fail(__FILE__, __LINE__, "command failed: %s", cmd);
+}
+
+/* The value of "key": in a one-line JSON object, as text. */
+static const char *json_field(const char *json, const char *key, char *buf, size_t cap)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\": ", key);
+    const char *p = strstr(json, pat);
+    if (!p)
+        return NULL;
+    p += strlen(pat);
+    size_t i = 0;
+    while (*p && *p != ',' && *p != '}' && i + 1 < cap)
+        buf[i++] = *p++;
+    buf[i] = 0;
+    return buf;
+}
+
+/* test_dir/part-00000: 4 classes of 500 rows, one class after the other. */
+static void class_sorted_csv(void)
+{
+    char p[512];
+    FILE *f = fopen(test_path("part-00000", p), "w");
+    CHECK(f != NULL);
+    for (int i = 0; i < 2000; i++)
+        fprintf(f, "%d,%d\n", i, i / 500);
+    CHECK(fclose(f) == 0);
+}
+
+TEST(bench_shuffle_on_a_stream_shuffles)
+{
+    test_make_dir("cli-shuffle");
+    class_sorted_csv();
+    char out[8192], args[1024], plain[64], v[64], want[64] = "";
+    snprintf(args, sizeof args,
+             "bench csv:%s,dtype=i64 --batch 50 --json --digest --no-progress", test_dir);
+    CHECK_EQ(ferry(args, out, sizeof out), 0);
+    CHECK(json_field(out, "digest", plain, sizeof plain));
+    CHECK_CONTAINS(out, "\"order\": \"stream\"");
+    for (int w = 1; w <= 3; w += 2) {
+        snprintf(args, sizeof args,
+                 "bench csv:%s,dtype=i64 --batch 50 --workers %d --shuffle --seed 9 --json "
+                 "--digest --no-progress",
+                 test_dir, w);
+        CHECK_EQ(ferry(args, out, sizeof out), 0);
+        CHECK(json_field(out, "digest", v, sizeof v));
+        CHECK(strcmp(v, plain) != 0); /* the order changed */
+        if (!want[0])
+            strcpy(want, v);
+        CHECK(!strcmp(v, want)); /* and is the same for any worker count */
+        CHECK_CONTAINS(out, "\"shuffle_buffer\": 8192");
+        CHECK(!strcmp(json_field(out, "samples", v, sizeof v), "2000"));
+    }
+    /* the source's own shuffle=N,seed=S is the same shuffle */
+    snprintf(args, sizeof args,
+             "bench csv:%s,dtype=i64,shuffle=8192,seed=9 --batch 50 --json --digest "
+             "--no-progress",
+             test_dir);
+    CHECK_EQ(ferry(args, out, sizeof out), 0);
+    CHECK(!strcmp(json_field(out, "digest", v, sizeof v), want));
+    /* the summary says what happened, and never "shuffled" on a stream read in order */
+    snprintf(args, sizeof args, "bench csv:%s,dtype=i64 --batch 50 --no-progress", test_dir);
+    CHECK_EQ(ferry(args, out, sizeof out), 0);
+    CHECK_CONTAINS(out, "stream order, not shuffled");
+    CHECK(!strstr(out, "shuffled order"));
+    snprintf(args, sizeof args,
+             "bench csv:%s,dtype=i64 --batch 50 --shuffle --shuffle-buffer 300 --no-progress",
+             test_dir);
+    CHECK_EQ(ferry(args, out, sizeof out), 0);
+    CHECK_CONTAINS(out, "shuffle buffer of 300 samples per shard");
+    snprintf(args, sizeof args, "bench csv:%s,shuffle=10 --shuffle", test_dir);
+    CHECK_EQ(ferry(args, out, sizeof out), 2);
+    CHECK_CONTAINS(out, "use one");
+    CHECK_EQ(ferry("bench synthetic:10 --shuffle --shuffle-buffer 5", out, sizeof out), 2);
+    CHECK_CONTAINS(out, "map-style");
+    test_remove_dir();
+}

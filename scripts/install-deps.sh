@@ -8,6 +8,8 @@ set -euo pipefail
 # python3-pil and python3-numpy: the resampler is tested against Pillow
 pkgs=(build-essential cmake pkg-config python3 python3-pil python3-numpy libzstd-dev liblmdb-dev
       libjpeg62-turbo-dev libspng-dev)
+# zlib1g-dev: gzip-compressed CSV streams; zstd: the tests compress files with it
+pkgs+=(zlib1g-dev zstd)
 if [ "${1:-}" = fuzz ]; then
   pkgs+=(clang libclang-rt-14-dev)
 fi

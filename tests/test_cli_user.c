@@ -26,7 +26,7 @@ static int ferry(const char *args, char *out, size_t cap)
 
 /* Runs a shell command; fails the test unless it exits 0. */
 static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-__attribute__((unused)) static void sh(const char *fmt, ...)
+static void sh(const char *fmt, ...)
 {
     char cmd[4096];
     va_list ap;
@@ -70,8 +70,8 @@ TEST(bench_shuffle_on_a_stream_shuffles)
     test_make_dir("cli-shuffle");
     class_sorted_csv();
     char out[8192], args[1024], plain[64], v[64], want[64] = "";
-    snprintf(args, sizeof args,
-             "bench csv:%s,dtype=i64 --batch 50 --json --digest --no-progress", test_dir);
+    snprintf(args, sizeof args, "bench csv:%s,dtype=i64 --batch 50 --json --digest --no-progress",
+             test_dir);
     CHECK_EQ(ferry(args, out, sizeof out), 0);
     CHECK(json_field(out, "digest", plain, sizeof plain));
     CHECK_CONTAINS(out, "\"order\": \"stream\"");
@@ -111,5 +111,46 @@ TEST(bench_shuffle_on_a_stream_shuffles)
     CHECK_CONTAINS(out, "use one");
     CHECK_EQ(ferry("bench synthetic:10 --shuffle --shuffle-buffer 5", out, sizeof out), 2);
     CHECK_CONTAINS(out, "map-style");
+    test_remove_dir();
+}
+
+TEST(compressed_input_is_read_or_named)
+{
+    test_make_dir("cli-gz");
+    char p[512], out[8192], args[1024], v[64];
+    FILE *f = fopen(test_path("data.csv", p), "w");
+    CHECK(f != NULL);
+    fprintf(f, "id,x\n");
+    for (int i = 0; i < 3000; i++)
+        fprintf(f, "%d,%d.25\n", i, i % 10);
+    CHECK(fclose(f) == 0);
+    sh("gzip -k -n '%s' && zstd -q -k '%s'", p, p);
+    /* one file (not a directory), a header line, gzip or zstd or plain: the same rows */
+    char want[64] = "";
+    static const char *const names[] = {"data.csv", "data.csv.gz", "data.csv.zst"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(args, sizeof args,
+                 "bench csv:%s,header=1 --batch 100 --json --digest --no-progress",
+                 test_path(names[i], p));
+        CHECK_EQ(ferry(args, out, sizeof out), 0);
+        CHECK(!strcmp(json_field(out, "samples", v, sizeof v), "3000"));
+        CHECK(json_field(out, "digest", v, sizeof v));
+        if (!want[0])
+            strcpy(want, v);
+        CHECK(!strcmp(v, want));
+    }
+    /* map-style text cannot be read compressed: the message says what to do */
+    snprintf(args, sizeof args, "index %s", test_path("data.csv.gz", p));
+    CHECK_EQ(ferry(args, out, sizeof out), 1);
+    CHECK_CONTAINS(out, "gzip-compressed");
+    CHECK_CONTAINS(out, "gunzip -k");
+    snprintf(args, sizeof args, "head lines:%s,build=1", test_path("data.csv.zst", p));
+    CHECK_EQ(ferry(args, out, sizeof out), 2);
+    CHECK_CONTAINS(out, "zstd-compressed");
+    /* a missing line index: what to run */
+    snprintf(args, sizeof args, "head lines:%s", test_path("data.csv", p));
+    CHECK_EQ(ferry(args, out, sizeof out), 2);
+    CHECK_CONTAINS(out, "ferry index");
+    CHECK_CONTAINS(out, "build=1");
     test_remove_dir();
 }

@@ -464,3 +464,41 @@ TEST(settings_and_allocation_failures)
     }
     test_remove_dir();
 }
+
+TEST(compressed_text_and_a_missing_index_say_what_to_do)
+{
+    test_make_dir("lines-gz");
+    char p[512], q[512];
+    /* a real gzip file: the gzip magic, then a deflate stream */
+    static const unsigned char gz[] = {0x1f, 0x8b, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00,
+                                       0x00, 0x03, 0x4b, 0xe4, 0x02, 0x00, 0x07, 0xa1,
+                                       0xea, 0xdd, 0x02, 0x00, 0x00, 0x00};
+    test_write_file(test_path("train.txt.gz", p), gz, sizeof gz);
+    CHECK_RC(ferry_line_index_build(p, NULL, NULL, NULL, NULL), FERRY_ENOTSUP);
+    CHECK_CONTAINS(ferry_last_errmsg(), "train.txt.gz: the file is gzip-compressed");
+    CHECK_CONTAINS(ferry_last_errmsg(), "gunzip -k");
+    snprintf(q, sizeof q, "%s.fidx", p);
+    CHECK(access(q, F_OK) != 0); /* no index of garbage written */
+    ferry_lines_opts o;
+    ferry_lines_opts_default(&o);
+    o.path = p;
+    o.build_index = 1;
+    ferry_dataset *ds = NULL;
+    CHECK_RC(ferry_dataset_lines(&ds, &o), FERRY_ENOTSUP);
+    CHECK_CONTAINS(ferry_last_errmsg(), "gzip-compressed");
+    /* zstd too */
+    static const unsigned char zst[] = {0x28, 0xb5, 0x2f, 0xfd, 0x04, 0x58, 0x11, 0x00,
+                                        0x00, 0x61, 0x0a, 0x55, 0xc8, 0xcc, 0x1e};
+    test_write_file(test_path("train.txt.zst", p), zst, sizeof zst);
+    CHECK_RC(ferry_line_index_build(p, NULL, NULL, NULL, NULL), FERRY_ENOTSUP);
+    CHECK_CONTAINS(ferry_last_errmsg(), "zstd-compressed");
+    /* plain text without its index: what to run */
+    test_write_file(test_path("plain.txt", p), "a\nb\n", 4);
+    o.path = p;
+    o.build_index = 0;
+    CHECK_RC(ferry_dataset_lines(&ds, &o), FERRY_ENOENT);
+    CHECK_CONTAINS(ferry_last_errmsg(), "has no line index");
+    CHECK_CONTAINS(ferry_last_errmsg(), "ferry index");
+    CHECK_CONTAINS(ferry_last_errmsg(), "build=1");
+    test_remove_dir();
+}

@@ -178,7 +178,7 @@ FERRY_API int ferry_dataset_synthetic(ferry_dataset **out, const ferry_synthetic
  * Built in: "synthetic:COUNT[,bytes=N][,cost=N][,seed=N][,classes=N][,var=N]
  * [,fail_every=N][,sleep_us=N][,pool=N]" and "lines:FILE[,max=N][,index=PATH][,build=1]
  * [,error_long=1][,readahead=auto|on|off][,io=mmap|pread]" (ferry/lines.h), and the stream
- * "csv:DIR[,prefix=part-][,digits=5][,suffix=][,delim=,][,header=1][,dtype=f32]
+ * "csv:DIR[,prefix=part-][,digits=5][,suffix=][,delim=,][,header=N][,dtype=f32]
  * [,fields=x:0-3;y:4:i64][,cols=N]" (ferry/csv.h), and "files:DIR[,ext=jpg;png][,max=BYTES]":
  * every file under DIR (sorted by path) is a sample with "data" (its bytes, variable
  * up to the largest file or max), "path" (relative, up to 1023 bytes) and "label"

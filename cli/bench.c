@@ -5,6 +5,7 @@
 #include "cli.h"
 
 #include <getopt.h>
+#include <pthread.h>
 
 /* Streams are read as this many shards by default, whatever --workers says. */
 #define STREAM_SHARDS 4
@@ -62,7 +63,10 @@ static void bench_usage(FILE *f)
            "  --order ORDER     'sampler' (default) or 'completion' delivery order\n"
            "  --timeout MS      fail if a batch takes longer than MS ms (default 0 = never)\n"
            "  --on-error P      'fail' (default) or 'skip' bad samples\n"
-           "  --skip-budget N   with --on-error skip: bad samples allowed per epoch (default 0)\n"
+           "  --skip-budget N   with --on-error skip: bad samples allowed per epoch (default\n"
+           "                    1000; one more ends the run)\n"
+           "  --skip-report F   with --on-error skip: write every bad sample (epoch, index,\n"
+           "                    message) to F, one a line; the summary names the first few\n"
            "  --digest          hash every batch's bytes in delivery order (adds 'digest')\n"
            "  --json            print the summary as one JSON object on stdout\n"
            "  --no-progress     no progress bar\n"
@@ -71,6 +75,25 @@ static void bench_usage(FILE *f)
            "  --stream-shards N a stream source is read as N shards in parallel, 1..65536\n"
            "                    (default 4; fixed, so the batches do not depend on --workers)\n"
            "  -h, --help        this text\n");
+}
+
+/* --skip-report: every bad sample, one a line, from the workers. */
+typedef struct {
+    FILE *f;
+    pthread_mutex_t m;
+} skip_report;
+
+static void on_skip(uint64_t epoch, uint64_t index, int rc, const char *msg, void *arg)
+{
+    skip_report *r = arg;
+    pthread_mutex_lock(&r->m);
+    if (index == UINT64_MAX)
+        fprintf(r->f, "epoch %llu, stream sample: %s: %s\n", (unsigned long long)epoch,
+                ferry_errname(rc), msg);
+    else
+        fprintf(r->f, "epoch %llu, sample %llu: %s: %s\n", (unsigned long long)epoch,
+                (unsigned long long)index, ferry_errname(rc), msg);
+    pthread_mutex_unlock(&r->m);
 }
 
 /* A fast 64-bit hash over the bytes, chained batch to batch. Not cryptographic:
@@ -124,7 +147,8 @@ int cmd_bench(int argc, char **argv)
         O_NOPROG,
         O_SHARDS,
         O_PIPELINE,
-        O_SHUFBUF
+        O_SHUFBUF,
+        O_REPORT
     };
     static const struct option opts[] = {{"batch", required_argument, 0, O_BATCH},
                                          {"workers", required_argument, 0, O_WORKERS},
@@ -145,6 +169,7 @@ int cmd_bench(int argc, char **argv)
                                          {"stream-shards", required_argument, 0, O_SHARDS},
                                          {"pipeline", required_argument, 0, O_PIPELINE},
                                          {"shuffle-buffer", required_argument, 0, O_SHUFBUF},
+                                         {"skip-report", required_argument, 0, O_REPORT},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     ferry_loader_opts o;
@@ -157,6 +182,8 @@ int cmd_bench(int argc, char **argv)
     const char *pipeline = NULL;
     bool batch_set = false;
     uint64_t shuffle_buffer = 0; /* streams: the buffer in use, 0 for none */
+    const char *report_path = NULL;
+    skip_report report = {NULL, PTHREAD_MUTEX_INITIALIZER};
     bool source_shuffles = false;
 
     optind = 1;
@@ -245,6 +272,9 @@ int cmd_bench(int argc, char **argv)
             if (strcmp(optarg, "train") && strcmp(optarg, "eval"))
                 return cli_error(EXIT_USAGE, "--pipeline: \"%s\" is not 'train' or 'eval'", optarg);
             pipeline = optarg;
+            break;
+        case O_REPORT:
+            report_path = optarg;
             break;
         case O_SHUFBUF:
             if (!cli_u64("--shuffle-buffer", optarg, 1, 1u << 24, &shuffle_buffer))
@@ -355,6 +385,18 @@ int cmd_bench(int argc, char **argv)
         }
         o.sampler = sampler;
     }
+    if (report_path) {
+        if (o.on_error != FERRY_ON_ERROR_SKIP) {
+            status = cli_error(EXIT_USAGE, "bench: --skip-report needs --on-error skip");
+            goto done;
+        }
+        if (!(report.f = fopen(report_path, "w"))) {
+            status = cli_error(EXIT_USAGE, "--skip-report: cannot write \"%s\": %m", report_path);
+            goto done;
+        }
+        o.on_skip = on_skip;
+        o.on_skip_arg = &report;
+    }
     t0 = ferry_now_ns();
     if ((rc = ds ? ferry_loader_create(&l, ds, &o) : ferry_loader_create_stream(&l, stream, &o)) <
         0) {
@@ -396,7 +438,8 @@ int cmd_bench(int argc, char **argv)
     double first_ms = t_first ? (double)(t_first - t0) / 1e6 : 0;
     double wait = st.elapsed_ns ? (double)st.consumer_wait_ns / (double)st.elapsed_ns : 0;
     double sps = secs > 0 ? (double)samples / secs : 0;
-    double bps = secs > 0 ? (double)st.bytes / secs : 0;
+    double bps = secs > 0 ? (double)st.data_bytes / secs : 0;
+    double buf_bps = secs > 0 ? (double)st.bytes / secs : 0;
     uint64_t errors = st.skipped + (status != 0);
     if (json) {
         printf("{\"source\": ");
@@ -417,6 +460,23 @@ int cmd_bench(int argc, char **argv)
                (double)st.stage_ns[FERRY_STAGE_DECODE] / 1e9,
                (double)st.stage_ns[FERRY_STAGE_TRANSFORM] / 1e9,
                (double)st.stage_ns[FERRY_STAGE_WRITE] / 1e9);
+        printf(", \"truncated\": %llu, \"buffer_bytes_per_s\": %.1f, \"skipped_samples\": [",
+               (unsigned long long)st.truncated, buf_bps);
+        for (uint64_t k = 0;; k++) {
+            uint64_t ep, ix;
+            const char *msg;
+            if (ferry_loader_skipped_sample(l, k, &ep, &ix, &msg) < 0)
+                break;
+            printf("%s{\"epoch\": %llu, \"index\": ", k ? ", " : "", (unsigned long long)ep);
+            if (ix == UINT64_MAX)
+                printf("null");
+            else
+                printf("%llu", (unsigned long long)ix);
+            printf(", \"error\": ");
+            cli_json_string(stdout, msg);
+            printf("}");
+        }
+        printf("]");
         printf(", \"order\": \"%s\", \"shuffle_buffer\": %llu",
                stream ? (shuffle_buffer ? "shuffle_buffer" : "stream")
                       : (o.shuffle ? "shuffled" : "sequential"),
@@ -443,12 +503,33 @@ int cmd_bench(int argc, char **argv)
                "of %lld\n",
                o.batch_size, o.num_workers, st.prefetch, (unsigned long long)epochs, order,
                (long long)rank, (long long)world);
-        printf("delivered   %llu samples in %llu batches, %llu skipped\n",
+        printf("delivered   %llu samples in %llu batches, %llu skipped, %llu cut to fit\n",
                (unsigned long long)samples, (unsigned long long)batches,
-               (unsigned long long)st.skipped);
+               (unsigned long long)st.skipped, (unsigned long long)st.truncated);
+        if (st.truncated)
+            printf("cut         %llu samples were longer than their field and were cut (lines: "
+                   "raise max=, or set error_long=1 to make them errors)\n",
+                   (unsigned long long)st.truncated);
+        for (uint64_t k = 0; k < 5; k++) {
+            uint64_t ep, ix;
+            const char *msg;
+            if (ferry_loader_skipped_sample(l, k, &ep, &ix, &msg) < 0)
+                break;
+            if (ix == UINT64_MAX)
+                printf("skipped     epoch %llu, a stream sample: %s\n", (unsigned long long)ep,
+                       msg);
+            else
+                printf("skipped     epoch %llu, sample %llu: %s\n", (unsigned long long)ep,
+                       (unsigned long long)ix, msg);
+        }
+        if (st.skipped > 5)
+            printf("skipped     ... and %llu more%s\n", (unsigned long long)(st.skipped - 5),
+                   report.f ? " (all in the --skip-report file)"
+                            : " (--skip-report FILE lists them all)");
         printf("time        %.3f s, first batch after %.3f ms\n", secs, first_ms);
-        printf("throughput  %.0f samples/s, %.0f batches/s, %.1f MB/s\n", sps,
-               secs > 0 ? (double)batches / secs : 0, bps / 1e6);
+        printf("throughput  %.0f samples/s, %.0f batches/s, %.1f MB/s of data (%.1f MB/s of "
+               "batch buffers)\n",
+               sps, secs > 0 ? (double)batches / secs : 0, bps / 1e6, buf_bps / 1e6);
         printf("consumer    waited %.1f%% of the time%s\n", 100 * wait,
                wait > 0.5 ? " (input-bound)" : "");
         if (st.num_workers)
@@ -461,6 +542,8 @@ int cmd_bench(int argc, char **argv)
             printf("digest      %016llx\n", (unsigned long long)h);
     }
 done:
+    if (report.f && fclose(report.f) != 0 && status == 0)
+        status = cli_error(1, "--skip-report: cannot write \"%s\": %m", report_path);
     ferry_loader_free(l);
     ferry_sampler_free(sampler);
     ferry_stream_free(stream);

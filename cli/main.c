@@ -71,10 +71,20 @@ void cli_progress_update(cli_progress *p, uint64_t done, const char *unit)
         int width = 30, fill = (int)((double)done / (double)p->total * width);
         if (fill > width)
             fill = width;
-        fprintf(stderr, "\r%s [%.*s%*s] %3d%% %llu/%llu %s, %.0f/s ", p->label, fill,
+        char eta[32] = "";
+        if (done > 0 && done < p->total) {
+            uint64_t left = (uint64_t)(secs * (double)(p->total - done) / (double)done);
+            if (left >= 3600)
+                snprintf(eta, sizeof eta, ", ETA %lluh%02llum", (unsigned long long)(left / 3600),
+                         (unsigned long long)(left / 60 % 60));
+            else
+                snprintf(eta, sizeof eta, ", ETA %llum%02llus", (unsigned long long)(left / 60),
+                         (unsigned long long)(left % 60));
+        }
+        fprintf(stderr, "\r%s [%.*s%*s] %3d%% %llu/%llu %s, %.0f/s%s ", p->label, fill,
                 "##############################", width - fill, "",
                 (int)(100.0 * (double)done / (double)p->total), (unsigned long long)done,
-                (unsigned long long)p->total, unit, rate);
+                (unsigned long long)p->total, unit, rate, eta);
     } else {
         fprintf(stderr, "\r%s %llu %s, %.0f/s ", p->label, (unsigned long long)done, unit, rate);
     }

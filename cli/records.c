@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <getopt.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -29,6 +30,11 @@ static void pack_usage(FILE *f)
                "  --shard-records N  ... or past this many records\n"
                "  --zstd LEVEL       compress each record with zstd, 1..19 (default: none)\n"
                "  --workers N        threads reading the source, 0..1024 (default 2)\n"
+               "  --on-error P       'fail' (default): stop at the first bad sample, writing\n"
+               "                     nothing; 'skip': leave bad samples out, name every one\n"
+               "                     on stderr, and pack the rest\n"
+               "  --skip-budget N    with --on-error skip: stop past N bad samples (default:\n"
+               "                     no limit, so that one run lists every bad input)\n"
                "  --no-progress      no progress bar\n"
                "  -h, --help         this text\n");
 }
@@ -56,17 +62,37 @@ static bool parse_size(const char *opt, const char *s, uint64_t *out)
     return true;
 }
 
+/* Every bad sample a pack leaves out, named on stderr as the workers meet it. */
+static pthread_mutex_t skip_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void pack_on_skip(uint64_t epoch, uint64_t index, int rc, const char *msg, void *arg)
+{
+    (void)epoch;
+    (void)rc;
+    (void)arg;
+    pthread_mutex_lock(&skip_lock);
+    if (index == UINT64_MAX)
+        fprintf(stderr, "\rferry: pack: skipped: %s\n", msg);
+    else
+        fprintf(stderr, "\rferry: pack: skipped sample %llu: %s\n", (unsigned long long)index, msg);
+    pthread_mutex_unlock(&skip_lock);
+}
+
 int cmd_pack(int argc, char **argv)
 {
-    enum { O_NAME = 256, O_SIZE, O_RECS, O_ZSTD, O_WORKERS, O_NOPROG };
+    enum { O_NAME = 256, O_SIZE, O_RECS, O_ZSTD, O_WORKERS, O_NOPROG, O_ONERR, O_BUDGET };
     static const struct option opts[] = {{"name", required_argument, 0, O_NAME},
                                          {"shard-size", required_argument, 0, O_SIZE},
                                          {"shard-records", required_argument, 0, O_RECS},
                                          {"zstd", required_argument, 0, O_ZSTD},
                                          {"workers", required_argument, 0, O_WORKERS},
                                          {"no-progress", no_argument, 0, O_NOPROG},
+                                         {"on-error", required_argument, 0, O_ONERR},
+                                         {"skip-budget", required_argument, 0, O_BUDGET},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
+    int on_error = FERRY_ON_ERROR_FAIL;
+    uint64_t budget = UINT64_MAX;
     ferry_writer_opts w;
     memset(&w, 0, sizeof w);
     uint64_t v, workers = 2;
@@ -97,6 +123,18 @@ int cmd_pack(int argc, char **argv)
             break;
         case O_NOPROG:
             progress = false;
+            break;
+        case O_ONERR:
+            if (!strcmp(optarg, "fail"))
+                on_error = FERRY_ON_ERROR_FAIL;
+            else if (!strcmp(optarg, "skip"))
+                on_error = FERRY_ON_ERROR_SKIP;
+            else
+                return cli_error(EXIT_USAGE, "--on-error: \"%s\" is not 'fail' or 'skip'", optarg);
+            break;
+        case O_BUDGET:
+            if (!cli_u64("--skip-budget", optarg, 0, UINT64_MAX, &budget))
+                return EXIT_USAGE;
             break;
         case 'h':
             pack_usage(stdout);
@@ -141,6 +179,9 @@ int cmd_pack(int argc, char **argv)
     o.num_workers = (uint32_t)workers;
     o.rank = 0;
     o.world_size = 1;
+    o.on_error = on_error;
+    o.skip_budget = budget;
+    o.on_skip = pack_on_skip;
     if ((rc = ds ? ferry_loader_create(&l, ds, &o) : ferry_loader_create_stream(&l, st, &o)) < 0 ||
         (rc = ferry_writer_open(&wr, &w)) < 0) {
         status = cli_error(1, "%s", ferry_last_errmsg());
@@ -189,9 +230,18 @@ int cmd_pack(int argc, char **argv)
         goto done;
     }
     double secs = (double)(ferry_now_ns() - t0) / 1e9;
+    ferry_loader_stats ls;
+    ferry_loader_stats_get(l, &ls);
     printf("%s: %llu records, %.1f MB of fields, in %.3f s (%.0f MB/s)\n", w.dir,
            (unsigned long long)records, (double)bytes / 1e6, secs,
            secs > 0 ? (double)bytes / 1e6 / secs : 0);
+    if (ls.skipped)
+        printf("%s: %llu bad samples left out (each named above)\n", w.dir,
+               (unsigned long long)ls.skipped);
+    if (ls.truncated)
+        printf("%s: %llu samples were longer than their field and were cut (lines: raise max=, "
+               "or set error_long=1 to make them errors)\n",
+               w.dir, (unsigned long long)ls.truncated);
 done:
     ferry_writer_abort(wr);
     ferry_loader_free(l);

@@ -154,3 +154,71 @@ TEST(compressed_input_is_read_or_named)
     CHECK_CONTAINS(out, "build=1");
     test_remove_dir();
 }
+
+TEST(skipped_samples_are_named_and_cut_lines_counted)
+{
+    char out[16384], v[64];
+    /* --on-error skip alone works: the budget has a default */
+    CHECK_EQ(
+        ferry("bench synthetic:2000,fail_every=100 --on-error skip --no-progress", out, sizeof out),
+        0);
+    CHECK_CONTAINS(out, "20 skipped");
+    CHECK_CONTAINS(out, "skipped     epoch 0, sample 99: synthetic: sample 99");
+    CHECK_CONTAINS(out, "... and 15 more");
+    CHECK_EQ(ferry("bench --help", out, sizeof out), 0);
+    CHECK_CONTAINS(out, "(default\n                    1000");
+    test_make_dir("cli-skip");
+    char p[512], args[1024];
+    snprintf(args, sizeof args,
+             "bench synthetic:2000,fail_every=100 --on-error skip --no-progress --json "
+             "--skip-report %s",
+             test_path("report.txt", p));
+    CHECK_EQ(ferry(args, out, sizeof out), 0);
+    CHECK_CONTAINS(out, "\"skipped_samples\": [{\"epoch\": 0, \"index\": 99, \"error\": ");
+    size_t n;
+    char *rep = (char *)test_read_file(p, &n);
+    rep[n] = 0;
+    int lines = 0;
+    for (char *q = rep; (q = strchr(q, '\n')); q++)
+        lines++;
+    CHECK_EQ(lines, 20);
+    CHECK_CONTAINS(rep, "epoch 0, sample 1999: FERRY_ECORRUPT: synthetic: sample 1999");
+    free(rep);
+    /* pack --on-error skip: every bad input in one run, the rest packed */
+    snprintf(args, sizeof args, "pack synthetic:500,fail_every=50 %s --on-error skip --no-progress",
+             test_path("packed", p));
+    CHECK_EQ(ferry(args, out, sizeof out), 0);
+    for (int i = 49; i < 500; i += 50) {
+        char want[64];
+        snprintf(want, sizeof want, "skipped sample %d: ", i);
+        CHECK_CONTAINS(out, want);
+    }
+    CHECK_CONTAINS(out, "490 records");
+    CHECK_CONTAINS(out, "10 bad samples left out");
+    snprintf(args, sizeof args, "pack synthetic:500,fail_every=50 %s --no-progress",
+             test_path("failed", p));
+    CHECK_EQ(ferry(args, out, sizeof out), 1);
+    CHECK_CONTAINS(out, "sample 49");
+    /* lines cut at max are counted and shown; bytes_per_s counts data, not padding */
+    FILE *f = fopen(test_path("t.txt", p), "w");
+    CHECK(f != NULL);
+    for (int i = 0; i < 1000; i++)
+        fprintf(f, "%s\n", i % 7 ? "short" : "a line that is longer than sixteen bytes");
+    CHECK(fclose(f) == 0);
+    snprintf(args, sizeof args, "bench lines:%s,max=16,build=1 --no-progress", p);
+    CHECK_EQ(ferry(args, out, sizeof out), 0);
+    CHECK_CONTAINS(out, "0 skipped, 143 cut to fit");
+    CHECK_CONTAINS(out, "143 samples were longer than their field and were cut");
+    snprintf(args, sizeof args, "bench lines:%s,max=4096 --no-progress --json", p);
+    CHECK_EQ(ferry(args, out, sizeof out), 0);
+    CHECK(!strcmp(json_field(out, "truncated", v, sizeof v), "0"));
+    double data = strtod(json_field(out, "bytes_per_s", v, sizeof v), NULL);
+    double buf = strtod(json_field(out, "buffer_bytes_per_s", v, sizeof v), NULL);
+    CHECK(data > 0 && buf > 100 * data); /* 4096-byte slots for lines of 5 to 40 bytes */
+    char q[512];
+    snprintf(args, sizeof args, "pack lines:%s,max=16 %s --no-progress", p,
+             test_path("lines-packed", q));
+    CHECK_EQ(ferry(args, out, sizeof out), 0);
+    CHECK_CONTAINS(out, "143 samples were longer than their field and were cut");
+    test_remove_dir();
+}

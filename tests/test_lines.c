@@ -502,3 +502,40 @@ TEST(compressed_text_and_a_missing_index_say_what_to_do)
     CHECK_CONTAINS(ferry_last_errmsg(), "build=1");
     test_remove_dir();
 }
+
+TEST(cut_lines_are_counted_in_the_loader_stats)
+{
+    test_make_dir("lines-cut");
+    char p[512];
+    char text[4096] = "";
+    size_t n = 0;
+    for (int i = 0; i < 100; i++) /* every 4th line is 40 bytes, the rest 5 */
+        n += (size_t)snprintf(text + n, sizeof text - n, "%s\n",
+                              i % 4 ? "short" : "a line of forty bytes, over max=16 ....");
+    test_write_file(test_path("t.txt", p), text, n);
+    char spec[600];
+    snprintf(spec, sizeof spec, "lines:%s,max=16,build=1", p);
+    ferry_dataset *ds;
+    CHECK_OK(ferry_dataset_open(&ds, spec));
+    for (uint32_t w = 0; w <= 2; w += 2) {
+        ferry_loader_opts o;
+        ferry_loader_opts_default(&o);
+        o.batch_size = 10;
+        o.num_workers = w;
+        ferry_loader *l;
+        CHECK_OK(ferry_loader_create(&l, ds, &o));
+        ferry_batch *b;
+        int rc;
+        while ((rc = ferry_loader_next(l, &b)) == 0)
+            ferry_batch_release(b);
+        CHECK_RC(rc, FERRY_END);
+        ferry_loader_stats st;
+        CHECK_OK(ferry_loader_stats_get(l, &st));
+        CHECK_U64(st.truncated, 25);
+        CHECK_U64(st.samples, 100);
+        CHECK_U64(st.data_bytes, 75 * 5 + 25 * 16);
+        ferry_loader_free(l);
+    }
+    ferry_dataset_free(ds);
+    test_remove_dir();
+}

@@ -79,6 +79,14 @@ typedef enum ferry_stage {
  * counted as READ. */
 FERRY_API void ferry_ctx_stage_add(ferry_ctx *c, ferry_stage stage, uint64_t ns);
 
+/* A dataset that cuts a sample to fit its fields (a line longer than its bound)
+ * counts it here, n samples at a time: the loader adds the counts to its stats
+ * (ferry_loader_stats.truncated), so that cutting is never silent. */
+FERRY_API void ferry_ctx_count_truncated(ferry_ctx *c, uint64_t n);
+/* Samples counted as cut on this context so far (a context of your own; a
+ * loader's workers hand theirs to the loader's stats as they go). */
+FERRY_API uint64_t ferry_ctx_truncated(const ferry_ctx *c);
+
 /* A context for calling ferry_dataset_get yourself, outside a loader. */
 FERRY_API int ferry_ctx_create(ferry_ctx **out, uint64_t seed, uint64_t epoch);
 FERRY_API void ferry_ctx_free(ferry_ctx *c);

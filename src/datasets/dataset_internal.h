@@ -17,6 +17,7 @@ struct ferry_ctx {
     void *scratch[FERRY__CTX_SLOTS];
     size_t scratch_cap[FERRY__CTX_SLOTS];
     uint64_t stage_ns[FERRY_STAGE_COUNT]; /* claimed by the dataset during a call */
+    uint64_t truncated; /* samples cut to fit (ferry_ctx_count_truncated), not yet counted */
 };
 
 struct ferry_dataset {

@@ -77,6 +77,7 @@ got_line:
                                d->path, (unsigned long long)i, (unsigned long long)off,
                                (unsigned long long)len, d->max_len);
         atomic_fetch_add_explicit(&d->truncated, 1, memory_order_relaxed);
+        ferry_ctx_count_truncated(ctx, 1);
     } else if (n && dst[n - 1] == '\r') {
         n--;
     }

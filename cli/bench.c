@@ -284,8 +284,7 @@ int cmd_bench(int argc, char **argv)
             bench_usage(stdout);
             return 0;
         default:
-            bench_usage(stderr);
-            return EXIT_USAGE;
+            return cli_bad_option("bench", argv, opts);
         }
     }
     if (optind != argc - 1) {

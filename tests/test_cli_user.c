@@ -4,6 +4,8 @@
  */
 #include "harness.h"
 
+#include <ferry/ferry.h>
+
 #include <stdarg.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -221,4 +223,180 @@ TEST(skipped_samples_are_named_and_cut_lines_counted)
     CHECK_EQ(ferry(args, out, sizeof out), 0);
     CHECK_CONTAINS(out, "143 samples were longer than their field and were cut");
     test_remove_dir();
+}
+
+/* Runs `ferry ARGS | python3 CHECK` where CHECK is Python reading stdin; returns the
+ * pipeline's status (the checker's) and its output in out. */
+static int ferry_py(const char *args, const char *check, char *out, size_t cap)
+{
+    char p[512], cmd[4096];
+    test_write_file(test_path("check.py", p), check, strlen(check));
+    snprintf(cmd, sizeof cmd, "%s %s | /usr/bin/python3 %s 2>&1", FERRY_CLI, args, p);
+    FILE *f = popen(cmd, "r");
+    CHECK(f != NULL);
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = 0;
+    int st = pclose(f);
+    CHECK(WIFEXITED(st));
+    return WEXITSTATUS(st);
+}
+
+TEST(head_cat_ls_stat_verify_write_json)
+{
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/testdata/jpeg/valid", FERRY_SHARED_DIR);
+    test_need_shared(dir);
+    test_make_dir("cli-json");
+    char out[65536], args[2048], p[512];
+    /* image bytes: a description by default, parsed as JSON line by line */
+    snprintf(args, sizeof args, "head files:%s -n 5", dir);
+    CHECK_EQ(ferry_py(args,
+                      "import json, sys\n"
+                      "rows = [json.loads(l) for l in sys.stdin]\n"
+                      "assert len(rows) == 5, rows\n"
+                      "for r in rows:\n"
+                      "    assert r['data']['format'] == 'jpeg' and r['data']['bytes'] > 0, r\n"
+                      "    assert isinstance(r['path'], str) and isinstance(r['label'], int)\n"
+                      "print('ok')\n",
+                      out, sizeof out),
+             0);
+    CHECK_CONTAINS(out, "ok");
+    /* --base64: the exact bytes */
+    snprintf(args, sizeof args, "head files:%s -n 2 --base64", dir);
+    char check[1024];
+    snprintf(check, sizeof check,
+             "import json, sys, base64, os\n"
+             "for l in sys.stdin:\n"
+             "    r = json.loads(l)\n"
+             "    with open(os.path.join('%s', r['path']), 'rb') as f:\n"
+             "        assert base64.b64decode(r['data']['base64']) == f.read()\n"
+             "print('ok')\n",
+             dir);
+    CHECK_EQ(ferry_py(args, check, out, sizeof out), 0);
+    CHECK_CONTAINS(out, "ok");
+    /* a decoded image: a summary, unless --full */
+    snprintf(args, sizeof args, "head images:%s,pipeline=eval,size=32,resize=32 -n 1", dir);
+    CHECK_EQ(ferry_py(args,
+                      "import json, sys\n"
+                      "r = json.loads(sys.stdin.read())\n"
+                      "i = r['image']\n"
+                      "assert i['dtype'] == 'float32' and i['shape'] == [3, 32, 32], i\n"
+                      "assert len(i['first']) == 8 and i['min'] <= i['mean'] <= i['max'], i\n"
+                      "print('ok')\n",
+                      out, sizeof out),
+             0);
+    CHECK_CONTAINS(out, "ok");
+    snprintf(args, sizeof args, "head images:%s,pipeline=eval,size=32,resize=32 -n 1 --full", dir);
+    CHECK_EQ(ferry_py(args,
+                      "import json, sys\n"
+                      "r = json.loads(sys.stdin.read())\n"
+                      "assert len(r['image']) == 3 * 32 * 32\n"
+                      "print('ok')\n",
+                      out, sizeof out),
+             0);
+    /* a shard set: cat, ls, stat, verify */
+    snprintf(args, sizeof args, "pack files:%s %s --no-progress", dir, test_path("set", p));
+    CHECK_EQ(ferry(args, out, sizeof out), 0);
+    snprintf(args, sizeof args, "cat %s/data-00000-of-00001.ferry -n 3", p);
+    CHECK_EQ(ferry_py(args,
+                      "import json, sys\n"
+                      "rows = [json.loads(l) for l in sys.stdin]\n"
+                      "assert len(rows) == 3 and rows[0]['data']['format'] == 'jpeg'\n"
+                      "print('ok')\n",
+                      out, sizeof out),
+             0);
+    snprintf(args, sizeof args, "ls %s --json", p);
+    CHECK_EQ(ferry_py(args,
+                      "import json, sys\n"
+                      "r = json.loads(sys.stdin.read())\n"
+                      "assert len(r['shards']) == 1 and r['shards'][0]['records'] > 5, r\n"
+                      "assert [f['name'] for f in r['fields']] == ['data', 'path', 'label'], r\n"
+                      "print('ok')\n",
+                      out, sizeof out),
+             0);
+    snprintf(args, sizeof args, "stat %s --json", p);
+    CHECK_EQ(ferry_py(args,
+                      "import json, sys\n"
+                      "r = json.loads(sys.stdin.read())\n"
+                      "assert r['shards'] == 1 and r['records'] > 5 and r['bytes'] > 0, r\n"
+                      "print('ok')\n",
+                      out, sizeof out),
+             0);
+    snprintf(args, sizeof args, "verify %s --json", p);
+    CHECK_EQ(ferry_py(args,
+                      "import json, sys\n"
+                      "r = json.loads(sys.stdin.read())\n"
+                      "assert r['ok'] is True and r['problems'] == [] and r['records'] > 5, r\n"
+                      "print('ok')\n",
+                      out, sizeof out),
+             0);
+    /* a file that is not a shard is named as such, not as damaged */
+    test_write_file(test_path("notes.txt", p), "just some text, not a shard\n", 28);
+    snprintf(args, sizeof args, "verify %s", p);
+    CHECK_EQ(ferry(args, out, sizeof out), 1);
+    CHECK_CONTAINS(out, "is not a ferry record shard");
+    CHECK(!strstr(out, "damaged"));
+    snprintf(args, sizeof args, "verify %s --json", p);
+    CHECK_EQ(ferry_py(args,
+                      "import json, sys\n"
+                      "r = json.loads(sys.stdin.read())\n"
+                      "assert r['ok'] is False and r['shard'] is False, r\n"
+                      "print('ok')\n",
+                      out, sizeof out),
+             0);
+    test_remove_dir();
+}
+
+TEST(help_versions_and_one_line_mistakes)
+{
+    char out[65536];
+    char want[64];
+    snprintf(want, sizeof want, "ferry %s\n", ferry_version_string());
+    CHECK_EQ(ferry("-V", out, sizeof out), 0);
+    CHECK(!strcmp(out, want));
+    CHECK_EQ(ferry("--version", out, sizeof out), 0);
+    CHECK(!strcmp(out, want));
+    CHECK_EQ(ferry("cat --help", out, sizeof out), 0);
+    CHECK_CONTAINS(out, "usage: ferry cat FILE");
+    static const char *const cmds[] = {"ls", "stat", "verify", "head", "index", "pack", "bench"};
+    for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
+        char args[64];
+        snprintf(args, sizeof args, "%s --help", cmds[i]);
+        CHECK_EQ(ferry(args, out, sizeof out), 0);
+        CHECK_CONTAINS(out, "usage: ferry");
+    }
+    /* a mistake is one line, with what was meant */
+    CHECK_EQ(ferry("bench synthetic:10 --shufle", out, sizeof out), 2);
+    CHECK_CONTAINS(out, "did you mean --shuffle?");
+    CHECK(strchr(out, '\n') == out + strlen(out) - 1);
+    CHECK_EQ(ferry("bench synthetic:10 --batch", out, sizeof out), 2);
+    CHECK_CONTAINS(out, "--batch needs a value");
+    CHECK(strchr(out, '\n') == out + strlen(out) - 1);
+    CHECK_EQ(ferry("pack synthetic:10 x --shard-sise 1M", out, sizeof out), 2);
+    CHECK_CONTAINS(out, "did you mean --shard-size?");
+    CHECK_EQ(ferry("becnh synthetic:10", out, sizeof out), 2);
+    CHECK_CONTAINS(out, "did you mean \"bench\"?");
+    CHECK(strchr(out, '\n') == out + strlen(out) - 1);
+    /* --shard-size's default is the one the library uses */
+    CHECK_EQ(ferry("pack --help", out, sizeof out), 0);
+    CHECK_CONTAINS(out, "--shard-size BYTES start a new shard past this size (default 1 GiB");
+}
+
+TEST(progress_bars_show_an_eta)
+{
+    /* on a terminal (script(1) gives the command one) */
+    if (system("command -v script >/dev/null 2>&1") != 0)
+        SKIP("script(1) is not installed");
+    char cmd[1024], out[65536];
+    snprintf(cmd, sizeof cmd,
+             "script -qec '%s bench synthetic:400,sleep_us=2000 --batch 10 --workers 1 "
+             "--prefetch 1' /dev/null 2>&1",
+             FERRY_CLI);
+    FILE *p = popen(cmd, "r");
+    CHECK(p != NULL);
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    pclose(p);
+    CHECK_CONTAINS(out, "/40 batches");
+    CHECK_CONTAINS(out, ", ETA 0m0");
 }

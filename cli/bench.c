@@ -318,6 +318,7 @@ int cmd_bench(int argc, char **argv)
         status = cli_error(EXIT_USAGE, "%s", ferry_last_errmsg());
         goto done;
     }
+    cli_folder_note(ds, spec);
     /* Rank and world: flags first, then the launcher's environment. */
     if (rank < 0 || world < 0) {
         int64_t er, ew;

@@ -57,5 +57,10 @@ int cmd_ls(int argc, char **argv);
 int cmd_cat(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_stat(int argc, char **argv);
+int cmd_classes(int argc, char **argv);
+
+/* On stderr: what reading an image folder left out (files in its root, files
+ * without an accepted extension, links to nothing); nothing for other datasets. */
+void cli_folder_note(const ferry_dataset *ds, const char *spec);
 
 #endif

@@ -73,6 +73,7 @@ int cmd_head(int argc, char **argv)
     int status = 0, rc;
     if (ferry_source_open(argv[optind], &ds, &st) < 0)
         return cli_error(EXIT_USAGE, "%s", ferry_last_errmsg());
+    cli_folder_note(ds, argv[optind]);
     int nf = ds ? ferry_dataset_nfields(ds) : ferry_stream_nfields(st);
     const ferry_field *fields[FERRY_MAX_FIELDS];
     void *data[FERRY_MAX_FIELDS];

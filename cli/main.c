@@ -201,6 +201,7 @@ static void usage(FILE *f)
                "  cat FILE [-f I] [-n N]   print records of a shard\n"
                "  verify DIR|FILE          check every record's CRC and the manifest\n"
                "  stat DIR|FILE            summarise record shards\n"
+               "  classes SOURCE           the classes of an image folder and their labels\n"
                "  version                  print the version (also -V, --version)\n"
                "  help                     this text\n"
                "\n"
@@ -233,6 +234,8 @@ int main(int argc, char **argv)
         return cmd_verify(argc - 1, argv + 1);
     if (!strcmp(cmd, "stat"))
         return cmd_stat(argc - 1, argv + 1);
+    if (!strcmp(cmd, "classes"))
+        return cmd_classes(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version") || !strcmp(cmd, "-V")) {
         printf("ferry %s\n", ferry_version_string());
         return 0;
@@ -241,8 +244,8 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
-    static const char *const commands[] = {"bench", "index",  "head", "pack",    "ls",
-                                           "cat",   "verify", "stat", "version", "help"};
+    static const char *const commands[] = {"bench",  "index", "head",    "pack", "ls",     "cat",
+                                           "verify", "stat",  "version", "help", "classes"};
     const char *near = closest(cmd, commands, sizeof commands / sizeof *commands);
     if (near)
         return cli_error(EXIT_USAGE,

@@ -164,6 +164,7 @@ int cmd_pack(int argc, char **argv)
     }
     if (ferry_source_open(spec, &ds, &st) < 0)
         return cli_error(EXIT_USAGE, "%s", ferry_last_errmsg());
+    cli_folder_note(ds, argv[optind]);
     int nf = ds ? ferry_dataset_nfields(ds) : ferry_stream_nfields(st);
     ferry_field fields[FERRY_MAX_FIELDS];
     for (int f = 0; f < nf; f++)

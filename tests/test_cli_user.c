@@ -249,7 +249,7 @@ TEST(head_cat_ls_stat_verify_write_json)
     test_make_dir("cli-json");
     char out[65536], args[2048], p[512];
     /* image bytes: a description by default, parsed as JSON line by line */
-    snprintf(args, sizeof args, "head files:%s -n 5", dir);
+    snprintf(args, sizeof args, "head files:%s,folder=flat -n 5", dir);
     CHECK_EQ(ferry_py(args,
                       "import json, sys\n"
                       "rows = [json.loads(l) for l in sys.stdin]\n"
@@ -262,7 +262,7 @@ TEST(head_cat_ls_stat_verify_write_json)
              0);
     CHECK_CONTAINS(out, "ok");
     /* --base64: the exact bytes */
-    snprintf(args, sizeof args, "head files:%s -n 2 --base64", dir);
+    snprintf(args, sizeof args, "head files:%s,folder=flat -n 2 --base64", dir);
     char check[1024];
     snprintf(check, sizeof check,
              "import json, sys, base64, os\n"
@@ -275,7 +275,8 @@ TEST(head_cat_ls_stat_verify_write_json)
     CHECK_EQ(ferry_py(args, check, out, sizeof out), 0);
     CHECK_CONTAINS(out, "ok");
     /* a decoded image: a summary, unless --full */
-    snprintf(args, sizeof args, "head images:%s,pipeline=eval,size=32,resize=32 -n 1", dir);
+    snprintf(args, sizeof args, "head images:%s,folder=flat,pipeline=eval,size=32,resize=32 -n 1",
+             dir);
     CHECK_EQ(ferry_py(args,
                       "import json, sys\n"
                       "r = json.loads(sys.stdin.read())\n"
@@ -286,7 +287,8 @@ TEST(head_cat_ls_stat_verify_write_json)
                       out, sizeof out),
              0);
     CHECK_CONTAINS(out, "ok");
-    snprintf(args, sizeof args, "head images:%s,pipeline=eval,size=32,resize=32 -n 1 --full", dir);
+    snprintf(args, sizeof args,
+             "head images:%s,folder=flat,pipeline=eval,size=32,resize=32 -n 1 --full", dir);
     CHECK_EQ(ferry_py(args,
                       "import json, sys\n"
                       "r = json.loads(sys.stdin.read())\n"
@@ -295,7 +297,8 @@ TEST(head_cat_ls_stat_verify_write_json)
                       out, sizeof out),
              0);
     /* a shard set: cat, ls, stat, verify */
-    snprintf(args, sizeof args, "pack files:%s %s --no-progress", dir, test_path("set", p));
+    snprintf(args, sizeof args, "pack files:%s,folder=flat %s --no-progress", dir,
+             test_path("set", p));
     CHECK_EQ(ferry(args, out, sizeof out), 0);
     snprintf(args, sizeof args, "cat %s/data-00000-of-00001.ferry -n 3", p);
     CHECK_EQ(ferry_py(args,
@@ -399,4 +402,38 @@ TEST(progress_bars_show_an_eta)
     pclose(p);
     CHECK_CONTAINS(out, "/40 batches");
     CHECK_CONTAINS(out, ", ETA 0m0");
+}
+
+TEST(classes_of_an_image_folder_and_what_was_left_out)
+{
+    test_make_dir("cli-classes");
+    char p[512], q[512], out[8192], args[1024];
+    CHECK(mkdir(test_path("zebra", p), 0755) == 0);
+    CHECK(mkdir(test_path("ant", p), 0755) == 0);
+    test_write_file(test_path("zebra/z.jpg", p), "z", 1);
+    test_write_file(test_path("ant/a.jpg", p), "a", 1);
+    test_write_file(test_path("stray.jpg", p), "s", 1);
+    CHECK(symlink(test_path("missing.jpg", q), test_path("ant/b.jpg", p)) == 0);
+    snprintf(args, sizeof args, "classes files:%s,ext=jpg", test_dir);
+    CHECK_EQ(ferry(args, out, sizeof out), 0);
+    CHECK_CONTAINS(out, "0\tant\n1\tzebra\n2 classes, 3 samples");
+    CHECK_CONTAINS(out, "1 entry directly in the folder left out");
+    CHECK_CONTAINS(out, "e.g. stray.jpg");
+    CHECK_CONTAINS(out, "1 symbolic link to nothing");
+    snprintf(args, sizeof args, "classes images:%s --json", test_dir);
+    CHECK_EQ(ferry(args, out, sizeof out), 0);
+    CHECK_CONTAINS(out, "{\"classes\": [\"ant\", \"zebra\"], \"samples\": 3, \"left_out\": "
+                        "{\"root_files\": 1, ");
+    /* bench says what was left out, and the link fails as a sample */
+    snprintf(args, sizeof args, "bench files:%s,ext=jpg --no-progress --on-error skip", test_dir);
+    CHECK_EQ(ferry(args, out, sizeof out), 0);
+    CHECK_CONTAINS(out, "1 entry directly in the folder left out");
+    CHECK_CONTAINS(out, "ant/b.jpg: a symbolic link to a file that does not exist");
+    CHECK_CONTAINS(out, "2 samples in 1 batches, 1 skipped");
+    /* an empty class is an error naming it */
+    CHECK(mkdir(test_path("empty", p), 0755) == 0);
+    snprintf(args, sizeof args, "head images:%s", test_dir);
+    CHECK_EQ(ferry(args, out, sizeof out), 2);
+    CHECK_CONTAINS(out, "found no valid file for the classes empty");
+    test_remove_dir();
 }

@@ -571,6 +571,11 @@ TEST(records_of_images)
     char folder[512], shards[512], spec[1200];
     snprintf(folder, sizeof folder, "%s", test_dir);
     test_path("shards", shards);
+    /* the folder as listed before the shards go into it (a directory without
+     * images would be a class without a file, an error) */
+    ferry_dataset *fs;
+    snprintf(spec, sizeof spec, "images:%s,pipeline=eval,size=32,dtype=u8", folder);
+    CHECK_OK(ferry_dataset_open(&fs, spec));
     const char *files[3] = {"cat/a.jpg", "cat/b.JPG", "dog/c.png"};
     ferry_field f[2];
     memset(f, 0, sizeof f);
@@ -600,10 +605,8 @@ TEST(records_of_images)
     CHECK_OK(ferry_writer_commit(w));
 
     snprintf(spec, sizeof spec, "records:%s,pipeline=eval,size=32,dtype=u8", shards);
-    ferry_dataset *rs, *fs;
+    ferry_dataset *rs;
     CHECK_OK(ferry_dataset_open(&rs, spec));
-    snprintf(spec, sizeof spec, "images:%s,pipeline=eval,size=32,dtype=u8", folder);
-    CHECK_OK(ferry_dataset_open(&fs, spec));
     CHECK_U64(ferry_dataset_len(rs), 3);
     int ri = ferry_dataset_find_field(rs, "image"), rl = ferry_dataset_find_field(rs, "labels");
     CHECK(ri >= 0 && rl >= 0);

@@ -187,11 +187,13 @@ FERRY_API int ferry_dataset_synthetic(ferry_dataset **out, const ferry_synthetic
  * [,fail_every=N][,sleep_us=N][,pool=N]" and "lines:FILE[,max=N][,index=PATH][,build=1]
  * [,error_long=1][,readahead=auto|on|off][,io=mmap|pread]" (ferry/lines.h), and the stream
  * "csv:DIR[,prefix=part-][,digits=5][,suffix=][,delim=,][,header=N][,dtype=f32]
- * [,fields=x:0-3;y:4:i64][,cols=N]" (ferry/csv.h), and "files:DIR[,ext=jpg;png][,max=BYTES]":
- * every file under DIR (sorted by path) is a sample with "data" (its bytes, variable
- * up to the largest file or max), "path" (relative, up to 1023 bytes) and "label"
- * (int64: the position of its top-level subdirectory among the sorted ones, the
- * torchvision ImageFolder layout; -1 for files directly in DIR), and
+ * [,fields=x:0-3;y:4:i64][,cols=N]" (ferry/csv.h), and "files:DIR[,ext=jpg;png][,max=BYTES]
+ * [,folder=imagefolder|flat]": every file under DIR's class directories, in the order
+ * and with the labels torchvision's ImageFolder gives them (ferry/folder.h: files
+ * directly in DIR are left out and counted, an empty class is an error), is a
+ * sample with "data" (its bytes, variable up to the largest file or max), "path"
+ * (relative, up to 1023 bytes) and "label" (int64, the class); folder=flat reads
+ * every file under DIR by path, label -1, and
  * "lmdb:PATH[,db=NAME][,datum=auto|1|0][,max=N][,lock=0|1]" (ferry/lmdb.h: Caffe
  * Datum values decode to "data", "label" and "float_data"). Unknown kinds and keys are
  * FERRY_EINVAL naming them. */

@@ -21,5 +21,6 @@
 #include "image.h"
 #include "transform.h"
 #include "pipeline.h"
+#include "folder.h"
 
 #endif /* FERRY_H */

@@ -27,6 +27,9 @@ struct ferry_dataset {
     bool near_hints_only; /* hint with soon = 0 does nothing: the loader skips it */
     int nfields;
     ferry_field fields[FERRY_MAX_FIELDS];
+    /* a folder's classes and what its walk left out (files:, and datasets over one
+     * such as images:), or NULL; owned by the folder dataset (ferry/folder.h) */
+    const struct ferry__folder *folder;
 };
 
 struct ferry_stream {

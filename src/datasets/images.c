@@ -154,6 +154,7 @@ int ferry_dataset_images(ferry_dataset **out, ferry_dataset *inner, const char *
     d = NULL; /* the dataset owns it now, also on failure */
     if (rc < 0)
         return rc;
+    ds->folder = inner->folder; /* the classes of the folder under it */
     *out = ds;
     return 0;
 cleanup:

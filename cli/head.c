@@ -115,6 +115,13 @@ int cmd_head(int argc, char **argv)
         }
         cli_print_record(nf, fields, data, len, json);
     }
+    if (ctx && ferry_ctx_truncated(ctx)) {
+        fflush(stdout);
+        fprintf(stderr,
+                "ferry: %llu of the records shown were longer than their field and were cut "
+                "(lines: raise max=, or set error_long=1 to make them errors)\n",
+                (unsigned long long)ferry_ctx_truncated(ctx));
+    }
 done:
     ferry_stream_close(it);
     ferry_ctx_free(ctx);

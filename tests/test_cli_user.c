@@ -217,6 +217,10 @@ TEST(skipped_samples_are_named_and_cut_lines_counted)
     double data = strtod(json_field(out, "bytes_per_s", v, sizeof v), NULL);
     double buf = strtod(json_field(out, "buffer_bytes_per_s", v, sizeof v), NULL);
     CHECK(data > 0 && buf > 100 * data); /* 4096-byte slots for lines of 5 to 40 bytes */
+    snprintf(args, sizeof args, "head lines:%s,max=16 -n 8", p);
+    CHECK_EQ(ferry(args, out, sizeof out), 0);
+    CHECK_CONTAINS(out, "a line that is l\nshort\n"); /* cut at 16 bytes, and said so */
+    CHECK_CONTAINS(out, "2 of the records shown were longer than their field and were cut");
     char q[512];
     snprintf(args, sizeof args, "pack lines:%s,max=16 %s --no-progress", p,
              test_path("lines-packed", q));

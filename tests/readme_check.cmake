@@ -1,6 +1,7 @@
 # Builds the README's first C example exactly as written against the build tree's
 # library, and runs it: the example in the README is code, and cannot rot.
-# -DSRC (the source tree), -DBIN (a scratch folder), -DCC, -DLIB (libferry.so).
+# -DSRC (the source tree), -DBIN (a scratch folder), -DCC, -DLIB (libferry.so),
+# -DSANITIZE (the build's sanitizers, which the program must be built with too).
 file(REMOVE_RECURSE ${BIN})
 file(MAKE_DIRECTORY ${BIN})
 file(READ ${SRC}/README.md text)
@@ -14,7 +15,11 @@ string(FIND "${rest}" "```" end)
 string(SUBSTRING "${rest}" 0 ${end} code)
 file(WRITE ${BIN}/readme.c "${code}")
 get_filename_component(libdir ${LIB} DIRECTORY)
-execute_process(COMMAND ${CC} -std=c11 -Wall -Wextra -Werror ${BIN}/readme.c -I${SRC}/include
+set(san "")
+if(SANITIZE)
+  set(san -fsanitize=${SANITIZE})
+endif()
+execute_process(COMMAND ${CC} -std=c11 -Wall -Wextra -Werror ${san} ${BIN}/readme.c -I${SRC}/include
   ${LIB} -Wl,-rpath,${libdir} -o ${BIN}/readme RESULT_VARIABLE rc ERROR_VARIABLE err)
 if(rc)
   message(FATAL_ERROR "the README's example does not compile:\n${err}")

@@ -120,7 +120,7 @@ static int list_dir(const files *d, const char *rel, strings *out)
             break;
     }
     closedir(dir);
-    if (rc == 0)
+    if (rc == 0 && out->n > 1)
         qsort(out->s, out->n, sizeof *out->s, cmp_name);
     return rc;
 }

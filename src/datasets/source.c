@@ -232,7 +232,7 @@ int ferry_source_open(const char *spec, ferry_dataset **ds, ferry_stream **st)
         }
     }
     if (rc == 0 && shuffle_buffer) {
-        if (!*ds) {
+        if (!*ds && st && *st) {
             ferry_stream *inner = *st;
             *st = NULL;
             rc = ferry_stream_shuffle(st, inner, (size_t)shuffle_buffer, shuffle_seed);

@@ -498,7 +498,8 @@ int cmd_bench(int argc, char **argv)
                      "stream order through a shuffle buffer of %llu samples per shard",
                      (unsigned long long)shuffle_buffer);
         else
-            snprintf(order, sizeof order, "stream order, not shuffled");
+            snprintf(order, sizeof order,
+                     "stream order, no shuffle buffer (--shuffle or shuffle=N adds one)");
         printf("setup       batch %u, workers %u, prefetch %u, epochs %llu, %s, rank %lld "
                "of %lld\n",
                o.batch_size, o.num_workers, st.prefetch, (unsigned long long)epochs, order,

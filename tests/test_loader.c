@@ -831,21 +831,3 @@ TEST(data_bytes_count_lengths_not_padding)
     ferry_loader_free(l);
     ferry_dataset_free(ds);
 }
-
-TEST(an_exhausted_skip_budget_names_the_first_bad_samples)
-{
-    ferry_dataset *ds = synthetic(5000, 8, 0, 100, 0); /* 99, 199, ... */
-    ferry_loader_opts o = opts(500, 2, 4, 0);
-    o.on_error = FERRY_ON_ERROR_SKIP;
-    o.skip_budget = 6;
-    ferry_loader *l;
-    CHECK_OK(ferry_loader_create(&l, ds, &o));
-    ferry_batch *b;
-    int rc;
-    while ((rc = ferry_loader_next(l, &b)) == 0)
-        ferry_batch_release(b);
-    CHECK_RC(rc, FERRY_EBUDGET);
-    CHECK_CONTAINS(ferry_loader_errmsg(l), "the first: samples 99, 199, 299, 399;");
-    ferry_loader_free(l);
-    ferry_dataset_free(ds);
-}

@@ -1152,18 +1152,11 @@ static int deliver(ferry_loader *l, ferry_batch *b, ferry_batch **out)
         l->epoch_skipped += b->skipped;
         l->skipped += b->skipped;
         if (l->epoch_skipped > l->o.skip_budget) {
-            /* the first samples skipped, by index, then the first of this batch in full */
-            char first[96] = "";
-            size_t used = 0;
-            for (uint32_t k = 0; k < l->nkept && k < 4 && l->kept[k].index != UINT64_MAX; k++)
-                used += (size_t)snprintf(first + used, sizeof first - used, "%s%llu",
-                                         k ? ", " : "; the first: samples ",
-                                         (unsigned long long)l->kept[k].index);
             int rc = ferry__err(FERRY_EBUDGET,
                                 "loader: %llu bad samples in epoch %llu exceed the skip budget of "
-                                "%llu%s; the first in this batch: %s",
+                                "%llu; the first in this batch: %s",
                                 (unsigned long long)l->epoch_skipped, (unsigned long long)l->epoch,
-                                (unsigned long long)l->o.skip_budget, first, b->fail_msg);
+                                (unsigned long long)l->o.skip_budget, b->fail_msg);
             recycle(l, b);
             stop_epoch(l);
             return rc;

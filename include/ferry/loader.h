@@ -155,11 +155,13 @@ typedef struct ferry_loader_stats {
  * input-bound; near 0, the loader keeps up. */
 FERRY_API int ferry_loader_stats_get(ferry_loader *l, ferry_loader_stats *out);
 
-/* The first FERRY_SKIPPED_KEPT bad samples skipped over the loader's life, in
- * (epoch, index) order whatever the worker count, k from 0: their epoch, dataset
- * index (UINT64_MAX for a stream sample) and message
- * (valid until the next call on the loader). FERRY_ERANGE past the last one kept.
- * Every one of them, however many, goes to opts.on_skip. Consumer thread only. */
+/* The first FERRY_SKIPPED_KEPT bad samples met under the skip policy over the
+ * loader's life, in (epoch, index) order whatever the worker count, k from 0: their
+ * epoch, dataset index (UINT64_MAX for a stream sample) and message (valid until
+ * the next call on the loader). When an epoch ends early (the budget, a cancel, a
+ * new start), bad samples of batches read ahead and never delivered may be among
+ * them. FERRY_ERANGE past the last one kept. Every bad sample, however many, goes
+ * to opts.on_skip. Consumer thread only. */
 #define FERRY_SKIPPED_KEPT 8
 FERRY_API int ferry_loader_skipped_sample(ferry_loader *l, uint64_t k, uint64_t *epoch,
                                           uint64_t *index, const char **msg);

@@ -27,5 +27,6 @@
 #include "mds.h"
 #include "tfrecord.h"
 #include "wds.h"
+#include "folder.h"
 
 #endif /* FERRY_H */

@@ -31,7 +31,7 @@
  * that the filter reaches; that agrees with resizing the whole image and cropping
  * within 2 levels (Pillow's own two ways differ as much: the first pass rounds
  * at different places). With DCT reduction: within the tolerance given in
- * docs/images.md.
+ * docs/images.md; no_dct_reduce (dct_reduce=0 in a source) turns it off.
  */
 #ifndef FERRY_PIPELINE_H
 #define FERRY_PIPELINE_H
@@ -69,6 +69,11 @@ typedef struct ferry_image_pipeline {
     int layout;          /* FERRY_LAYOUT_CHW (default) or FERRY_LAYOUT_HWC */
     int lenient;         /* decode truncated JPEGs as far as they go */
     uint64_t max_pixels; /* refuse larger images; 0 = the decoder's default */
+    int no_dct_reduce;   /* 1: never decode a JPEG at a reduced scale: the pixels agree with
+                          * torchvision's (Pillow decodes at full size) at the cost of a full
+                          * IDCT of the box; 0 (default): reduce a box at least twice the
+                          * output (docs/images.md: up to several levels off, much faster
+                          * for large images). Source key dct_reduce=0 sets it. */
 } ferry_image_pipeline;
 
 /* The standard settings of a mode: 224 x 224 output, eval resize 256, train scale

@@ -158,6 +158,7 @@ int ferry_dataset_images(ferry_dataset **out, ferry_dataset *inner, const char *
     d = NULL; /* the dataset owns it now, also on failure */
     if (rc < 0)
         return rc;
+    ds->folder = inner->folder; /* the classes of the folder under it */
     *out = ds;
     return 0;
 cleanup:
@@ -265,6 +266,7 @@ int ferry__images_spec(ferry__spec *s, int is_images, ferry_image_pipeline *p, c
     ferry_image_pipeline_default(p, (ferry_pipeline_mode)mode);
     double v[3];
     int got, filter = p->filter, layout = p->layout, dt = 0, grey = 0, lenient = 0, norm = 1;
+    int reduce = 1;
     if ((rc = spec_nums(s, "size", 'x', 2, v, &got)) < 0)
         return rc;
     if (got) {
@@ -310,6 +312,7 @@ int ferry__images_spec(ferry__spec *s, int is_images, ferry_image_pipeline *p, c
         (rc = ferry__spec_bool(s, "grey", &grey)) < 0 ||
         (rc = ferry__spec_bool(s, "lenient", &lenient)) < 0 ||
         (rc = ferry__spec_bool(s, "normalize", &norm)) < 0 ||
+        (rc = ferry__spec_bool(s, "dct_reduce", &reduce)) < 0 ||
         (rc = ferry__spec_u64(s, "max_pixels", 1, UINT64_MAX, &p->max_pixels)) < 0)
         return rc;
     const char *dv = ferry__spec_str(s, "dtype");
@@ -328,6 +331,7 @@ int ferry__images_spec(ferry__spec *s, int is_images, ferry_image_pipeline *p, c
     p->grey = grey;
     p->lenient = lenient;
     p->normalize = norm;
+    p->no_dct_reduce = !reduce;
     *field = ferry__spec_str(s, "image_field");
     return ferry_image_pipeline_check(p);
 }

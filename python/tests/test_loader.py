@@ -277,6 +277,10 @@ def test_failing_sample_names_it():
                           on_error="skip", skip_budget=5)
     n = sum(b.size for b in dl)
     assert n == 98 and dl.stats()["skipped"] == 2
+    named = dl.stats()["skipped_samples"]
+    assert [(e, i) for e, i, _ in named] == [(0, 36), (0, 73)] and "sample 36" in named[0][2]
+    dl = ferry.DataLoader("synthetic:100,fail_every=37", batch_size=10, on_error="skip")
+    assert sum(b.size for b in dl) == 98 and dl.skip_budget == ferry.SKIP_BUDGET_DEFAULT
     dl = ferry.DataLoader("synthetic:100,fail_every=37", batch_size=10, on_error="skip",
                           skip_budget=1)
     with pytest.raises(ferry.BudgetError):
@@ -423,6 +427,7 @@ def test_stats():
     assert s["samples"] == 1000 and s["batches"] == 10 and s["num_workers"] == 2
     assert 0 <= s["consumer_wait_fraction"] <= 1 and s["first_batch_s"] > 0
     assert set(s["stage_s"]) == {"read", "decode", "transform", "write"}
+    assert s["data_bytes"] == s["bytes"] == 1000 * (16 + 8) and s["truncated"] == 0
 
 
 def test_kept_tensors_never_starve_the_loader():

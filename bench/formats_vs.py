@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """TFRecord and WebDataset shards read by ferry vs their anchors.
 
-Usage: formats_vs.py --ferry PATH [--out FILE] [--scale F] [--images N]
+Usage: formats_vs.py --ferry PATH [--out FILE] [--scale F]
 
 Makes its data in a temporary directory under $TMPDIR (deleted at the end,
 also on failure) and measures, in one run, best of 3 each, side by side:

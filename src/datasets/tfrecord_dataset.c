@@ -398,15 +398,16 @@ static int infer_schema(tfr *t, uint64_t *max_raw)
     *max_raw = 0;
     for (size_t k = 0; k < t->files.n && st->records < limit && rc == 0; k++) {
         ferry__tfr_reader rd;
+        /* raw needs the lengths only: the data is not read (plain files) */
         if ((rc = ferry__tfr_open(&rd, t->files.paths[k], t->files.paths[k], t->o.compression,
-                                  t->o.max_record, 0)) < 0)
+                                  t->o.max_record, t->o.raw ? 4096 : 0)) < 0)
             break;
         st->file = t->files.paths[k];
         while (st->records < limit) {
             const uint8_t *d;
             size_t n;
             st->rec = rd.record;
-            rc = ferry__tfr_next(&rd, &d, &n, &st->off, 1);
+            rc = ferry__tfr_next(&rd, &d, &n, &st->off, !t->o.raw);
             if (rc == FERRY_END) {
                 rc = 0;
                 break;
@@ -835,8 +836,11 @@ static int st_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
             return FERRY_END;
         const char *path = t->files.paths[ferry_permutation_at(&it->order, it->pos)];
         if (!it->open) {
-            if ((rc = ferry__tfr_open(&it->rd, path, path, t->o.compression, t->o.max_record, 0)) <
-                0) {
+            /* raw: a small window, so that large records are read from the file
+             * straight into the sample (ferry__tfr_next_into) */
+            size_t window = t->o.raw ? (size_t)16 << 10 : 0;
+            if ((rc = ferry__tfr_open(&it->rd, path, path, t->o.compression, t->o.max_record,
+                                      window)) < 0) {
                 it->pos += it->step;
                 return rc;
             }

@@ -24,6 +24,8 @@ int ferry__seqread_open(ferry__seqread *r, const char *path, const char *name, i
         FERRY_TRY(ferry__file_pread(&r->f, name, magic, 2, 0, &got));
         r->gzip = got == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
     }
+    if (r->gzip && window < ((size_t)256 << 10))
+        window = (size_t)256 << 10; /* each inflate call fills what it can of it */
     if (!(r->buf = ferry__malloc(window)))
         FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory for a %zu-byte read window", name, window);
     r->cap = window;

@@ -41,7 +41,9 @@ typedef struct ferry__seqread {
     bool member_end; /* gzip: the inflater finished a member */
 } ferry__seqread;
 
-/* Opens path (name: how messages call it) with a window of `window` bytes.
+/* Opens path (name: how messages call it) with a window of `window` bytes (at
+ * least 4 KiB; 256 KiB for a gzip file). A small window suits a reader that
+ * takes large pieces with ferry__seqread_read, straight from the file.
  * compression: FERRY__GZ_AUTO looks at the first two bytes (1f 8b). */
 int ferry__seqread_open(ferry__seqread *r, const char *path, const char *name, int compression,
                         size_t window);

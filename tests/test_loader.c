@@ -926,13 +926,13 @@ static uint64_t run_len(void *self)
     return 640;
 }
 
-/* Samples 0..599 fail, each after 1 ms; the rest are good. */
+/* Samples 0..599 fail, each after 2 ms; the rest are good. */
 static int run_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
 {
     (void)self;
     (void)ctx;
     if (i < 600) {
-        usleep(1000);
+        usleep(2000);
         return ferry_error(FERRY_ECORRUPT, "sample %llu is bad", (unsigned long long)i);
     }
     int64_t v = (int64_t)i;
@@ -954,7 +954,7 @@ TEST(a_long_run_of_skipped_samples_is_no_timeout)
     ferry_loader_opts o = opts(8, 2, 4, 0);
     o.on_error = FERRY_ON_ERROR_SKIP;
     o.skip_budget = 1000;
-    o.timeout_ms = 100; /* the run of bad samples takes about 300 ms */
+    o.timeout_ms = 250; /* the run of bad samples takes about 600 ms; a batch, 8 ms */
     ferry_loader *l;
     CHECK_OK(ferry_loader_create(&l, ds, &o));
     ferry_batch *b;
@@ -967,7 +967,7 @@ TEST(a_long_run_of_skipped_samples_is_no_timeout)
     }
     if (rc != FERRY_END)
         test_fail(__FILE__, __LINE__, "rc %d: %s", rc, ferry_loader_errmsg(l));
-    CHECK(ferry_now_ns() - t0 > 200000000u); /* the run did take longer than the timeout */
+    CHECK(ferry_now_ns() - t0 > 250000000u); /* the run did take longer than the timeout */
     CHECK_U64(n, 40);
     ferry_loader_stats st;
     CHECK_OK(ferry_loader_stats_get(l, &st));

@@ -32,3 +32,4 @@ mkdir -p "$here/results"
 "$python" "$here/lines_vs_torch.py" --ferry "$ferry" --out "$here/results/lines.json" || exit $?
 "$python" "$here/records_vs.py" --ferry "$ferry" --out "$here/results/records.json" || exit $?
 "$python" "$here/images_vs_torch.py" --ferry "$ferry" --out "$here/results/images.json" || exit $?
+"$python" "$here/python_vs_torch.py" --ferry "$ferry" --out "$here/results/python.json" || exit $?

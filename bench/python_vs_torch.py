@@ -65,8 +65,8 @@ SEED = 0
 
 LAYER_S = 2.0             # part 1: a run of images or lines lasts about this
 LAYER_ROUNDS = 3          # ... alternating ferry bench and ferry.DataLoader
-COST_SAMPLES = 1 << 20    # part 1: the per-batch cost, one epoch of this ...
-COST_ROUNDS = 7           # ... best of this many, alternating
+COST_SAMPLES = 1 << 22    # part 1: the per-batch cost, one epoch of this ...
+COST_ROUNDS = 5           # ... best of this many, alternating
 TOUCH_CALLS = 20000       # part 1: touch() alone, calls per timing
 TRIVIAL_TORCH_S = 2.0     # part 2: a PyTorch run lasts about this
 TRIVIAL_FERRY_S = 1.0     # ... a ferry run about this
@@ -91,7 +91,7 @@ TARGET_IMAGES = 3.5       # ferry >= 3.5x torchvision, images, 2 workers
 MB = 1e6
 
 
-# ------------------------------------------------------- child: helpers --
+# --------------------------------------------------------- child: tools --
 
 def now():
     return time.perf_counter()

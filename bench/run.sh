@@ -39,3 +39,4 @@ mkdir -p "$here/results"
 # .npy rows and llm.c token windows vs a bare copy loop and a np.memmap DataLoader; MDS vs records
 "$python" "$here/arrays_vs.py" --ferry "$ferry" --out "$here/results/arrays.json" || exit $?
 "$python" "$here/formats_vs.py" --ferry "$ferry" --out "$here/results/formats.json" || exit $?
+"$python" "$here/python_vs_torch.py" --ferry "$ferry" --out "$here/results/python.json" || exit $?

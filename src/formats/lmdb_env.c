@@ -3,7 +3,7 @@
  * (for the lmdb dataset), and a writer that commits every N puts. LMDB's errors
  * keep LMDB's words, beside the path.
  */
-#include "../datasets/lmdb_internal.h"
+#include "lmdb_env.h"
 
 #include <lmdb.h>
 
@@ -220,43 +220,51 @@ int ferry__lmdb_reader_open(ferry__lmdb_reader **out, const char *path, const ch
     /* Reads never write: no lock file unless asked, no per-thread reader slot. */
     unsigned flags =
         MDB_RDONLY | MDB_NOTLS | (lock ? 0 : MDB_NOLOCK) | (S_ISREG(st.st_mode) ? MDB_NOSUBDIR : 0);
+    /* liblmdb trusts its file: check what it will walk before it maps it. */
+    char file[sizeof r->path + 16];
+    snprintf(file, sizeof file, "%s%s", path, S_ISREG(st.st_mode) ? "" : "/data.mdb");
+    ferry__lmdb_checked ck;
+    FERRY_TRY(ferry__lmdb_check(file, path, db, FERRY__LMDB_NEWEST, &ck));
     if ((mrc = mdb_env_create(&r->env)) != 0) {
         r->env = NULL;
         FERRY_FAIL(lmdb_code(mrc), "%s: %s", path, mdb_strerror(mrc));
     }
     if ((mrc = mdb_env_set_maxdbs(r->env, READER_MAXDBS)) != 0 ||
         (mrc = mdb_env_open(r->env, path, flags, 0644)) != 0) {
-        if (mrc == ENOENT && S_ISREG(st.st_mode) && st.st_size == 0) /* LMDB's word for it */
-            FERRY_FAIL(FERRY_ECORRUPT, "%s: the file is empty (not an LMDB file)", path);
         rc = lmdb_err(mrc, path, NULL);
         goto cleanup;
     }
-    /* A file shorter than its meta page says would fault (SIGBUS) when the missing
-     * pages are read: refuse it up front. */
     int fd;
     MDB_envinfo info;
     MDB_stat ms;
     struct stat fst;
-    if ((mrc = mdb_env_get_fd(r->env, &fd)) != 0 || (mrc = mdb_env_info(r->env, &info)) != 0 ||
-        (mrc = mdb_env_stat(r->env, &ms)) != 0) {
+    if ((mrc = mdb_env_get_fd(r->env, &fd)) != 0 || (mrc = mdb_env_info(r->env, &info)) != 0) {
         rc = lmdb_err(mrc, path, NULL);
         goto cleanup;
     }
     if (fstat(fd, &fst) != 0)
         FERRY_FAIL(FERRY_EIO, "%s: %s", path, strerror(errno));
-    uint64_t need;
-    if (__builtin_mul_overflow((uint64_t)info.me_last_pgno + 1, (uint64_t)ms.ms_psize, &need) ||
-        need > (uint64_t)fst.st_size)
-        FERRY_FAIL(FERRY_ECORRUPT,
-                   "%s: the file is %llu bytes, but its meta page says it holds %llu pages of %u "
-                   "bytes (truncated?)",
-                   path, (unsigned long long)fst.st_size, (unsigned long long)info.me_last_pgno + 1,
-                   ms.ms_psize);
     if ((mrc = mdb_txn_begin(r->env, NULL, MDB_RDONLY, &r->txn)) != 0) {
         r->txn = NULL;
         rc = lmdb_err(mrc, path, NULL);
         goto cleanup;
     }
+    /* A writer (beside a reader with the lock) may have committed since the check:
+     * check the snapshot this transaction took, which its reader slot keeps. */
+    for (int tries = 0; (uint64_t)mdb_txn_id(r->txn) != ck.txnid; tries++) {
+        rc = ferry__lmdb_check(file, path, db, (uint64_t)mdb_txn_id(r->txn), &ck);
+        if (rc == FERRY_ESTALE && tries < 3) {
+            mdb_txn_reset(r->txn);
+            if ((mrc = mdb_txn_renew(r->txn)) != 0) {
+                rc = lmdb_err(mrc, path, NULL);
+                goto cleanup;
+            }
+            continue;
+        }
+        if (rc < 0)
+            goto cleanup;
+    }
+    info.me_last_pgno = ck.last_pg;
     char names[256];
     MDB_dbi dbi;
     if ((mrc = mdb_dbi_open(r->txn, db, 0, &dbi)) != 0) {

@@ -6,6 +6,7 @@
 #include "ferry/lines.h"
 #include "dataset_internal.h"
 #include "../io/io.h"
+#include "../core/guard.h"
 #include "../formats/formats_internal.h"
 
 #include <fcntl.h>
@@ -34,11 +35,10 @@ static uint64_t lines_len(void *self)
     return ferry_line_index_count(((lines *)self)->ix);
 }
 
-static int lines_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
+static int get_line(lines *d, uint64_t i, ferry_sample *out)
 {
-    lines *d = self;
     uint64_t off, len;
-    int rc = ferry_line_index_get(d->ix, i, &off, &len);
+    int rc = ferry__line_index_entry(d->ix, i, &off, &len);
     if (rc < 0)
         return rc;
     uint8_t *dst = out->data[0];
@@ -83,12 +83,29 @@ got_line:
     return 0;
 }
 
+/* The index, and with io=mmap the lines, are read from mappings: a file cut short
+ * under the reader is an error naming it, not a SIGBUS. */
+static int lines_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
+{
+    lines *d = self;
+    ferry__guard g;
+    ferry__guard_push(&g);
+    if (sigsetjmp(g.jb, 0)) {
+        if (ferry__line_index_holds(d->ix, g.addr))
+            return ferry__guard_err(&g, ferry__line_index_name(d->ix), NULL, "line %llu",
+                                    (unsigned long long)i);
+        return ferry__guard_err(&g, d->path, d->map.data, "line %llu", (unsigned long long)i);
+    }
+    int rc = get_line(d, i, out);
+    ferry__guard_pop(&g);
+    return rc;
+}
+
 /* soon: pull the grain's index entries, then its lines (up to HINT_MAX bytes of
  * each), into the cache, so that the misses (and TLB walks) of a shuffled read
  * overlap. Later batches: ask the kernel to read their lines ahead. */
-static void lines_hint(void *self, const uint64_t *indices, size_t count, int soon)
+static void hint_mapped(lines *d, const uint64_t *indices, size_t count, int soon)
 {
-    lines *d = self;
     uint64_t nlines = ferry_line_index_count(d->ix);
     if (soon) {
         /* two stages, DEPTH lines apart: a line's index entry is requested, and
@@ -117,7 +134,7 @@ static void lines_hint(void *self, const uint64_t *indices, size_t count, int so
         return;
     for (size_t k = 0; k < count; k++) {
         uint64_t off, len;
-        if (ferry_line_index_get(d->ix, indices[k], &off, &len) != 0)
+        if (ferry__line_index_entry(d->ix, indices[k], &off, &len) != 0)
             continue;
         size_t n = len < d->max_len ? (size_t)len : d->max_len;
         if (d->map.data) {
@@ -127,6 +144,16 @@ static void lines_hint(void *self, const uint64_t *indices, size_t count, int so
             posix_fadvise(d->f.fd, (off_t)off, (off_t)n, POSIX_FADV_WILLNEED);
         }
     }
+}
+
+static void lines_hint(void *self, const uint64_t *indices, size_t count, int soon)
+{
+    ferry__guard g;
+    ferry__guard_push(&g);
+    if (sigsetjmp(g.jb, 0))
+        return; /* a file cut short: the reads of its lines report it */
+    hint_mapped(self, indices, count, soon);
+    ferry__guard_pop(&g);
 }
 
 static void lines_destroy(void *self)

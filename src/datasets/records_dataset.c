@@ -8,6 +8,7 @@
 #include "dataset_internal.h"
 #include "../formats/records_internal.h"
 #include "../io/io.h"
+#include "../core/guard.h"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -311,9 +312,8 @@ static void populate_run(shard_set *s, uint64_t i, uint64_t last)
  * cache. Later batches: runs of consecutive records (a sequential read), found
  * from the indices alone, so that a shuffled order of small records costs no
  * index lookups here; where records are large, each one on its own. */
-static void set_hint(void *self, const uint64_t *indices, size_t count, int soon)
+static void hint_mapped(shard_set *s, const uint64_t *indices, size_t count, int soon)
 {
-    shard_set *s = self;
     uint64_t total = s->first[s->n];
     if (soon) {
         for (size_t k = 0; k < count; k++) {
@@ -337,6 +337,18 @@ static void set_hint(void *self, const uint64_t *indices, size_t count, int soon
             populate_run(s, indices[k], indices[e - 1]);
         k = e;
     }
+}
+
+/* The index lies in the mapped shards: a shard cut short under the reader ends the
+ * hint (its records' reads report it). */
+static void set_hint(void *self, const uint64_t *indices, size_t count, int soon)
+{
+    ferry__guard g;
+    ferry__guard_push(&g);
+    if (sigsetjmp(g.jb, 0))
+        return;
+    hint_mapped(self, indices, count, soon);
+    ferry__guard_pop(&g);
 }
 
 static void set_destroy(void *self)

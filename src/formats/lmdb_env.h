@@ -29,6 +29,7 @@ typedef struct ferry__lmdb_reader {
     uint64_t n;
     size_t max_klen;
     char path[512];
+    char file[528]; /* the data file: path, or path/data.mdb */
 } ferry__lmdb_reader;
 
 /* Opens `path` (an environment directory, or the data file itself) read-only,

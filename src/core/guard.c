@@ -1,0 +1,108 @@
+/*
+ * Guarded reads of mapped files: a process-wide SIGBUS handler that returns a
+ * fault inside a guarded region to its sigsetjmp (see guard.h).
+ *
+ * Async-signal-safety: the handler reads and writes only the faulting thread's
+ * own region pointer (initial-exec TLS: no lazy allocation on first access from
+ * the handler) and the saved previous action (written once, before the handler
+ * is installed), and calls only sigaction and siglongjmp. The handler runs with
+ * SA_NODEFER, so that jumping out of it leaves SIGBUS unblocked without saving
+ * and restoring the signal mask (a system call) at every sigsetjmp.
+ */
+#include "guard.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static __thread ferry__guard *top __attribute__((tls_model("initial-exec")));
+static struct sigaction previous;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static int install_errno;
+
+static void on_sigbus(int sig, siginfo_t *si, void *uc)
+{
+    ferry__guard *g = top;
+    /* si_code > 0: raised by the kernel for a fault, not sent by kill */
+    if (g && si && si->si_code > 0) {
+        g->addr = (uintptr_t)si->si_addr;
+        top = g->prev;
+        siglongjmp(g->jb, 1);
+    }
+    if (previous.sa_flags & SA_SIGINFO) {
+        if (previous.sa_sigaction) {
+            previous.sa_sigaction(sig, si, uc);
+            return;
+        }
+    } else if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN) {
+        previous.sa_handler(sig);
+        return;
+    }
+    /* The default (or ignored, which a fault cannot be): put the default back and
+     * return; the faulting access runs again and ends the process as it would
+     * have without ferry. A signal sent by kill is raised again. */
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(SIGBUS, &dfl, NULL);
+    if (!si || si->si_code <= 0)
+        raise(SIGBUS);
+}
+
+static void install(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGBUS, NULL, &previous) != 0 || sigaction(SIGBUS, &sa, NULL) != 0)
+        install_errno = errno ? errno : EINVAL;
+}
+
+int ferry__guard_install(void)
+{
+    pthread_once(&once, install);
+    if (install_errno)
+        return ferry__err(FERRY_EIO, "cannot install the SIGBUS handler for mapped files: %s",
+                          strerror(install_errno));
+    return 0;
+}
+
+void ferry__guard_push(ferry__guard *g)
+{
+    g->prev = top;
+    g->addr = 0;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    top = g;
+}
+
+void ferry__guard_pop(ferry__guard *g)
+{
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    top = g->prev;
+}
+
+int ferry__guard_err(const ferry__guard *g, const char *path, const void *base, const char *fmt,
+                     ...)
+{
+    char what[FERRY_ERRMSG_MAX], where[96] = "", now[64] = "";
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    struct stat st;
+    if (path && stat(path, &st) == 0)
+        snprintf(now, sizeof now, ": %llu bytes now", (unsigned long long)st.st_size);
+    if (base && g->addr >= (uintptr_t)base)
+        snprintf(where, sizeof where, " (offset %llu is past its end%s)",
+                 (unsigned long long)(g->addr - (uintptr_t)base), now);
+    else if (now[0])
+        snprintf(where, sizeof where, " (%s)", now + 2);
+    return ferry__err(FERRY_EIO, "%s: %s: the file was cut short while it was read%s",
+                      path ? path : "(unknown file)", what, where);
+}

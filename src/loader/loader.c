@@ -39,6 +39,9 @@
  * Polling yields the core, so a worker that has work gets it. */
 #define POLL_BATCH_NS 200000u
 #define POLL_NS 100000u
+/* How long ferry_loader_free waits for a worker stuck in a dataset callback (or
+ * timeout_ms, when that is longer). */
+#define FREE_GRACE_MS 5000
 
 #if defined(__x86_64__) || defined(__i386__)
 #define cpu_relax() __builtin_ia32_pause()
@@ -725,6 +728,7 @@ static void *worker_main_thread(void *arg)
                  ferry_last_errmsg()[0] ? ": " : "", ferry_last_errmsg());
     }
     l->inited++;
+    l->refs++; /* the loader's memory outlives a worker that free stopped waiting for */
     pthread_cond_broadcast(&l->ready_cv);
     bool polled = false;
     for (;;) {
@@ -769,7 +773,10 @@ static void *worker_main_thread(void *arg)
         if (l->busy_workers == 0)
             pthread_cond_broadcast(&l->ready_cv);
     }
+    bool last = --l->refs == 0;
     pthread_mutex_unlock(&l->m);
+    if (last)
+        destroy(l); /* free returned without this worker, and no batch is held */
     return NULL;
 }
 
@@ -958,23 +965,51 @@ int ferry_loader_create_stream(ferry_loader **out, ferry_stream *st, const ferry
     return create(out, NULL, st, o);
 }
 
-void ferry_loader_free(ferry_loader *l)
+int ferry_loader_free_within(ferry_loader *l, int64_t grace_ms)
 {
     if (!l)
-        return;
+        return 0;
+    grace_ms = grace_ms < 0 ? 0 : grace_ms > ((int64_t)1 << 40) ? ((int64_t)1 << 40) : grace_ms;
     pthread_mutex_lock(&l->m);
     l->shutdown = true;
+    atomic_store(&l->cancelled, true);
     stop_epoch(l);
     pthread_cond_broadcast(&l->work_cv);
     pthread_mutex_unlock(&l->m);
-    ferry__pool_free(l->pool); /* joins the workers */
+    /* Workers drop stale work at the next sample; one stuck in a dataset callback
+     * is waited for, then left to finish on its own: it holds a reference to the
+     * loader's memory, and calls nothing of the dataset's once its callback
+     * returns. */
+    uint64_t deadline = ferry_now_ns() + (uint64_t)grace_ms * 1000000u;
+    unsigned stuck = l->pool ? ferry__pool_free_within(l->pool, deadline) : 0;
     l->pool = NULL;
     pthread_mutex_lock(&l->m);
+    if (stuck) {
+        /* a stream iterator a stuck worker is reading stays open (its memory is
+         * lost): closing it would call into it under the worker's feet */
+        for (uint32_t i = 0; i < l->nshards; i++)
+            if (l->shards[i].busy)
+                l->shards[i] = (shard){0};
+    }
     close_shards(l);
     bool last = --l->refs == 0;
     pthread_mutex_unlock(&l->m);
     if (last)
         destroy(l);
+    if (stuck)
+        return ferry__err(FERRY_ETIMEDOUT,
+                          "loader: %u worker%s still in a dataset callback after %lld ms; left "
+                          "to finish on %s own",
+                          stuck, stuck == 1 ? "" : "s", (long long)grace_ms,
+                          stuck == 1 ? "its" : "their");
+    return 0;
+}
+
+void ferry_loader_free(ferry_loader *l)
+{
+    if (l)
+        ferry_loader_free_within(l,
+                                 l->o.timeout_ms > FREE_GRACE_MS ? l->o.timeout_ms : FREE_GRACE_MS);
 }
 
 /* ---- The consumer ---- */

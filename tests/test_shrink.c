@@ -261,3 +261,41 @@ TEST(ferry_bench_reports_each_file_cut_short_and_exits)
     }
 #endif
 }
+
+/* Outside a loader (a direct call, as the CLI's head or a user's code makes), the
+ * readers set a region of their own: the same error. */
+TEST(direct_reads_of_a_file_cut_short_are_errors)
+{
+    for (int kind = 0; kind < 3; kind++) {
+        test_make_dir("shrinkdirect");
+        fixture x;
+        if (kind == 0)
+            make_records(&x);
+        else if (kind == 1)
+            make_lines(&x, 0);
+        else
+            make_lmdb(&x);
+        ferry_dataset *ds;
+        CHECK_OK(ferry_dataset_open(&ds, x.spec));
+        int nf = ferry_dataset_nfields(ds);
+        void *bufs[FERRY_MAX_FIELDS] = {0};
+        int64_t len[FERRY_MAX_FIELDS];
+        ferry_sample s = {.data = bufs, .length = len, .nfields = nf};
+        for (int f = 0; f < nf; f++)
+            CHECK((bufs[f] = malloc(ferry_field_nbytes(ferry_dataset_field(ds, f)))) != NULL);
+        ferry_ctx *ctx;
+        CHECK_OK(ferry_ctx_create(&ctx, 0, 0));
+        uint64_t n = ferry_dataset_len(ds);
+        CHECK_OK(ferry_dataset_get(ds, n - 1, &s, ctx));
+        CHECK(truncate(x.victim, 4096) == 0);
+        CHECK_RC(ferry_dataset_get(ds, n - 1, &s, ctx), FERRY_EIO);
+        CHECK_CONTAINS(ferry_last_errmsg(), x.victim);
+        CHECK_CONTAINS(ferry_last_errmsg(), "the file was cut short while it was read");
+        CHECK_CONTAINS(ferry_last_errmsg(), "4096 bytes now");
+        ferry_ctx_free(ctx);
+        for (int f = 0; f < nf; f++)
+            free(bufs[f]);
+        ferry_dataset_free(ds);
+        test_remove_dir();
+    }
+}

@@ -193,7 +193,13 @@ FERRY_API void ferry_lmdb_writer_free(ferry_lmdb_writer *w);
  * page's nodes [1024, 4096)". This reads each branch and leaf page once more at
  * open (the walk that locates the entries reads them anyway), never the values'
  * overflow pages. Databases with duplicate keys (MDB_DUPSORT) are refused
- * (FERRY_EINVAL): ferry reads one value a key. */
+ * (FERRY_EINVAL): ferry reads one value a key.
+ *
+ * A data file cut short while the dataset reads it is FERRY_EIO naming the file
+ * and the entry ("... the file was cut short while it was read"), never a
+ * SIGBUS; a file replaced by a rename is read as it was at open. Pointers from
+ * ferry_lmdb_entry are into the map: reading them is outside that guard. See
+ * docs/changing-files.md. */
 enum { FERRY_LMDB_DATUM_AUTO = 0, FERRY_LMDB_DATUM_ON = 1, FERRY_LMDB_DATUM_OFF = 2 };
 
 typedef struct ferry_lmdb_opts {

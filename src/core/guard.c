@@ -1,13 +1,13 @@
 /*
  * Guarded reads of mapped files: a process-wide SIGBUS handler that returns a
- * fault inside a guarded region to its sigsetjmp (see guard.h).
+ * fault inside an armed region to its sigsetjmp (see guard.h).
  *
  * Async-signal-safety: the handler reads and writes only the faulting thread's
  * own region pointer (initial-exec TLS: no lazy allocation on first access from
- * the handler) and the saved previous action (written once, before the handler
- * is installed), and calls only sigaction and siglongjmp. The handler runs with
- * SA_NODEFER, so that jumping out of it leaves SIGBUS unblocked without saving
- * and restoring the signal mask (a system call) at every sigsetjmp.
+ * the handler) and that region (on the thread's own stack), the saved previous action (written
+ * once, before the handler is installed), and calls only sigaction and siglongjmp. The handler runs
+ * with SA_NODEFER, so that jumping out of it leaves SIGBUS unblocked without saving and restoring
+ * the signal mask (a system call) at every sigsetjmp.
  */
 #include "guard.h"
 
@@ -18,7 +18,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static __thread ferry__guard *top __attribute__((tls_model("initial-exec")));
+__thread ferry__guard *ferry__guard_top __attribute__((tls_model("initial-exec")));
+#define top ferry__guard_top
 static struct sigaction previous;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int install_errno;
@@ -26,9 +27,18 @@ static int install_errno;
 static void on_sigbus(int sig, siginfo_t *si, void *uc)
 {
     ferry__guard *g = top;
-    /* si_code > 0: raised by the kernel for a fault, not sent by kill */
-    if (g && si && si->si_code > 0) {
+    /* si_code > 0: raised by the kernel for a fault, not sent by kill. A passive
+     * region is armed only while a mapped reader it calls directly reads. */
+    if (g && si && si->si_code > 0 && (!g->passive || g->reading)) {
         g->addr = (uintptr_t)si->si_addr;
+        if (g->passive) {
+            /* the reading lives in a frame the jump abandons: keep a copy */
+            g->at_fault.fault = g->reading->fault;
+            g->at_fault.arg = g->reading->arg;
+            g->at_fault.item = g->reading->item;
+            g->at_fault.res = g->reading->res;
+            g->reading = NULL;
+        }
         top = g->prev;
         siglongjmp(g->jb, 1);
     }
@@ -77,6 +87,9 @@ void ferry__guard_push(ferry__guard *g)
 {
     g->prev = top;
     g->addr = 0;
+    g->passive = false;
+    g->direct = NULL;
+    g->reading = NULL;
     __atomic_signal_fence(__ATOMIC_SEQ_CST);
     top = g;
 }
@@ -87,8 +100,7 @@ void ferry__guard_pop(ferry__guard *g)
     top = g->prev;
 }
 
-int ferry__guard_err(const ferry__guard *g, const char *path, const void *base, const char *fmt,
-                     ...)
+int ferry__guard_err(uintptr_t addr, const char *path, const void *base, const char *fmt, ...)
 {
     char what[FERRY_ERRMSG_MAX], where[96] = "", now[64] = "";
     va_list ap;
@@ -98,9 +110,9 @@ int ferry__guard_err(const ferry__guard *g, const char *path, const void *base, 
     struct stat st;
     if (path && stat(path, &st) == 0)
         snprintf(now, sizeof now, ": %llu bytes now", (unsigned long long)st.st_size);
-    if (base && g->addr >= (uintptr_t)base)
+    if (base && addr >= (uintptr_t)base)
         snprintf(where, sizeof where, " (offset %llu is past its end%s)",
-                 (unsigned long long)(g->addr - (uintptr_t)base), now);
+                 (unsigned long long)(addr - (uintptr_t)base), now);
     else if (now[0])
         snprintf(where, sizeof where, " (%s)", now + 2);
     return ferry__err(FERRY_EIO, "%s: %s: the file was cut short while it was read%s",

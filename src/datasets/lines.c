@@ -85,19 +85,21 @@ got_line:
 
 /* The index, and with io=mmap the lines, are read from mappings: a file cut short
  * under the reader is an error naming it, not a SIGBUS. */
+static int line_fault(const ferry__reading *rd, uintptr_t addr)
+{
+    const lines *d = rd->arg;
+    if (ferry__line_index_holds(d->ix, addr))
+        return ferry__guard_err(addr, ferry__line_index_name(d->ix), NULL, "line %llu",
+                                (unsigned long long)rd->item);
+    return ferry__guard_err(addr, d->path, d->map.data, "line %llu", (unsigned long long)rd->item);
+}
+
 static int lines_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
 {
     lines *d = self;
-    ferry__guard g;
-    ferry__guard_push(&g);
-    if (sigsetjmp(g.jb, 0)) {
-        if (ferry__line_index_holds(d->ix, g.addr))
-            return ferry__guard_err(&g, ferry__line_index_name(d->ix), NULL, "line %llu",
-                                    (unsigned long long)i);
-        return ferry__guard_err(&g, d->path, d->map.data, "line %llu", (unsigned long long)i);
-    }
-    int rc = get_line(d, i, out);
-    ferry__guard_pop(&g);
+    ferry__reading rd = {line_fault, d, i, NULL};
+    int rc;
+    FERRY__GUARDED_READ(rc, self, &rd, get_line(d, i, out));
     return rc;
 }
 

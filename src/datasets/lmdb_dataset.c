@@ -106,15 +106,18 @@ static int get_entry(const lmdb_ds *d, uint64_t i, ferry_sample *out)
 
 /* The values are copied out of liblmdb's map of the file: a file cut short under
  * the reader is an error naming it (the key, in the map too, is left out). */
+static int entry_fault(const ferry__reading *rd, uintptr_t addr)
+{
+    const lmdb_ds *d = rd->arg;
+    return ferry__guard_err(addr, d->r->file, NULL, "entry %llu", (unsigned long long)rd->item);
+}
+
 static int lmdb_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
 {
     const lmdb_ds *d = self;
-    ferry__guard g;
-    ferry__guard_push(&g);
-    if (sigsetjmp(g.jb, 0))
-        return ferry__guard_err(&g, d->r->file, NULL, "entry %llu", (unsigned long long)i);
-    int rc = get_entry(d, i, out);
-    ferry__guard_pop(&g);
+    ferry__reading rd = {entry_fault, d, i, NULL};
+    int rc;
+    FERRY__GUARDED_READ(rc, self, &rd, get_entry(d, i, out));
     return rc;
 }
 
@@ -155,7 +158,7 @@ static int decode_first(const ferry__lmdb_reader *r, ferry_datum *first)
     ferry__guard g;
     ferry__guard_push(&g);
     if (sigsetjmp(g.jb, 0))
-        return ferry__guard_err(&g, r->file, NULL, "entry 0");
+        return ferry__guard_err(g.addr, r->file, NULL, "entry 0");
     int rc = ferry_datum_decode(r->e[0].val, r->e[0].vlen, first);
     ferry__guard_pop(&g);
     return rc;

@@ -264,7 +264,7 @@ static int set_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
 {
     shard_set *s = self;
     size_t k = shard_of(s, i);
-    return ferry_record_file_read(s->files[k], i - s->first[k], out, ctx);
+    return ferry__record_file_read_by(s->files[k], i - s->first[k], out, ctx, s);
 }
 
 int ferry__records_raw(const ferry_dataset *ds, uint64_t i, const void **payload, size_t *n,

@@ -390,7 +390,7 @@ static int check_mapped(ferry_line_index *ix, const char *path, const char *inde
     ferry__guard g;
     ferry__guard_push(&g);
     if (sigsetjmp(g.jb, 0))
-        return ferry__guard_err(&g, index_path, ix->map.data, "opening");
+        return ferry__guard_err(g.addr, index_path, ix->map.data, "opening");
     int rc = check_index(ix, path, index_path);
     ferry__guard_pop(&g);
     return rc;
@@ -474,7 +474,7 @@ int ferry_line_index_get(const ferry_line_index *ix, uint64_t i, uint64_t *offse
     ferry__guard g;
     ferry__guard_push(&g);
     if (sigsetjmp(g.jb, 0))
-        return ferry__guard_err(&g, ix->name, ix->map.data, "line %llu", (unsigned long long)i);
+        return ferry__guard_err(g.addr, ix->name, ix->map.data, "line %llu", (unsigned long long)i);
     int rc = ferry__line_index_entry(ix, i, offset, length);
     ferry__guard_pop(&g);
     return rc;

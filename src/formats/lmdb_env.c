@@ -342,7 +342,7 @@ static int walk_guarded(ferry__lmdb_reader *r, const char *db, ferry__lmdb_check
     if (sigsetjmp(g.jb, 0)) {
         if (cur)
             mdb_cursor_close(cur);
-        return ferry__guard_err(&g, r->file, NULL, "reading the database's pages");
+        return ferry__guard_err(g.addr, r->file, NULL, "reading the database's pages");
     }
     int rc = walk(r, db, ck, &cur);
     ferry__guard_pop(&g);

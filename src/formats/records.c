@@ -804,7 +804,7 @@ static int open_mapped(ferry_record_file *f, int flags, char *why, size_t cap)
     ferry__guard g;
     ferry__guard_push(&g);
     if (sigsetjmp(g.jb, 0))
-        return ferry__guard_err(&g, f->name, f->base, "opening");
+        return ferry__guard_err(g.addr, f->name, f->base, "opening");
     int rc = check_mapped(f, flags, why, cap);
     ferry__guard_pop(&g);
     return rc;
@@ -963,7 +963,7 @@ int ferry_record_file_raw(const ferry_record_file *f, uint64_t i, const void **d
     ferry__guard g;
     ferry__guard_push(&g);
     if (sigsetjmp(g.jb, 0))
-        return ferry__guard_err(&g, f->name, f->base, "record %llu", (unsigned long long)i);
+        return ferry__guard_err(g.addr, f->name, f->base, "record %llu", (unsigned long long)i);
     int rc = locate(f, i, &r);
     ferry__guard_pop(&g);
     if (rc < 0)
@@ -1035,7 +1035,7 @@ static int parse(const ferry_record_file *f, uint64_t i, uint64_t off, const uin
 }
 
 static int read_record(const ferry_record_file *f, uint64_t i, ferry_sample *out, ferry_ctx *ctx,
-                       ZSTD_DCtx *volatile *held)
+                       ferry__reading *rd)
 {
     rec r = {0};
     int rc = locate(f, i, &r);
@@ -1063,9 +1063,9 @@ static int read_record(const ferry_record_file *f, uint64_t i, ferry_sample *out
     ZSTD_DCtx *d = dctx_take(f, worker);
     if (!d)
         return ferry__err(FERRY_ENOMEM, "%s: out of memory (zstd context)", f->name);
-    *held = d; /* a fault in the decompression frees it */
+    rd->res = d; /* a fault in the decompression frees it */
     size_t got = ZSTD_decompressDCtx(d, dst, r.raw, r.payload, r.stored);
-    *held = NULL;
+    rd->res = NULL;
     dctx_give(f, worker, d);
     if (ZSTD_isError(got))
         return ferry__err(zstd_rc(got), REC_FMT "zstd: %s", REC_ARGS(f, i, r.off),
@@ -1078,24 +1078,31 @@ static int read_record(const ferry_record_file *f, uint64_t i, ferry_sample *out
     return rc;
 }
 
-int ferry_record_file_read(const ferry_record_file *f, uint64_t i, ferry_sample *out,
-                           ferry_ctx *ctx)
+static int record_fault(const ferry__reading *rd, uintptr_t addr)
+{
+    const ferry_record_file *f = rd->arg;
+    ZSTD_freeDCtx(rd->res);
+    return ferry__guard_err(addr, f->name, f->base, "record %llu", (unsigned long long)rd->item);
+}
+
+int ferry__record_file_read_by(const ferry_record_file *f, uint64_t i, ferry_sample *out,
+                               ferry_ctx *ctx, const void *self)
 {
     if (!f || !out || !out->data)
         return ferry__err(FERRY_EINVAL, "record file: NULL argument");
     if (out->nfields != f->nfields)
         return ferry__err(FERRY_EINVAL, "%s: sample has %d fields, the shard %d", f->name,
                           out->nfields, f->nfields);
-    ZSTD_DCtx *volatile held = NULL;
-    ferry__guard g;
-    ferry__guard_push(&g);
-    if (sigsetjmp(g.jb, 0)) {
-        ZSTD_freeDCtx(held);
-        return ferry__guard_err(&g, f->name, f->base, "record %llu", (unsigned long long)i);
-    }
-    int rc = read_record(f, i, out, ctx, &held);
-    ferry__guard_pop(&g);
+    ferry__reading rd = {record_fault, f, i, NULL};
+    int rc;
+    FERRY__GUARDED_READ(rc, self, &rd, read_record(f, i, out, ctx, &rd));
     return rc;
+}
+
+int ferry_record_file_read(const ferry_record_file *f, uint64_t i, ferry_sample *out,
+                           ferry_ctx *ctx)
+{
+    return ferry__record_file_read_by(f, i, out, ctx, NULL);
 }
 
 /* ---- The manifest and whole-file CRCs ---- */

@@ -48,4 +48,10 @@ int ferry__crc32c_hw_available(void);
 /* The instruction's version; falls back to the tables without it. */
 uint32_t ferry__crc32c_hw(uint32_t crc, const void *data, size_t n);
 
+/* ferry_record_file_read for dataset `self` (see FERRY__GUARDED_READ in
+ * src/core/guard.h: called directly by a loader's worker, it reads under the
+ * worker's region instead of its own). */
+int ferry__record_file_read_by(const ferry_record_file *f, uint64_t i, ferry_sample *out,
+                               ferry_ctx *ctx, const void *self);
+
 #endif

@@ -18,6 +18,7 @@
  */
 #include "ferry/loader.h"
 #include "../datasets/dataset_internal.h"
+#include "../core/guard.h"
 
 #include <sched.h>
 #include <stdio.h>
@@ -557,8 +558,9 @@ static void account(worker *w, uint64_t dt)
         w->ctx.stage_ns[FERRY_STAGE_READ] + (dt > claimed ? dt - claimed : 0);
 }
 
-static void work(ferry_loader *l, ferry_batch *b, uint32_t first, uint32_t count, ferry_ctx *ctx,
-                 uint32_t *nfilled)
+__attribute__((noinline)) static void work(ferry_loader *l, ferry_batch *b, uint32_t first,
+                                           uint32_t count, ferry_ctx *ctx, uint32_t *nfilled,
+                                           volatile uint32_t *cur)
 {
     ctx->epoch = b->epoch;
     shard *sh = b->shard >= 0 ? &l->shards[b->shard] : NULL;
@@ -573,6 +575,8 @@ static void work(ferry_loader *l, ferry_batch *b, uint32_t first, uint32_t count
     for (uint32_t i = first; i < first + count; i++) {
         if (atomic_load_explicit(&l->gen, memory_order_relaxed) != b->gen)
             break; /* stale: drop the rest */
+        if (cur)
+            *cur = i;
         uint64_t index = UINT64_MAX;
         int rc;
         bool recorded = false;
@@ -627,6 +631,43 @@ static void work(ferry_loader *l, ferry_batch *b, uint32_t first, uint32_t count
         filled = i + 1;
     }
     *nfilled = filled;
+}
+
+/* work() under a passive region (src/core/guard.h): a mapped dataset that the
+ * worker calls directly reads under it instead of setting a region of its own
+ * for every sample (a sigsetjmp each). A file cut short under the reader fails
+ * the sample in hand, with the dataset's message naming the file, and the grain
+ * goes on with the next sample. */
+static void work_guarded(ferry_loader *l, ferry_batch *b, uint32_t first, uint32_t count,
+                         ferry_ctx *ctx, uint32_t *nfilled)
+{
+    if (b->shard >= 0) {
+        work(l, b, first, count, ctx, nfilled, NULL);
+        return;
+    }
+    volatile uint32_t cur = first, from = first;
+    ferry__guard g;
+    for (;;) {
+        ferry__guard_push(&g);
+        g.passive = true;
+        g.direct = l->ds->self;
+        if (sigsetjmp(g.jb, 0)) {
+            uint32_t i = cur;
+            int rc = g.at_fault.fault(&g.at_fault, g.addr);
+            pthread_mutex_lock(&l->m);
+            record_failure(l, b, i, b->indices[i], rc);
+            pthread_mutex_unlock(&l->m);
+            atomic_store_explicit(&b->state[i], SLOT_FAILED, memory_order_relaxed);
+            from = i + 1;
+            *nfilled = from;
+            if (from >= first + count)
+                return;
+            continue;
+        }
+        work(l, b, from, first + count - from, ctx, nfilled, &cur);
+        ferry__guard_pop(&g);
+        return;
+    }
 }
 
 /* Called by the worker (or the inline consumer) whose grain completed batch b:
@@ -762,7 +803,7 @@ static void *worker_main_thread(void *arg)
         memset(w->ctx.stage_ns, 0, sizeof w->ctx.stage_ns);
         hint_ahead(l, w, b, first);
         uint32_t nfilled;
-        work(l, b, first, count, &w->ctx, &nfilled);
+        work_guarded(l, b, first, count, &w->ctx, &nfilled);
         uint64_t dt = ferry_now_ns() - t0;
 
         finish_grain(l, b, count, nfilled);
@@ -1131,7 +1172,7 @@ static bool work_inline(ferry_loader *l)
     uint64_t t0 = ferry_now_ns();
     memset(l->inline_worker.ctx.stage_ns, 0, sizeof l->inline_worker.ctx.stage_ns);
     hint_ahead(l, &l->inline_worker, b, first);
-    work(l, b, first, count, &l->inline_worker.ctx, &nfilled);
+    work_guarded(l, b, first, count, &l->inline_worker.ctx, &nfilled);
     uint64_t dt = ferry_now_ns() - t0;
     finish_grain(l, b, count, nfilled);
     account(&l->inline_worker, dt);

@@ -4,10 +4,15 @@
  *
  * Async-signal-safety: the handler reads and writes only the faulting thread's
  * own region pointer (initial-exec TLS: no lazy allocation on first access from
- * the handler) and that region (on the thread's own stack), the saved previous action (written
- * once, before the handler is installed), and calls only sigaction and siglongjmp. The handler runs
- * with SA_NODEFER, so that jumping out of it leaves SIGBUS unblocked without saving and restoring
- * the signal mask (a system call) at every sigsetjmp.
+ * the handler), that region (on the thread's own stack), the saved previous
+ * action (written once, before the handler is installed) and the interrupted
+ * context, and calls only sigaction, raise and, where it cannot redirect the
+ * context, siglongjmp. It does not jump out itself: it makes the interrupted
+ * context resume in a function that jumps to the region, so that the signal
+ * returns normally (the kernel restores the signal mask, and a runtime that
+ * wraps handlers, as ThreadSanitizer does, sees its handler end). No sigsetjmp
+ * saves the signal mask (a system call); for the fallback jump, the handler runs
+ * with SA_NODEFER, so that SIGBUS is not left blocked.
  */
 #include "guard.h"
 
@@ -17,12 +22,47 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <ucontext.h>
 
 __thread ferry__guard *ferry__guard_top __attribute__((tls_model("initial-exec")));
 #define top ferry__guard_top
 static struct sigaction previous;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int install_errno;
+
+static __thread ferry__guard *resume_to __attribute__((tls_model("initial-exec")));
+
+/* Runs in place of the faulting instruction, once the handler has returned. */
+__attribute__((noreturn, used)) static void resume(void)
+{
+    ferry__guard *g = resume_to;
+    resume_to = NULL;
+    siglongjmp(g->jb, 1);
+}
+
+/* Makes the interrupted context call resume() when the handler returns: a stack
+ * pointer below the faulting frame's (and its red zone), aligned as at a call.
+ * The frames below the region are abandoned anyway. False where the context's
+ * layout is not known here. */
+static bool redirect(void *ucv)
+{
+#if defined(__linux__) && defined(__x86_64__) && defined(REG_RIP)
+    ucontext_t *uc = ucv;
+    greg_t sp = uc->uc_mcontext.gregs[REG_RSP];
+    uc->uc_mcontext.gregs[REG_RSP] = (greg_t)((((uint64_t)sp - 1024) & ~(uint64_t)15) - 8);
+    uc->uc_mcontext.gregs[REG_RIP] = (greg_t)(uintptr_t)resume;
+    return true;
+#elif defined(__linux__) && defined(__aarch64__)
+    ucontext_t *uc = ucv;
+    uint64_t sp = uc->uc_mcontext.sp;
+    uc->uc_mcontext.sp = (sp - 1024) & ~(uint64_t)15;
+    uc->uc_mcontext.pc = (uint64_t)(uintptr_t)resume;
+    return true;
+#else
+    (void)ucv;
+    return false;
+#endif
+}
 
 static void on_sigbus(int sig, siginfo_t *si, void *uc)
 {
@@ -40,6 +80,13 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc)
             g->reading = NULL;
         }
         top = g->prev;
+        resume_to = g;
+        /* Return from the handler into resume(), which jumps from ordinary
+         * context: a jump out of the handler itself would skip the bookkeeping
+         * of a runtime that wraps signal handlers (ThreadSanitizer's counts the
+         * handler as still running, and treats the next fault as fatal). */
+        if (redirect(uc))
+            return;
         siglongjmp(g->jb, 1);
     }
     if (previous.sa_flags & SA_SIGINFO) {

@@ -28,7 +28,7 @@
  * to the worker, which asks the reading for the error and goes on with the next
  * sample. Called any other way (by a user's code, another dataset, the CLI), a
  * dataset sets its own region: jumping over frames that are not ferry's could
- * leave their locks held. FERRY__GUARDED_READ does the choosing.
+ * leave their locks held. ferry__guard_direct tells which applies.
  *
  * The handler is process-wide, installed once by ferry__guard_install (the
  * mapped readers call it when they open). A SIGBUS that is not a fault inside an
@@ -83,26 +83,36 @@ void ferry__guard_pop(ferry__guard *g);
 int ferry__guard_err(uintptr_t addr, const char *path, const void *base, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-/* rc = call, reading mapped memory: under the passive region of the caller when
- * that region calls dataset `self` directly (then *rd says what is read), else
- * under a region of its own, where a fault makes rc = rd->fault(rd, addr). */
-#define FERRY__GUARDED_READ(rc, self, rd, call)                                                    \
+/* The passive region of the caller when it calls dataset `self` directly, or
+ * NULL: then the dataset reads under a region of its own. Keep the two paths in
+ * separate functions: a function that calls sigsetjmp saves every register it
+ * uses and keeps its locals in memory, a cost the direct path should not pay. */
+static inline ferry__guard *ferry__guard_direct(const void *self)
+{
+    ferry__guard *g = ferry__guard_top;
+    return g && self && g->passive && g->direct == self ? g : NULL;
+}
+
+/* rc = call, under a region of its own; after a fault rc = rd->fault(rd, addr). */
+#define FERRY__GUARDED(rc, rd, call)                                                               \
     do {                                                                                           \
-        ferry__guard *top_ = ferry__guard_top;                                                     \
-        if (top_ && (self) && top_->passive && top_->direct == (self)) {                           \
-            top_->reading = (rd);                                                                  \
-            rc = (call);                                                                           \
-            top_->reading = NULL;                                                                  \
+        ferry__guard g_;                                                                           \
+        ferry__guard_push(&g_);                                                                    \
+        if (sigsetjmp(g_.jb, 0)) {                                                                 \
+            rc = (rd)->fault((rd), g_.addr);                                                       \
         } else {                                                                                   \
-            ferry__guard g_;                                                                       \
-            ferry__guard_push(&g_);                                                                \
-            if (sigsetjmp(g_.jb, 0)) {                                                             \
-                rc = (rd)->fault((rd), g_.addr);                                                   \
-            } else {                                                                               \
-                rc = (call);                                                                       \
-                ferry__guard_pop(&g_);                                                             \
-            }                                                                                      \
+            rc = (call);                                                                           \
+            ferry__guard_pop(&g_);                                                                 \
         }                                                                                          \
+    } while (0)
+
+/* rc = call under the direct region g (see ferry__guard_direct), saying what is
+ * read. */
+#define FERRY__DIRECT_READ(rc, g, rd, call)                                                        \
+    do {                                                                                           \
+        (g)->reading = (rd);                                                                       \
+        rc = (call);                                                                               \
+        (g)->reading = NULL;                                                                       \
     } while (0)
 
 #endif

@@ -88,18 +88,31 @@ got_line:
 static int line_fault(const ferry__reading *rd, uintptr_t addr)
 {
     const lines *d = rd->arg;
+    char what[64] = "reading ahead";
+    if (rd->item != UINT64_MAX)
+        snprintf(what, sizeof what, "line %llu", (unsigned long long)rd->item);
     if (ferry__line_index_holds(d->ix, addr))
-        return ferry__guard_err(addr, ferry__line_index_name(d->ix), NULL, "line %llu",
-                                (unsigned long long)rd->item);
-    return ferry__guard_err(addr, d->path, d->map.data, "line %llu", (unsigned long long)rd->item);
+        return ferry__guard_err(addr, ferry__line_index_name(d->ix), NULL, "%s", what);
+    return ferry__guard_err(addr, d->path, d->map.data, "%s", what);
+}
+
+__attribute__((noinline)) static int get_guarded(lines *d, uint64_t i, ferry_sample *out)
+{
+    ferry__reading rd = {line_fault, d, i, NULL};
+    int rc;
+    FERRY__GUARDED(rc, &rd, get_line(d, i, out));
+    return rc;
 }
 
 static int lines_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
 {
     lines *d = self;
+    ferry__guard *g = ferry__guard_direct(self);
+    if (!g)
+        return get_guarded(d, i, out);
     ferry__reading rd = {line_fault, d, i, NULL};
     int rc;
-    FERRY__GUARDED_READ(rc, self, &rd, get_line(d, i, out));
+    FERRY__DIRECT_READ(rc, g, &rd, get_line(d, i, out));
     return rc;
 }
 
@@ -148,14 +161,33 @@ static void hint_mapped(lines *d, const uint64_t *indices, size_t count, int soo
     }
 }
 
+static int no_fault(const ferry__reading *rd, uintptr_t addr)
+{
+    return 0;
+}
+
+__attribute__((noinline)) static void hint_guarded(lines *d, const uint64_t *indices, size_t count,
+                                                   int soon)
+{
+    ferry__reading rd = {no_fault, d, UINT64_MAX, NULL};
+    int rc;
+    FERRY__GUARDED(rc, &rd, (hint_mapped(d, indices, count, soon), 0));
+    (void)rc; /* a file cut short: the reads of its lines report it */
+}
+
+/* Under a worker's direct region a fault fails the sample in hand, as the read
+ * of its line would. */
 static void lines_hint(void *self, const uint64_t *indices, size_t count, int soon)
 {
-    ferry__guard g;
-    ferry__guard_push(&g);
-    if (sigsetjmp(g.jb, 0))
-        return; /* a file cut short: the reads of its lines report it */
-    hint_mapped(self, indices, count, soon);
-    ferry__guard_pop(&g);
+    ferry__guard *g = ferry__guard_direct(self);
+    if (!g) {
+        hint_guarded(self, indices, count, soon);
+        return;
+    }
+    ferry__reading rd = {line_fault, self, UINT64_MAX, NULL};
+    int rc;
+    FERRY__DIRECT_READ(rc, g, &rd, (hint_mapped(self, indices, count, soon), 0));
+    (void)rc;
 }
 
 static void lines_destroy(void *self)

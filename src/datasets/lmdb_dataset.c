@@ -112,12 +112,23 @@ static int entry_fault(const ferry__reading *rd, uintptr_t addr)
     return ferry__guard_err(addr, d->r->file, NULL, "entry %llu", (unsigned long long)rd->item);
 }
 
+__attribute__((noinline)) static int get_guarded(const lmdb_ds *d, uint64_t i, ferry_sample *out)
+{
+    ferry__reading rd = {entry_fault, d, i, NULL};
+    int rc;
+    FERRY__GUARDED(rc, &rd, get_entry(d, i, out));
+    return rc;
+}
+
 static int lmdb_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
 {
     const lmdb_ds *d = self;
+    ferry__guard *g = ferry__guard_direct(self);
+    if (!g)
+        return get_guarded(d, i, out);
     ferry__reading rd = {entry_fault, d, i, NULL};
     int rc;
-    FERRY__GUARDED_READ(rc, self, &rd, get_entry(d, i, out));
+    FERRY__DIRECT_READ(rc, g, &rd, get_entry(d, i, out));
     return rc;
 }
 

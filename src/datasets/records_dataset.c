@@ -341,14 +341,43 @@ static void hint_mapped(shard_set *s, const uint64_t *indices, size_t count, int
 
 /* The index lies in the mapped shards: a shard cut short under the reader ends the
  * hint (its records' reads report it). */
+static int hint_fault(const ferry__reading *rd, uintptr_t addr)
+{
+    const shard_set *s = rd->arg;
+    for (size_t k = 0; k < s->n; k++)
+        if (ferry__record_file_holds(s->files[k], addr))
+            return ferry__guard_err(addr, ferry__record_file_name(s->files[k]), NULL,
+                                    "reading ahead");
+    return ferry__guard_err(addr, NULL, NULL, "reading ahead");
+}
+
+static int no_fault(const ferry__reading *rd, uintptr_t addr)
+{
+    return 0;
+}
+
+__attribute__((noinline)) static void hint_guarded(shard_set *s, const uint64_t *indices,
+                                                   size_t count, int soon)
+{
+    ferry__reading rd = {no_fault, s, UINT64_MAX, NULL};
+    int rc;
+    FERRY__GUARDED(rc, &rd, (hint_mapped(s, indices, count, soon), 0));
+    (void)rc; /* a shard cut short: the reads of its records report it */
+}
+
+/* Under a worker's direct region a fault fails the sample in hand, as the read
+ * of its record would. */
 static void set_hint(void *self, const uint64_t *indices, size_t count, int soon)
 {
-    ferry__guard g;
-    ferry__guard_push(&g);
-    if (sigsetjmp(g.jb, 0))
+    ferry__guard *g = ferry__guard_direct(self);
+    if (!g) {
+        hint_guarded(self, indices, count, soon);
         return;
-    hint_mapped(self, indices, count, soon);
-    ferry__guard_pop(&g);
+    }
+    ferry__reading rd = {hint_fault, self, UINT64_MAX, NULL};
+    int rc;
+    FERRY__DIRECT_READ(rc, g, &rd, (hint_mapped(self, indices, count, soon), 0));
+    (void)rc;
 }
 
 static void set_destroy(void *self)

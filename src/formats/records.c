@@ -1085,24 +1085,41 @@ static int record_fault(const ferry__reading *rd, uintptr_t addr)
     return ferry__guard_err(addr, f->name, f->base, "record %llu", (unsigned long long)rd->item);
 }
 
+__attribute__((noinline)) static int read_guarded(const ferry_record_file *f, uint64_t i,
+                                                  ferry_sample *out, ferry_ctx *ctx)
+{
+    ferry__reading rd = {record_fault, f, i, NULL};
+    int rc;
+    FERRY__GUARDED(rc, &rd, read_record(f, i, out, ctx, &rd));
+    return rc;
+}
+
+bool ferry__record_file_holds(const ferry_record_file *f, uintptr_t addr)
+{
+    return addr >= (uintptr_t)f->base && addr - (uintptr_t)f->base < f->size;
+}
+
 int ferry__record_file_read_by(const ferry_record_file *f, uint64_t i, ferry_sample *out,
                                ferry_ctx *ctx, const void *self)
 {
-    if (!f || !out || !out->data)
-        return ferry__err(FERRY_EINVAL, "record file: NULL argument");
-    if (out->nfields != f->nfields)
-        return ferry__err(FERRY_EINVAL, "%s: sample has %d fields, the shard %d", f->name,
-                          out->nfields, f->nfields);
+    ferry__guard *g = ferry__guard_direct(self);
+    if (!g)
+        return read_guarded(f, i, out, ctx);
     ferry__reading rd = {record_fault, f, i, NULL};
     int rc;
-    FERRY__GUARDED_READ(rc, self, &rd, read_record(f, i, out, ctx, &rd));
+    FERRY__DIRECT_READ(rc, g, &rd, read_record(f, i, out, ctx, &rd));
     return rc;
 }
 
 int ferry_record_file_read(const ferry_record_file *f, uint64_t i, ferry_sample *out,
                            ferry_ctx *ctx)
 {
-    return ferry__record_file_read_by(f, i, out, ctx, NULL);
+    if (!f || !out || !out->data)
+        return ferry__err(FERRY_EINVAL, "record file: NULL argument");
+    if (out->nfields != f->nfields)
+        return ferry__err(FERRY_EINVAL, "%s: sample has %d fields, the shard %d", f->name,
+                          out->nfields, f->nfields);
+    return read_guarded(f, i, out, ctx);
 }
 
 /* ---- The manifest and whole-file CRCs ---- */

@@ -7,6 +7,9 @@
 
 #include "ferry/records.h"
 
+#include <stdbool.h>
+#include <stdint.h>
+
 /* Limits on what a file may ask of a reader. */
 #define FERRY__RECORD_MAX_SCHEMA ((uint32_t)64 << 10) /* schema bytes S */
 #define FERRY__RECORD_MAX_SIZE ((uint32_t)1 << 31)    /* a record's stored or raw size */
@@ -48,10 +51,12 @@ int ferry__crc32c_hw_available(void);
 /* The instruction's version; falls back to the tables without it. */
 uint32_t ferry__crc32c_hw(uint32_t crc, const void *data, size_t n);
 
-/* ferry_record_file_read for dataset `self` (see FERRY__GUARDED_READ in
- * src/core/guard.h: called directly by a loader's worker, it reads under the
- * worker's region instead of its own). */
+/* ferry_record_file_read for dataset `self`, whose samples match the shard's
+ * fields (see ferry__guard_direct in src/core/guard.h: called directly by a
+ * loader's worker, it reads under the worker's region instead of its own). */
 int ferry__record_file_read_by(const ferry_record_file *f, uint64_t i, ferry_sample *out,
                                ferry_ctx *ctx, const void *self);
+/* Whether addr lies in the shard's mapping (to tell which file faulted). */
+bool ferry__record_file_holds(const ferry_record_file *f, uintptr_t addr);
 
 #endif

@@ -664,6 +664,7 @@ static void work_guarded(ferry_loader *l, ferry_batch *b, uint32_t first, uint32
                 return;
             continue;
         }
+        cur = from; /* a fault in the grain's hint fails its first sample */
         work(l, b, from, first + count - from, ctx, nfilled, &cur);
         ferry__guard_pop(&g);
         return;

@@ -1085,3 +1085,112 @@ TEST(data_bytes_count_lengths_not_padding)
     ferry_loader_free(l);
     ferry_dataset_free(ds);
 }
+
+/* A dataset whose get of one index blocks until the test lets it go. The callback
+ * touches only these globals once it is let go, so that the dataset itself may be
+ * freed while it waits. */
+static atomic_int stuck_release, stuck_entered, stuck_returned;
+
+static uint64_t stuck_len(void *self)
+{
+    return 64;
+}
+
+static int stuck_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
+{
+    if (i == 20) {
+        atomic_store(&stuck_entered, 1);
+        while (!atomic_load(&stuck_release))
+            usleep(1000);
+        memset(out->data[0], 0xee, 8);
+        atomic_store(&stuck_returned, 1);
+        return 0;
+    }
+    memset(out->data[0], (int)i, 8);
+    return 0;
+}
+
+static void stuck_destroy(void *self)
+{
+    free(self);
+}
+
+static ferry_dataset *stuck_dataset(void)
+{
+    static const ferry_dataset_vtable vt = {
+        .len = stuck_len, .get = stuck_get, .destroy = stuck_destroy};
+    ferry_field f;
+    memset(&f, 0, sizeof f);
+    strcpy(f.name, "x");
+    f.dtype = FERRY_U8;
+    f.ndim = 1;
+    f.shape[0] = 8;
+    ferry_dataset *ds;
+    void *self = malloc(64);
+    CHECK(self != NULL);
+    CHECK_OK(ferry_dataset_create(&ds, &vt, self, &f, 1));
+    atomic_store(&stuck_release, 0);
+    atomic_store(&stuck_entered, 0);
+    atomic_store(&stuck_returned, 0);
+    return ds;
+}
+
+/* With a callback stuck in get, next times out, and free returns after its grace
+ * period; the dataset is freed at once, then the callback is let go: the worker
+ * finishes on its own without touching freed memory (ASan, TSan). */
+static void free_with_a_stuck_callback(int use_plain_free)
+{
+    ferry_dataset *ds = stuck_dataset();
+    ferry_loader_opts o = opts(4, 2, 4, 0);
+    o.timeout_ms = 200;
+    ferry_loader *l;
+    CHECK_OK(ferry_loader_create(&l, ds, &o));
+    ferry_batch *b;
+    int rc, batches = 0;
+    while ((rc = ferry_loader_next(l, &b)) == 0) {
+        batches++;
+        ferry_batch_release(b);
+    }
+    CHECK_RC(rc, FERRY_ETIMEDOUT);
+    CHECK_EQ(batches, 5); /* 0..4; batch 5 holds sample 20 */
+    CHECK(atomic_load(&stuck_entered));
+    uint64_t t0 = ferry_now_ns();
+    if (use_plain_free) {
+        ferry_loader_free(l); /* waits the default grace, 5 s */
+        uint64_t dt = ferry_now_ns() - t0;
+        CHECK(dt >= 4500000000u && dt < 20000000000u);
+    } else {
+        CHECK_RC(ferry_loader_free_within(l, 100), FERRY_ETIMEDOUT);
+        CHECK_CONTAINS(ferry_last_errmsg(), "1 worker still in a dataset callback after 100 ms");
+        CHECK(ferry_now_ns() - t0 < 5000000000u);
+    }
+    CHECK(!atomic_load(&stuck_returned));
+    ferry_dataset_free(ds); /* allowed: the callback touches nothing of it */
+    atomic_store(&stuck_release, 1);
+    while (!atomic_load(&stuck_returned))
+        usleep(1000);
+    usleep(200000); /* the worker ends and frees the loader's memory */
+}
+
+TEST(free_returns_with_a_callback_stuck_in_get)
+{
+    free_with_a_stuck_callback(0);
+}
+
+TEST(plain_free_waits_its_grace_period_then_returns)
+{
+    free_with_a_stuck_callback(1);
+}
+
+TEST(free_within_waits_for_workers_that_finish)
+{
+    ferry_dataset *ds = synthetic(256, 64, 0, 0, 2000);
+    ferry_loader *l;
+    ferry_loader_opts o = opts(8, 2, 4, 1);
+    CHECK_OK(ferry_loader_create(&l, ds, &o));
+    ferry_batch *b;
+    CHECK_OK(ferry_loader_next(l, &b));
+    ferry_batch_release(b);
+    CHECK_OK(ferry_loader_free_within(l, 5000)); /* a sample takes 2 ms: all stop */
+    ferry_dataset_free(ds);
+}

@@ -57,9 +57,11 @@ enum { FERRY_LINES_LONG_TRUNCATE = 0, FERRY_LINES_LONG_ERROR = 1 };
 enum { FERRY_READAHEAD_AUTO = 0, FERRY_READAHEAD_ON = 1, FERRY_READAHEAD_OFF = 2 };
 /* MMAP (default): lines are copied out of a read-only mapping of the file: no
  * system call per line, and the mapped pages are the page cache's, not the
- * process's own memory. As with any mapped reader (LMDB's too), truncating the
- * file while it is read raises SIGBUS; PREAD reads each line with a system call
- * and reports that case as an error instead. */
+ * process's own memory. PREAD reads each line with a system call. Either way a
+ * file (or its index) cut short while it is read is an error naming it
+ * (FERRY_EIO "... the file was cut short while it was read"), never a SIGBUS; a
+ * file replaced by a rename or grown is read as it was at open. See
+ * docs/changing-files.md. */
 enum { FERRY_LINES_IO_MMAP = 0, FERRY_LINES_IO_PREAD = 1 };
 
 typedef struct ferry_lines_opts {

@@ -181,7 +181,25 @@ FERRY_API void ferry_lmdb_writer_free(ferry_lmdb_writer *w);
  * "data.mdb: entry 7 (key \"00000007_x.png\"): datum: byte 12: ...".
  *
  * A main database that holds named sub-databases is refused with their names
- * (their records are LMDB's bookkeeping, not values): pick one with db. */
+ * (their records are LMDB's bookkeeping, not values): pick one with db.
+ *
+ * liblmdb trusts its file, so before it maps one, ferry reads and checks the
+ * structure it will walk: both meta pages, the page size and last page against
+ * the file's length, and every branch and leaf page of the database read (page
+ * numbers and types, node offsets and sizes inside their page, child pages and
+ * overflow runs inside the file, one depth for all leaves, no page reached
+ * twice). A damaged environment is FERRY_ECORRUPT naming the file and the page:
+ * "data.mdb: page 7 (offset 28672): node 3 at offset 4092 lies outside the
+ * page's nodes [1024, 4096)". This reads each branch and leaf page once more at
+ * open (the walk that locates the entries reads them anyway), never the values'
+ * overflow pages. Databases with duplicate keys (MDB_DUPSORT) are refused
+ * (FERRY_EINVAL): ferry reads one value a key.
+ *
+ * A data file cut short while the dataset reads it is FERRY_EIO naming the file
+ * and the entry ("... the file was cut short while it was read"), never a
+ * SIGBUS; a file replaced by a rename is read as it was at open. Pointers from
+ * ferry_lmdb_entry are into the map: reading them is outside that guard. See
+ * docs/changing-files.md. */
 enum { FERRY_LMDB_DATUM_AUTO = 0, FERRY_LMDB_DATUM_ON = 1, FERRY_LMDB_DATUM_OFF = 2 };
 
 typedef struct ferry_lmdb_opts {

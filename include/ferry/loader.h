@@ -107,8 +107,32 @@ FERRY_API int ferry_loader_create_stream(ferry_loader **out, ferry_stream *st,
                                          const ferry_loader_opts *o);
 
 /* Stops the workers and frees the loader. Safe at any point mid-epoch. Batches
- * still held stay valid until each is released; the memory goes with the last. */
+ * still held stay valid until each is released; the memory goes with the last.
+ *
+ * Never waits forever: workers drop their work at the next sample, and a worker
+ * still inside a dataset (or stream) callback is waited for 5 s, or timeout_ms
+ * when that is longer; past that, free returns and the worker is left to finish
+ * on its own (ferry_loader_free_within says whether that happened).
+ *
+ * What may be freed when, after free returns:
+ *  - the sampler: at once. The loader never touches it again.
+ *  - the dataset or stream: at once when every worker stopped within the grace
+ *    period (always, unless a callback ran past it). Otherwise the callbacks
+ *    still running are the dataset's own code: free it only once they have
+ *    returned (unblock them first: close what they wait on). A worker whose
+ *    callback returns calls nothing more of the dataset, and touches only the
+ *    loader's own memory, which lives until that worker ends; a stream iterator
+ *    it was reading is left open (not closed: it may outlive its stream), and its
+ *    memory is lost.
+ *  - batches: held ones stay valid until released, as above. */
 FERRY_API void ferry_loader_free(ferry_loader *l);
+
+/* ferry_loader_free with the grace period given (in ms, 0 = do not wait for a
+ * worker in a callback at all). Returns 0 when every worker stopped, or
+ * FERRY_ETIMEDOUT ("N workers still in a dataset callback after G ms") when some
+ * were left to finish on their own: then keep the dataset (or stream) until
+ * their callbacks have returned. The loader is freed either way. NULL: 0. */
+FERRY_API int ferry_loader_free_within(ferry_loader *l, int64_t grace_ms);
 
 /* Starts (or restarts) an epoch at batch `first_batch`, e.g. to resume where a
  * run stopped. Work still in flight for another epoch is dropped. The loader

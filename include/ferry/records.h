@@ -91,12 +91,19 @@ FERRY_API int ferry_record_file_recovered(const ferry_record_file *f);
 
 /* Record i's stored bytes (compressed if the shard is), zero-copy from the mapping:
  * valid until ferry_record_file_free. The CRC is checked (FERRY_ECORRUPT naming
- * the file, record and offset on a mismatch). */
+ * the file, record and offset on a mismatch). The bytes are the file's pages: if
+ * another process cuts the file short, reading them faults (SIGBUS) in the
+ * caller; ferry_record_file_read copies under a guard instead. */
 FERRY_API int ferry_record_file_raw(const ferry_record_file *f, uint64_t i, const void **data,
                                     size_t *size, uint64_t *offset);
 /* Decodes record i into a sample (data[f] sized as ferry_field_nbytes): checks
  * the CRC, decompresses into ctx's scratch memory when needed, checks every field's
- * size against the schema. */
+ * size against the schema. A shard cut short by another process while it is
+ * read is FERRY_EIO naming the file and the record ("... the file was cut short
+ * while it was read"), not a SIGBUS: the mapped readers install a process-wide
+ * SIGBUS handler once (it passes other faults on to the previous handler). A
+ * shard replaced by a rename, or grown, is read as it was at open. See
+ * docs/changing-files.md. */
 FERRY_API int ferry_record_file_read(const ferry_record_file *f, uint64_t i, ferry_sample *out,
                                      ferry_ctx *ctx);
 

@@ -90,6 +90,12 @@ int ferry__pool_add(ferry__pool *p, ferry__job_fn fn, void *arg);
 void ferry__pool_wait(ferry__pool *p);
 /* Finishes the queued jobs, joins the threads, frees. NULL is fine. */
 void ferry__pool_free(ferry__pool *p);
+/* Stops taking jobs (queued ones still run) and waits until deadline_ns
+ * (ferry_now_ns clock; 0 = forever) for the threads to end. Returns 0 when all
+ * ended (the pool is freed), or how many are still in a job: they are detached
+ * and the last to finish frees the pool; whatever their jobs touch must outlive
+ * them. NULL is fine. */
+unsigned ferry__pool_free_within(ferry__pool *p, uint64_t deadline_ns);
 unsigned ferry__pool_threads(const ferry__pool *p);
 
 /* ---- A bounded blocking queue of pointers (multi-producer, multi-consumer) ---- */

@@ -13,12 +13,26 @@ struct ferry__pool {
     pthread_mutex_t m;
     pthread_cond_t has_job;  /* a job was queued, or shutdown */
     pthread_cond_t has_room; /* a job was taken, or one finished */
+    pthread_cond_t exited;   /* a thread left (monotonic clock, for timed frees) */
     job *ring;
     size_t cap, head, count;
     unsigned threads, started, running;
+    unsigned live; /* threads started and not yet out of pool_main */
     bool shutdown;
+    bool orphaned; /* freed while threads were still in jobs: the last one out frees */
     ferry__thread *tids;
 };
+
+static void release(ferry__pool *p)
+{
+    pthread_mutex_destroy(&p->m);
+    pthread_cond_destroy(&p->has_job);
+    pthread_cond_destroy(&p->has_room);
+    pthread_cond_destroy(&p->exited);
+    ferry__free(p->ring);
+    ferry__free(p->tids);
+    ferry__free(p);
+}
 
 static void *pool_main(void *arg)
 {
@@ -40,7 +54,11 @@ static void *pool_main(void *arg)
         p->running--;
         pthread_cond_broadcast(&p->has_room);
     }
+    bool last = --p->live == 0 && p->orphaned;
+    pthread_cond_broadcast(&p->exited);
     pthread_mutex_unlock(&p->m);
+    if (last)
+        release(p); /* nobody else holds p: the pool was freed without this thread */
     return NULL;
 }
 
@@ -59,13 +77,24 @@ int ferry__pool_create(ferry__pool **out, unsigned threads, size_t queue_size)
     pthread_mutex_init(&p->m, NULL);
     pthread_cond_init(&p->has_job, NULL);
     pthread_cond_init(&p->has_room, NULL);
+    ferry__cond_init(&p->exited);
     p->cap = queue_size;
     p->ring = ferry__calloc(queue_size, sizeof *p->ring);
     p->tids = ferry__calloc(threads, sizeof *p->tids);
     if (!p->ring || !p->tids)
         FERRY_FAIL(FERRY_ENOMEM, "pool: out of memory");
-    for (p->started = 0; p->started < threads; p->started++)
-        FERRY_TRY(ferry__thread_start(&p->tids[p->started], pool_main, p));
+    for (p->started = 0; p->started < threads; p->started++) {
+        pthread_mutex_lock(&p->m);
+        p->live++;
+        pthread_mutex_unlock(&p->m);
+        rc = ferry__thread_start(&p->tids[p->started], pool_main, p);
+        if (rc < 0) {
+            pthread_mutex_lock(&p->m);
+            p->live--;
+            pthread_mutex_unlock(&p->m);
+            goto cleanup;
+        }
+    }
     p->threads = threads;
     *out = p;
     return 0;
@@ -105,19 +134,34 @@ unsigned ferry__pool_threads(const ferry__pool *p)
 
 void ferry__pool_free(ferry__pool *p)
 {
+    ferry__pool_free_within(p, 0);
+}
+
+unsigned ferry__pool_free_within(ferry__pool *p, uint64_t deadline_ns)
+{
     if (!p)
-        return;
+        return 0;
     pthread_mutex_lock(&p->m);
     p->shutdown = true;
     pthread_cond_broadcast(&p->has_job);
     pthread_cond_broadcast(&p->has_room);
+    while (p->live && deadline_ns) {
+        if (!ferry__cond_wait_until(&p->exited, &p->m, deadline_ns))
+            break;
+    }
+    unsigned left = deadline_ns ? p->live : 0;
+    if (left) {
+        /* Threads still in a job: let them go. Each was started joinable;
+         * detached, its resources go when it ends (or now, for those that have). */
+        for (unsigned i = 0; i < p->started; i++)
+            pthread_detach(p->tids[i].t);
+        p->orphaned = true;
+        pthread_mutex_unlock(&p->m);
+        return left;
+    }
     pthread_mutex_unlock(&p->m);
     for (unsigned i = 0; i < p->started; i++)
         ferry__thread_join(&p->tids[i]);
-    pthread_mutex_destroy(&p->m);
-    pthread_cond_destroy(&p->has_job);
-    pthread_cond_destroy(&p->has_room);
-    ferry__free(p->ring);
-    ferry__free(p->tids);
-    ferry__free(p);
+    release(p);
+    return 0;
 }

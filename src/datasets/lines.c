@@ -7,6 +7,7 @@
 #include "dataset_internal.h"
 #include "../io/io.h"
 #include "../io/zread.h"
+#include "../core/guard.h"
 #include "../formats/formats_internal.h"
 
 #include <fcntl.h>
@@ -35,11 +36,10 @@ static uint64_t lines_len(void *self)
     return ferry_line_index_count(((lines *)self)->ix);
 }
 
-static int lines_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
+static int get_line(lines *d, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
 {
-    lines *d = self;
     uint64_t off, len;
-    int rc = ferry_line_index_get(d->ix, i, &off, &len);
+    int rc = ferry__line_index_entry(d->ix, i, &off, &len);
     if (rc < 0)
         return rc;
     uint8_t *dst = out->data[0];
@@ -85,12 +85,45 @@ got_line:
     return 0;
 }
 
+/* The index, and with io=mmap the lines, are read from mappings: a file cut short
+ * under the reader is an error naming it, not a SIGBUS. */
+static int line_fault(const ferry__reading *rd, uintptr_t addr)
+{
+    const lines *d = rd->arg;
+    char what[64] = "reading ahead";
+    if (rd->item != UINT64_MAX)
+        snprintf(what, sizeof what, "line %llu", (unsigned long long)rd->item);
+    if (ferry__line_index_holds(d->ix, addr))
+        return ferry__guard_err(addr, ferry__line_index_name(d->ix), NULL, "%s", what);
+    return ferry__guard_err(addr, d->path, d->map.data, "%s", what);
+}
+
+__attribute__((noinline)) static int get_guarded(lines *d, uint64_t i, ferry_sample *out,
+                                                 ferry_ctx *ctx)
+{
+    ferry__reading rd = {line_fault, d, i, NULL};
+    int rc;
+    FERRY__GUARDED(rc, &rd, get_line(d, i, out, ctx));
+    return rc;
+}
+
+static int lines_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
+{
+    lines *d = self;
+    ferry__guard *g = ferry__guard_direct(self);
+    if (!g)
+        return get_guarded(d, i, out, ctx);
+    ferry__reading rd = {line_fault, d, i, NULL};
+    int rc;
+    FERRY__DIRECT_READ(rc, g, &rd, get_line(d, i, out, ctx));
+    return rc;
+}
+
 /* soon: pull the grain's index entries, then its lines (up to HINT_MAX bytes of
  * each), into the cache, so that the misses (and TLB walks) of a shuffled read
  * overlap. Later batches: ask the kernel to read their lines ahead. */
-static void lines_hint(void *self, const uint64_t *indices, size_t count, int soon)
+static void hint_mapped(lines *d, const uint64_t *indices, size_t count, int soon)
 {
-    lines *d = self;
     uint64_t nlines = ferry_line_index_count(d->ix);
     if (soon) {
         /* two stages, DEPTH lines apart: a line's index entry is requested, and
@@ -119,7 +152,7 @@ static void lines_hint(void *self, const uint64_t *indices, size_t count, int so
         return;
     for (size_t k = 0; k < count; k++) {
         uint64_t off, len;
-        if (ferry_line_index_get(d->ix, indices[k], &off, &len) != 0)
+        if (ferry__line_index_entry(d->ix, indices[k], &off, &len) != 0)
             continue;
         size_t n = len < d->max_len ? (size_t)len : d->max_len;
         if (d->map.data) {
@@ -129,6 +162,35 @@ static void lines_hint(void *self, const uint64_t *indices, size_t count, int so
             posix_fadvise(d->f.fd, (off_t)off, (off_t)n, POSIX_FADV_WILLNEED);
         }
     }
+}
+
+static int no_fault(const ferry__reading *rd, uintptr_t addr)
+{
+    return 0;
+}
+
+__attribute__((noinline)) static void hint_guarded(lines *d, const uint64_t *indices, size_t count,
+                                                   int soon)
+{
+    ferry__reading rd = {no_fault, d, UINT64_MAX, NULL};
+    int rc;
+    FERRY__GUARDED(rc, &rd, (hint_mapped(d, indices, count, soon), 0));
+    (void)rc; /* a file cut short: the reads of its lines report it */
+}
+
+/* Under a worker's direct region a fault fails the sample in hand, as the read
+ * of its line would. */
+static void lines_hint(void *self, const uint64_t *indices, size_t count, int soon)
+{
+    ferry__guard *g = ferry__guard_direct(self);
+    if (!g) {
+        hint_guarded(self, indices, count, soon);
+        return;
+    }
+    ferry__reading rd = {line_fault, self, UINT64_MAX, NULL};
+    int rc;
+    FERRY__DIRECT_READ(rc, g, &rd, (hint_mapped(self, indices, count, soon), 0));
+    (void)rc;
 }
 
 static void lines_destroy(void *self)

@@ -5,6 +5,7 @@
  * and no allocation.
  */
 #include "lmdb_internal.h"
+#include "../core/guard.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -87,9 +88,8 @@ static int get_datum(const lmdb_ds *d, uint64_t i, ferry_sample *out)
     return 0;
 }
 
-static int lmdb_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
+static int get_entry(const lmdb_ds *d, uint64_t i, ferry_sample *out)
 {
-    const lmdb_ds *d = self;
     if (d->datum)
         return get_datum(d, i, out);
     const ferry__lmdb_entry *e = &d->r->e[i];
@@ -102,6 +102,34 @@ static int lmdb_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
         memcpy(out->data[1], e->val, e->vlen);
     out->length[1] = (int64_t)e->vlen;
     return 0;
+}
+
+/* The values are copied out of liblmdb's map of the file: a file cut short under
+ * the reader is an error naming it (the key, in the map too, is left out). */
+static int entry_fault(const ferry__reading *rd, uintptr_t addr)
+{
+    const lmdb_ds *d = rd->arg;
+    return ferry__guard_err(addr, d->r->file, NULL, "entry %llu", (unsigned long long)rd->item);
+}
+
+__attribute__((noinline)) static int get_guarded(const lmdb_ds *d, uint64_t i, ferry_sample *out)
+{
+    ferry__reading rd = {entry_fault, d, i, NULL};
+    int rc;
+    FERRY__GUARDED(rc, &rd, get_entry(d, i, out));
+    return rc;
+}
+
+static int lmdb_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
+{
+    const lmdb_ds *d = self;
+    ferry__guard *g = ferry__guard_direct(self);
+    if (!g)
+        return get_guarded(d, i, out);
+    ferry__reading rd = {entry_fault, d, i, NULL};
+    int rc;
+    FERRY__DIRECT_READ(rc, g, &rd, get_entry(d, i, out));
+    return rc;
 }
 
 /* soon: pull the entries and their values' first lines into the cache; later
@@ -134,6 +162,18 @@ static void lmdb_destroy(void *self)
 
 static const ferry_dataset_vtable lmdb_vtable = {
     .len = lmdb_len, .get = lmdb_get, .destroy = lmdb_destroy, .hint = lmdb_hint};
+
+/* The first entry as a Datum, read from the map under a guard. */
+static int decode_first(const ferry__lmdb_reader *r, ferry_datum *first)
+{
+    ferry__guard g;
+    ferry__guard_push(&g);
+    if (sigsetjmp(g.jb, 0))
+        return ferry__guard_err(g.addr, r->file, NULL, "entry 0");
+    int rc = ferry_datum_decode(r->e[0].val, r->e[0].vlen, first);
+    ferry__guard_pop(&g);
+    return rc;
+}
 
 void ferry_lmdb_opts_default(ferry_lmdb_opts *o)
 {
@@ -185,7 +225,7 @@ int ferry_dataset_lmdb(ferry_dataset **out, const ferry_lmdb_opts *o)
                    "take the shape from)",
                    d->r->path);
     if (o->datum != FERRY_LMDB_DATUM_OFF && d->r->n > 0) {
-        rc = ferry_datum_decode(d->r->e[0].val, d->r->e[0].vlen, &first);
+        rc = decode_first(d->r, &first);
         if (rc < 0 && o->datum == FERRY_LMDB_DATUM_ON) {
             char key[96];
             ferry__lmdb_key_repr(key, sizeof key, d->r->e[0].key, d->r->e[0].klen);

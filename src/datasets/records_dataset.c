@@ -8,6 +8,7 @@
 #include "dataset_internal.h"
 #include "../formats/records_internal.h"
 #include "../io/io.h"
+#include "../core/guard.h"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -355,7 +356,7 @@ static int set_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
 {
     shard_set *s = self;
     size_t k = shard_of(s, i);
-    return ferry_record_file_read(s->files[k], i - s->first[k], out, ctx);
+    return ferry__record_file_read_by(s->files[k], i - s->first[k], out, ctx, s);
 }
 
 int ferry__records_raw(const ferry_dataset *ds, uint64_t i, const void **payload, size_t *n,
@@ -403,9 +404,8 @@ static void populate_run(shard_set *s, uint64_t i, uint64_t last)
  * cache. Later batches: runs of consecutive records (a sequential read), found
  * from the indices alone, so that a shuffled order of small records costs no
  * index lookups here; where records are large, each one on its own. */
-static void set_hint(void *self, const uint64_t *indices, size_t count, int soon)
+static void hint_mapped(shard_set *s, const uint64_t *indices, size_t count, int soon)
 {
-    shard_set *s = self;
     uint64_t total = s->first[s->n];
     if (soon) {
         for (size_t k = 0; k < count; k++) {
@@ -429,6 +429,47 @@ static void set_hint(void *self, const uint64_t *indices, size_t count, int soon
             populate_run(s, indices[k], indices[e - 1]);
         k = e;
     }
+}
+
+/* The index lies in the mapped shards: a shard cut short under the reader ends the
+ * hint (its records' reads report it). */
+static int hint_fault(const ferry__reading *rd, uintptr_t addr)
+{
+    const shard_set *s = rd->arg;
+    for (size_t k = 0; k < s->n; k++)
+        if (ferry__record_file_holds(s->files[k], addr))
+            return ferry__guard_err(addr, ferry__record_file_name(s->files[k]), NULL,
+                                    "reading ahead");
+    return ferry__guard_err(addr, NULL, NULL, "reading ahead");
+}
+
+static int no_fault(const ferry__reading *rd, uintptr_t addr)
+{
+    return 0;
+}
+
+__attribute__((noinline)) static void hint_guarded(shard_set *s, const uint64_t *indices,
+                                                   size_t count, int soon)
+{
+    ferry__reading rd = {no_fault, s, UINT64_MAX, NULL};
+    int rc;
+    FERRY__GUARDED(rc, &rd, (hint_mapped(s, indices, count, soon), 0));
+    (void)rc; /* a shard cut short: the reads of its records report it */
+}
+
+/* Under a worker's direct region a fault fails the sample in hand, as the read
+ * of its record would. */
+static void set_hint(void *self, const uint64_t *indices, size_t count, int soon)
+{
+    ferry__guard *g = ferry__guard_direct(self);
+    if (!g) {
+        hint_guarded(self, indices, count, soon);
+        return;
+    }
+    ferry__reading rd = {hint_fault, self, UINT64_MAX, NULL};
+    int rc;
+    FERRY__DIRECT_READ(rc, g, &rd, (hint_mapped(self, indices, count, soon), 0));
+    (void)rc;
 }
 
 static void set_destroy(void *self)

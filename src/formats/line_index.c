@@ -12,6 +12,7 @@
 #include "ferry/lines.h"
 #include "../io/io.h"
 #include "../io/zread.h"
+#include "../core/guard.h"
 #include "formats_internal.h"
 
 #include <stdio.h>
@@ -384,6 +385,19 @@ static int check_index(ferry_line_index *ix, const char *path, const char *index
     return 0;
 }
 
+/* The header and the offsets' ends are read from the mapping: under a guard, as
+ * the index may be cut short while it is opened. */
+static int check_mapped(ferry_line_index *ix, const char *path, const char *index_path)
+{
+    ferry__guard g;
+    ferry__guard_push(&g);
+    if (sigsetjmp(g.jb, 0))
+        return ferry__guard_err(g.addr, index_path, ix->map.data, "opening");
+    int rc = check_index(ix, path, index_path);
+    ferry__guard_pop(&g);
+    return rc;
+}
+
 int ferry_line_index_open(ferry_line_index **out, const char *path, const char *index_path,
                           int build)
 {
@@ -399,9 +413,10 @@ int ferry_line_index_open(ferry_line_index **out, const char *path, const char *
     if (!ix)
         FERRY_FAIL(FERRY_ENOMEM, "line index: out of memory");
     snprintf(ix->name, sizeof ix->name, "%s", index_path);
+    FERRY_TRY(ferry__guard_install());
     rc = ferry__map_file(&ix->map, index_path);
     if (rc == 0)
-        rc = check_index(ix, path, index_path);
+        rc = check_mapped(ix, path, index_path);
     if ((rc == FERRY_ENOENT || rc == FERRY_ESTALE) && build) {
         uint64_t size;
         int64_t mtime;
@@ -410,7 +425,7 @@ int ferry_line_index_open(ferry_line_index **out, const char *path, const char *
         ferry__unmap(&ix->map);
         FERRY_TRY(ferry_line_index_build(path, index_path, NULL, NULL, NULL));
         FERRY_TRY(ferry__map_file(&ix->map, index_path));
-        rc = check_index(ix, path, index_path);
+        rc = check_mapped(ix, path, index_path);
     }
     if (rc == FERRY_ENOENT && !build) {
         uint64_t size;
@@ -454,7 +469,30 @@ uint64_t ferry_line_index_source_size(const ferry_line_index *ix)
     return ix->size;
 }
 
+const char *ferry__line_index_name(const ferry_line_index *ix)
+{
+    return ix->name;
+}
+
+bool ferry__line_index_holds(const ferry_line_index *ix, uintptr_t addr)
+{
+    uintptr_t a = (uintptr_t)ix->map.data;
+    return addr >= a && addr - a < ix->map.size;
+}
+
 int ferry_line_index_get(const ferry_line_index *ix, uint64_t i, uint64_t *offset, uint64_t *length)
+{
+    ferry__guard g;
+    ferry__guard_push(&g);
+    if (sigsetjmp(g.jb, 0))
+        return ferry__guard_err(g.addr, ix->name, ix->map.data, "line %llu", (unsigned long long)i);
+    int rc = ferry__line_index_entry(ix, i, offset, length);
+    ferry__guard_pop(&g);
+    return rc;
+}
+
+int ferry__line_index_entry(const ferry_line_index *ix, uint64_t i, uint64_t *offset,
+                            uint64_t *length)
 {
     if (i >= ix->count)
         return ferry__err(FERRY_ERANGE, "%s: line %llu is past the last (%llu lines)", ix->name,

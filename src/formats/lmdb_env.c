@@ -3,7 +3,8 @@
  * (for the lmdb dataset), and a writer that commits every N puts. LMDB's errors
  * keep LMDB's words, beside the path.
  */
-#include "../datasets/lmdb_internal.h"
+#include "lmdb_env.h"
+#include "../core/guard.h"
 
 #include <lmdb.h>
 
@@ -201,62 +202,46 @@ void ferry__lmdb_reader_free(ferry__lmdb_reader *r)
     ferry__free(r);
 }
 
-int ferry__lmdb_reader_open(ferry__lmdb_reader **out, const char *path, const char *db, int lock)
+/* Everything that reads liblmdb's map of the file: the snapshot, the sub-database
+ * and the entries. *curp is the open cursor, for the caller to close. */
+__attribute__((noinline)) static int walk(ferry__lmdb_reader *r, const char *db,
+                                          ferry__lmdb_checked *ckp, MDB_cursor *volatile *curp)
 {
     int rc = 0, mrc;
+    const char *path = r->path, *file = r->file;
+    ferry__lmdb_checked ck = *ckp;
     MDB_cursor *cur = NULL;
-    *out = NULL;
-    if (!path)
-        return ferry__err(FERRY_EINVAL, "lmdb: path is NULL");
-    ferry__lmdb_reader *r = ferry__calloc(1, sizeof *r);
-    if (!r)
-        return ferry__err(FERRY_ENOMEM, "lmdb: out of memory");
-    snprintf(r->path, sizeof r->path, "%s", path);
-    struct stat st;
-    if (stat(path, &st) != 0)
-        FERRY_FAIL(errno == ENOENT ? FERRY_ENOENT : FERRY_EIO, "%s: %s", path, strerror(errno));
-    if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
-        FERRY_FAIL(FERRY_EINVAL, "%s: not a file or a directory", path);
-    /* Reads never write: no lock file unless asked, no per-thread reader slot. */
-    unsigned flags =
-        MDB_RDONLY | MDB_NOTLS | (lock ? 0 : MDB_NOLOCK) | (S_ISREG(st.st_mode) ? MDB_NOSUBDIR : 0);
-    if ((mrc = mdb_env_create(&r->env)) != 0) {
-        r->env = NULL;
-        FERRY_FAIL(lmdb_code(mrc), "%s: %s", path, mdb_strerror(mrc));
-    }
-    if ((mrc = mdb_env_set_maxdbs(r->env, READER_MAXDBS)) != 0 ||
-        (mrc = mdb_env_open(r->env, path, flags, 0644)) != 0) {
-        if (mrc == ENOENT && S_ISREG(st.st_mode) && st.st_size == 0) /* LMDB's word for it */
-            FERRY_FAIL(FERRY_ECORRUPT, "%s: the file is empty (not an LMDB file)", path);
-        rc = lmdb_err(mrc, path, NULL);
-        goto cleanup;
-    }
-    /* A file shorter than its meta page says would fault (SIGBUS) when the missing
-     * pages are read: refuse it up front. */
     int fd;
     MDB_envinfo info;
     MDB_stat ms;
     struct stat fst;
-    if ((mrc = mdb_env_get_fd(r->env, &fd)) != 0 || (mrc = mdb_env_info(r->env, &info)) != 0 ||
-        (mrc = mdb_env_stat(r->env, &ms)) != 0) {
+    if ((mrc = mdb_env_get_fd(r->env, &fd)) != 0 || (mrc = mdb_env_info(r->env, &info)) != 0) {
         rc = lmdb_err(mrc, path, NULL);
         goto cleanup;
     }
     if (fstat(fd, &fst) != 0)
         FERRY_FAIL(FERRY_EIO, "%s: %s", path, strerror(errno));
-    uint64_t need;
-    if (__builtin_mul_overflow((uint64_t)info.me_last_pgno + 1, (uint64_t)ms.ms_psize, &need) ||
-        need > (uint64_t)fst.st_size)
-        FERRY_FAIL(FERRY_ECORRUPT,
-                   "%s: the file is %llu bytes, but its meta page says it holds %llu pages of %u "
-                   "bytes (truncated?)",
-                   path, (unsigned long long)fst.st_size, (unsigned long long)info.me_last_pgno + 1,
-                   ms.ms_psize);
     if ((mrc = mdb_txn_begin(r->env, NULL, MDB_RDONLY, &r->txn)) != 0) {
         r->txn = NULL;
         rc = lmdb_err(mrc, path, NULL);
         goto cleanup;
     }
+    /* A writer (beside a reader with the lock) may have committed since the check:
+     * check the snapshot this transaction took, which its reader slot keeps. */
+    for (int tries = 0; (uint64_t)mdb_txn_id(r->txn) != ck.txnid; tries++) {
+        rc = ferry__lmdb_check(file, path, db, (uint64_t)mdb_txn_id(r->txn), &ck);
+        if (rc == FERRY_ESTALE && tries < 3) {
+            mdb_txn_reset(r->txn);
+            if ((mrc = mdb_txn_renew(r->txn)) != 0) {
+                rc = lmdb_err(mrc, path, NULL);
+                goto cleanup;
+            }
+            continue;
+        }
+        if (rc < 0)
+            goto cleanup;
+    }
+    info.me_last_pgno = ck.last_pg;
     char names[256];
     MDB_dbi dbi;
     if ((mrc = mdb_dbi_open(r->txn, db, 0, &dbi)) != 0) {
@@ -270,8 +255,9 @@ int ferry__lmdb_reader_open(ferry__lmdb_reader **out, const char *path, const ch
         rc = lmdb_err(mrc, path, db ? db : NULL);
         goto cleanup;
     }
-    if ((mrc = mdb_stat(r->txn, dbi, &ms)) != 0 ||
-        (mrc = mdb_cursor_open(r->txn, dbi, &cur)) != 0) {
+    if ((mrc = mdb_stat(r->txn, dbi, &ms)) == 0 && (mrc = mdb_cursor_open(r->txn, dbi, &cur)) == 0)
+        *curp = cur;
+    if (mrc != 0) {
         rc = lmdb_err(mrc, path, NULL);
         goto cleanup;
     }
@@ -310,6 +296,7 @@ int ferry__lmdb_reader_open(ferry__lmdb_reader **out, const char *path, const ch
         rc = lmdb_err(mrc, path, what);
         goto cleanup;
     }
+    *curp = NULL;
     mdb_cursor_close(cur);
     cur = NULL;
     if (subdbs) {
@@ -338,11 +325,68 @@ int ferry__lmdb_reader_open(ferry__lmdb_reader **out, const char *path, const ch
             }
         }
     }
+    *ckp = ck;
+    return 0;
+cleanup:
+    *ckp = ck;
+    return rc;
+}
+
+/* The walk, guarded: liblmdb reads the map, which a file cut short under the
+ * reader would turn into a SIGBUS. */
+static int walk_guarded(ferry__lmdb_reader *r, const char *db, ferry__lmdb_checked *ck)
+{
+    MDB_cursor *volatile cur = NULL;
+    ferry__guard g;
+    ferry__guard_push(&g);
+    if (sigsetjmp(g.jb, 0)) {
+        if (cur)
+            mdb_cursor_close(cur);
+        return ferry__guard_err(g.addr, r->file, NULL, "reading the database's pages");
+    }
+    int rc = walk(r, db, ck, &cur);
+    ferry__guard_pop(&g);
+    if (cur)
+        mdb_cursor_close(cur);
+    return rc;
+}
+
+int ferry__lmdb_reader_open(ferry__lmdb_reader **out, const char *path, const char *db, int lock)
+{
+    int rc = 0, mrc;
+    *out = NULL;
+    if (!path)
+        return ferry__err(FERRY_EINVAL, "lmdb: path is NULL");
+    ferry__lmdb_reader *r = ferry__calloc(1, sizeof *r);
+    if (!r)
+        return ferry__err(FERRY_ENOMEM, "lmdb: out of memory");
+    snprintf(r->path, sizeof r->path, "%s", path);
+    struct stat st;
+    if (stat(path, &st) != 0)
+        FERRY_FAIL(errno == ENOENT ? FERRY_ENOENT : FERRY_EIO, "%s: %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+        FERRY_FAIL(FERRY_EINVAL, "%s: not a file or a directory", path);
+    /* Reads never write: no lock file unless asked, no per-thread reader slot. */
+    unsigned flags =
+        MDB_RDONLY | MDB_NOTLS | (lock ? 0 : MDB_NOLOCK) | (S_ISREG(st.st_mode) ? MDB_NOSUBDIR : 0);
+    /* liblmdb trusts its file: check what it will walk before it maps it. */
+    snprintf(r->file, sizeof r->file, "%s%s", path, S_ISREG(st.st_mode) ? "" : "/data.mdb");
+    ferry__lmdb_checked ck;
+    FERRY_TRY(ferry__guard_install());
+    FERRY_TRY(ferry__lmdb_check(r->file, path, db, FERRY__LMDB_NEWEST, &ck));
+    if ((mrc = mdb_env_create(&r->env)) != 0) {
+        r->env = NULL;
+        FERRY_FAIL(lmdb_code(mrc), "%s: %s", path, mdb_strerror(mrc));
+    }
+    if ((mrc = mdb_env_set_maxdbs(r->env, READER_MAXDBS)) != 0 ||
+        (mrc = mdb_env_open(r->env, path, flags, 0644)) != 0) {
+        rc = lmdb_err(mrc, path, NULL);
+        goto cleanup;
+    }
+    FERRY_TRY(walk_guarded(r, db, &ck));
     *out = r;
     return 0;
 cleanup:
-    if (cur)
-        mdb_cursor_close(cur);
     ferry__lmdb_reader_free(r);
     return rc;
 }

@@ -11,6 +11,7 @@
 #include "ferry/records.h"
 #include "../io/io.h"
 #include "records_internal.h"
+#include "../core/guard.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -949,6 +950,7 @@ static int scan(ferry_record_file *f)
                                   f->name, (unsigned long long)n);
             }
             offs = p;
+            f->scanned = offs; /* freed with f, whatever happens next */
             cap = ncap;
         }
         offs[n++] = pos;
@@ -961,6 +963,35 @@ static int scan(ferry_record_file *f)
     f->end = n ? (align8(end) < f->size ? align8(end) : f->size) : f->start;
     f->recovered = 1;
     return 0;
+}
+
+static int check_mapped(ferry_record_file *f, int flags, char *why, size_t cap)
+{
+    int rc = read_header(f);
+    if (rc < 0)
+        return rc;
+    if (!read_footer(f, why, cap)) {
+        if (!(flags & FERRY_RECORD_RECOVER))
+            return ferry__err(FERRY_ECORRUPT,
+                              "%s: no valid footer (the writer did not finish?): open with "
+                              "FERRY_RECORD_RECOVER to read the whole records it has (%s)",
+                              f->name, why);
+        return scan(f);
+    }
+    return 0;
+}
+
+/* The header, footer and index (or a scan), read from the mapping under a guard:
+ * the file may be cut short while it is opened. */
+static int open_mapped(ferry_record_file *f, int flags, char *why, size_t cap)
+{
+    ferry__guard g;
+    ferry__guard_push(&g);
+    if (sigsetjmp(g.jb, 0))
+        return ferry__guard_err(g.addr, f->name, f->base, "opening");
+    int rc = check_mapped(f, flags, why, cap);
+    ferry__guard_pop(&g);
+    return rc;
 }
 
 int ferry_record_file_open(ferry_record_file **out, const char *path, int flags)
@@ -978,18 +1009,11 @@ int ferry_record_file_open(ferry_record_file **out, const char *path, int flags)
     f = ferry__calloc(1, sizeof *f);
     if (!f || !(f->name = ferry__strdup(path)))
         FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", path);
+    FERRY_TRY(ferry__guard_install());
     FERRY_TRY(ferry__map_file(&f->map, path));
     f->base = f->map.data;
     f->size = f->map.size;
-    FERRY_TRY(read_header(f));
-    if (!read_footer(f, why, sizeof why)) {
-        if (!(flags & FERRY_RECORD_RECOVER))
-            FERRY_FAIL(FERRY_ECORRUPT,
-                       "%s: no valid footer (the writer did not finish?): open with "
-                       "FERRY_RECORD_RECOVER to read the whole records it has (%s)",
-                       path, why);
-        FERRY_TRY(scan(f));
-    }
+    FERRY_TRY(open_mapped(f, flags, why, sizeof why));
     if (f->hflags & FLAG_ZSTD) {
         f->dctx = ferry__calloc(DCTX_SLOTS, sizeof *f->dctx);
         if (!f->dctx)
@@ -1127,7 +1151,12 @@ int ferry_record_file_raw(const ferry_record_file *f, uint64_t i, const void **d
     if (!f || !data || !size)
         return ferry__err(FERRY_EINVAL, "record file: NULL argument");
     rec r = {0};
+    ferry__guard g;
+    ferry__guard_push(&g);
+    if (sigsetjmp(g.jb, 0))
+        return ferry__guard_err(g.addr, f->name, f->base, "record %llu", (unsigned long long)i);
     int rc = locate(f, i, &r);
+    ferry__guard_pop(&g);
     if (rc < 0)
         return rc;
     *data = r.payload;
@@ -1196,14 +1225,9 @@ static int parse(const ferry_record_file *f, uint64_t i, uint64_t off, const uin
     return 0;
 }
 
-int ferry_record_file_read(const ferry_record_file *f, uint64_t i, ferry_sample *out,
-                           ferry_ctx *ctx)
+static int read_record(const ferry_record_file *f, uint64_t i, ferry_sample *out, ferry_ctx *ctx,
+                       ferry__reading *rd)
 {
-    if (!f || !out || !out->data)
-        return ferry__err(FERRY_EINVAL, "record file: NULL argument");
-    if (out->nfields != f->nfields)
-        return ferry__err(FERRY_EINVAL, "%s: sample has %d fields, the shard %d", f->name,
-                          out->nfields, f->nfields);
     rec r = {0};
     int rc = locate(f, i, &r);
     if (rc < 0)
@@ -1230,7 +1254,9 @@ int ferry_record_file_read(const ferry_record_file *f, uint64_t i, ferry_sample 
     ZSTD_DCtx *d = dctx_take(f, worker);
     if (!d)
         return ferry__err(FERRY_ENOMEM, "%s: out of memory (zstd context)", f->name);
+    rd->res = d; /* a fault in the decompression frees it */
     size_t got = ZSTD_decompressDCtx(d, dst, r.raw, r.payload, r.stored);
+    rd->res = NULL;
     dctx_give(f, worker, d);
     if (ZSTD_isError(got))
         return ferry__err(zstd_rc(got), REC_FMT "zstd: %s", REC_ARGS(f, i, r.off),
@@ -1241,6 +1267,50 @@ int ferry_record_file_read(const ferry_record_file *f, uint64_t i, ferry_sample 
     rc = parse(f, i, r.off, dst, got, out);
     ferry_ctx_stage_add(ctx, FERRY_STAGE_DECODE, ferry_now_ns() - t0);
     return rc;
+}
+
+static int record_fault(const ferry__reading *rd, uintptr_t addr)
+{
+    const ferry_record_file *f = rd->arg;
+    ZSTD_freeDCtx(rd->res);
+    return ferry__guard_err(addr, f->name, f->base, "record %llu", (unsigned long long)rd->item);
+}
+
+__attribute__((noinline)) static int read_guarded(const ferry_record_file *f, uint64_t i,
+                                                  ferry_sample *out, ferry_ctx *ctx)
+{
+    ferry__reading rd = {record_fault, f, i, NULL};
+    int rc;
+    FERRY__GUARDED(rc, &rd, read_record(f, i, out, ctx, &rd));
+    return rc;
+}
+
+bool ferry__record_file_holds(const ferry_record_file *f, uintptr_t addr)
+{
+    return addr >= (uintptr_t)f->base && addr - (uintptr_t)f->base < f->size;
+}
+
+int ferry__record_file_read_by(const ferry_record_file *f, uint64_t i, ferry_sample *out,
+                               ferry_ctx *ctx, const void *self)
+{
+    ferry__guard *g = ferry__guard_direct(self);
+    if (!g)
+        return read_guarded(f, i, out, ctx);
+    ferry__reading rd = {record_fault, f, i, NULL};
+    int rc;
+    FERRY__DIRECT_READ(rc, g, &rd, read_record(f, i, out, ctx, &rd));
+    return rc;
+}
+
+int ferry_record_file_read(const ferry_record_file *f, uint64_t i, ferry_sample *out,
+                           ferry_ctx *ctx)
+{
+    if (!f || !out || !out->data)
+        return ferry__err(FERRY_EINVAL, "record file: NULL argument");
+    if (out->nfields != f->nfields)
+        return ferry__err(FERRY_EINVAL, "%s: sample has %d fields, the shard %d", f->name,
+                          out->nfields, f->nfields);
+    return read_guarded(f, i, out, ctx);
 }
 
 /* ---- The manifest and whole-file CRCs ---- */

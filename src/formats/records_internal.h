@@ -8,6 +8,9 @@
 #include "ferry/records.h"
 #include "../core/internal.h"
 
+#include <stdbool.h>
+#include <stdint.h>
+
 /* Limits on what a file may ask of a reader. */
 #define FERRY__RECORD_MAX_SCHEMA ((uint32_t)64 << 10) /* schema bytes S */
 #define FERRY__RECORD_MAX_SIZE ((uint32_t)1 << 31)    /* a record's stored or raw size */
@@ -57,5 +60,13 @@ int ferry__record_file_compressed(const ferry_record_file *f);
 bool ferry__record_file_set(const ferry_record_file *f, uint64_t *id, uint32_t *index);
 /* The path the file was opened with. */
 const char *ferry__record_file_name(const ferry_record_file *f);
+
+/* ferry_record_file_read for dataset `self`, whose samples match the shard's
+ * fields (see ferry__guard_direct in src/core/guard.h: called directly by a
+ * loader's worker, it reads under the worker's region instead of its own). */
+int ferry__record_file_read_by(const ferry_record_file *f, uint64_t i, ferry_sample *out,
+                               ferry_ctx *ctx, const void *self);
+/* Whether addr lies in the shard's mapping (to tell which file faulted). */
+bool ferry__record_file_holds(const ferry_record_file *f, uintptr_t addr);
 
 #endif

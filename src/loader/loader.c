@@ -27,6 +27,7 @@
 #include "ferry/loader.h"
 #include "../datasets/dataset_internal.h"
 #include "ferry/records.h" /* ferry_crc32c, for the state blob */
+#include "../core/guard.h"
 
 #include <sched.h>
 #include <unistd.h>
@@ -50,6 +51,9 @@
 #define POLL_BATCH_NS 200000u
 #define DEFAULT_BUDGET_DIVISOR 4 /* memory_budget 0: a quarter of physical memory */
 #define POLL_NS 100000u
+/* How long ferry_loader_free waits for a worker stuck in a dataset callback (or
+ * timeout_ms, when that is longer). */
+#define FREE_GRACE_MS 5000
 
 #if defined(__x86_64__) || defined(__i386__)
 #define cpu_relax() __builtin_ia32_pause()
@@ -740,8 +744,9 @@ static void account(worker *w, uint64_t dt)
         w->ctx.stage_ns[FERRY_STAGE_READ] + (dt > claimed ? dt - claimed : 0);
 }
 
-static void work(ferry_loader *l, ferry_batch *b, uint32_t first, uint32_t count, ferry_ctx *ctx,
-                 uint32_t *nfilled)
+__attribute__((noinline)) static void work(ferry_loader *l, ferry_batch *b, uint32_t first,
+                                           uint32_t count, ferry_ctx *ctx, uint32_t *nfilled,
+                                           volatile uint32_t *cur)
 {
     ctx->epoch = b->epoch;
     shard *sh = b->shard >= 0 ? &l->shards[b->shard] : NULL;
@@ -756,6 +761,8 @@ static void work(ferry_loader *l, ferry_batch *b, uint32_t first, uint32_t count
     for (uint32_t i = first; i < first + count; i++) {
         if (atomic_load_explicit(&l->gen, memory_order_relaxed) != b->gen)
             break; /* stale: drop the rest */
+        if (cur)
+            *cur = i;
         uint64_t index = UINT64_MAX;
         int rc;
         bool recorded = false;
@@ -816,6 +823,44 @@ static void work(ferry_loader *l, ferry_batch *b, uint32_t first, uint32_t count
         filled = i + 1;
     }
     *nfilled = filled;
+}
+
+/* work() under a passive region (src/core/guard.h): a mapped dataset that the
+ * worker calls directly reads under it instead of setting a region of its own
+ * for every sample (a sigsetjmp each). A file cut short under the reader fails
+ * the sample in hand, with the dataset's message naming the file, and the grain
+ * goes on with the next sample. */
+static void work_guarded(ferry_loader *l, ferry_batch *b, uint32_t first, uint32_t count,
+                         ferry_ctx *ctx, uint32_t *nfilled)
+{
+    if (b->shard >= 0) {
+        work(l, b, first, count, ctx, nfilled, NULL);
+        return;
+    }
+    volatile uint32_t cur = first, from = first;
+    ferry__guard g;
+    for (;;) {
+        ferry__guard_push(&g);
+        g.passive = true;
+        g.direct = l->ds->self;
+        if (sigsetjmp(g.jb, 0)) {
+            uint32_t i = cur;
+            int rc = g.at_fault.fault(&g.at_fault, g.addr);
+            pthread_mutex_lock(&l->m);
+            record_failure(l, b, i, b->indices[i], rc);
+            pthread_mutex_unlock(&l->m);
+            atomic_store_explicit(&b->state[i], SLOT_FAILED, memory_order_relaxed);
+            from = i + 1;
+            *nfilled = from;
+            if (from >= first + count)
+                return;
+            continue;
+        }
+        cur = from; /* a fault in the grain's hint fails its first sample */
+        work(l, b, from, first + count - from, ctx, nfilled, &cur);
+        ferry__guard_pop(&g);
+        return;
+    }
 }
 
 /* Called by the worker (or the inline consumer) whose grain completed batch b:
@@ -917,6 +962,7 @@ static void *worker_main_thread(void *arg)
                  ferry_last_errmsg()[0] ? ": " : "", ferry_last_errmsg());
     }
     l->inited++;
+    l->refs++; /* the loader's memory outlives a worker that free stopped waiting for */
     pthread_cond_broadcast(&l->ready_cv);
     bool polled = false;
     for (;;) {
@@ -950,7 +996,7 @@ static void *worker_main_thread(void *arg)
         memset(w->ctx.stage_ns, 0, sizeof w->ctx.stage_ns);
         hint_ahead(l, w, b, first);
         uint32_t nfilled;
-        work(l, b, first, count, &w->ctx, &nfilled);
+        work_guarded(l, b, first, count, &w->ctx, &nfilled);
         uint64_t dt = ferry_now_ns() - t0;
 
         finish_grain(l, b, count, nfilled);
@@ -963,7 +1009,10 @@ static void *worker_main_thread(void *arg)
         if (l->busy_workers == 0)
             pthread_cond_broadcast(&l->ready_cv);
     }
+    bool last = --l->refs == 0;
     pthread_mutex_unlock(&l->m);
+    if (last)
+        destroy(l); /* free returned without this worker, and no batch is held */
     return NULL;
 }
 
@@ -1256,23 +1305,51 @@ int ferry_loader_create_stream(ferry_loader **out, ferry_stream *st, const ferry
     return create(out, NULL, st, o);
 }
 
-void ferry_loader_free(ferry_loader *l)
+int ferry_loader_free_within(ferry_loader *l, int64_t grace_ms)
 {
     if (!l)
-        return;
+        return 0;
+    grace_ms = grace_ms < 0 ? 0 : grace_ms > ((int64_t)1 << 40) ? ((int64_t)1 << 40) : grace_ms;
     pthread_mutex_lock(&l->m);
     l->shutdown = true;
+    atomic_store(&l->cancelled, true);
     stop_epoch(l);
     pthread_cond_broadcast(&l->work_cv);
     pthread_mutex_unlock(&l->m);
-    ferry__pool_free(l->pool); /* joins the workers */
+    /* Workers drop stale work at the next sample; one stuck in a dataset callback
+     * is waited for, then left to finish on its own: it holds a reference to the
+     * loader's memory, and calls nothing of the dataset's once its callback
+     * returns. */
+    uint64_t deadline = ferry_now_ns() + (uint64_t)grace_ms * 1000000u;
+    unsigned stuck = l->pool ? ferry__pool_free_within(l->pool, deadline) : 0;
     l->pool = NULL;
     pthread_mutex_lock(&l->m);
+    if (stuck) {
+        /* a stream iterator a stuck worker is reading stays open (its memory is
+         * lost): closing it would call into it under the worker's feet */
+        for (uint32_t i = 0; i < l->nshards; i++)
+            if (l->shards[i].busy)
+                l->shards[i] = (shard){0};
+    }
     close_shards(l);
     bool last = --l->refs == 0;
     pthread_mutex_unlock(&l->m);
     if (last)
         destroy(l);
+    if (stuck)
+        return ferry__err(FERRY_ETIMEDOUT,
+                          "loader: %u worker%s still in a dataset callback after %lld ms; left "
+                          "to finish on %s own",
+                          stuck, stuck == 1 ? "" : "s", (long long)grace_ms,
+                          stuck == 1 ? "its" : "their");
+    return 0;
+}
+
+void ferry_loader_free(ferry_loader *l)
+{
+    if (l)
+        ferry_loader_free_within(l,
+                                 l->o.timeout_ms > FREE_GRACE_MS ? l->o.timeout_ms : FREE_GRACE_MS);
 }
 
 /* ---- The consumer ---- */
@@ -1394,7 +1471,7 @@ static bool work_inline(ferry_loader *l)
     uint64_t t0 = ferry_now_ns();
     memset(l->inline_worker.ctx.stage_ns, 0, sizeof l->inline_worker.ctx.stage_ns);
     hint_ahead(l, &l->inline_worker, b, first);
-    work(l, b, first, count, &l->inline_worker.ctx, &nfilled);
+    work_guarded(l, b, first, count, &l->inline_worker.ctx, &nfilled);
     uint64_t dt = ferry_now_ns() - t0;
     finish_grain(l, b, count, nfilled);
     account(&l->inline_worker, dt);

@@ -1,0 +1,301 @@
+/*
+ * Files cut short under a reader: every mapped reader (a record shard, a lines
+ * file, a line index, an LMDB environment) read by a loader with 2 workers, and
+ * by the ferry command, while the file is truncated. The read must end in an
+ * error that names the file, never in a SIGBUS.
+ */
+#include "harness.h"
+
+#include <ferry/ferry.h>
+#include <ferry/lines.h>
+#include <ferry/lmdb.h>
+#include <ferry/loader.h>
+#include <ferry/records.h>
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NREC 3000
+#define REC_BYTES 2048
+
+typedef struct fixture {
+    char spec[600];   /* the source */
+    char victim[600]; /* the file that is cut */
+} fixture;
+
+static void make_records(fixture *x)
+{
+    char dir[512];
+    test_path("shards", dir);
+    ferry_field f;
+    memset(&f, 0, sizeof f);
+    strcpy(f.name, "x");
+    f.dtype = FERRY_U8;
+    f.ndim = 1;
+    f.shape[0] = REC_BYTES;
+    ferry_writer_opts o;
+    memset(&o, 0, sizeof o);
+    o.dir = dir;
+    o.fields = &f;
+    o.nfields = 1;
+    ferry_record_writer *w;
+    CHECK_OK(ferry_writer_open(&w, &o));
+    static uint8_t buf[REC_BYTES];
+    void *data[1] = {buf};
+    int64_t len[1] = {0};
+    ferry_sample s = {.data = data, .length = len, .nfields = 1};
+    for (int i = 0; i < NREC; i++) {
+        memset(buf, i & 0xff, sizeof buf);
+        CHECK_OK(ferry_writer_append(w, &s));
+    }
+    CHECK_OK(ferry_writer_commit(w));
+    snprintf(x->spec, sizeof x->spec, "records:%s", dir);
+    /* the one shard, whatever the writer names it */
+    DIR *d = opendir(dir);
+    CHECK(d != NULL);
+    struct dirent *e;
+    x->victim[0] = 0;
+    while ((e = readdir(d)))
+        if (strstr(e->d_name, ".ferry") && !strstr(e->d_name, ".tmp"))
+            snprintf(x->victim, sizeof x->victim, "%s/%s", dir, e->d_name);
+    closedir(d);
+    CHECK(x->victim[0] != 0);
+}
+
+static void make_lines(fixture *x, int cut_index)
+{
+    char path[512];
+    test_path("lines.txt", path);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    for (int i = 0; i < 60000; i++)
+        fprintf(f, "line %06d: the quick brown fox jumps over the lazy dog, %08x\n", i,
+                i * 2654435761u);
+    CHECK(fclose(f) == 0);
+    CHECK_OK(ferry_line_index_build(path, NULL, NULL, NULL, NULL));
+    snprintf(x->spec, sizeof x->spec, "lines:%s", path);
+    snprintf(x->victim, sizeof x->victim, "%s%s", path, cut_index ? ".fidx" : "");
+}
+
+static void make_lmdb(fixture *x)
+{
+    char dir[512];
+    test_path("env", dir);
+    ferry_lmdb_writer_opts o;
+    ferry_lmdb_writer_opts_default(&o);
+    o.path = dir;
+    ferry_lmdb_writer *w;
+    CHECK_OK(ferry_lmdb_writer_open(&w, &o));
+    static uint8_t v[3000];
+    for (int i = 0; i < NREC; i++) {
+        char k[32];
+        int kl = snprintf(k, sizeof k, "%08d", i);
+        memset(v, i & 0xff, sizeof v);
+        /* every other value large enough for overflow pages */
+        CHECK_OK(ferry_lmdb_writer_put(w, k, (size_t)kl, v, i % 2 ? sizeof v : 1000));
+    }
+    CHECK_OK(ferry_lmdb_writer_commit(w));
+    ferry_lmdb_writer_free(w);
+    snprintf(x->spec, sizeof x->spec, "lmdb:%s,datum=0", dir);
+    snprintf(x->victim, sizeof x->victim, "%s/data.mdb", dir);
+}
+
+static uint64_t file_size(const char *path)
+{
+    struct stat st;
+    CHECK(stat(path, &st) == 0);
+    return (uint64_t)st.st_size;
+}
+
+/* Reads `before` batches, cuts the victim to `keep` bytes, and reads on: the read
+ * must end in an error naming the victim (or, when nothing left to read lies past
+ * the cut, at the end of the epoch). Returns 1 when it ended in the error. */
+static int read_through_a_cut(const fixture *x, int shuffle, int before, uint64_t keep)
+{
+    ferry_dataset *ds;
+    CHECK_OK(ferry_dataset_open(&ds, x->spec));
+    ferry_loader_opts o;
+    ferry_loader_opts_default(&o);
+    o.batch_size = 16;
+    o.num_workers = 2;
+    o.shuffle = shuffle;
+    o.seed = 7;
+    o.timeout_ms = 60000;
+    ferry_loader *l;
+    CHECK_OK(ferry_loader_create(&l, ds, &o));
+    int rc = 0, k = 0;
+    ferry_batch *b;
+    for (; k < before && (rc = ferry_loader_next(l, &b)) == 0; k++)
+        ferry_batch_release(b);
+    CHECK_OK(rc);
+    CHECK(truncate(x->victim, (off_t)keep) == 0);
+    while ((rc = ferry_loader_next(l, &b)) == 0)
+        ferry_batch_release(b);
+    int cut = rc != FERRY_END;
+    if (cut) {
+        const char *msg = ferry_loader_errmsg(l);
+        /* bytes past the end in the last page read as zeros: an index entry there
+         * is a damaged entry (FERRY_ECORRUPT); past that page, the fault is caught */
+        if (!strstr(msg, x->victim) ||
+            (rc == FERRY_EIO ? !strstr(msg, "cut short while it was read") : rc != FERRY_ECORRUPT))
+            test_fail(__FILE__, __LINE__, "%s cut to %llu bytes: %s (%s)", x->victim,
+                      (unsigned long long)keep, ferry_errname(rc), msg);
+    }
+    ferry_loader_free(l);
+    ferry_dataset_free(ds);
+    return cut;
+}
+
+/* Several cuts: to nothing, to a third, past the middle (not on a page boundary),
+ * early and later in the epoch, in order and shuffled. */
+static void cut_each_way(void (*make)(fixture *, int), int arg)
+{
+    static const int befores[] = {0, 3, 40};
+    static const int shuffles[] = {0, 1, 0};
+    int errors = 0;
+    for (int t = 0; t < 3; t++) {
+        test_make_dir("shrink");
+        fixture x;
+        make(&x, arg);
+        uint64_t size = file_size(x.victim);
+        uint64_t keeps[3] = {0, size / 3, size / 2 + 123};
+        errors += read_through_a_cut(&x, shuffles[t], befores[t], keeps[t]);
+        test_remove_dir();
+    }
+    CHECK(errors >= 2); /* a cut to nothing always fails; the others nearly always */
+}
+
+static void make_records_(fixture *x, int arg)
+{
+    make_records(x);
+}
+static void make_lmdb_(fixture *x, int arg)
+{
+    make_lmdb(x);
+}
+
+TEST(a_record_shard_cut_short_under_a_loader_is_an_error)
+{
+    cut_each_way(make_records_, 0);
+}
+
+TEST(a_lines_file_cut_short_under_a_loader_is_an_error)
+{
+    cut_each_way(make_lines, 0);
+}
+
+TEST(a_line_index_cut_short_under_a_loader_is_an_error)
+{
+    cut_each_way(make_lines, 1);
+}
+
+TEST(an_lmdb_environment_cut_short_under_a_loader_is_an_error)
+{
+    cut_each_way(make_lmdb_, 0);
+}
+
+/* ferry bench over the source while the victim is cut: exits by itself, non-zero,
+ * naming the file; never dies of a signal. */
+static void bench_through_a_cut(const fixture *x, const char *extra)
+{
+    char out[512];
+    test_path("bench.out", out);
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        FILE *o = freopen(out, "w", stdout);
+        (void)o;
+        dup2(fileno(stdout), 2);
+        execl(FERRY_CLI, "ferry", "bench", x->spec, "--workers", "2", "--batch", "16", "--epochs",
+              "1000000", "--no-progress", extra, (char *)NULL);
+        _exit(127);
+    }
+    struct timespec ts = {0, 300 * 1000000L};
+    nanosleep(&ts, NULL);
+    CHECK(truncate(x->victim, (off_t)(file_size(x->victim) / 3)) == 0);
+    int st = 0;
+    for (int waited = 0; waited < 600; waited++) {
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            break;
+        struct timespec tick = {0, 50 * 1000000L};
+        nanosleep(&tick, NULL);
+        if (waited == 599) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            test_fail(__FILE__, __LINE__, "ferry bench %s went on for 30 s after the cut", x->spec);
+        }
+    }
+    size_t n;
+    char *text = (char *)test_read_file(out, &n);
+    text[n] = 0;
+    /* "cut short" for a fault; a damaged entry when the last page's zeros were read */
+    if (!WIFEXITED(st) || WEXITSTATUS(st) == 0 || !strstr(text, x->victim) ||
+        (!strstr(text, "cut short") && !strstr(text, "out of order or past the source")))
+        test_fail(__FILE__, __LINE__, "ferry bench %s: %s %d: %s", x->spec,
+                  WIFSIGNALED(st) ? "killed by signal" : "exit status",
+                  WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st), text);
+    free(text);
+}
+
+TEST(ferry_bench_reports_each_file_cut_short_and_exits)
+{
+#ifndef FERRY_CLI
+    SKIP("the ferry command is not built");
+#else
+    for (int kind = 0; kind < 4; kind++) {
+        test_make_dir("shrinkcli");
+        fixture x;
+        if (kind == 0)
+            make_records(&x);
+        else if (kind == 3)
+            make_lmdb(&x);
+        else
+            make_lines(&x, kind == 2);
+        bench_through_a_cut(&x, kind % 2 ? "--shuffle" : "--no-progress");
+        test_remove_dir();
+    }
+#endif
+}
+
+/* Outside a loader (a direct call, as the CLI's head or a user's code makes), the
+ * readers set a region of their own: the same error. */
+TEST(direct_reads_of_a_file_cut_short_are_errors)
+{
+    for (int kind = 0; kind < 3; kind++) {
+        test_make_dir("shrinkdirect");
+        fixture x;
+        if (kind == 0)
+            make_records(&x);
+        else if (kind == 1)
+            make_lines(&x, 0);
+        else
+            make_lmdb(&x);
+        ferry_dataset *ds;
+        CHECK_OK(ferry_dataset_open(&ds, x.spec));
+        int nf = ferry_dataset_nfields(ds);
+        void *bufs[FERRY_MAX_FIELDS] = {0};
+        int64_t len[FERRY_MAX_FIELDS];
+        ferry_sample s = {.data = bufs, .length = len, .nfields = nf};
+        for (int f = 0; f < nf; f++)
+            CHECK((bufs[f] = malloc(ferry_field_nbytes(ferry_dataset_field(ds, f)))) != NULL);
+        ferry_ctx *ctx;
+        CHECK_OK(ferry_ctx_create(&ctx, 0, 0));
+        uint64_t n = ferry_dataset_len(ds);
+        CHECK_OK(ferry_dataset_get(ds, n - 1, &s, ctx));
+        CHECK(truncate(x.victim, 4096) == 0);
+        CHECK_RC(ferry_dataset_get(ds, n - 1, &s, ctx), FERRY_EIO);
+        CHECK_CONTAINS(ferry_last_errmsg(), x.victim);
+        CHECK_CONTAINS(ferry_last_errmsg(), "the file was cut short while it was read");
+        CHECK_CONTAINS(ferry_last_errmsg(), "4096 bytes now");
+        ferry_ctx_free(ctx);
+        for (int f = 0; f < nf; f++)
+            free(bufs[f]);
+        ferry_dataset_free(ds);
+        test_remove_dir();
+    }
+}

@@ -68,6 +68,24 @@ typedef struct ferry_loader_opts {
      * FERRY_EINVAL. A file's schema decides a batch's size, so this is what keeps a
      * file that claims huge fields from taking the machine's memory. */
     uint64_t memory_budget;
+    /* Page-lock every batch buffer for a CUDA device (ferry/device.h), so that a
+     * copy from it to the device is asynchronous and at the host link's full
+     * speed: each buffer is locked once, when it is allocated, and stays locked
+     * while it lives (the pool's buffers, and those the loader allocates later
+     * while exported tensors keep older ones). Locking is slow (every page is
+     * touched) and locked memory is taken from the machine: memory_budget bounds
+     * it as it bounds the pool. The device is `device`'s, or cuda:0. Where no
+     * usable CUDA device exists ferry_loader_create is FERRY_ENOTSUP with the
+     * cause ("pin_memory: no usable CUDA device: libcuda.so.1: cannot open shared
+     * object file: ..."); a buffer the driver will not lock is FERRY_EIO with the
+     * driver's error, from ferry_loader_create or, for a buffer allocated later,
+     * ferry_loader_next. */
+    int pin_memory;
+    /* Where batches are delivered: NULL, "" or "cpu" = host memory; "cuda" or
+     * "cuda:N" = device memory, which this version does not do yet: a valid CUDA
+     * name is FERRY_ENOTSUP (saying why: no usable device, or not in this
+     * version). Read during ferry_loader_create only. */
+    const char *device;
 } ferry_loader_opts;
 
 /* Default settings: batch 1, no workers, sequential, seed 0, rank/world from the
@@ -165,7 +183,8 @@ typedef struct ferry_loader_stats {
     uint64_t worker_idle_ns;              /* summed over workers: time spent waiting for work */
     uint64_t stage_ns[FERRY_STAGE_COUNT]; /* summed over workers */
     uint32_t num_workers;
-    uint32_t prefetch; /* batch buffers in the pool (the default resolved) */
+    uint32_t prefetch;     /* batch buffers in the pool (the default resolved) */
+    uint64_t pinned_bytes; /* batch memory page-locked now (pin_memory), spares included */
 } ferry_loader_stats;
 
 /* Counters so far. consumer_wait_ns / elapsed_ns near 1 means training is

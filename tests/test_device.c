@@ -341,6 +341,46 @@ TEST(blocks_kept_by_tensors_are_pinned_and_unpinned_once)
     ferry_dataset_free(ds);
 }
 
+/* Tensors that outlive their batch a little: the blocks they free come back as
+ * spares, still locked, and take turns without another driver call. */
+TEST(spare_blocks_stay_pinned_and_are_not_locked_again)
+{
+    ferry_dataset *ds = synthetic(800, 16, 0);
+    for (uint32_t workers = 0; workers < 3; workers += 2) {
+        use_fake(1, 0, 0);
+        ferry_loader_opts o = pinned(8, workers, 2);
+        ferry_loader *l;
+        CHECK_OK(ferry_loader_create(&l, ds, &o));
+        ferry_tensor prev = {0};
+        ferry_batch *b;
+        int n = 0;
+        while (ferry_loader_next(l, &b) == 0) {
+            check_batch_pinned(b);
+            ferry_tensor t;
+            CHECK_OK(ferry_batch_export(b, 0, 0, &t));
+            ferry_batch_release(b); /* the tensor keeps the block: the batch gets another */
+            if (n++)
+                ferry_tensor_release(&prev); /* the block before goes back as a spare */
+            prev = t;
+        }
+        ferry_tensor_release(&prev);
+        CHECK_EQ(n, 100);
+        /* a few blocks in all (the pool's 2, spares, and now and then one more
+         * when a tensor comes back while the spares are full), never one per
+         * batch: a spare is not locked again */
+        fake_cuda_state f = fake();
+        if (f.registers > 10)
+            test_fail(__FILE__, __LINE__, "%ld registrations for 100 batches", f.registers);
+        CHECK_EQ(f.live, f.registers - f.unregisters);
+        ferry_loader_free(l);
+        f = fake();
+        CHECK_EQ(f.unregisters, f.registers);
+        CHECK_EQ(f.live, 0);
+        CHECK_EQ(f.errors, 0);
+    }
+    ferry_dataset_free(ds);
+}
+
 TEST(stream_loader_pins_too)
 {
     use_fake(1, 0, 0);

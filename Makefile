@@ -58,7 +58,7 @@ test-python: python
 	cd $$(mktemp -d) && $(abspath $(VENV))/bin/python -m pytest -q -p no:cacheprovider \
 	  $(CURDIR)/python/tests
 
-bench: build
+bench: build python
 	@scripts/install-deps.sh bench
 	bench/run.sh $(BUILD)/ferry
 

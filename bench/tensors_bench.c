@@ -81,8 +81,7 @@ static int cmd_save(char **argv)
     }
     fclose(spec);
     if (at != (unsigned long long)size) {
-        fprintf(stderr, "tensors_bench save: the spec covers %llu bytes, the blob %ld\n", at,
-                size);
+        fprintf(stderr, "tensors_bench save: the spec covers %llu bytes, the blob %ld\n", at, size);
         return 2;
     }
     double t[100];

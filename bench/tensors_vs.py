@@ -8,7 +8,7 @@ Makes a checkpoint-like set of tensors in memory (default 2,000 MB: three
 large tensors of a quarter each, F32, BF16 and F16, and about 2,000 small ones
 of 1 KB..1 MB, F32, BF16, I64 and U8, random bytes) in a temporary directory
 under $TMPDIR (deleted at the end, also on failure) and measures, in one run,
-best of R (3) each:
+best of R (3) each, the contenders taking turns round by round:
   1. save: ferry_tensors_save (temporary file, chunks on several threads,
      CRC-32C per tensor, fsync, rename; through tensors_bench.c, compiled here
      with cc -O2 against the library beside --ferry) vs torch.save of the same
@@ -148,9 +148,8 @@ def run(args, tmpdir, t_start):
     dd_path = os.path.join(tmpdir, "dd.bin")
     R = args.repeats
 
-    # 1. save
-    log("save: ferry")
-    ferry_save = driver(exe, "save", spec_path, blob_path, st_path, R)
+    # 1. save; the contenders take turns, so that a change in the machine's
+    # load falls on all of them
     warm(blob_path)
 
     def dd_write():
@@ -159,9 +158,6 @@ def run(args, tmpdir, t_start):
         subprocess.run(["dd", "if=" + blob_path, "of=" + dd_path, "bs=8M",
                         "conv=fsync"], check=True, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
-    log("save: dd conv=fsync")
-    dd_save = timed(dd_write, R)
-    os.unlink(dd_path)
 
     def torch_save(sync):
         def go():
@@ -173,26 +169,34 @@ def run(args, tmpdir, t_start):
                     f.flush()
                     os.fsync(f.fileno())
         return go
-    log("save: torch.save")
-    torch_save_nosync = timed(torch_save(False), R)
-    torch_save_sync = timed(torch_save(True), R)
+    ferry_save, dd_save, torch_save_sync, torch_save_nosync = [], [], [], []
+    for r in range(R):
+        log("save, round %d of %d: ferry, dd, torch.save + fsync, torch.save"
+            % (r + 1, R))
+        ferry_save += driver(exe, "save", spec_path, blob_path, st_path,
+                             1)["seconds"]
+        dd_save += timed(dd_write, 1)
+        torch_save_sync += timed(torch_save(True), 1)
+        torch_save_nosync += timed(torch_save(False), 1)
+    os.unlink(dd_path)
     del d
 
-    # 2. load from the page cache
+    # 2. load from the page cache, taking turns too
     warm(st_path)
     warm(pt_path)
-    log("load: ferry")
-    ferry_load = driver(exe, "load", st_path, R, 1)
-    ferry_load_nv = driver(exe, "load", st_path, R, 0)
-    log("load: dd")
     st_size = os.path.getsize(st_path)
-    dd_load = [dd_read(st_path, st_size) for _ in range(R)]
-    log("load: torch.load")
 
     def torch_load():
         x = torch.load(pt_path)
         assert len(x) == len(specs)
-    torch_load_t = timed(torch_load, R)
+    ferry_load, ferry_load_nv, dd_load, torch_load_t = [], [], [], []
+    for r in range(R):
+        log("load, round %d of %d: ferry (CRCs), ferry (no CRCs), dd, "
+            "torch.load" % (r + 1, R))
+        ferry_load += driver(exe, "load", st_path, 1, 1)["seconds"]
+        ferry_load_nv += driver(exe, "load", st_path, 1, 0)["seconds"]
+        dd_load.append(dd_read(st_path, st_size))
+        torch_load_t += timed(torch_load, 1)
 
     # 3. lookup in a 10,000-tensor file
     many_path = os.path.join(tmpdir, "many.safetensors")
@@ -203,9 +207,9 @@ def run(args, tmpdir, t_start):
     lookup_ms = sorted(lookup["seconds"])
     lookup_best, lookup_med = lookup_ms[0] * 1e3, lookup_ms[len(lookup_ms) // 2] * 1e3
 
-    s_f, s_dd = best(ferry_save["seconds"]), best(dd_save)
+    s_f, s_dd = best(ferry_save), best(dd_save)
     s_t, s_tn = best(torch_save_sync), best(torch_save_nosync)
-    l_f, l_fnv = best(ferry_load["seconds"]), best(ferry_load_nv["seconds"])
+    l_f, l_fnv = best(ferry_load), best(ferry_load_nv)
     l_dd, l_t = best(dd_load), best(torch_load_t)
     rate = lambda s: nbytes / MB / s  # noqa: E731
     lines = [
@@ -246,11 +250,11 @@ def run(args, tmpdir, t_start):
     raw.update({
         "command": "bench/tensors_vs.py --mb %d --repeats %d" % (args.mb, R),
         "tensors": len(specs), "bytes": nbytes, "load_average": load,
-        "save": {"ferry": ferry_save["seconds"], "torch_save_fsync":
+        "save": {"ferry": ferry_save, "torch_save_fsync":
                  torch_save_sync, "torch_save": torch_save_nosync,
                  "dd_conv_fsync": dd_save},
-        "load": {"ferry_crc": ferry_load["seconds"],
-                 "ferry_no_crc": ferry_load_nv["seconds"],
+        "load": {"ferry_crc": ferry_load,
+                 "ferry_no_crc": ferry_load_nv,
                  "torch_load": torch_load_t, "dd": dd_load},
         "lookup_seconds": lookup["seconds"],
     })

@@ -5,9 +5,15 @@
 #include "cli.h"
 
 #include <getopt.h>
+#include <pthread.h>
 
 /* Streams are read as this many shards by default, whatever --workers says. */
 #define STREAM_SHARDS 4
+/* --shuffle on a stream: a shuffle buffer of this many samples per stream shard,
+ * fewer for large samples so that one shard's buffer stays within
+ * SHUFFLE_BUFFER_BYTES. */
+#define SHUFFLE_BUFFER 8192
+#define SHUFFLE_BUFFER_BYTES ((uint64_t)64 << 20)
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,8 +31,9 @@ static void bench_usage(FILE *f)
            "      fail_every=N makes every N-th sample fail; pool=N copies each sample's data\n"
            "      from N precomputed in memory instead of generating it\n"
            "  lines:FILE[,max=N][,build=1][,io=mmap|pread]  one sample per line (ferry index)\n"
-           "  csv:DIR[,prefix=part-][,digits=5][,delim=,][,header=1][,dtype=f32][,fields=..]\n"
-           "      numeric CSV part files, read as a stream\n"
+           "  csv:DIR|FILE[,prefix=part-][,digits=5][,delim=,][,header=N][,dtype=f32]\n"
+           "      [,fields=..][,missing=V][,shuffle=N][,seed=S]\n"
+           "      numeric CSV part files (or one file; plain, gzip or zstd), read as a stream\n"
            "  files:DIR[,ext=jpg;png]  every file under DIR, labelled by its subdirectory\n"
            "  images:DIR[,size=224][,resize=256][,scale=0.08-1][,ratio=0.75-1.333][,flip=0.5]\n"
            "      [,brightness=J][,contrast=J][,saturation=J][,dtype=f32|f16|u8][,layout=chw|hwc]\n"
@@ -34,6 +41,13 @@ static void bench_usage(FILE *f)
            "      an image folder (one directory per class), decoded by the image pipeline\n"
            "  records:DIR  a record shard set (ferry pack); lmdb:PATH  an LMDB environment\n"
            "      either with ,pipeline=... decodes its \"image\" (or \"data\") field\n"
+           "  npy:PATH or npy:x=a.npy;y=b.npz/m  NumPy arrays, row by row along axis 0\n"
+           "  tokens:GLOB[,seq=1024]  llm.c token shards as windows: input, target\n"
+           "  mds:DIR  MosaicML MDS shards (index.json), one global index\n"
+           "  tfrecord:PATH|DIR|GLOB[,raw=1][,features=name:dtype[:shape];..][,stream=1]\n"
+           "      TFRecord files of tf.train.Example (ferry/tfrecord.h)\n"
+           "  wds:PATH|DIR|GLOB[,fields=jpg;cls][,stream=1]  WebDataset tar shards\n"
+           "      (ferry/wds.h); with ,pipeline=... decodes the jpg/jpeg/png field\n"
            "\n"
            "options:\n"
            "  --batch N         samples per batch, 1..16777216 (default 64; 256 with\n"
@@ -41,7 +55,12 @@ static void bench_usage(FILE *f)
            "  --workers N       worker threads, 0..1024; 0 = the caller's thread (default 2)\n"
            "  --prefetch N      batch buffers in flight, 1..65536 (default 2 per worker,\n"
            "                    more for small batches: up to 32 MiB or 64 buffers)\n"
-           "  --shuffle         random order (a new one each epoch)\n"
+           "  --shuffle         random order (a new one each epoch); a stream (csv:,\n"
+           "                    records:...,stream=1) goes through a shuffle buffer per\n"
+           "                    stream shard, seeded by --seed (see --shuffle-buffer)\n"
+           "  --shuffle-buffer N  with --shuffle on a stream: samples per buffer, 1..16777216\n"
+           "                    (default 8192, fewer for samples over 8 KiB: at most 64 MiB\n"
+           "                    a shard); the same as shuffle=N,seed=S in the source\n"
            "  --seed N          seed of every random choice (default 0)\n"
            "  --epochs N        epochs to run, 1..1000000 (default 1)\n"
            "  --drop-last       drop a last, partial batch\n"
@@ -51,7 +70,10 @@ static void bench_usage(FILE *f)
            "  --order ORDER     'sampler' (default) or 'completion' delivery order\n"
            "  --timeout MS      fail if a batch takes longer than MS ms (default 0 = never)\n"
            "  --on-error P      'fail' (default) or 'skip' bad samples\n"
-           "  --skip-budget N   with --on-error skip: bad samples allowed per epoch (default 0)\n"
+           "  --skip-budget N   with --on-error skip: bad samples allowed per epoch (default\n"
+           "                    1000; one more ends the run)\n"
+           "  --skip-report F   with --on-error skip: write every bad sample (epoch, index,\n"
+           "                    message) to F, one a line; the summary names the first few\n"
            "  --digest          hash every batch's bytes in delivery order (adds 'digest')\n"
            "  --json            print the summary as one JSON object on stdout\n"
            "  --no-progress     no progress bar\n"
@@ -62,6 +84,25 @@ static void bench_usage(FILE *f)
            "  --memory-budget B bytes of batch buffers and scratch the loader may hold\n"
            "                    (default: a quarter of physical memory)\n"
            "  -h, --help        this text\n");
+}
+
+/* --skip-report: every bad sample, one a line, from the workers. */
+typedef struct {
+    FILE *f;
+    pthread_mutex_t m;
+} skip_report;
+
+static void on_skip(uint64_t epoch, uint64_t index, int rc, const char *msg, void *arg)
+{
+    skip_report *r = arg;
+    pthread_mutex_lock(&r->m);
+    if (index == UINT64_MAX)
+        fprintf(r->f, "epoch %llu, stream sample: %s: %s\n", (unsigned long long)epoch,
+                ferry_errname(rc), msg);
+    else
+        fprintf(r->f, "epoch %llu, sample %llu: %s: %s\n", (unsigned long long)epoch,
+                (unsigned long long)index, ferry_errname(rc), msg);
+    pthread_mutex_unlock(&r->m);
 }
 
 /* A fast 64-bit hash over the bytes, chained batch to batch. Not cryptographic:
@@ -115,7 +156,9 @@ int cmd_bench(int argc, char **argv)
         O_NOPROG,
         O_SHARDS,
         O_PIPELINE,
-        O_MEMORY
+        O_MEMORY,
+        O_SHUFBUF,
+        O_REPORT
     };
     static const struct option opts[] = {{"batch", required_argument, 0, O_BATCH},
                                          {"workers", required_argument, 0, O_WORKERS},
@@ -136,6 +179,8 @@ int cmd_bench(int argc, char **argv)
                                          {"stream-shards", required_argument, 0, O_SHARDS},
                                          {"pipeline", required_argument, 0, O_PIPELINE},
                                          {"memory-budget", required_argument, 0, O_MEMORY},
+                                         {"shuffle-buffer", required_argument, 0, O_SHUFBUF},
+                                         {"skip-report", required_argument, 0, O_REPORT},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     ferry_loader_opts o;
@@ -147,6 +192,10 @@ int cmd_bench(int argc, char **argv)
     bool digest = false, json = false, progress = true;
     const char *pipeline = NULL;
     bool batch_set = false;
+    uint64_t shuffle_buffer = 0; /* streams: the buffer in use, 0 for none */
+    const char *report_path = NULL;
+    skip_report report = {NULL, PTHREAD_MUTEX_INITIALIZER};
+    bool source_shuffles = false;
 
     optind = 1;
     int c;
@@ -239,12 +288,18 @@ int cmd_bench(int argc, char **argv)
             if (!cli_u64("--memory-budget", optarg, 1, UINT64_MAX, &o.memory_budget))
                 return EXIT_USAGE;
             break;
+        case O_REPORT:
+            report_path = optarg;
+            break;
+        case O_SHUFBUF:
+            if (!cli_u64("--shuffle-buffer", optarg, 1, 1u << 24, &shuffle_buffer))
+                return EXIT_USAGE;
+            break;
         case 'h':
             bench_usage(stdout);
             return 0;
         default:
-            bench_usage(stderr);
-            return EXIT_USAGE;
+            return cli_bad_option("bench", argv, opts);
         }
     }
     if (optind != argc - 1) {
@@ -278,6 +333,7 @@ int cmd_bench(int argc, char **argv)
         status = cli_error(EXIT_USAGE, "%s", ferry_last_errmsg());
         goto done;
     }
+    cli_folder_note(ds, spec);
     /* Rank and world: flags first, then the launcher's environment. */
     if (rank < 0 || world < 0) {
         int64_t er, ew;
@@ -295,6 +351,42 @@ int cmd_bench(int argc, char **argv)
                            (long long)rank, (long long)world - 1, (long long)world);
         goto done;
     }
+    if (stream) {
+        /* the source's own shuffle=N, or --shuffle here: a shuffle buffer per shard */
+        const char *sp = strstr(spec, ",shuffle=");
+        source_shuffles = sp != NULL;
+        if (source_shuffles && (o.shuffle || shuffle_buffer)) {
+            status = cli_error(EXIT_USAGE, "bench: --shuffle and a shuffle= in SOURCE: use one");
+            goto done;
+        }
+        if (source_shuffles) {
+            shuffle_buffer = strtoull(sp + 9, NULL, 10);
+        } else if (o.shuffle) {
+            if (!shuffle_buffer) {
+                uint64_t sample = 0;
+                for (int f = 0; f < ferry_stream_nfields(stream); f++)
+                    sample += ferry_field_nbytes(ferry_stream_field(stream, f));
+                shuffle_buffer = SHUFFLE_BUFFER;
+                if (sample && SHUFFLE_BUFFER_BYTES / sample < shuffle_buffer)
+                    shuffle_buffer =
+                        SHUFFLE_BUFFER_BYTES / sample ? SHUFFLE_BUFFER_BYTES / sample : 1;
+            }
+            ferry_stream *inner = stream;
+            stream = NULL; /* the decorator owns it from here, also when it fails */
+            if ((rc = ferry_stream_shuffle(&stream, inner, (size_t)shuffle_buffer, o.seed)) < 0) {
+                status = cli_error(EXIT_USAGE, "%s", ferry_last_errmsg());
+                goto done;
+            }
+        } else if (shuffle_buffer) {
+            status = cli_error(EXIT_USAGE, "bench: --shuffle-buffer needs --shuffle");
+            goto done;
+        }
+    } else if (shuffle_buffer) {
+        status = cli_error(EXIT_USAGE,
+                           "bench: --shuffle-buffer is for streams; this source is map-style, "
+                           "and --shuffle alone gives it a random order");
+        goto done;
+    }
     if (stream && !o.stream_shards)
         o.stream_shards = STREAM_SHARDS; /* fixed, so the batches do not depend on --workers */
     o.rank = rank;
@@ -307,6 +399,18 @@ int cmd_bench(int argc, char **argv)
             goto done;
         }
         o.sampler = sampler;
+    }
+    if (report_path) {
+        if (o.on_error != FERRY_ON_ERROR_SKIP) {
+            status = cli_error(EXIT_USAGE, "bench: --skip-report needs --on-error skip");
+            goto done;
+        }
+        if (!(report.f = fopen(report_path, "w"))) {
+            status = cli_error(EXIT_USAGE, "--skip-report: cannot write \"%s\": %m", report_path);
+            goto done;
+        }
+        o.on_skip = on_skip;
+        o.on_skip_arg = &report;
     }
     t0 = ferry_now_ns();
     if ((rc = ds ? ferry_loader_create(&l, ds, &o) : ferry_loader_create_stream(&l, stream, &o)) <
@@ -349,7 +453,8 @@ int cmd_bench(int argc, char **argv)
     double first_ms = t_first ? (double)(t_first - t0) / 1e6 : 0;
     double wait = st.elapsed_ns ? (double)st.consumer_wait_ns / (double)st.elapsed_ns : 0;
     double sps = secs > 0 ? (double)samples / secs : 0;
-    double bps = secs > 0 ? (double)st.bytes / secs : 0;
+    double bps = secs > 0 ? (double)st.data_bytes / secs : 0;
+    double buf_bps = secs > 0 ? (double)st.bytes / secs : 0;
     uint64_t errors = st.skipped + (status != 0);
     if (json) {
         printf("{\"source\": ");
@@ -370,6 +475,27 @@ int cmd_bench(int argc, char **argv)
                (double)st.stage_ns[FERRY_STAGE_DECODE] / 1e9,
                (double)st.stage_ns[FERRY_STAGE_TRANSFORM] / 1e9,
                (double)st.stage_ns[FERRY_STAGE_WRITE] / 1e9);
+        printf(", \"truncated\": %llu, \"buffer_bytes_per_s\": %.1f, \"skipped_samples\": [",
+               (unsigned long long)st.truncated, buf_bps);
+        for (uint64_t k = 0;; k++) {
+            uint64_t ep, ix;
+            const char *msg;
+            if (ferry_loader_skipped_sample(l, k, &ep, &ix, &msg) < 0)
+                break;
+            printf("%s{\"epoch\": %llu, \"index\": ", k ? ", " : "", (unsigned long long)ep);
+            if (ix == UINT64_MAX)
+                printf("null");
+            else
+                printf("%llu", (unsigned long long)ix);
+            printf(", \"error\": ");
+            cli_json_string(stdout, msg);
+            printf("}");
+        }
+        printf("]");
+        printf(", \"order\": \"%s\", \"shuffle_buffer\": %llu",
+               stream ? (shuffle_buffer ? "shuffle_buffer" : "stream")
+                      : (o.shuffle ? "shuffled" : "sequential"),
+               (unsigned long long)shuffle_buffer);
         if (digest)
             printf(", \"digest\": \"%016llx\"", (unsigned long long)h);
         if (status) {
@@ -379,16 +505,51 @@ int cmd_bench(int argc, char **argv)
         printf("}\n");
     } else {
         printf("source      %s\n", spec);
-        printf("setup       batch %u, workers %u, prefetch %u, epochs %llu, %s order, rank %lld "
+        char order[160];
+        if (!stream)
+            snprintf(order, sizeof order, "%s order", o.shuffle ? "shuffled" : "sequential");
+        else if (shuffle_buffer)
+            snprintf(order, sizeof order,
+                     "stream order through a shuffle buffer of %llu samples per shard",
+                     (unsigned long long)shuffle_buffer);
+        else
+            snprintf(order, sizeof order,
+                     "stream order, no shuffle buffer (--shuffle or shuffle=N adds one)");
+        printf("setup       batch %u, workers %u, prefetch %u, epochs %llu, %s, rank %lld "
                "of %lld\n",
-               o.batch_size, o.num_workers, st.prefetch, (unsigned long long)epochs,
-               o.shuffle ? "shuffled" : "sequential", (long long)rank, (long long)world);
-        printf("delivered   %llu samples in %llu batches, %llu skipped\n",
+               o.batch_size, o.num_workers, st.prefetch, (unsigned long long)epochs, order,
+               (long long)rank, (long long)world);
+        printf("delivered   %llu samples in %llu batches, %llu skipped, %llu cut to fit\n",
                (unsigned long long)samples, (unsigned long long)batches,
-               (unsigned long long)st.skipped);
+               (unsigned long long)st.skipped, (unsigned long long)st.truncated);
+        if (st.truncated)
+            printf("cut         %llu samples were longer than their field and were cut (lines: "
+                   "raise max=, or set error_long=1 to make them errors)\n",
+                   (unsigned long long)st.truncated);
+        for (uint64_t k = 0; k < 5; k++) {
+            uint64_t ep, ix;
+            const char *msg;
+            if (ferry_loader_skipped_sample(l, k, &ep, &ix, &msg) < 0)
+                break;
+            if (ix == UINT64_MAX)
+                printf("skipped     epoch %llu, a stream sample: %s\n", (unsigned long long)ep,
+                       msg);
+            else
+                printf("skipped     epoch %llu, sample %llu: %s\n", (unsigned long long)ep,
+                       (unsigned long long)ix, msg);
+        }
+        if (st.skipped > 5)
+            printf("skipped     ... and %llu more%s\n", (unsigned long long)(st.skipped - 5),
+                   report.f ? " (all in the --skip-report file)"
+                            : " (--skip-report FILE lists them all)");
+        if (ds && ferry_tokens_dropped(ds))
+            printf("note        %llu tokens are in no window (each shard's tail after its "
+                   "last whole window)\n",
+                   (unsigned long long)ferry_tokens_dropped(ds));
         printf("time        %.3f s, first batch after %.3f ms\n", secs, first_ms);
-        printf("throughput  %.0f samples/s, %.0f batches/s, %.1f MB/s\n", sps,
-               secs > 0 ? (double)batches / secs : 0, bps / 1e6);
+        printf("throughput  %.0f samples/s, %.0f batches/s, %.1f MB/s of data (%.1f MB/s of "
+               "batch buffers)\n",
+               sps, secs > 0 ? (double)batches / secs : 0, bps / 1e6, buf_bps / 1e6);
         printf("consumer    waited %.1f%% of the time%s\n", 100 * wait,
                wait > 0.5 ? " (input-bound)" : "");
         if (st.num_workers)
@@ -401,6 +562,8 @@ int cmd_bench(int argc, char **argv)
             printf("digest      %016llx\n", (unsigned long long)h);
     }
 done:
+    if (report.f && fclose(report.f) != 0 && status == 0)
+        status = cli_error(1, "--skip-report: cannot write \"%s\": %m", report_path);
     ferry_loader_free(l);
     ferry_sampler_free(sampler);
     ferry_stream_free(stream);

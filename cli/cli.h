@@ -30,6 +30,12 @@ void cli_progress_start(cli_progress *p, const char *label, uint64_t total, bool
 void cli_progress_update(cli_progress *p, uint64_t done, const char *unit);
 void cli_progress_end(cli_progress *p);
 
+/* A bad option met by getopt_long (opterr is 0): one line naming it, with the
+ * closest known option ("did you mean --shuffle?") or the missing value. Returns
+ * EXIT_USAGE. Call from the '?' (default) case, with the command's options. */
+struct option;
+int cli_bad_option(const char *cmd, char **argv, const struct option *opts);
+
 /* Writes s as a JSON string (quoted, escaped). */
 void cli_json_string(FILE *f, const char *s);
 
@@ -37,6 +43,11 @@ void cli_json_string(FILE *f, const char *s);
  * object; then a newline. */
 void cli_print_record(int nf, const ferry_field *const *fields, void *const *data,
                       const int64_t *len, bool json);
+
+/* How cli_print_record writes JSON: bytes that are not text as base64 (else a
+ * description: size, format, first bytes), arrays in full (else summarised past
+ * 16 elements: dtype, shape, first values, min, max, mean). */
+void cli_print_options(bool base64, bool full);
 
 int cmd_bench(int argc, char **argv);
 int cmd_index(int argc, char **argv);
@@ -46,11 +57,18 @@ int cmd_ls(int argc, char **argv);
 int cmd_cat(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_stat(int argc, char **argv);
+int cmd_tokens(int argc, char **argv);
 
 /* Named-tensor files: ls, verify and cat hand a .safetensors FILE to these. */
 bool cli_is_safetensors(const char *path);
 int cmd_tensors_ls(int argc, char **argv);
 int cmd_tensors_verify(int argc, char **argv);
 int cmd_tensors_cat(int argc, char **argv);
+
+int cmd_classes(int argc, char **argv);
+
+/* On stderr: what reading an image folder left out (files in its root, files
+ * without an accepted extension, links to nothing); nothing for other datasets. */
+void cli_folder_note(const ferry_dataset *ds, const char *spec);
 
 #endif

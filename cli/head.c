@@ -17,14 +17,22 @@ static void head_usage(FILE *f)
                "options:\n"
                "  -n N          records to print, 0..1000000000 (default 10)\n"
                "  --json        JSON objects even for a text source\n"
+               "  --base64      in JSON, bytes that are not text as base64 (default: their\n"
+               "                size, format and first bytes)\n"
+               "  --full        in JSON, every element of an array (default: past 16\n"
+               "                elements, dtype, shape, the first 8, min, max, mean)\n"
                "  -h, --help    this text\n");
 }
 
 int cmd_head(int argc, char **argv)
 {
-    enum { O_JSON = 256 };
-    static const struct option opts[] = {
-        {"json", no_argument, 0, O_JSON}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    enum { O_JSON = 256, O_BASE64, O_FULL };
+    static const struct option opts[] = {{"json", no_argument, 0, O_JSON},
+                                         {"base64", no_argument, 0, O_BASE64},
+                                         {"full", no_argument, 0, O_FULL},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    bool base64 = false, full = false;
     uint64_t n = 10;
     bool force_json = false;
     int c;
@@ -38,12 +46,17 @@ int cmd_head(int argc, char **argv)
         case O_JSON:
             force_json = true;
             break;
+        case O_BASE64:
+            base64 = true;
+            break;
+        case O_FULL:
+            full = true;
+            break;
         case 'h':
             head_usage(stdout);
             return 0;
         default:
-            head_usage(stderr);
-            return EXIT_USAGE;
+            return cli_bad_option("head", argv, opts);
         }
     }
     if (optind != argc - 1) {
@@ -51,6 +64,7 @@ int cmd_head(int argc, char **argv)
         head_usage(stderr);
         return EXIT_USAGE;
     }
+    cli_print_options(base64, full);
     ferry_dataset *ds = NULL;
     ferry_stream *st = NULL;
     ferry_stream_iter *it = NULL;
@@ -59,6 +73,7 @@ int cmd_head(int argc, char **argv)
     int status = 0, rc;
     if (ferry_source_open(argv[optind], &ds, &st) < 0)
         return cli_error(EXIT_USAGE, "%s", ferry_last_errmsg());
+    cli_folder_note(ds, argv[optind]);
     int nf = ds ? ferry_dataset_nfields(ds) : ferry_stream_nfields(st);
     const ferry_field *fields[FERRY_MAX_FIELDS];
     void *data[FERRY_MAX_FIELDS];
@@ -99,6 +114,13 @@ int cmd_head(int argc, char **argv)
             break;
         }
         cli_print_record(nf, fields, data, len, json);
+    }
+    if (ctx && ferry_ctx_truncated(ctx)) {
+        fflush(stdout);
+        fprintf(stderr,
+                "ferry: %llu of the records shown were longer than their field and were cut "
+                "(lines: raise max=, or set error_long=1 to make them errors)\n",
+                (unsigned long long)ferry_ctx_truncated(ctx));
     }
 done:
     ferry_stream_close(it);

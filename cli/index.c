@@ -49,8 +49,7 @@ int cmd_index(int argc, char **argv)
             index_usage(stdout);
             return 0;
         default:
-            index_usage(stderr);
-            return EXIT_USAGE;
+            return cli_bad_option("index", argv, opts);
         }
     }
     if (optind != argc - 1) {

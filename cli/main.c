@@ -4,6 +4,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,10 +72,20 @@ void cli_progress_update(cli_progress *p, uint64_t done, const char *unit)
         int width = 30, fill = (int)((double)done / (double)p->total * width);
         if (fill > width)
             fill = width;
-        fprintf(stderr, "\r%s [%.*s%*s] %3d%% %llu/%llu %s, %.0f/s ", p->label, fill,
+        char eta[32] = "";
+        if (done > 0 && done < p->total) {
+            uint64_t left = (uint64_t)(secs * (double)(p->total - done) / (double)done);
+            if (left >= 3600)
+                snprintf(eta, sizeof eta, ", ETA %lluh%02llum", (unsigned long long)(left / 3600),
+                         (unsigned long long)(left / 60 % 60));
+            else
+                snprintf(eta, sizeof eta, ", ETA %llum%02llus", (unsigned long long)(left / 60),
+                         (unsigned long long)(left % 60));
+        }
+        fprintf(stderr, "\r%s [%.*s%*s] %3d%% %llu/%llu %s, %.0f/s%s ", p->label, fill,
                 "##############################", width - fill, "",
                 (int)(100.0 * (double)done / (double)p->total), (unsigned long long)done,
-                (unsigned long long)p->total, unit, rate);
+                (unsigned long long)p->total, unit, rate, eta);
     } else {
         fprintf(stderr, "\r%s %llu %s, %.0f/s ", p->label, (unsigned long long)done, unit, rate);
     }
@@ -102,6 +113,81 @@ void cli_json_string(FILE *f, const char *s)
     fputc('"', f);
 }
 
+/* Edit distance (insertions, deletions, substitutions, swaps of neighbours), for
+ * "did you mean". Strings longer than 63 bytes are far from everything. */
+static size_t distance(const char *a, const char *b)
+{
+    size_t n = strlen(a), m = strlen(b);
+    if (n > 63 || m > 63)
+        return 64;
+    size_t d[64][64];
+    for (size_t i = 0; i <= n; i++)
+        d[i][0] = i;
+    for (size_t j = 0; j <= m; j++)
+        d[0][j] = j;
+    for (size_t i = 1; i <= n; i++) {
+        for (size_t j = 1; j <= m; j++) {
+            size_t best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < best)
+                best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best)
+                best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    }
+    return d[n][m];
+}
+
+/* The closest of names[0..n) to s, if close enough to be a typo of it; else NULL. */
+static const char *closest(const char *s, const char *const *names, size_t n)
+{
+    const char *best = NULL;
+    size_t bd = 3, len = strlen(s);
+    for (size_t i = 0; i < n; i++) {
+        size_t d = distance(s, names[i]);
+        /* a prefix ("--shuff") is close too */
+        if (len >= 3 && !strncmp(names[i], s, len))
+            d = 1;
+        if (d < bd || (d == bd && !best && d <= len / 3)) {
+            bd = d;
+            best = names[i];
+        }
+    }
+    return best;
+}
+
+int cli_bad_option(const char *cmd, char **argv, const struct option *opts)
+{
+    const char *arg = optind > 0 ? argv[optind - 1] : "";
+    char name[64];
+    snprintf(name, sizeof name, "%s", arg[0] == '-' && arg[1] == '-' ? arg + 2 : "");
+    char *eq = strchr(name, '=');
+    if (eq)
+        *eq = 0;
+    const char *names[64];
+    size_t n = 0;
+    for (const struct option *o = opts; o && o->name && n < 64; o++) {
+        if (name[0] && !strcmp(o->name, name) && o->has_arg == required_argument)
+            return cli_error(EXIT_USAGE, "%s: --%s needs a value (see ferry %s --help)", cmd, name,
+                             cmd);
+        names[n++] = o->name;
+    }
+    if (optopt && !name[0]) /* a short option: unknown, or its value missing */
+        return cli_error(EXIT_USAGE, "%s: -%c is unknown or needs a value (see ferry %s --help)",
+                         cmd, optopt, cmd);
+    const char *near = name[0] ? closest(name, names, n) : NULL;
+    if (near)
+        return cli_error(EXIT_USAGE,
+                         "%s: unknown option \"%s\"; did you mean --%s? (ferry %s --help "
+                         "lists them)",
+                         cmd, arg, near, cmd);
+    return cli_error(EXIT_USAGE, "%s: unknown option \"%s\" (ferry %s --help lists them)", cmd, arg,
+                     cmd);
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: ferry COMMAND [options]\n"
@@ -116,7 +202,9 @@ static void usage(FILE *f)
                "  verify DIR|FILE          check every record's CRC and the manifest\n"
                "  stat DIR|FILE            summarise record shards\n"
                "  (ls, cat and verify also read .safetensors files: names, dtypes, shapes, CRCs)\n"
-               "  version                  print the version\n"
+               "  tokens SOURCE OUT        write a field of token ids as an llm.c token shard\n"
+               "  classes SOURCE           the classes of an image folder and their labels\n"
+               "  version                  print the version (also -V, --version)\n"
                "  help                     this text\n"
                "\n"
                "SOURCE is KIND:LOCATION[,key=value...], e.g. synthetic:100000,bytes=16 or\n"
@@ -131,6 +219,7 @@ int main(int argc, char **argv)
         return EXIT_USAGE;
     }
     const char *cmd = argv[1];
+    opterr = 0; /* the commands report a bad option in one line (cli_bad_option) */
     if (!strcmp(cmd, "bench"))
         return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "index"))
@@ -147,7 +236,11 @@ int main(int argc, char **argv)
         return cmd_verify(argc - 1, argv + 1);
     if (!strcmp(cmd, "stat"))
         return cmd_stat(argc - 1, argv + 1);
-    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+    if (!strcmp(cmd, "tokens"))
+        return cmd_tokens(argc - 1, argv + 1);
+    if (!strcmp(cmd, "classes"))
+        return cmd_classes(argc - 1, argv + 1);
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version") || !strcmp(cmd, "-V")) {
         printf("ferry %s\n", ferry_version_string());
         return 0;
     }
@@ -155,7 +248,13 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
-    cli_error(EXIT_USAGE, "unknown command \"%s\"", cmd);
-    usage(stderr);
-    return EXIT_USAGE;
+    static const char *const commands[] = {"bench",  "index", "head",    "pack", "ls",     "cat",
+                                           "verify", "stat",  "version", "help", "classes"};
+    const char *near = closest(cmd, commands, sizeof commands / sizeof *commands);
+    if (near)
+        return cli_error(EXIT_USAGE,
+                         "unknown command \"%s\"; did you mean \"%s\"? (ferry help "
+                         "lists them)",
+                         cmd, near);
+    return cli_error(EXIT_USAGE, "unknown command \"%s\" (ferry help lists them)", cmd);
 }

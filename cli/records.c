@@ -4,6 +4,7 @@
 #include "cli.h"
 
 #include <getopt.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -30,6 +31,11 @@ static void pack_usage(FILE *f)
                "  --shard-records N  ... or past this many records\n"
                "  --zstd LEVEL       compress each record with zstd, 1..19 (default: none)\n"
                "  --workers N        threads reading the source, 0..1024 (default 2)\n"
+               "  --on-error P       'fail' (default): stop at the first bad sample, writing\n"
+               "                     nothing; 'skip': leave bad samples out, name every one\n"
+               "                     on stderr, and pack the rest\n"
+               "  --skip-budget N    with --on-error skip: stop past N bad samples (default:\n"
+               "                     no limit, so that one run lists every bad input)\n"
                "  --no-progress      no progress bar\n"
                "  -h, --help         this text\n");
 }
@@ -57,17 +63,37 @@ static bool parse_size(const char *opt, const char *s, uint64_t *out)
     return true;
 }
 
+/* Every bad sample a pack leaves out, named on stderr as the workers meet it. */
+static pthread_mutex_t skip_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void pack_on_skip(uint64_t epoch, uint64_t index, int rc, const char *msg, void *arg)
+{
+    (void)epoch;
+    (void)rc;
+    (void)arg;
+    pthread_mutex_lock(&skip_lock);
+    if (index == UINT64_MAX)
+        fprintf(stderr, "\rferry: pack: skipped: %s\n", msg);
+    else
+        fprintf(stderr, "\rferry: pack: skipped sample %llu: %s\n", (unsigned long long)index, msg);
+    pthread_mutex_unlock(&skip_lock);
+}
+
 int cmd_pack(int argc, char **argv)
 {
-    enum { O_NAME = 256, O_SIZE, O_RECS, O_ZSTD, O_WORKERS, O_NOPROG };
+    enum { O_NAME = 256, O_SIZE, O_RECS, O_ZSTD, O_WORKERS, O_NOPROG, O_ONERR, O_BUDGET };
     static const struct option opts[] = {{"name", required_argument, 0, O_NAME},
                                          {"shard-size", required_argument, 0, O_SIZE},
                                          {"shard-records", required_argument, 0, O_RECS},
                                          {"zstd", required_argument, 0, O_ZSTD},
                                          {"workers", required_argument, 0, O_WORKERS},
                                          {"no-progress", no_argument, 0, O_NOPROG},
+                                         {"on-error", required_argument, 0, O_ONERR},
+                                         {"skip-budget", required_argument, 0, O_BUDGET},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
+    int on_error = FERRY_ON_ERROR_FAIL;
+    uint64_t budget = UINT64_MAX;
     ferry_writer_opts w;
     memset(&w, 0, sizeof w);
     uint64_t v, workers = 2;
@@ -99,12 +125,23 @@ int cmd_pack(int argc, char **argv)
         case O_NOPROG:
             progress = false;
             break;
+        case O_ONERR:
+            if (!strcmp(optarg, "fail"))
+                on_error = FERRY_ON_ERROR_FAIL;
+            else if (!strcmp(optarg, "skip"))
+                on_error = FERRY_ON_ERROR_SKIP;
+            else
+                return cli_error(EXIT_USAGE, "--on-error: \"%s\" is not 'fail' or 'skip'", optarg);
+            break;
+        case O_BUDGET:
+            if (!cli_u64("--skip-budget", optarg, 0, UINT64_MAX, &budget))
+                return EXIT_USAGE;
+            break;
         case 'h':
             pack_usage(stdout);
             return 0;
         default:
-            pack_usage(stderr);
-            return EXIT_USAGE;
+            return cli_bad_option("pack", argv, opts);
         }
     }
     if (optind != argc - 2) {
@@ -128,6 +165,7 @@ int cmd_pack(int argc, char **argv)
     }
     if (ferry_source_open(spec, &ds, &st) < 0)
         return cli_error(EXIT_USAGE, "%s", ferry_last_errmsg());
+    cli_folder_note(ds, argv[optind]);
     int nf = ds ? ferry_dataset_nfields(ds) : ferry_stream_nfields(st);
     ferry_field fields[FERRY_MAX_FIELDS];
     for (int f = 0; f < nf; f++)
@@ -142,6 +180,9 @@ int cmd_pack(int argc, char **argv)
     o.num_workers = (uint32_t)workers;
     o.rank = 0;
     o.world_size = 1;
+    o.on_error = on_error;
+    o.skip_budget = budget;
+    o.on_skip = pack_on_skip;
     if ((rc = ds ? ferry_loader_create(&l, ds, &o) : ferry_loader_create_stream(&l, st, &o)) < 0 ||
         (rc = ferry_writer_open(&wr, &w)) < 0) {
         status = cli_error(1, "%s", ferry_last_errmsg());
@@ -190,9 +231,22 @@ int cmd_pack(int argc, char **argv)
         goto done;
     }
     double secs = (double)(ferry_now_ns() - t0) / 1e9;
+    ferry_loader_stats ls;
+    ferry_loader_stats_get(l, &ls);
     printf("%s: %llu records, %.1f MB of fields, in %.3f s (%.0f MB/s)\n", w.dir,
            (unsigned long long)records, (double)bytes / 1e6, secs,
            secs > 0 ? (double)bytes / 1e6 / secs : 0);
+    if (ds && ferry_tokens_dropped(ds))
+        printf("note: %llu tokens are in no window (each shard's tail after its last whole "
+               "window) and are not packed\n",
+               (unsigned long long)ferry_tokens_dropped(ds));
+    if (ls.skipped)
+        printf("%s: %llu bad samples left out (each named above)\n", w.dir,
+               (unsigned long long)ls.skipped);
+    if (ls.truncated)
+        printf("%s: %llu samples were longer than their field and were cut (lines: raise max=, "
+               "or set error_long=1 to make them errors)\n",
+               w.dir, (unsigned long long)ls.truncated);
 done:
     ferry_writer_abort(wr);
     ferry_loader_free(l);
@@ -256,32 +310,115 @@ static void print_schema(const ferry_record_file *f)
     }
 }
 
+/* The schema as a JSON array of {"name", "dtype", "shape", "variable"}. */
+static void print_schema_json(const ferry_record_file *f)
+{
+    putchar('[');
+    for (int i = 0; i < ferry_record_file_nfields(f); i++) {
+        const ferry_field *fi = ferry_record_file_field(f, i);
+        printf("%s{\"name\": ", i ? ", " : "");
+        cli_json_string(stdout, fi->name);
+        printf(", \"dtype\": \"%s\", \"shape\": [", ferry_dtype_name(fi->dtype));
+        for (int d = 0; d < fi->ndim; d++)
+            printf("%s%lld", d ? ", " : "", (long long)fi->shape[d]);
+        printf("], \"variable\": %s}", fi->variable ? "true" : "false");
+    }
+    putchar(']');
+}
+
+/* "COMMAND DIR|FILE [--json]": the path and whether --json was given; 0 to go on,
+ * else the exit status (after printing usage for -h/--help or a bad call). */
+static int path_args(int argc, char **argv, const char *usage, const char **path, bool *json)
+{
+    *path = NULL;
+    *json = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            fputs(usage, stdout);
+            return -1;
+        }
+        if (!strcmp(argv[i], "--json")) {
+            *json = true;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            cli_error(EXIT_USAGE, "%s: unknown option \"%s\" (see --help)", argv[0], argv[i]);
+            return EXIT_USAGE;
+        } else if (*path) {
+            cli_error(EXIT_USAGE, "%s: one DIR or FILE expected", argv[0]);
+            return EXIT_USAGE;
+        } else {
+            *path = argv[i];
+        }
+    }
+    if (!*path) {
+        cli_error(EXIT_USAGE, "%s: DIR or FILE is missing", argv[0]);
+        fputs(usage, stderr);
+        return EXIT_USAGE;
+    }
+    return 0;
+}
+
 int cmd_ls(int argc, char **argv)
 {
     if (argc == 2 && cli_is_safetensors(argv[1]))
         return cmd_tensors_ls(argc, argv);
-    if (argc != 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
-        printf("usage: ferry ls DIR|FILE\n\nLists record shards: records, bytes, fields.\n");
-        return argc == 2 ? 0 : EXIT_USAGE;
-    }
+    const char *path;
+    bool json;
+    int a = path_args(argc, argv,
+                      "usage: ferry ls DIR|FILE [--json]\n\n"
+                      "Lists record shards: records, bytes, fields. --json prints one object:\n"
+                      "{\"shards\": [{\"path\", \"records\", \"bytes\"}], \"fields\": [...]}.\n",
+                      &path, &json);
+    if (a)
+        return a < 0 ? 0 : a;
     shard_list s;
-    int status = list_shards(argv[1], &s);
+    int status = list_shards(path, &s);
+    if (json && status == 0)
+        printf("{\"shards\": [");
     for (size_t i = 0; i < s.n && status == 0; i++) {
         ferry_record_file *f;
         struct stat st;
         if (ferry_record_file_open(&f, s.paths[i], 0) < 0) {
+            fflush(stdout);
             status = cli_error(1, "%s", ferry_last_errmsg());
             break;
         }
         stat(s.paths[i], &st);
-        printf("%s  %llu records  %lld bytes\n", s.paths[i],
-               (unsigned long long)ferry_record_file_count(f), (long long)st.st_size);
-        if (i == 0)
-            print_schema(f);
+        if (json) {
+            printf("%s{\"path\": ", i ? ", " : "");
+            cli_json_string(stdout, s.paths[i]);
+            printf(", \"records\": %llu, \"bytes\": %lld}",
+                   (unsigned long long)ferry_record_file_count(f), (long long)st.st_size);
+            if (i + 1 == s.n) {
+                printf("], \"fields\": ");
+                print_schema_json(f);
+                printf("}\n");
+            }
+        } else {
+            printf("%s  %llu records  %lld bytes\n", s.paths[i],
+                   (unsigned long long)ferry_record_file_count(f), (long long)st.st_size);
+            if (i == 0)
+                print_schema(f);
+        }
         ferry_record_file_free(f);
     }
     list_free(&s);
     return status;
+}
+
+static void cat_usage(FILE *f)
+{
+    fprintf(f, "usage: ferry cat FILE [-f FIRST] [-n COUNT] [options]\n"
+               "\n"
+               "Prints records FIRST.. of a shard as JSON objects, one a line (10 by default).\n"
+               "\n"
+               "options:\n"
+               "  -f FIRST      the first record (default 0)\n"
+               "  -n COUNT      records to print (default 10)\n"
+               "  --base64      bytes that are not text as base64 (default: their size,\n"
+               "                format and first bytes)\n"
+               "  --full        every element of an array (default: past 16 elements,\n"
+               "                dtype, shape, the first 8, min, max, mean)\n"
+               "  -h, --help    this text\n");
 }
 
 int cmd_cat(int argc, char **argv)
@@ -289,20 +426,39 @@ int cmd_cat(int argc, char **argv)
     for (int i = 1; i < argc; i++)
         if (argv[i][0] != '-' && cli_is_safetensors(argv[i]))
             return cmd_tensors_cat(argc, argv);
+    enum { O_BASE64 = 256, O_FULL };
+    static const struct option opts[] = {{"base64", no_argument, 0, O_BASE64},
+                                         {"full", no_argument, 0, O_FULL},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     uint64_t from = 0, n = 10;
+    bool base64 = false, full = false;
     int c;
     optind = 1;
-    while ((c = getopt(argc, argv, "f:n:h")) != -1) {
-        if (c == 'f' && !cli_u64("-f", optarg, 0, UINT64_MAX, &from))
-            return EXIT_USAGE;
-        if (c == 'n' && !cli_u64("-n", optarg, 0, UINT64_MAX, &n))
-            return EXIT_USAGE;
-        if (c == 'h' || c == '?') {
-            printf("usage: ferry cat FILE [-f FIRST] [-n COUNT]\n\n"
-                   "Prints records FIRST.. of a shard as JSON objects (10 by default).\n");
-            return c == 'h' ? 0 : EXIT_USAGE;
+    while ((c = getopt_long(argc, argv, "f:n:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'f':
+            if (!cli_u64("-f", optarg, 0, UINT64_MAX, &from))
+                return EXIT_USAGE;
+            break;
+        case 'n':
+            if (!cli_u64("-n", optarg, 0, UINT64_MAX, &n))
+                return EXIT_USAGE;
+            break;
+        case O_BASE64:
+            base64 = true;
+            break;
+        case O_FULL:
+            full = true;
+            break;
+        case 'h':
+            cat_usage(stdout);
+            return 0;
+        default:
+            return cli_bad_option("cat", argv, opts);
         }
     }
+    cli_print_options(base64, full);
     if (optind != argc - 1)
         return cli_error(EXIT_USAGE, "cat: one shard FILE expected");
     ferry_record_file *f;
@@ -344,34 +500,99 @@ static void print_problem(const char *message, void *arg)
     printf("%s%s\n", strncmp(message, "note: ", 6) ? "damaged: " : "", message);
 }
 
+/* --json: the problems as a JSON array, as they come. */
+static void json_problem(const char *message, void *arg)
+{
+    uint64_t *n = arg;
+    printf("%s", (*n)++ ? ", " : "");
+    cli_json_string(stdout, message);
+}
+
+/* Whether a file starts as a ferry record shard does (docs/record-format.md). */
+static bool looks_like_shard(const char *path)
+{
+    char head[8] = {0};
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return true; /* let the verifier say why it cannot be read */
+    size_t n = fread(head, 1, sizeof head, f);
+    fclose(f);
+    return n == sizeof head && !memcmp(head, "FERRYREC", 8);
+}
+
 int cmd_verify(int argc, char **argv)
 {
     if (argc == 2 && cli_is_safetensors(argv[1]))
         return cmd_tensors_verify(argc, argv);
-    if (argc != 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
-        printf("usage: ferry verify DIR|FILE\n\n"
-               "Checks a shard set by its manifest (or one shard): every record's CRC, every\n"
-               "footer, and the manifest's counts, sizes and file CRCs. Prints each problem\n"
-               "with its file, record and offset; exits 1 if there is any.\n");
-        return argc == 2 ? 0 : EXIT_USAGE;
+    const char *path;
+    bool json;
+    int a =
+        path_args(argc, argv,
+                  "usage: ferry verify DIR|FILE [--json]\n\n"
+                  "Checks a shard set by its manifest (or one shard): every record's CRC, every\n"
+                  "footer, and the manifest's counts, sizes and file CRCs. Prints each problem\n"
+                  "with its file, record and offset; exits 1 if there is any. --json prints\n"
+                  "one object: {\"path\", \"records\", \"problems\": [...], \"ok\"}.\n",
+                  &path, &json);
+    if (a)
+        return a < 0 ? 0 : a;
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && !looks_like_shard(path)) {
+        /* not damage: something else than a shard */
+        char msg[1024];
+        snprintf(msg, sizeof msg,
+                 "%s is not a ferry record shard (it does not start with FERRYREC): verify "
+                 "checks the shards and shard sets that ferry pack writes",
+                 path);
+        if (json) {
+            printf("{\"path\": ");
+            cli_json_string(stdout, path);
+            printf(", \"records\": 0, \"problems\": [");
+            cli_json_string(stdout, msg);
+            printf("], \"ok\": false, \"shard\": false}\n");
+            return 1;
+        }
+        return cli_error(1, "%s", msg);
     }
-    uint64_t problems = 0, records = 0;
-    if (ferry_records_verify(argv[1], print_problem, NULL, &problems, &records) < 0)
-        return cli_error(1, "%s", ferry_last_errmsg());
-    printf("%s: %llu records checked, %llu problem%s\n", argv[1], (unsigned long long)records,
+    uint64_t problems = 0, records = 0, listed = 0;
+    if (json) {
+        printf("{\"path\": ");
+        cli_json_string(stdout, path);
+        printf(", \"problems\": [");
+    }
+    if (ferry_records_verify(path, json ? json_problem : print_problem, json ? &listed : NULL,
+                             &problems, &records) < 0) {
+        if (!json)
+            return cli_error(1, "%s", ferry_last_errmsg());
+        printf("%s", listed ? ", " : "");
+        cli_json_string(stdout, ferry_last_errmsg());
+        printf("], \"records\": 0, \"ok\": false}\n");
+        return 1;
+    }
+    if (json) {
+        printf("], \"records\": %llu, \"ok\": %s}\n", (unsigned long long)records,
+               problems ? "false" : "true");
+        return problems ? 1 : 0;
+    }
+    printf("%s: %llu records checked, %llu problem%s\n", path, (unsigned long long)records,
            (unsigned long long)problems, problems == 1 ? "" : "s");
     return problems ? 1 : 0;
 }
 
 int cmd_stat(int argc, char **argv)
 {
-    if (argc != 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
-        printf("usage: ferry stat DIR|FILE\n\nSummarises record shards: shards, records, "
-               "bytes, bytes a record, fields.\n");
-        return argc == 2 ? 0 : EXIT_USAGE;
-    }
+    const char *path;
+    bool json;
+    int a = path_args(argc, argv,
+                      "usage: ferry stat DIR|FILE [--json]\n\nSummarises record shards: shards, "
+                      "records, bytes, bytes a record, fields. --json prints one object:\n"
+                      "{\"path\", \"shards\", \"records\", \"bytes\", \"bytes_per_record\", "
+                      "\"fields\"}.\n",
+                      &path, &json);
+    if (a)
+        return a < 0 ? 0 : a;
     shard_list s;
-    int status = list_shards(argv[1], &s);
+    int status = list_shards(path, &s);
     uint64_t records = 0, bytes = 0;
     for (size_t i = 0; i < s.n && status == 0; i++) {
         ferry_record_file *f;
@@ -383,8 +604,17 @@ int cmd_stat(int argc, char **argv)
         stat(s.paths[i], &st);
         records += ferry_record_file_count(f);
         bytes += (uint64_t)st.st_size;
-        if (i + 1 == s.n) {
-            printf("%s: %zu shard%s, %llu records, %llu bytes, %.1f bytes a record\n", argv[1], s.n,
+        if (i + 1 == s.n && json) {
+            printf("{\"path\": ");
+            cli_json_string(stdout, path);
+            printf(", \"shards\": %zu, \"records\": %llu, \"bytes\": %llu, "
+                   "\"bytes_per_record\": %.1f, \"fields\": ",
+                   s.n, (unsigned long long)records, (unsigned long long)bytes,
+                   records ? (double)bytes / (double)records : 0.0);
+            print_schema_json(f);
+            printf("}\n");
+        } else if (i + 1 == s.n) {
+            printf("%s: %zu shard%s, %llu records, %llu bytes, %.1f bytes a record\n", path, s.n,
                    s.n == 1 ? "" : "s", (unsigned long long)records, (unsigned long long)bytes,
                    records ? (double)bytes / (double)records : 0.0);
             print_schema(f);

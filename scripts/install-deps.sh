@@ -10,11 +10,15 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config python3 python3-pil python3-numpy libzstd-dev liblmdb-dev
       libjpeg62-turbo-dev libspng-dev
       python3-dev python3-venv python3-setuptools python3-wheel python3-torch python3-pytest)
+# zlib1g-dev: gzip (CSV streams, TFRecord, tars); libisal-dev: faster gzip (optional);
+# zstd: the tests compress files with it
+pkgs+=(zlib1g-dev libisal-dev zstd)
 if [ "${1:-}" = fuzz ]; then
   pkgs+=(clang libclang-rt-14-dev)
 fi
 if [ "${1:-}" = bench ]; then
   pkgs+=(python3-numpy python3-torch python3-torchvision python3-pil python3-lmdb lmdb-utils libturbojpeg0-dev)
+  pkgs+=(libdeflate-dev)  # formats_vs.py measures it beside zlib
 fi
 
 missing=()

@@ -1,10 +1,11 @@
-# Installs ferry into a scratch prefix, then builds and runs a program outside the
+# Configures ferry for one prefix and installs it into another (cmake --install
+# --prefix), as a packager or a user's own tree does, then builds and runs a program outside the
 # tree against it twice: through find_package(ferry) and through pkg-config.
 # Also checks that the shared library exports only ferry_ symbols.
 file(REMOVE_RECURSE ${BIN})
 set(prefix ${BIN}/prefix)
 execute_process(COMMAND ${CMAKE_COMMAND} -S ${SRC} -B ${BIN}/build -DFERRY_BUILD_TESTS=OFF
-  -DCMAKE_INSTALL_PREFIX=${prefix} -DCMAKE_C_COMPILER=${CC} RESULT_VARIABLE rc OUTPUT_QUIET)
+  -DCMAKE_INSTALL_PREFIX=${BIN}/configured-prefix -DCMAKE_C_COMPILER=${CC} RESULT_VARIABLE rc OUTPUT_QUIET)
 if(rc)
   message(FATAL_ERROR "configure failed")
 endif()
@@ -12,7 +13,8 @@ execute_process(COMMAND ${CMAKE_COMMAND} --build ${BIN}/build -j2 RESULT_VARIABL
 if(rc)
   message(FATAL_ERROR "build failed")
 endif()
-execute_process(COMMAND ${CMAKE_COMMAND} --install ${BIN}/build RESULT_VARIABLE rc OUTPUT_QUIET)
+execute_process(COMMAND ${CMAKE_COMMAND} --install ${BIN}/build --prefix ${prefix}
+  RESULT_VARIABLE rc OUTPUT_QUIET)
 if(rc)
   message(FATAL_ERROR "install failed")
 endif()
@@ -66,5 +68,30 @@ execute_process(COMMAND ${CMAKE_COMMAND} -E env LD_LIBRARY_PATH=${prefix}/lib ${
   RESULT_VARIABLE rc OUTPUT_VARIABLE out)
 if(rc)
   message(FATAL_ERROR "the pkg-config build failed to run: ${out}")
+endif()
+
+# pkg-config for libferry.a (the libraries it uses as the system has them)
+execute_process(COMMAND ${CMAKE_COMMAND} -E env PKG_CONFIG_PATH=${prefix}/lib/pkgconfig
+  pkg-config --cflags --libs ferry-static OUTPUT_VARIABLE flags RESULT_VARIABLE rc
+  OUTPUT_STRIP_TRAILING_WHITESPACE)
+if(rc)
+  message(FATAL_ERROR "pkg-config does not know ferry-static")
+endif()
+separate_arguments(flags UNIX_COMMAND "${flags}")
+execute_process(COMMAND ${CC} ${SRC}/tests/install_consumer/main.c ${flags} -o ${BIN}/pc_static
+  RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "building with pkg-config ferry-static flags failed")
+endif()
+execute_process(COMMAND readelf -d ${BIN}/pc_static OUTPUT_VARIABLE dyn)
+if(dyn MATCHES "libferry")
+  message(FATAL_ERROR "the ferry-static build needs libferry.so")
+endif()
+execute_process(COMMAND ${BIN}/pc_static RESULT_VARIABLE rc OUTPUT_VARIABLE out)
+if(rc)
+  message(FATAL_ERROR "the ferry-static build failed to run: ${out}")
+endif()
+if(EXISTS ${BIN}/configured-prefix)
+  message(FATAL_ERROR "the install wrote into the configured prefix, not --prefix")
 endif()
 file(REMOVE_RECURSE ${BIN})

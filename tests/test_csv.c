@@ -13,6 +13,8 @@
 #include <dirent.h>
 #include <float.h>
 #include <locale.h>
+#include <zlib.h>
+#include <zstd.h>
 #include <math.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -984,9 +986,17 @@ TEST(empty_or_missing_directory)
     CHECK_RC(open_err(gone, &o), FERRY_ENOENT);
     CHECK_CONTAINS(ferry_last_errmsg(), gone);
     CHECK_CONTAINS(ferry_last_errmsg(), "cannot open the directory");
-    /* a file, not a directory */
+    /* a file, not a directory: read as the only part */
     snprintf(gone, sizeof gone, "%s/other.csv", dir);
-    CHECK_RC(open_err(gone, &o), FERRY_ENOENT);
+    o.dir = gone;
+    ferry_stream *one = NULL;
+    CHECK_OK(ferry_stream_csv(&one, &o));
+    float x;
+    CHECK_EQ(read_shard(one, 0, 1, &x, 1), 1);
+    CHECK(x == 1.0f);
+    ferry_stream_free(one);
+    CHECK_RC(open_err("/dev/null", &o), FERRY_EINVAL);
+    CHECK_CONTAINS(ferry_last_errmsg(), "neither a directory of part files nor a file");
     /* a part 0 with no data row cannot give the column count */
     o.suffix = "";
     write_part(dir, 0, "");
@@ -1008,7 +1018,7 @@ TEST(line_longer_than_the_limit)
     big[max - 1] = '7';
     memcpy(big + max, "\r\n8\n", 4);
     write_bytes(dir, "part-00000", big, max + 4);
-    /* one byte more is not; the rest of that file is dropped, the next part read */
+    /* one byte more is not: that line is one bad row, and the rows after it are read */
     memset(big, ' ', max + 1);
     big[0] = '1';
     memcpy(big + max + 1, "\n9\n", 3);
@@ -1031,7 +1041,9 @@ TEST(line_longer_than_the_limit)
     CHECK_OK(next_row(it, st, &v));
     CHECK_EQ(v, 5);
     CHECK_RC(next_row(it, st, &v), FERRY_ECORRUPT);
-    CHECK_CONTAINS(ferry_last_errmsg(), "part-00001: line 2: longer than 1048576 bytes");
+    CHECK_CONTAINS(ferry_last_errmsg(), "part-00001: line 2: longer than 1048576 bytes (skipped)");
+    CHECK_OK(next_row(it, st, &v));
+    CHECK_EQ(v, 9);
     CHECK_OK(next_row(it, st, &v));
     CHECK_EQ(v, 6);
     CHECK_RC(next_row(it, st, &v), FERRY_ECORRUPT);
@@ -1314,5 +1326,268 @@ TEST(loader_reads_every_row_once)
     free(seen);
     ferry_loader_free(l);
     ferry_stream_free(st);
+    remove_dir(dir);
+}
+
+/* Batches of a class-sorted CSV that hold more than one class, out of all batches;
+ * every row must come once. */
+static void class_mix(const char *spec, int *mixed, int *batches)
+{
+    ferry_dataset *ds = NULL;
+    ferry_stream *st = NULL;
+    CHECK_OK(ferry_source_open(spec, &ds, &st));
+    CHECK(ds == NULL && st != NULL);
+    ferry_loader_opts o;
+    ferry_loader_opts_default(&o);
+    o.batch_size = 50;
+    o.num_workers = 2;
+    o.stream_shards = 1;
+    o.rank = 0;
+    o.world_size = 1;
+    ferry_loader *l;
+    CHECK_OK(ferry_loader_create_stream(&l, st, &o));
+    uint8_t seen[2000] = {0};
+    ferry_batch *b;
+    int rc;
+    *mixed = *batches = 0;
+    while ((rc = ferry_loader_next(l, &b)) == 0) {
+        ferry_tensor id, cls;
+        CHECK_OK(ferry_batch_field(b, 0, &id));
+        CHECK_OK(ferry_batch_field(b, 1, &cls));
+        const int64_t *ids = id.data, *c = cls.data;
+        bool m = false;
+        for (uint32_t i = 0; i < ferry_batch_size(b); i++) {
+            CHECK(ids[i] >= 0 && ids[i] < 2000);
+            CHECK_EQ(c[i], ids[i] / 500);
+            seen[ids[i]]++;
+            m |= c[i] != c[0];
+        }
+        *mixed += m;
+        (*batches)++;
+        ferry_batch_release(b);
+    }
+    CHECK_RC(rc, FERRY_END);
+    for (int i = 0; i < 2000; i++)
+        CHECK_EQ(seen[i], 1);
+    ferry_loader_free(l);
+    ferry_stream_free(st);
+}
+
+TEST(shuffle_key_mixes_a_class_sorted_file)
+{
+    char *dir = make_dir();
+    tbuf t = {0};
+    for (int i = 0; i < 2000; i++)
+        add(&t, "%d,%d\n", i, i / 500); /* 4 classes, one after the other */
+    write_part(dir, 0, t.p);
+    free(t.p);
+    char spec[1200];
+    int mixed, batches;
+    snprintf(spec, sizeof spec, "csv:%s,dtype=i64,fields=id:0;label:1", dir);
+    class_mix(spec, &mixed, &batches);
+    CHECK_EQ(batches, 40);
+    CHECK_EQ(mixed, 0); /* file order: one class per batch */
+    snprintf(spec, sizeof spec, "csv:%s,dtype=i64,fields=id:0;label:1,shuffle=1000,seed=5", dir);
+    class_mix(spec, &mixed, &batches);
+    CHECK_EQ(batches, 40);
+    CHECK(mixed >= 32); /* all but the drained tail of the last class */
+    /* shuffle= on a map-style source says what to do instead */
+    ferry_dataset *ds = NULL;
+    ferry_stream *st = NULL;
+    CHECK_RC(ferry_source_open("synthetic:10,shuffle=4", &ds, &st), FERRY_EINVAL);
+    CHECK_CONTAINS(ferry_last_errmsg(), "shuffle= is for streams");
+    CHECK(ds == NULL && st == NULL);
+    snprintf(spec, sizeof spec, "csv:%s,shuffle=0", dir);
+    CHECK_RC(ferry_source_open(spec, &ds, &st), FERRY_EINVAL);
+    CHECK_CONTAINS(ferry_last_errmsg(), "shuffle=\"0\" is not a number in [1, 16777216]");
+    remove_dir(dir);
+}
+
+TEST(a_long_line_is_one_bad_row)
+{
+    /* a line of 3 MiB, far over the buffer, between good rows: it is one bad row, and
+     * the 1000 rows after it are all read; the loader's skip count is 1 */
+    char *dir = make_dir();
+    tbuf t = {0};
+    add(&t, "-1\n-2\n");
+    size_t at = t.n, big = (size_t)3 << 20;
+    for (size_t i = 0; i < big; i += 1024)
+        add(&t, "%01024d", 7);
+    add(&t, "\n");
+    CHECK(t.n - at > big);
+    for (int i = 0; i < 1000; i++)
+        add(&t, "%d\n", i);
+    write_bytes(dir, "part-00000", t.p, t.n);
+    free(t.p);
+    ferry_stream *st = open_csv(dir, NULL, FERRY_I64);
+    ferry_loader_opts o;
+    ferry_loader_opts_default(&o);
+    o.batch_size = 64;
+    o.num_workers = 2;
+    o.stream_shards = 1;
+    o.rank = 0;
+    o.world_size = 1;
+    o.on_error = FERRY_ON_ERROR_SKIP;
+    o.skip_budget = 5;
+    ferry_loader *l;
+    CHECK_OK(ferry_loader_create_stream(&l, st, &o));
+    ferry_batch *b;
+    int rc;
+    int64_t n = 0, sum = 0;
+    while ((rc = ferry_loader_next(l, &b)) == 0) {
+        ferry_tensor x;
+        CHECK_OK(ferry_batch_field(b, 0, &x));
+        for (uint32_t i = 0; i < ferry_batch_size(b); i++, n++)
+            sum += ((int64_t *)x.data)[i];
+        ferry_batch_release(b);
+    }
+    CHECK_RC(rc, FERRY_END);
+    CHECK_EQ(n, 1002);
+    CHECK_EQ(sum, 999 * 1000 / 2 - 3);
+    ferry_loader_stats s;
+    CHECK_OK(ferry_loader_stats_get(l, &s));
+    CHECK_U64(s.skipped, 1);
+    ferry_loader_free(l);
+    ferry_stream_free(st);
+    remove_dir(dir);
+}
+
+TEST(header_count_and_missing_values)
+{
+    char *dir = make_dir();
+    write_part(dir, 0, "# written by a tool\nx,y,label\n1.5,,3\nNA,2,NA\n  ,  N/A ,7\n");
+    ferry_csv_opts o;
+    ferry_csv_opts_default(&o);
+    o.dir = dir;
+    o.header = 2;
+    o.fields = "x:0-1;label:2:i64";
+    ferry_stream *st = NULL;
+    CHECK_OK(ferry_stream_csv(&st, &o));
+    ferry_stream_iter *it;
+    CHECK_OK(ferry_stream_open(st, 0, 1, 0, &it));
+    struct {
+        float x[2];
+        int64_t label;
+    } row;
+    CHECK_RC(next_row(it, st, &row), FERRY_ECORRUPT); /* missing cells are errors by default */
+    CHECK_CONTAINS(ferry_last_errmsg(), "part-00000: line 3, column 2");
+    ferry_stream_close(it);
+    ferry_stream_free(st);
+    o.missing = "-1";
+    CHECK_OK(ferry_stream_csv(&st, &o));
+    CHECK_OK(ferry_stream_open(st, 0, 1, 0, &it));
+    CHECK_OK(next_row(it, st, &row));
+    CHECK(row.x[0] == 1.5f && row.x[1] == -1.0f && row.label == 3);
+    CHECK_OK(next_row(it, st, &row));
+    CHECK(row.x[0] == -1.0f && row.x[1] == 2.0f && row.label == -1);
+    CHECK_OK(next_row(it, st, &row));
+    CHECK(row.x[0] == -1.0f && row.x[1] == -1.0f && row.label == 7);
+    CHECK_RC(next_row(it, st, &row), FERRY_END);
+    ferry_stream_close(it);
+    ferry_stream_free(st);
+    /* a fill that is not a number of some column's type */
+    o.missing = "nan";
+    CHECK_RC(open_err(dir, &o), FERRY_EINVAL);
+    CHECK_CONTAINS(ferry_last_errmsg(), "missing=\"nan\" is not a number for the int64 columns");
+    /* the source text: header=N, missing=V */
+    ferry_dataset *ds = NULL;
+    char spec[1200];
+    snprintf(spec, sizeof spec, "csv:%s,header=2,fields=x:0-1;label:2:i64,missing=0", dir);
+    CHECK_OK(ferry_source_open(spec, &ds, &st));
+    CHECK_OK(ferry_stream_open(st, 0, 1, 0, &it));
+    CHECK_OK(next_row(it, st, &row));
+    CHECK(row.x[1] == 0.0f);
+    ferry_stream_close(it);
+    ferry_stream_free(st);
+    snprintf(spec, sizeof spec, "csv:%s,header=x", dir);
+    CHECK_RC(ferry_source_open(spec, &ds, &st), FERRY_EINVAL);
+    CHECK_CONTAINS(ferry_last_errmsg(), "header=\"x\" is not a count of lines");
+    remove_dir(dir);
+}
+
+/* data as a gzip member (zlib's deflate with a gzip wrapper), appended to t. */
+static void add_gzip(tbuf *t, const void *data, size_t n)
+{
+    z_stream zs;
+    memset(&zs, 0, sizeof zs);
+    CHECK(deflateInit2(&zs, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) == Z_OK);
+    size_t cap = deflateBound(&zs, (uLong)n) + 64;
+    if (t->cap < t->n + cap) {
+        t->cap = t->n + cap;
+        t->p = realloc(t->p, t->cap);
+        CHECK(t->p != NULL);
+    }
+    zs.next_in = (Bytef *)data;
+    zs.avail_in = (uInt)n;
+    zs.next_out = (Bytef *)t->p + t->n;
+    zs.avail_out = (uInt)cap;
+    CHECK(deflate(&zs, Z_FINISH) == Z_STREAM_END);
+    t->n += cap - zs.avail_out;
+    deflateEnd(&zs);
+}
+
+TEST(gzip_and_zstd_parts_are_read_as_text)
+{
+    char *dir = make_dir();
+    tbuf plain = {0};
+    for (int i = 0; i < 50000; i++) /* several of the decoder's input buffers */
+        add(&plain, "%d,%d.5\n", i, i % 7);
+    /* part 0: gzip in two members (as `cat a.gz b.gz` makes); part 1: zstd; part 2 plain */
+    tbuf gz = {0};
+    add_gzip(&gz, plain.p, plain.n / 2 + 3); /* the cut falls inside a line */
+    add_gzip(&gz, plain.p + plain.n / 2 + 3, plain.n - plain.n / 2 - 3);
+    write_bytes(dir, "part-00000", gz.p, gz.n);
+    size_t zcap = ZSTD_compressBound(plain.n);
+    char *zs = malloc(zcap);
+    size_t zn = ZSTD_compress(zs, zcap, plain.p, plain.n, 3);
+    CHECK(!ZSTD_isError(zn));
+    write_bytes(dir, "part-00001", zs, zn);
+    write_bytes(dir, "part-00002", plain.p, plain.n);
+    ferry_stream *st = open_csv(dir, "a:0:i64;b:1:f64", FERRY_F32);
+    struct {
+        int64_t a;
+        double b;
+    } *rows = malloc(50000 * sizeof *rows);
+    for (uint64_t k = 0; k < 3; k++) {
+        CHECK_EQ(read_shard(st, k, 3, rows, 50000), 50000);
+        for (int i = 0; i < 50000; i++)
+            if (rows[i].a != i || rows[i].b != i % 7 + 0.5)
+                test_fail(__FILE__, __LINE__, "part %d row %d: %lld %g", (int)k, i,
+                          (long long)rows[i].a, rows[i].b);
+    }
+    ferry_stream_free(st);
+    /* the column count is taken from a compressed part 0 too */
+    st = open_csv(dir, NULL, FERRY_F64);
+    CHECK_EQ(ferry_stream_field(st, 0)->shape[0], 2);
+    ferry_stream_free(st);
+    /* a truncated gzip part: an error naming the file, then the next part */
+    write_bytes(dir, "part-00000", gz.p, gz.n / 3);
+    st = open_csv(dir, "a:0:i64;b:1:f64", FERRY_F32);
+    ferry_stream_iter *it;
+    CHECK_OK(ferry_stream_open(st, 0, 1, 0, &it));
+    int rc, good = 0;
+    while ((rc = next_row(it, st, rows)) == 0)
+        good++;
+    CHECK(good > 0 && good < 50000);
+    CHECK_RC(rc, FERRY_ECORRUPT);
+    CHECK_CONTAINS(ferry_last_errmsg(), "part-00000: the gzip stream ends early");
+    CHECK_OK(next_row(it, st, rows)); /* part 1 */
+    CHECK_EQ(rows[0].a, 0);
+    ferry_stream_close(it);
+    ferry_stream_free(st);
+    /* xz is named, with what to do */
+    write_bytes(dir, "part-00000",
+                "\xfd"
+                "7zXZ\0\0\0",
+                8);
+    ferry_csv_opts o;
+    ferry_csv_opts_default(&o);
+    CHECK_RC(open_err(dir, &o), FERRY_ENOTSUP);
+    CHECK_CONTAINS(ferry_last_errmsg(), "part-00000: the file is xz-compressed");
+    CHECK_CONTAINS(ferry_last_errmsg(), "unxz -k");
+    free(rows);
+    free(zs);
+    free(gz.p);
+    free(plain.p);
     remove_dir(dir);
 }

@@ -8,6 +8,7 @@
 #include "core/internal.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 static int destroyed;
 
@@ -317,13 +318,23 @@ TEST(a_folder_of_files_in_the_imagefolder_layout)
     ferry_dataset *ds;
     snprintf(spec, sizeof spec, "files:%s,ext=jpg;png", dir);
     CHECK_OK(ferry_dataset_open(&ds, spec));
-    CHECK_U64(ferry_dataset_len(ds), 4); /* skip.txt is filtered out */
-    /* sorted by path; ant is class 0, zebra class 1, top-level files -1 */
-    static const char *want[] = {"ant/x.png", "top.jpg", "zebra/a.jpg", "zebra/b.JPG"};
-    static const int64_t labels[] = {0, -1, 1, 1};
+    CHECK_U64(ferry_dataset_len(ds), 3); /* skip.txt is filtered out, top.jpg is no sample */
+    /* ant is class 0, zebra class 1; files directly in the folder are left out, as
+     * torchvision's ImageFolder leaves them */
+    static const char *want[] = {"ant/x.png", "zebra/a.jpg", "zebra/b.JPG"};
+    static const int64_t labels[] = {0, 1, 1};
+    CHECK_U64(ferry_folder_nclasses(ds), 2);
+    CHECK(!strcmp(ferry_folder_class_name(ds, 0), "ant"));
+    CHECK(!strcmp(ferry_folder_class_name(ds, 1), "zebra"));
+    CHECK(ferry_folder_class_name(ds, 2) == NULL);
+    ferry_folder_report rep;
+    CHECK_OK(ferry_folder_get_report(ds, &rep));
+    CHECK_U64(rep.root_files, 1);
+    CHECK_U64(rep.filtered, 1);
+    CHECK(!strcmp(rep.first_ignored, "top.jpg"));
     ferry_ctx *ctx;
     CHECK_OK(ferry_ctx_create(&ctx, 0, 0));
-    for (uint64_t i = 0; i < 4; i++) {
+    for (uint64_t i = 0; i < 3; i++) {
         char data[64] = {0}, p[1024] = {0}, expect[64];
         int64_t label, lens[3];
         void *ptrs[3] = {data, p, &label};
@@ -339,11 +350,134 @@ TEST(a_folder_of_files_in_the_imagefolder_layout)
     ferry_dataset_free(ds);
     snprintf(spec, sizeof spec, "files:%s,ext=gif", dir);
     CHECK_RC(ferry_dataset_open(&ds, spec), FERRY_ENOENT);
-    CHECK_CONTAINS(ferry_last_errmsg(), "no files with extension gif");
+    CHECK_CONTAINS(ferry_last_errmsg(), "found no valid file for the classes ant, zebra");
+    CHECK_CONTAINS(ferry_last_errmsg(), "(supported extensions: gif)");
     snprintf(spec, sizeof spec, "files:%s,max=5", dir);
     CHECK_RC(ferry_dataset_open(&ds, spec), FERRY_EOVERFLOW);
     CHECK_CONTAINS(ferry_last_errmsg(), "over max=5");
     CHECK_RC(ferry_dataset_open(&ds, "files:/nonexistent/dir"), FERRY_ENOENT);
     snprintf(path, sizeof path, "rm -rf '%s'", dir);
     CHECK(system(path) == 0);
+}
+
+/* Creates test_dir/rel (and its directories) holding text. */
+static void put(const char *rel, const char *text)
+{
+    char p[512], cmd[1200];
+    snprintf(cmd, sizeof cmd, "mkdir -p \"$(dirname '%s')\"", test_path(rel, p));
+    CHECK(system(cmd) == 0);
+    test_write_file(p, text, strlen(text));
+}
+
+TEST(image_folders_are_read_as_torchvision_reads_them)
+{
+    test_make_dir("imagefolder");
+    char p[512], q[512], spec[700];
+    /* nested directories whose sorted paths are not a depth-first walk ("a/x-1"
+     * sorts before "a/x/..."), a hidden class, a hidden file, upper-case
+     * extensions, files in the root, other extensions, a dangling link */
+    put("a/x/y.jpg", "1");
+    put("a/x-1/z.jpg", "2");
+    put("a/b.JPEG", "3");
+    put("a/x/deeper/w.png", "4");
+    put(".cache/c.jpg", "5");
+    put("b/.h.jpg", "6");
+    put("b/note.txt", "7");
+    put("top.jpg", "8");
+    put("README", "9");
+    CHECK(symlink(test_path("nowhere.jpg", q), test_path("b/gone.jpg", p)) == 0);
+    snprintf(spec, sizeof spec, "files:%s,ext=jpg;jpeg;png", test_dir);
+    ferry_dataset *ds;
+    CHECK_OK(ferry_dataset_open(&ds, spec));
+    static const char *want[] = {".cache/c.jpg",     "a/b.JPEG", "a/x/y.jpg", "a/x-1/z.jpg",
+                                 "a/x/deeper/w.png", "b/.h.jpg", "b/gone.jpg"};
+    (void)want;
+    ferry_folder_report rep;
+    CHECK_OK(ferry_folder_get_report(ds, &rep));
+    CHECK_U64(rep.root_files, 2);
+    CHECK_U64(rep.filtered, 1);
+    CHECK_U64(rep.dangling, 1);
+    CHECK_U64(ferry_folder_nclasses(ds), 3);
+    /* the same list as torchvision's, when it is installed */
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "/usr/bin/python3 -c \"import sys\n"
+             "from torchvision.datasets.folder import find_classes, make_dataset\n"
+             "import os\n"
+             "d = sys.argv[1]\n"
+             "c, idx = find_classes(d)\n"
+             "for path, label in make_dataset(d, idx, extensions=('.jpg', '.jpeg', '.png')):\n"
+             "    print(os.path.relpath(path, d), label)\n"
+             "\" '%s' > '%s' 2>/dev/null",
+             test_dir, test_path("tv.txt", q));
+    bool have_tv = system(cmd) == 0;
+    ferry_ctx *ctx;
+    CHECK_OK(ferry_ctx_create(&ctx, 0, 0));
+    char tv[4096] = "", mine[4096] = "";
+    size_t used = 0;
+    for (uint64_t i = 0; i < ferry_dataset_len(ds); i++) {
+        char data[64], path[1100] = {0};
+        int64_t label, lens[3];
+        void *ptrs[3] = {data, path, &label};
+        ferry_sample s = {3, ptrs, lens};
+        int rc = ferry_dataset_get(ds, i, &s, ctx);
+        if (!strcmp(want[i], "b/gone.jpg")) {
+            CHECK_RC(rc, FERRY_ENOENT);
+            CHECK_CONTAINS(ferry_last_errmsg(),
+                           "b/gone.jpg: a symbolic link to a file that does not exist");
+            snprintf(path, sizeof path, "b/gone.jpg");
+            label = 2;
+        } else {
+            CHECK_OK(rc);
+        }
+        CHECK(!strcmp(path, want[i]));
+        used +=
+            (size_t)snprintf(mine + used, sizeof mine - used, "%s %lld\n", path, (long long)label);
+    }
+    CHECK_U64(ferry_dataset_len(ds), 7);
+    ferry_ctx_free(ctx);
+    if (have_tv) {
+        size_t n;
+        char *t = (char *)test_read_file(q, &n);
+        t[n] = 0;
+        snprintf(tv, sizeof tv, "%s", t);
+        free(t);
+        if (strcmp(tv, mine))
+            test_fail(__FILE__, __LINE__, "torchvision lists:\n%s\nferry lists:\n%s", tv, mine);
+    } else {
+        printf("torchvision is not installed: checked against the rules only\n");
+    }
+    ferry_dataset_free(ds);
+    /* an image-less class is an error naming it, as torchvision's is */
+    put("empty-class/notes.txt", "x");
+    CHECK(mkdir(test_path("void", p), 0755) == 0);
+    CHECK_RC(ferry_dataset_open(&ds, spec), FERRY_ENOENT);
+    CHECK_CONTAINS(ferry_last_errmsg(), "found no valid file for the classes empty-class, void");
+    CHECK_CONTAINS(ferry_last_errmsg(), "jpg,jpeg,png");
+    /* no class directory at all: an error, and folder=flat reads such a folder */
+    test_remove_dir();
+    test_make_dir("flatfolder");
+    put("p.jpg", "1");
+    put("q/r.jpg", "2");
+    put(".s.jpg", "3");
+    snprintf(spec, sizeof spec, "files:%s,ext=jpg", test_dir);
+    CHECK_OK(ferry_dataset_open(&ds, spec)); /* q is a class */
+    CHECK_U64(ferry_dataset_len(ds), 1);
+    ferry_dataset_free(ds);
+    CHECK(unlink(test_path("q/r.jpg", p)) == 0);
+    CHECK(rmdir(test_path("q", p)) == 0);
+    CHECK_RC(ferry_dataset_open(&ds, spec), FERRY_ENOENT);
+    CHECK_CONTAINS(ferry_last_errmsg(), "no class directories");
+    CHECK_CONTAINS(ferry_last_errmsg(), "folder=flat");
+    snprintf(spec, sizeof spec, "files:%s,ext=jpg,folder=flat", test_dir);
+    CHECK_OK(ferry_dataset_open(&ds, spec));
+    CHECK_U64(ferry_dataset_len(ds), 1); /* p.jpg; the hidden one is counted */
+    CHECK_U64(ferry_folder_nclasses(ds), 0);
+    CHECK_OK(ferry_folder_get_report(ds, &rep));
+    CHECK_U64(rep.hidden, 1);
+    ferry_dataset_free(ds);
+    snprintf(spec, sizeof spec, "files:%s,folder=tree", test_dir);
+    CHECK_RC(ferry_dataset_open(&ds, spec), FERRY_EINVAL);
+    CHECK_CONTAINS(ferry_last_errmsg(), "folder=\"tree\" is not imagefolder or flat");
+    test_remove_dir();
 }

@@ -464,3 +464,78 @@ TEST(settings_and_allocation_failures)
     }
     test_remove_dir();
 }
+
+TEST(compressed_text_and_a_missing_index_say_what_to_do)
+{
+    test_make_dir("lines-gz");
+    char p[512], q[512];
+    /* a real gzip file: the gzip magic, then a deflate stream */
+    static const unsigned char gz[] = {0x1f, 0x8b, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00,
+                                       0x00, 0x03, 0x4b, 0xe4, 0x02, 0x00, 0x07, 0xa1,
+                                       0xea, 0xdd, 0x02, 0x00, 0x00, 0x00};
+    test_write_file(test_path("train.txt.gz", p), gz, sizeof gz);
+    CHECK_RC(ferry_line_index_build(p, NULL, NULL, NULL, NULL), FERRY_ENOTSUP);
+    CHECK_CONTAINS(ferry_last_errmsg(), "train.txt.gz: the file is gzip-compressed");
+    CHECK_CONTAINS(ferry_last_errmsg(), "gunzip -k");
+    snprintf(q, sizeof q, "%s.fidx", p);
+    CHECK(access(q, F_OK) != 0); /* no index of garbage written */
+    ferry_lines_opts o;
+    ferry_lines_opts_default(&o);
+    o.path = p;
+    o.build_index = 1;
+    ferry_dataset *ds = NULL;
+    CHECK_RC(ferry_dataset_lines(&ds, &o), FERRY_ENOTSUP);
+    CHECK_CONTAINS(ferry_last_errmsg(), "gzip-compressed");
+    /* zstd too */
+    static const unsigned char zst[] = {0x28, 0xb5, 0x2f, 0xfd, 0x04, 0x58, 0x11, 0x00,
+                                        0x00, 0x61, 0x0a, 0x55, 0xc8, 0xcc, 0x1e};
+    test_write_file(test_path("train.txt.zst", p), zst, sizeof zst);
+    CHECK_RC(ferry_line_index_build(p, NULL, NULL, NULL, NULL), FERRY_ENOTSUP);
+    CHECK_CONTAINS(ferry_last_errmsg(), "zstd-compressed");
+    /* plain text without its index: what to run */
+    test_write_file(test_path("plain.txt", p), "a\nb\n", 4);
+    o.path = p;
+    o.build_index = 0;
+    CHECK_RC(ferry_dataset_lines(&ds, &o), FERRY_ENOENT);
+    CHECK_CONTAINS(ferry_last_errmsg(), "has no line index");
+    CHECK_CONTAINS(ferry_last_errmsg(), "ferry index");
+    CHECK_CONTAINS(ferry_last_errmsg(), "build=1");
+    test_remove_dir();
+}
+
+TEST(cut_lines_are_counted_in_the_loader_stats)
+{
+    test_make_dir("lines-cut");
+    char p[512];
+    char text[4096] = "";
+    size_t n = 0;
+    for (int i = 0; i < 100; i++) /* every 4th line is 40 bytes, the rest 5 */
+        n += (size_t)snprintf(text + n, sizeof text - n, "%s\n",
+                              i % 4 ? "short" : "a line of forty bytes, over max=16 ....");
+    test_write_file(test_path("t.txt", p), text, n);
+    char spec[600];
+    snprintf(spec, sizeof spec, "lines:%s,max=16,build=1", p);
+    ferry_dataset *ds;
+    CHECK_OK(ferry_dataset_open(&ds, spec));
+    for (uint32_t w = 0; w <= 2; w += 2) {
+        ferry_loader_opts o;
+        ferry_loader_opts_default(&o);
+        o.batch_size = 10;
+        o.num_workers = w;
+        ferry_loader *l;
+        CHECK_OK(ferry_loader_create(&l, ds, &o));
+        ferry_batch *b;
+        int rc;
+        while ((rc = ferry_loader_next(l, &b)) == 0)
+            ferry_batch_release(b);
+        CHECK_RC(rc, FERRY_END);
+        ferry_loader_stats st;
+        CHECK_OK(ferry_loader_stats_get(l, &st));
+        CHECK_U64(st.truncated, 25);
+        CHECK_U64(st.samples, 100);
+        CHECK_U64(st.data_bytes, 75 * 5 + 25 * 16);
+        ferry_loader_free(l);
+    }
+    ferry_dataset_free(ds);
+    test_remove_dir();
+}

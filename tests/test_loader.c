@@ -926,13 +926,13 @@ static uint64_t run_len(void *self)
     return 640;
 }
 
-/* Samples 0..599 fail, each after 1 ms; the rest are good. */
+/* Samples 0..599 fail, each after 2 ms; the rest are good. */
 static int run_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
 {
     (void)self;
     (void)ctx;
     if (i < 600) {
-        usleep(1000);
+        usleep(2000);
         return ferry_error(FERRY_ECORRUPT, "sample %llu is bad", (unsigned long long)i);
     }
     int64_t v = (int64_t)i;
@@ -954,7 +954,7 @@ TEST(a_long_run_of_skipped_samples_is_no_timeout)
     ferry_loader_opts o = opts(8, 2, 4, 0);
     o.on_error = FERRY_ON_ERROR_SKIP;
     o.skip_budget = 1000;
-    o.timeout_ms = 100; /* the run of bad samples takes about 300 ms */
+    o.timeout_ms = 250; /* the run of bad samples takes about 600 ms; a batch, 8 ms */
     ferry_loader *l;
     CHECK_OK(ferry_loader_create(&l, ds, &o));
     ferry_batch *b;
@@ -967,7 +967,7 @@ TEST(a_long_run_of_skipped_samples_is_no_timeout)
     }
     if (rc != FERRY_END)
         test_fail(__FILE__, __LINE__, "rc %d: %s", rc, ferry_loader_errmsg(l));
-    CHECK(ferry_now_ns() - t0 > 200000000u); /* the run did take longer than the timeout */
+    CHECK(ferry_now_ns() - t0 > 250000000u); /* the run did take longer than the timeout */
     CHECK_U64(n, 40);
     ferry_loader_stats st;
     CHECK_OK(ferry_loader_stats_get(l, &st));
@@ -1000,5 +1000,88 @@ TEST(a_stream_shuffle_buffer_over_the_memory_budget_is_an_error)
     ferry_batch_release(b);
     ferry_loader_free(l);
     ferry_stream_free(st);
+    ferry_dataset_free(ds);
+}
+
+typedef struct {
+    pthread_mutex_t m;
+    uint64_t n, sum;
+} skip_log;
+
+static void log_skip(uint64_t epoch, uint64_t index, int rc, const char *msg, void *arg)
+{
+    skip_log *s = arg;
+    CHECK_EQ(rc, FERRY_ECORRUPT);
+    CHECK(strstr(msg, "injected failure") != NULL);
+    pthread_mutex_lock(&s->m);
+    s->n++;
+    s->sum += index + epoch;
+    pthread_mutex_unlock(&s->m);
+}
+
+TEST(skip_has_a_default_budget_and_names_every_skipped_sample)
+{
+    ferry_loader_opts o;
+    ferry_loader_opts_default(&o);
+    CHECK_U64(o.skip_budget, FERRY_SKIP_BUDGET_DEFAULT);
+    ferry_dataset *ds = synthetic(5000, 8, 0, 100, 0); /* 50 bad samples: 99, 199, ... */
+    for (uint32_t w = 0; w <= 3; w += 3) {
+        o = opts(64, w, 4, 1);
+        o.on_error = FERRY_ON_ERROR_SKIP; /* the budget left at its default */
+        skip_log log = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
+        o.on_skip = log_skip;
+        o.on_skip_arg = &log;
+        ferry_loader *l;
+        CHECK_OK(ferry_loader_create(&l, ds, &o));
+        uint64_t n;
+        run_epoch(l, 0, &n);
+        CHECK_U64(n, 4950);
+        CHECK_U64(log.n, 50); /* every one, named */
+        CHECK_U64(log.sum, 50 * 99 + 100 * (49 * 50 / 2));
+        /* the first kept, in index order whatever the workers did */
+        for (uint64_t k = 0; k < FERRY_SKIPPED_KEPT; k++) {
+            uint64_t ep, ix;
+            const char *msg;
+            CHECK_OK(ferry_loader_skipped_sample(l, k, &ep, &ix, &msg));
+            CHECK_U64(ep, 0);
+            CHECK_U64(ix, 99 + 100 * k);
+            char want[64];
+            snprintf(want, sizeof want, "sample %llu", (unsigned long long)ix);
+            CHECK_CONTAINS(msg, want);
+        }
+        uint64_t ep, ix;
+        const char *msg;
+        CHECK_RC(ferry_loader_skipped_sample(l, FERRY_SKIPPED_KEPT, &ep, &ix, &msg), FERRY_ERANGE);
+        ferry_loader_stats st;
+        CHECK_OK(ferry_loader_stats_get(l, &st));
+        CHECK_U64(st.skipped, 50);
+        ferry_loader_free(l);
+    }
+    ferry_dataset_free(ds);
+}
+
+TEST(data_bytes_count_lengths_not_padding)
+{
+    ferry_dataset *ds = synthetic(1000, 8, 300, 0, 0); /* data [8], label, text up to 300 */
+    ferry_loader_opts o = opts(64, 2, 4, 0);
+    ferry_loader *l;
+    CHECK_OK(ferry_loader_create(&l, ds, &o));
+    ferry_batch *b;
+    int rc;
+    uint64_t want = 0;
+    while ((rc = ferry_loader_next(l, &b)) == 0) {
+        ferry_tensor len;
+        CHECK_OK(ferry_batch_lengths(b, 2, &len));
+        for (uint32_t i = 0; i < ferry_batch_size(b); i++)
+            want += 8 + 8 + (uint64_t)((int64_t *)len.data)[i];
+        ferry_batch_release(b);
+    }
+    CHECK_RC(rc, FERRY_END);
+    ferry_loader_stats st;
+    CHECK_OK(ferry_loader_stats_get(l, &st));
+    CHECK_U64(st.data_bytes, want);
+    CHECK_U64(st.bytes, 1000 * (8 + 8 + 300));
+    CHECK(st.data_bytes < st.bytes);
+    ferry_loader_free(l);
     ferry_dataset_free(ds);
 }

@@ -280,13 +280,15 @@ TEST(eval_dct_reduced_within_tolerance)
 }
 
 /* Train: crop, resize the crop alone, flip. */
-static diff train_vs_reference(const char *path, uint32_t size, uint64_t index)
+static diff train_vs_reference_opts(const char *path, uint32_t size, uint64_t index,
+                                    int no_dct_reduce)
 {
     size_t n;
     unsigned char *buf = test_read_file(path, &n);
     image im = decode_all(buf, n);
     ferry_image_pipeline p;
     plain(&p, FERRY_PIPELINE_TRAIN, size, size);
+    p.no_dct_reduce = no_dct_reduce;
     ferry_ctx *ctx;
     CHECK_OK(ferry_ctx_create(&ctx, 11, 2));
     unsigned char *got = run(&p, buf, n, index, ctx);
@@ -315,6 +317,11 @@ static diff train_vs_reference(const char *path, uint32_t size, uint64_t index)
     free(buf);
     ferry_ctx_free(ctx);
     return d;
+}
+
+static diff train_vs_reference(const char *path, uint32_t size, uint64_t index)
+{
+    return train_vs_reference_opts(path, size, index, 0);
 }
 
 TEST(train_equals_crop_then_resize)
@@ -571,6 +578,11 @@ TEST(records_of_images)
     char folder[512], shards[512], spec[1200];
     snprintf(folder, sizeof folder, "%s", test_dir);
     test_path("shards", shards);
+    /* the folder as listed before the shards go into it (a directory without
+     * images would be a class without a file, an error) */
+    ferry_dataset *fs;
+    snprintf(spec, sizeof spec, "images:%s,pipeline=eval,size=32,dtype=u8", folder);
+    CHECK_OK(ferry_dataset_open(&fs, spec));
     const char *files[3] = {"cat/a.jpg", "cat/b.JPG", "dog/c.png"};
     ferry_field f[2];
     memset(f, 0, sizeof f);
@@ -600,10 +612,8 @@ TEST(records_of_images)
     CHECK_OK(ferry_writer_commit(w));
 
     snprintf(spec, sizeof spec, "records:%s,pipeline=eval,size=32,dtype=u8", shards);
-    ferry_dataset *rs, *fs;
+    ferry_dataset *rs;
     CHECK_OK(ferry_dataset_open(&rs, spec));
-    snprintf(spec, sizeof spec, "images:%s,pipeline=eval,size=32,dtype=u8", folder);
-    CHECK_OK(ferry_dataset_open(&fs, spec));
     CHECK_U64(ferry_dataset_len(rs), 3);
     int ri = ferry_dataset_find_field(rs, "image"), rl = ferry_dataset_find_field(rs, "labels");
     CHECK(ri >= 0 && rl >= 0);
@@ -706,3 +716,32 @@ TEST(cli_pack_and_bench_images)
     test_remove_dir();
 }
 #endif
+
+TEST(dct_reduction_can_be_turned_off)
+{
+    test_need_shared(JPEG_DIR);
+    /* boxes far over twice the output: reduced by default, exact without it */
+    int reduced_differs = 0;
+    for (uint64_t k = 0; k < 20; k++) {
+        diff exact = train_vs_reference_opts(JPEG_DIR "/valid/ljt_testorig.jpg", 16, k, 1);
+        if (exact.max != 0)
+            test_fail(__FILE__, __LINE__, "sample %llu without DCT reduction: max diff %d",
+                      (unsigned long long)k, exact.max);
+        reduced_differs +=
+            train_vs_reference_opts(JPEG_DIR "/valid/ljt_testorig.jpg", 16, k, 0).max > 0;
+    }
+    CHECK(reduced_differs > 0); /* the setting is what made the difference */
+    /* the source key */
+    char spec[600];
+    ferry_dataset *ds;
+    snprintf(spec, sizeof spec, "images:%s,dct_reduce=0", JPEG_DIR);
+    CHECK_OK(ferry_dataset_open(&ds, spec));
+    ferry_dataset_free(ds);
+    snprintf(spec, sizeof spec, "images:%s,dct_reduce=maybe", JPEG_DIR);
+    CHECK_RC(ferry_dataset_open(&ds, spec), FERRY_EINVAL);
+    CHECK_CONTAINS(ferry_last_errmsg(), "dct_reduce=\"maybe\" is not 0 or 1");
+    ferry_image_pipeline p;
+    ferry_image_pipeline_default(&p, FERRY_PIPELINE_TRAIN);
+    p.no_dct_reduce = 2;
+    CHECK_RC(ferry_image_pipeline_check(&p), FERRY_EINVAL);
+}

@@ -964,3 +964,38 @@ TEST(cli_ls_verify_cat)
     test_remove_dir();
 }
 #endif
+
+/* No tensors at all; and a file replaced while a handle maps it: the handle keeps
+ * the old bytes (rename, not rewrite). */
+TEST(empty_and_replaced_under_a_reader)
+{
+    test_make_dir("tensors_empty");
+    char path[512];
+    test_path("e.safetensors", path);
+    CHECK_OK(ferry_tensors_save(path, NULL, 0, NULL));
+    ferry_tensors *t;
+    CHECK_OK(ferry_tensors_open(&t, path, NULL));
+    CHECK_EQ(ferry_tensors_count(t), 0);
+    CHECK_EQ(ferry_tensors_metadata_count(t), 0);
+    ferry_tensors_free(t);
+    size_t n;
+    unsigned char *b = test_read_file(path, &n);
+    CHECK_EQ(n, 16); /* the length, "{}" and 6 spaces of padding */
+    CHECK(memcmp(b + 8, "{}      ", 8) == 0);
+    free(b);
+
+    save_abc(path);
+    CHECK_OK(ferry_tensors_open(&t, path, NULL));
+    const ferry_tensor_info *a = ferry_tensors_find(t, "model.a");
+    float z[4] = {0, 0, 0, 0};
+    int64_t s4 = 4;
+    ferry_tensor_src src[] = {{"model.a", FERRY_ST_F32, 1, &s4, z}};
+    CHECK_OK(ferry_tensors_save(path, src, 1, NULL));
+    CHECK_EQ(((const float *)a->data)[3], 4); /* still the old file's bytes */
+    CHECK_OK(ferry_tensors_verify(t, 0));
+    ferry_tensors_free(t);
+    CHECK_OK(ferry_tensors_open(&t, path, NULL));
+    CHECK_EQ(((const float *)ferry_tensors_find(t, "model.a")->data)[3], 0);
+    ferry_tensors_free(t);
+    test_remove_dir();
+}

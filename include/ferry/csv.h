@@ -55,6 +55,15 @@ FERRY_API int ferry_csv_parser_create(ferry_csv_parser **out, char delim, size_t
 /* NULL is a no-op. */
 FERRY_API void ferry_csv_parser_free(ferry_csv_parser *p);
 
+/* Missing values: after this call, a cell that is empty (blanks only) or one of
+ * NA, N/A, n/a, NULL, null, None, #N/A, <NA> (and, in an int64 column, NaN and
+ * nan) is read as `fill`, a number written as a cell of the column's type would be
+ * ("0", "-1", "nan" for float columns). Without it such cells are errors. A float
+ * column reads "nan" as NaN either way. FERRY_EINVAL when fill is not a number of
+ * some column's type (naming the column), and the parser is left as it was. Call
+ * it before the parser is shared between threads. */
+FERRY_API int ferry_csv_parser_set_missing(ferry_csv_parser *p, const char *fill);
+
 /* Where a row went wrong (filled by ferry_csv_parse_row on FERRY_ECORRUPT). */
 typedef struct ferry_csv_error {
     size_t column;  /* 1-based column of the bad cell; 0 when the column count is wrong */
@@ -98,7 +107,12 @@ FERRY_API size_t ferry_csv_count_columns(const char *line, size_t len, char deli
  *
  * The column count is `cols`, or when 0, the count of the first data row of part 0,
  * read when the stream is created. Every row must have exactly that many columns.
- * With header nonzero, the first line of every part file is skipped.
+ * With header = N, the first N lines of every part file are skipped. `dir` may
+ * also name one file, read as the only part.
+ *
+ * Part files compressed with gzip or zstd (found by their magic bytes, whatever
+ * their names) are decoded as they are read; xz, bzip2, lz4 and zip files are
+ * FERRY_ENOTSUP naming the file and what to run.
  *
  * Shard k of n reads the parts i with i % n == k, in order, each with buffered reads
  * (memory per open shard is about FERRY_CSV_MAX_LINE plus a pointer per column,
@@ -108,18 +122,23 @@ FERRY_API size_t ferry_csv_count_columns(const char *line, size_t len, char deli
  *   DIR/part-00003: line 17, column 4: "1.2.3" is not a number
  *   DIR/part-00001: line 9: 5 columns, expected 4
  * and the next call goes on with the next row. A line over FERRY_CSV_MAX_LINE bytes
- * (FERRY_ECORRUPT) or a failed read (FERRY_EIO) ends that part file; the next call
- * goes on with the next part of the shard. */
+ * is one bad row too (FERRY_ECORRUPT, "line 17: longer than 1048576 bytes
+ * (skipped)"): it is passed over to its end, and the next call goes on with the
+ * line after it. A failed read (FERRY_EIO) or damaged compressed data
+ * (FERRY_ECORRUPT) ends that part file; the next call goes on with the next part
+ * of the shard. */
 typedef struct ferry_csv_opts {
-    const char *dir;    /* the directory (required) */
-    const char *prefix; /* of part file names; default (and NULL) "part-" */
-    uint32_t digits;    /* zero-padded width of the number, 1 .. 18; default (and 0) 5 */
-    const char *suffix; /* after the number, e.g. ".csv"; default (and NULL) "" */
-    char delim;         /* default (and 0) ',' */
-    int header;         /* nonzero: skip the first line of every part */
-    ferry_dtype dtype;  /* FERRY_F32 (default, and FERRY_DTYPE_INVALID), F64 or I64 */
-    const char *fields; /* NULL: one field "data" with every column */
-    uint64_t cols;      /* columns per row, 1 .. FERRY_CSV_MAX_COLS; 0: from part 0 */
+    const char *dir;     /* the directory (required) */
+    const char *prefix;  /* of part file names; default (and NULL) "part-" */
+    uint32_t digits;     /* zero-padded width of the number, 1 .. 18; default (and 0) 5 */
+    const char *suffix;  /* after the number, e.g. ".csv"; default (and NULL) "" */
+    char delim;          /* default (and 0) ',' */
+    int header;          /* lines to skip at the start of every part, 0 .. 1000000 */
+    ferry_dtype dtype;   /* FERRY_F32 (default, and FERRY_DTYPE_INVALID), F64 or I64 */
+    const char *fields;  /* NULL: one field "data" with every column */
+    uint64_t cols;       /* columns per row, 1 .. FERRY_CSV_MAX_COLS; 0: from part 0 */
+    const char *missing; /* NULL: missing cells are errors; else their fill value
+                          * (ferry_csv_parser_set_missing) */
 } ferry_csv_opts;
 
 /* Default settings (see ferry_csv_opts); set dir before use. */

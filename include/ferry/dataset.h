@@ -82,6 +82,14 @@ typedef enum ferry_stage {
  * counted as READ. */
 FERRY_API void ferry_ctx_stage_add(ferry_ctx *c, ferry_stage stage, uint64_t ns);
 
+/* A dataset that cuts a sample to fit its fields (a line longer than its bound)
+ * counts it here, n samples at a time: the loader adds the counts to its stats
+ * (ferry_loader_stats.truncated), so that cutting is never silent. */
+FERRY_API void ferry_ctx_count_truncated(ferry_ctx *c, uint64_t n);
+/* Samples counted as cut on this context so far (a context of your own; a
+ * loader's workers hand theirs to the loader's stats as they go). */
+FERRY_API uint64_t ferry_ctx_truncated(const ferry_ctx *c);
+
 /* A context for calling ferry_dataset_get yourself, outside a loader. */
 FERRY_API int ferry_ctx_create(ferry_ctx **out, uint64_t seed, uint64_t epoch);
 FERRY_API void ferry_ctx_free(ferry_ctx *c);
@@ -181,15 +189,23 @@ FERRY_API int ferry_dataset_synthetic(ferry_dataset **out, const ferry_synthetic
  * Built in: "synthetic:COUNT[,bytes=N][,cost=N][,seed=N][,classes=N][,var=N]
  * [,fail_every=N][,sleep_us=N][,pool=N]" and "lines:FILE[,max=N][,index=PATH][,build=1]
  * [,error_long=1][,readahead=auto|on|off][,io=mmap|pread]" (ferry/lines.h), and the stream
- * "csv:DIR[,prefix=part-][,digits=5][,suffix=][,delim=,][,header=1][,dtype=f32]
- * [,fields=x:0-3;y:4:i64][,cols=N]" (ferry/csv.h), and "files:DIR[,ext=jpg;png][,max=BYTES]":
- * every file under DIR (sorted by path) is a sample with "data" (its bytes, variable
- * up to the largest file or max), "path" (relative, up to 1023 bytes) and "label"
- * (int64: the position of its top-level subdirectory among the sorted ones, the
- * torchvision ImageFolder layout; -1 for files directly in DIR), and
+ * "csv:DIR[,prefix=part-][,digits=5][,suffix=][,delim=,][,header=N][,dtype=f32]
+ * [,fields=x:0-3;y:4:i64][,cols=N]" (ferry/csv.h), and "files:DIR[,ext=jpg;png][,max=BYTES]
+ * [,folder=imagefolder|flat]": every file under DIR's class directories, in the order
+ * and with the labels torchvision's ImageFolder gives them (ferry/folder.h: files
+ * directly in DIR are left out and counted, an empty class is an error), is a
+ * sample with "data" (its bytes, variable up to the largest file or max), "path"
+ * (relative, up to 1023 bytes) and "label" (int64, the class); folder=flat reads
+ * every file under DIR by path, label -1, and
  * "lmdb:PATH[,db=NAME][,datum=auto|1|0][,max=N][,lock=0|1]" (ferry/lmdb.h: Caffe
- * Datum values decode to "data", "label" and "float_data"). Unknown kinds and keys are
- * FERRY_EINVAL naming them. */
+ * Datum values decode to "data", "label" and "float_data"), and
+ * "tfrecord:PATH|DIR|GLOB[,raw=1][,features=...][,stream=1]" (ferry/tfrecord.h: TFRecord
+ * files, tf.train.Example fields) and "wds:PATH|DIR|GLOB[,fields=jpg;cls][,stream=1]"
+ * (ferry/wds.h: WebDataset tar shards), map-style over uncompressed files and streams
+ * over gzipped ones. Also "npy:PATH" / "npy:x=a.npy;y=b.npz/m[,inflate_max=N]"
+ * (ferry/npy.h), "tokens:GLOB[,seq=T][,dtype=u16|u32][,out=i32|i64][,order=llmc,batch=B
+ * [,rank=R,world=W]]" (ferry/tokens.h) and "mds:DIR[,zstd_max=N][,cache=DIR]"
+ * (ferry/mds.h). Unknown kinds and keys are FERRY_EINVAL naming them. */
 FERRY_API int ferry_dataset_open(ferry_dataset **out, const char *spec);
 
 /* Opens any described source: a map-style kind sets *ds, a stream kind (csv) sets

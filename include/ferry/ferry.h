@@ -23,5 +23,11 @@
 #include "transform.h"
 #include "pipeline.h"
 #include "tensors.h"
+#include "npy.h"
+#include "tokens.h"
+#include "mds.h"
+#include "tfrecord.h"
+#include "wds.h"
+#include "folder.h"
 
 #endif /* FERRY_H */

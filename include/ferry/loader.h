@@ -31,7 +31,17 @@ typedef struct ferry_loader ferry_loader;
 typedef struct ferry_batch ferry_batch;
 
 enum { FERRY_ON_ERROR_FAIL = 0, FERRY_ON_ERROR_SKIP = 1 };
+
+/* The skip budget ferry_loader_opts_default sets: with FERRY_ON_ERROR_SKIP, up to
+ * this many bad samples an epoch are skipped; one more ends the epoch with
+ * FERRY_EBUDGET (a source where everything fails is not read to its end). */
+#define FERRY_SKIP_BUDGET_DEFAULT 1000
 enum { FERRY_ORDER_SAMPLER = 0, FERRY_ORDER_COMPLETION = 1 };
+
+/* A bad sample under the skip policy: its epoch, its dataset index (UINT64_MAX for
+ * a stream sample), its status and its message ("file: record N at offset M:
+ * why", valid during the call). */
+typedef void (*ferry_skip_fn)(uint64_t epoch, uint64_t index, int rc, const char *msg, void *arg);
 
 /* Called once on each worker thread before it does any work. Returning nonzero
  * makes ferry_loader_create fail with FERRY_ECALLBACK. */
@@ -51,7 +61,8 @@ typedef struct ferry_loader_opts {
     int order;              /* FERRY_ORDER_SAMPLER (default) or FERRY_ORDER_COMPLETION */
     int64_t timeout_ms;     /* wait for a batch at most this long; 0 = forever; < 0 invalid */
     int on_error;           /* FERRY_ON_ERROR_FAIL (default) or FERRY_ON_ERROR_SKIP */
-    uint64_t skip_budget;   /* with SKIP: bad samples allowed in an epoch */
+    uint64_t skip_budget;   /* with SKIP: bad samples allowed in an epoch (default
+                             * FERRY_SKIP_BUDGET_DEFAULT; 0 = none, UINT64_MAX = no limit) */
     ferry_worker_init_fn worker_init;
     void *worker_init_arg;
     uint32_t stream_shards; /* streams only: shards read in parallel, 1 .. 65536; 0 = 1 */
@@ -68,6 +79,12 @@ typedef struct ferry_loader_opts {
      * FERRY_EINVAL. A file's schema decides a batch's size, so this is what keeps a
      * file that claims huge fields from taking the machine's memory. */
     uint64_t memory_budget;
+    /* With FERRY_ON_ERROR_SKIP: called for every bad sample (the one over the budget
+     * included), on the worker thread that met it, outside the loader's lock, so
+     * possibly from several threads at once: make it thread-safe, keep it short, and
+     * do not call the loader from it. NULL: none. */
+    ferry_skip_fn on_skip;
+    void *on_skip_arg;
     /* Page-lock every batch buffer for a CUDA device (ferry/device.h), so that a
      * copy from it to the device is asynchronous and at the host link's full
      * speed: each buffer is locked once, when it is allocated, and stays locked
@@ -172,24 +189,41 @@ FERRY_API uint64_t ferry_loader_len(const ferry_loader *l);
 FERRY_API const char *ferry_loader_errmsg(const ferry_loader *l);
 
 typedef struct ferry_loader_stats {
-    uint64_t samples;                     /* delivered */
-    uint64_t batches;                     /* delivered */
-    uint64_t bytes;                       /* of delivered batches (their buffers' used bytes) */
-    uint64_t skipped;                     /* bad samples skipped */
-    uint64_t elapsed_ns;                  /* since the first start */
+    uint64_t samples;    /* delivered */
+    uint64_t batches;    /* delivered */
+    uint64_t bytes;      /* of delivered batches' buffers: every slot at full size, variable fields
+                          * padded to their bound (data_bytes is the data in them) */
+    uint64_t skipped;    /* bad samples skipped */
+    uint64_t elapsed_ns; /* since the first start */
     uint64_t first_batch_ns;              /* from the first start to the first batch handed out */
     uint64_t consumer_wait_ns;            /* time the consumer spent waiting in next() */
     uint64_t worker_busy_ns;              /* summed over workers: time spent on samples */
     uint64_t worker_idle_ns;              /* summed over workers: time spent waiting for work */
     uint64_t stage_ns[FERRY_STAGE_COUNT]; /* summed over workers */
     uint32_t num_workers;
-    uint32_t prefetch;     /* batch buffers in the pool (the default resolved) */
-    uint64_t pinned_bytes; /* batch memory page-locked now (pin_memory), spares included */
+    uint32_t prefetch;   /* batch buffers in the pool (the default resolved) */
+    uint64_t truncated;  /* samples the dataset cut to fit (ferry_ctx_count_truncated: lines
+                          * longer than max), in the work done so far */
+    uint64_t data_bytes; /* of delivered samples' data: fixed fields whole, variable fields
+                          * their rows only (bytes less the padding) */
+    /* batch memory page-locked now (pin_memory), spares included */
+    uint64_t pinned_bytes;
 } ferry_loader_stats;
 
 /* Counters so far. consumer_wait_ns / elapsed_ns near 1 means training is
  * input-bound; near 0, the loader keeps up. */
 FERRY_API int ferry_loader_stats_get(ferry_loader *l, ferry_loader_stats *out);
+
+/* The first FERRY_SKIPPED_KEPT bad samples met under the skip policy over the
+ * loader's life, in (epoch, index) order whatever the worker count, k from 0: their
+ * epoch, dataset index (UINT64_MAX for a stream sample) and message (valid until
+ * the next call on the loader). When an epoch ends early (the budget, a cancel, a
+ * new start), bad samples of batches read ahead and never delivered may be among
+ * them. FERRY_ERANGE past the last one kept. Every bad sample, however many, goes
+ * to opts.on_skip. Consumer thread only. */
+#define FERRY_SKIPPED_KEPT 8
+FERRY_API int ferry_loader_skipped_sample(ferry_loader *l, uint64_t k, uint64_t *epoch,
+                                          uint64_t *index, const char **msg);
 
 /* ---- Batches ---- */
 

@@ -31,7 +31,7 @@
  * that the filter reaches; that agrees with resizing the whole image and cropping
  * within 2 levels (Pillow's own two ways differ as much: the first pass rounds
  * at different places). With DCT reduction: within the tolerance given in
- * docs/images.md.
+ * docs/images.md; no_dct_reduce (dct_reduce=0 in a source) turns it off.
  */
 #ifndef FERRY_PIPELINE_H
 #define FERRY_PIPELINE_H
@@ -69,6 +69,11 @@ typedef struct ferry_image_pipeline {
     int layout;          /* FERRY_LAYOUT_CHW (default) or FERRY_LAYOUT_HWC */
     int lenient;         /* decode truncated JPEGs as far as they go */
     uint64_t max_pixels; /* refuse larger images; 0 = the decoder's default */
+    int no_dct_reduce;   /* 1: never decode a JPEG at a reduced scale: the pixels agree with
+                          * torchvision's (Pillow decodes at full size) at the cost of a full
+                          * IDCT of the box; 0 (default): reduce a box at least twice the
+                          * output (docs/images.md: up to several levels off, much faster
+                          * for large images). Source key dct_reduce=0 sets it. */
 } ferry_image_pipeline;
 
 /* The standard settings of a mode: 224 x 224 output, eval resize 256, train scale
@@ -109,13 +114,25 @@ FERRY_API int ferry_image_pipeline_run(const ferry_image_pipeline *p, const void
                                        ferry_rng *rng, void *dst, ferry_ctx *ctx);
 
 /* A dataset of images over another one whose field `field` holds encoded images
- * (NULL: "image" if there is one, else "data"): that field becomes "image", the
+ * (NULL: "image" if there is one, else "data", else WebDataset's "jpg", "jpeg" or
+ * "png"): that field becomes "image", the
  * pipeline's output tensor; every other field passes through unchanged (labels,
  * several of them, paths). A failing image is an error naming the file (from a
  * "path" field when there is one) or the sample. With own_inner, inner is freed
  * with the dataset (also when this call fails). */
 FERRY_API int ferry_dataset_images(ferry_dataset **out, ferry_dataset *inner, const char *field,
                                    const ferry_image_pipeline *p, int own_inner);
+
+/* The same over a stream (a gzipped WebDataset shard, a TFRecord stream): field
+ * `field` (NULL: "image", "data", "jpg", "jpeg" or "png", the first there) holds
+ * variable uint8 encoded images and becomes "image"; the other fields pass through.
+ * The per-sample draws are keyed by (seed, epoch, hash of the stream shard and the
+ * sample's position in it), so they do not depend on the worker count. Takes
+ * ownership of inner, also when it fails (as the stream decorators do). Memory:
+ * one encoded image at the field's bound per opened shard. Mode none is
+ * FERRY_EINVAL (a stream passes its bytes through as they are). */
+FERRY_API int ferry_stream_images(ferry_stream **out, ferry_stream *inner, const char *field,
+                                  const ferry_image_pipeline *p);
 
 #ifdef __cplusplus
 }

@@ -219,6 +219,10 @@ Field = _namedtuple("Field", "name dtype shape variable")
 Field.__doc__ = """A field of a sample: its name, NumPy dtype name, per-sample shape and
 whether its first dimension varies (up to ``shape[0]``, its bound)."""
 
+# Bad samples on_error="skip" drops in an epoch when skip_budget is not given:
+# the C library's default (FERRY_SKIP_BUDGET_DEFAULT), so that "skip" skips.
+SKIP_BUDGET_DEFAULT = 1000
+
 # A str or bytes field's bound when fields= does not give one: enough for most
 # text, small enough that a batch's buffer stays small (batch_size * bound).
 TEXT_BOUND = 4096
@@ -904,8 +908,9 @@ class DataLoader:
     - ``in_order`` (default True): batches in sampler order. False hands them
       out as they complete (the same batches, maybe in another order).
     - ``on_error``: "fail" (default) raises at the first bad sample; "skip" drops
-      bad samples, up to ``skip_budget`` per epoch, and counts them in
-      ``stats()["skipped"]``.
+      bad samples, up to ``skip_budget`` per epoch (default
+      ``ferry.SKIP_BUDGET_DEFAULT``, 1000), counts them in ``stats()["skipped"]``
+      and names the first ones in ``stats()["skipped_samples"]``.
     - ``output``: "torch" (default) or "numpy".
     - ``pin_memory`` (default False): page-lock the batch memory (once, when
       each buffer is allocated) so that ``.to("cuda", non_blocking=True)``
@@ -928,7 +933,7 @@ class DataLoader:
     def __init__(self, source, batch_size=1, shuffle=False, sampler=None, num_workers=0,
                  drop_last=False, timeout=0, worker_init_fn=None, prefetch_factor=None,
                  persistent_workers=True, seed=None, in_order=True, on_error="fail",
-                 skip_budget=0, output="torch", *, fields=None, transform=None, **kwargs):
+                 skip_budget=None, output="torch", *, fields=None, transform=None, **kwargs):
         self.pin_memory = _pin_memory(kwargs.pop("pin_memory", False),
                                       kwargs.pop("pin_memory_device", ""))
         for k, v in kwargs.items():
@@ -968,6 +973,8 @@ class DataLoader:
         if on_error not in ("fail", "skip"):
             raise ValueError("on_error must be 'fail' or 'skip', got %r" % (on_error,))
         self.on_error = on_error
+        if skip_budget is None:
+            skip_budget = SKIP_BUDGET_DEFAULT
         self.skip_budget = _int(skip_budget, "skip_budget", 0, (1 << 64) - 1)
         if output not in ("torch", "numpy"):
             raise ValueError("output must be 'torch' or 'numpy', got %r" % (output,))
@@ -1074,8 +1081,11 @@ class DataLoader:
     _stream_state = None
 
     def stats(self):
-        """The loader's counters as a dict: samples, batches, bytes, skipped,
-        elapsed_s, samples_per_s, first_batch_s, consumer_wait_s,
+        """The loader's counters as a dict: samples, batches, bytes (of the
+        batch buffers), data_bytes (of the samples' data, without padding),
+        skipped, skipped_samples (the first bad samples skipped: (epoch, index,
+        message)), truncated (samples cut to fit their field, e.g. lines over
+        max=), elapsed_s, samples_per_s, first_batch_s, consumer_wait_s,
         consumer_wait_fraction (near 1: training waits for input), worker
         busy/idle seconds, stage_s (read, decode, transform, write), num_workers,
         prefetch."""

@@ -5,6 +5,7 @@ from typing import Any, Literal, NamedTuple, TypeVar
 
 __version__: str
 TEXT_BOUND: int
+SKIP_BUDGET_DEFAULT: int
 
 class Error(Exception):
     code: int | None
@@ -102,7 +103,7 @@ class DataLoader:
                  timeout: float = ..., worker_init_fn: Callable[[int], Any] | None = ...,
                  prefetch_factor: int | None = ..., persistent_workers: bool = ...,
                  seed: int | None = ..., in_order: bool = ...,
-                 on_error: Literal["fail", "skip"] = ..., skip_budget: int = ...,
+                 on_error: Literal["fail", "skip"] = ..., skip_budget: int | None = ...,
                  output: Literal["torch", "numpy"] = ..., *,
                  fields: Mapping[str, FieldSpec] | Sequence[FieldSpec] | None = ...,
                  transform: Callable[[dict[str, Any]], Any] | None = ...,
@@ -116,3 +117,12 @@ class DataLoader:
     def close(self) -> None: ...
     def __enter__(self) -> DataLoader: ...
     def __exit__(self, *exc: Any) -> None: ...
+
+def save(tensors: Mapping[str, Any], path: str | PathLike[str],
+         metadata: Mapping[str, str] | None = ..., *, crc: bool = ...,
+         threads: int | None = ...) -> None: ...
+def load(path: str | PathLike[str], names: Sequence[str] | None = ..., prefix: str | None = ...,
+         *, strip_prefix: str | None = ..., add_prefix: str | None = ..., copy: bool = ...,
+         verify: bool = ..., allow_missing: bool = ...,
+         output: Literal["torch", "numpy"] = ...) -> dict[str, Any]: ...
+def load_metadata(path: str | PathLike[str]) -> dict[str, str]: ...

@@ -2092,6 +2092,26 @@ static PyObject *loader_stats(PyObject *op, PyObject *unused)
     STAT("stage_s", st);
     STAT("num_workers", PyLong_FromUnsignedLong(s.num_workers));
     STAT("prefetch", PyLong_FromUnsignedLong(s.prefetch));
+    STAT("truncated", PyLong_FromUnsignedLongLong(s.truncated));
+    STAT("data_bytes", PyLong_FromUnsignedLongLong(s.data_bytes));
+    PyObject *named = PyList_New(0);
+    for (uint64_t k = 0; named && k < FERRY_SKIPPED_KEPT; k++) {
+        uint64_t ep, ix;
+        const char *msg;
+        if (ferry_loader_skipped_sample(self->l, k, &ep, &ix, &msg) < 0)
+            break;
+        PyObject *t =
+            ix == UINT64_MAX
+                ? Py_BuildValue("(KOs)", (unsigned long long)ep, Py_None, msg)
+                : Py_BuildValue("(KKs)", (unsigned long long)ep, (unsigned long long)ix, msg);
+        if (!t || PyList_Append(named, t) < 0) {
+            Py_XDECREF(t);
+            Py_CLEAR(named);
+            break;
+        }
+        Py_DECREF(t);
+    }
+    STAT("skipped_samples", named);
     STAT("pinned_bytes", PyLong_FromUnsignedLongLong(s.pinned_bytes));
     return d;
 }

@@ -48,6 +48,14 @@ def test_numpy_output_and_dlpack_interop():
     t = torch.from_dlpack(b["data"])            # NumPy's own DLPack export, zero-copy
     assert t.data_ptr() == b["data"].__array_interface__["data"][0]
     assert b.size == 10 and b.indices.dtype == np.int64
+    raw = b._idx                                # ferry's own export object
+    assert "dltensor_versioned" in repr(raw.__dlpack__(max_version=(1, 0)))
+    assert "dltensor_versioned" not in repr(raw.__dlpack__())
+    assert raw.__dlpack_device__() == (1, 0)
+    assert torch.equal(torch.from_dlpack(raw), torch.arange(10))
+    assert list(np.from_dlpack(raw)) == list(range(10))
+    with pytest.raises(BufferError):
+        raw.__dlpack__(stream=5)
     dt = ferry.DataLoader("synthetic:100,bytes=8", batch_size=10)
     tb = next(iter(dt))
     a = np.from_dlpack(tb["data"])              # torch's DLPack export, zero-copy
@@ -272,6 +280,10 @@ def test_failing_sample_names_it():
                           on_error="skip", skip_budget=5)
     n = sum(b.size for b in dl)
     assert n == 98 and dl.stats()["skipped"] == 2
+    named = dl.stats()["skipped_samples"]
+    assert [(e, i) for e, i, _ in named] == [(0, 36), (0, 73)] and "sample 36" in named[0][2]
+    dl = ferry.DataLoader("synthetic:100,fail_every=37", batch_size=10, on_error="skip")
+    assert sum(b.size for b in dl) == 98 and dl.skip_budget == ferry.SKIP_BUDGET_DEFAULT
     dl = ferry.DataLoader("synthetic:100,fail_every=37", batch_size=10, on_error="skip",
                           skip_budget=1)
     with pytest.raises(ferry.BudgetError):
@@ -418,6 +430,7 @@ def test_stats():
     assert s["samples"] == 1000 and s["batches"] == 10 and s["num_workers"] == 2
     assert 0 <= s["consumer_wait_fraction"] <= 1 and s["first_batch_s"] > 0
     assert set(s["stage_s"]) == {"read", "decode", "transform", "write"}
+    assert s["data_bytes"] == s["bytes"] == 1000 * (16 + 8) and s["truncated"] == 0
 
 
 def test_kept_tensors_never_starve_the_loader():

@@ -20,7 +20,7 @@ def sample():
         "steps": torch.tensor(12345, dtype=torch.int64),
         "mask": torch.tensor([True, False, True]),
         "counts": np.arange(12, dtype=np.int32).reshape(3, 4),
-        "bytes": np.frombuffer(b"\x00\x01\xff", dtype=np.uint8),
+        "bytes": np.array([0, 1, 255], dtype=np.uint8),
         "f64": np.linspace(0, 1, 5),
         "empty": torch.zeros(0, 3),
     }

@@ -62,8 +62,10 @@ const char *ferry_st_dtype_name(ferry_st_dtype dt)
 
 ferry_st_dtype ferry_st_dtype_from_name(const char *name)
 {
-    for (int i = 1; name && i < FERRY_ST_DTYPE_COUNT; i++)
-        if (!strcmp(dtypes[i].name, name))
+    /* once per tensor of a header: compare the first two bytes before the rest */
+    for (int i = 1; name && name[0] && i < FERRY_ST_DTYPE_COUNT; i++)
+        if (dtypes[i].name[0] == name[0] && dtypes[i].name[1] == name[1] &&
+            !strcmp(dtypes[i].name + 1, name + 1))
             return (ferry_st_dtype)i;
     return FERRY_ST_INVALID;
 }
@@ -452,7 +454,7 @@ static int parse_tensor(parser *ps, const char *name)
                 return json_error(ps, "bad key in a tensor");
             if (!ferry__json_eat(j, ':'))
                 return json_error(ps, "':' expected");
-            if (!strcmp(k, "dtype")) {
+            if (kn == 5 && !memcmp(k, "dtype", 5)) {
                 char *v;
                 size_t vn;
                 if (have_dtype)
@@ -465,7 +467,7 @@ static int parse_tensor(parser *ps, const char *name)
                 if (e.info.dtype == FERRY_ST_INVALID)
                     return ferry__err(FERRY_ECORRUPT, "%s: tensor \"%s\": unknown dtype \"%s\"",
                                       t->label, name, v);
-            } else if (!strcmp(k, "shape")) {
+            } else if (kn == 5 && !memcmp(k, "shape", 5)) {
                 if (have_shape)
                     return ferry__err(FERRY_ECORRUPT, "%s: tensor \"%s\": shape given twice",
                                       t->label, name);
@@ -497,7 +499,7 @@ static int parse_tensor(parser *ps, const char *name)
                         return json_error(ps, "',' or ']' expected in a shape");
                     }
                 }
-            } else if (!strcmp(k, "data_offsets")) {
+            } else if (kn == 12 && !memcmp(k, "data_offsets", 12)) {
                 if (have_offsets)
                     return ferry__err(FERRY_ECORRUPT, "%s: tensor \"%s\": data_offsets given twice",
                                       t->label, name);
@@ -543,7 +545,8 @@ static int parse_json(ferry_tensors *t, const uint8_t *hdr, size_t n)
             str_commit(t, kn);
             if (!ferry__json_eat(&ps.j, ':'))
                 return json_error(&ps, "':' expected");
-            rc = !strcmp(k, "__metadata__") ? parse_metadata(&ps) : parse_tensor(&ps, k);
+            rc = kn == 12 && !memcmp(k, "__metadata__", 12) ? parse_metadata(&ps)
+                                                            : parse_tensor(&ps, k);
             if (rc < 0)
                 return rc;
             if (ferry__json_eat(&ps.j, ','))

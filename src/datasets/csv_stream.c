@@ -5,6 +5,7 @@
  */
 #include "csv_internal.h"
 #include "../io/io.h"
+#include "../io/zread.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -12,17 +13,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* A line of FERRY_CSV_MAX_LINE bytes with its "\r\n" fits in the buffer. */
 #define READ_CAP (FERRY_CSV_MAX_LINE + 2)
 #define MAX_DIGITS 18
 #define MAX_AFFIX 255
 #define NO_FIELD 0xff
+#define CSV_MAX_HEADER 1000000
 
 typedef struct {
     char *dir, *prefix, *suffix;
+    bool single; /* dir names one file: the only part */
     unsigned digits;
-    int header;
+    uint64_t header; /* lines to pass over at the start of every part */
     uint64_t nparts;
     size_t ncols;
     size_t path_cap; /* bytes for dir/prefix+number+suffix and its NUL */
@@ -31,13 +35,14 @@ typedef struct {
     uint32_t *col_off;  /* [ncols]: its byte offset within that field */
 } csv_source;
 
-/* Lines of one file, read through a buffer of READ_CAP bytes. */
+/* Lines of one file, read through a buffer of READ_CAP bytes; gzip and zstd files
+ * are decoded on the way (found by their magic bytes). */
 typedef struct {
-    ferry__file f; /* f.fd is -1 when no file is open */
+    ferry__zread sr; /* sr.open when a file is open */
     char *buf;
     size_t start, end; /* unread bytes: buf[start .. end) */
-    uint64_t off;      /* file offset of buf[end] */
     bool eof;
+    bool broken;   /* a failed read or damaged compressed data: the file ends here */
     uint64_t line; /* lines handed out so far: the last one's 1-based number */
     char *path;    /* [path_cap]: the open file, for messages */
 } reader;
@@ -49,32 +54,53 @@ static const char *errno_text(int e, char *buf, size_t n)
 
 static void part_name(const csv_source *src, uint64_t part, char *out, size_t cap)
 {
-    snprintf(out, cap, "%s/%s%0*llu%s", src->dir, src->prefix, (int)src->digits,
-             (unsigned long long)part, src->suffix);
+    if (src->single)
+        snprintf(out, cap, "%s", src->dir);
+    else
+        snprintf(out, cap, "%s/%s%0*llu%s", src->dir, src->prefix, (int)src->digits,
+                 (unsigned long long)part, src->suffix);
 }
 
 static int reader_open(reader *r, const csv_source *src, uint64_t part)
 {
     part_name(src, part, r->path, src->path_cap);
     r->start = r->end = 0;
-    r->off = 0;
     r->eof = false;
+    r->broken = false;
     r->line = 0;
-    int rc = ferry__file_open(&r->f, r->path);
-    if (rc < 0)
-        return rc;
-    (void)posix_fadvise(r->f.fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-    return 0;
+    return ferry__zread_open(&r->sr, r->path);
 }
 
 static void reader_close(reader *r)
 {
-    ferry__file_close(&r->f);
+    ferry__zread_close(&r->sr);
+}
+
+/* More bytes after buf[end]; sets eof at the end of the data. */
+static int reader_fill(reader *r)
+{
+    size_t want = READ_CAP - r->end, got;
+    int rc = ferry__zread_read(&r->sr, r->buf + r->end, want, &got);
+    if (rc < 0) {
+        r->broken = true;
+        return rc;
+    }
+    r->eof = got < want && !r->sr.broken; /* short at the end, or before an error */
+    r->end += got;
+    return 0;
+}
+
+static int long_line(reader *r)
+{
+    return ferry__err(FERRY_ECORRUPT, "%s: line %llu: longer than %zu bytes (skipped)", r->path,
+                      (unsigned long long)r->line, FERRY_CSV_MAX_LINE);
 }
 
 /* The next line, without its "\n" (a "\r" before it stays; the row parser drops it).
  * 1 and *line, *len set; 0 at the end of the file; or an error. *line is valid until
- * the next call. */
+ * the next call. A line over FERRY_CSV_MAX_LINE bytes is passed over to its end and
+ * reported as FERRY_ECORRUPT: the next call goes on with the line after it. A failed
+ * read sets r->broken. */
 static int reader_line(reader *r, const char **line, size_t *len)
 {
     for (;;) {
@@ -86,7 +112,7 @@ static int reader_line(reader *r, const char **line, size_t *len)
             r->start += nl ? n + 1 : n;
             r->line++;
             if (n - (n > 0 && b[n - 1] == '\r') > FERRY_CSV_MAX_LINE)
-                break;
+                return long_line(r);
             *line = b;
             *len = n;
             return 1;
@@ -98,20 +124,28 @@ static int reader_line(reader *r, const char **line, size_t *len)
             r->start = 0;
             r->end = avail;
         }
-        if (r->end == READ_CAP) { /* a full buffer and no newline */
+        if (r->end == READ_CAP) { /* a full buffer and no newline: pass over the line */
             r->line++;
-            break;
+            for (;;) {
+                r->start = r->end = 0;
+                int rc = reader_fill(r);
+                if (rc < 0)
+                    return rc;
+                nl = memchr(r->buf, '\n', r->end);
+                if (nl) {
+                    r->start = (size_t)(nl - r->buf) + 1;
+                    return long_line(r);
+                }
+                if (r->eof) {
+                    r->end = 0;
+                    return long_line(r);
+                }
+            }
         }
-        size_t want = READ_CAP - r->end, got;
-        int rc = ferry__file_pread(&r->f, r->path, r->buf + r->end, want, r->off, &got);
+        int rc = reader_fill(r);
         if (rc < 0)
             return rc;
-        r->eof = got < want; /* short only at the end of the file */
-        r->end += got;
-        r->off += got;
     }
-    return ferry__err(FERRY_ECORRUPT, "%s: line %llu: longer than %zu bytes", r->path,
-                      (unsigned long long)r->line, FERRY_CSV_MAX_LINE);
 }
 
 /* ---- The stream ---- */
@@ -119,6 +153,7 @@ static int reader_line(reader *r, const char **line, size_t *len)
 typedef struct {
     const csv_source *src;
     uint64_t part, step;
+    uint64_t header_left; /* header lines still to pass over in this part */
     reader r;
     void **col_dst; /* [ncols] */
 } csv_iter;
@@ -128,7 +163,7 @@ static void csv_close(void *iter)
     csv_iter *it = iter;
     if (!it)
         return;
-    reader_close(&it->r);
+    ferry__zread_free(&it->r.sr);
     ferry__free(it->r.buf);
     ferry__free(it->r.path);
     ferry__free(it->col_dst);
@@ -145,7 +180,6 @@ static int csv_open(void *self, uint64_t shard, uint64_t nshards, uint64_t epoch
     it->src = src;
     it->part = shard;
     it->step = nshards;
-    it->r.f.fd = -1;
     it->r.buf = ferry__malloc(READ_CAP);
     it->r.path = ferry__malloc(src->path_cap);
     it->col_dst = ferry__calloc(src->ncols, sizeof *it->col_dst);
@@ -160,6 +194,7 @@ static int csv_open(void *self, uint64_t shard, uint64_t nshards, uint64_t epoch
 static void next_part(csv_iter *it)
 {
     reader_close(&it->r);
+    it->header_left = 0;
     it->part = it->part + it->step < it->part ? UINT64_MAX : it->part + it->step;
 }
 
@@ -172,7 +207,7 @@ static int csv_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
     size_t len;
     int rc;
     for (;;) {
-        if (it->r.f.fd < 0) {
+        if (!it->r.sr.open) {
             if (it->part >= src->nparts)
                 return FERRY_END;
             rc = reader_open(&it->r, src, it->part);
@@ -180,20 +215,18 @@ static int csv_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
                 next_part(it);
                 return rc;
             }
-            if (src->header) {
-                rc = reader_line(&it->r, &line, &len);
-                if (rc <= 0) { /* an error, or a file without even its header */
-                    next_part(it);
-                    if (rc < 0)
-                        return rc;
-                    continue;
-                }
-            }
+            it->header_left = src->header;
         }
         rc = reader_line(&it->r, &line, &len);
+        if (rc == 1 && it->header_left) {
+            it->header_left--;
+            continue;
+        }
         if (rc == 1)
             break;
-        /* a bad line or read ends this file; a skip policy goes on with the next */
+        if (rc < 0 && !it->r.broken)
+            return rc; /* a bad line is one bad row: the next call reads the next line */
+        /* the end of the file, or a read that failed: go on with the next part */
         next_part(it);
         if (rc < 0)
             return rc;
@@ -337,7 +370,7 @@ cleanup:
 static int detect_cols(const csv_source *src, char delim, size_t *ncols)
 {
     int rc = 0;
-    reader r = {.f = {.fd = -1}};
+    reader r = {0};
     r.buf = ferry__malloc(READ_CAP);
     r.path = ferry__malloc(src->path_cap);
     if (!r.buf || !r.path)
@@ -345,7 +378,7 @@ static int detect_cols(const csv_source *src, char delim, size_t *ncols)
     FERRY_TRY(reader_open(&r, src, 0));
     const char *line = NULL;
     size_t len = 0;
-    for (int i = 0; i <= (src->header != 0); i++) {
+    for (uint64_t i = 0; i <= src->header; i++) {
         FERRY_TRY(reader_line(&r, &line, &len));
         if (rc == 0)
             FERRY_FAIL(FERRY_ECORRUPT, "%s: no data row to take the column count from (set cols=N)",
@@ -361,7 +394,7 @@ static int detect_cols(const csv_source *src, char delim, size_t *ncols)
     *ncols = n;
     rc = 0;
 cleanup:
-    reader_close(&r);
+    ferry__zread_free(&r.sr);
     ferry__free(r.buf);
     ferry__free(r.path);
     return rc;
@@ -464,8 +497,8 @@ static int parse_fields(const char *text, ferry_dtype dflt, field_spec *fs, int 
 }
 
 /* Maps columns to fields and builds the schema and the parser. */
-static int build_layout(csv_source *src, char delim, const field_spec *fs, int nfs,
-                        ferry_field *fields)
+static int build_layout(csv_source *src, char delim, const char *missing, const field_spec *fs,
+                        int nfs, ferry_field *fields)
 {
     int rc = 0;
     ferry_dtype *col_dtype = NULL;
@@ -500,6 +533,8 @@ static int build_layout(csv_source *src, char delim, const field_spec *fs, int n
         o->shape[0] = f->scalar ? 0 : (int64_t)(f->last - f->first + 1);
     }
     FERRY_TRY(ferry_csv_parser_create(&src->parser, delim, ncols, col_dtype));
+    if (missing)
+        FERRY_TRY(ferry_csv_parser_set_missing(src->parser, missing));
 cleanup:
     ferry__free(col_dtype);
     return rc;
@@ -555,6 +590,9 @@ int ferry_stream_csv(ferry_stream **out, const ferry_csv_opts *o)
     if (!csv_dtype_ok(dtype))
         FERRY_FAIL(FERRY_EINVAL, "csv: dtype %s is not float32, float64 or int64",
                    ferry_dtype_name(dtype));
+    if (o->header < 0 || o->header > CSV_MAX_HEADER)
+        FERRY_FAIL(FERRY_EINVAL, "csv: header %d is outside [0, %d] (lines to skip)", o->header,
+                   CSV_MAX_HEADER);
     if (o->cols > FERRY_CSV_MAX_COLS)
         FERRY_FAIL(FERRY_EINVAL, "csv: cols %llu is outside [1, %zu] (0: from the first row)",
                    (unsigned long long)o->cols, FERRY_CSV_MAX_COLS);
@@ -579,10 +617,19 @@ int ferry_stream_csv(ferry_stream **out, const ferry_csv_opts *o)
     if (!src->dir || !src->prefix || !src->suffix)
         FERRY_FAIL(FERRY_ENOMEM, "csv: out of memory");
     src->digits = digits;
-    src->header = o->header != 0;
+    src->header = (uint64_t)o->header;
     /* dir '/' prefix, at most 19 digits (see match_part), suffix, NUL */
     src->path_cap = strlen(o->dir) + 1 + strlen(prefix) + 19 + strlen(suffix) + 1;
-    FERRY_TRY(list_parts(src));
+    struct stat sb;
+    if (stat(o->dir, &sb) == 0 && !S_ISDIR(sb.st_mode)) {
+        if (!S_ISREG(sb.st_mode))
+            FERRY_FAIL(FERRY_EINVAL, "csv: \"%s\" is neither a directory of part files nor a file",
+                       o->dir);
+        src->single = true; /* one file: the only part */
+        src->nparts = 1;
+    } else {
+        FERRY_TRY(list_parts(src));
+    }
     if (o->cols)
         src->ncols = (size_t)o->cols;
     else
@@ -590,7 +637,7 @@ int ferry_stream_csv(ferry_stream **out, const ferry_csv_opts *o)
     if (!o->fields)
         fs[0].last = src->ncols - 1;
     ferry_field fields[FERRY_MAX_FIELDS];
-    FERRY_TRY(build_layout(src, delim, fs, nfs, fields));
+    FERRY_TRY(build_layout(src, delim, o->missing, fs, nfs, fields));
     ferry__free(fs);
     /* owns src from here, also when it fails */
     return ferry_stream_create(out, &csv_vtable, src, fields, nfs);
@@ -643,7 +690,20 @@ int ferry__csv_open_spec(ferry_stream **out, ferry__spec *s)
     o.digits = (uint32_t)digits;
     if ((v = ferry__spec_str(s, "delim")))
         FERRY_TRY(spec_delim(v, &o.delim));
-    FERRY_TRY(ferry__spec_bool(s, "header", &o.header));
+    if ((v = ferry__spec_str(s, "header"))) {
+        uint64_t h;
+        if (!strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "on"))
+            o.header = 1;
+        else if (!strcmp(v, "false") || !strcmp(v, "no") || !strcmp(v, "off"))
+            o.header = 0;
+        else if (ferry__parse_u64(v, &h) && h <= CSV_MAX_HEADER)
+            o.header = (int)h;
+        else
+            FERRY_FAIL(FERRY_EINVAL,
+                       "source csv: header=\"%.64s\" is not a count of lines in [0, %d]", v,
+                       CSV_MAX_HEADER);
+    }
+    o.missing = ferry__spec_str(s, "missing");
     if ((v = ferry__spec_str(s, "dtype"))) {
         o.dtype = ferry_dtype_from_name(v);
         if (!csv_dtype_ok(o.dtype))

@@ -94,6 +94,16 @@ void ferry_ctx_stage_add(ferry_ctx *c, ferry_stage stage, uint64_t ns)
         c->stage_ns[stage] += ns;
 }
 
+void ferry_ctx_count_truncated(ferry_ctx *c, uint64_t n)
+{
+    c->truncated += n;
+}
+
+uint64_t ferry_ctx_truncated(const ferry_ctx *c)
+{
+    return c->truncated;
+}
+
 int ferry_ctx_create(ferry_ctx **out, uint64_t seed, uint64_t epoch)
 {
     *out = ferry__calloc(1, sizeof **out);

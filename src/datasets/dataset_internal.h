@@ -17,6 +17,7 @@ struct ferry_ctx {
     void *scratch[FERRY__CTX_SLOTS];
     size_t scratch_cap[FERRY__CTX_SLOTS];
     uint64_t stage_ns[FERRY_STAGE_COUNT]; /* claimed by the dataset during a call */
+    uint64_t truncated; /* samples cut to fit (ferry_ctx_count_truncated), not yet counted */
 };
 
 struct ferry_dataset {
@@ -26,6 +27,9 @@ struct ferry_dataset {
     bool near_hints_only; /* hint with soon = 0 does nothing: the loader skips it */
     int nfields;
     ferry_field fields[FERRY_MAX_FIELDS];
+    /* a folder's classes and what its walk left out (files:, and datasets over one
+     * such as images:), or NULL; owned by the folder dataset (ferry/folder.h) */
+    const struct ferry__folder *folder;
 };
 
 struct ferry_stream {
@@ -74,6 +78,9 @@ int ferry__spec_check_used(const ferry__spec *s);
 int ferry__lines_open_spec(ferry_dataset **out, ferry__spec *s);
 int ferry__files_open_spec(ferry_dataset **out, ferry__spec *s);
 int ferry__records_open_spec(ferry_dataset **ds, ferry_stream **st, ferry__spec *s);
+int ferry__npy_open_spec(ferry_dataset **out, ferry__spec *s);
+int ferry__tokens_open_spec(ferry_dataset **out, ferry__spec *s);
+int ferry__mds_open_spec(ferry_dataset **out, ferry__spec *s);
 /* The image options of a spec ("pipeline=", "size=", ...), taken when the kind is
  * images or a pipeline= is given (*present); *field is image_field= or NULL. */
 struct ferry_image_pipeline;

@@ -118,6 +118,10 @@ int ferry_dataset_images(ferry_dataset **out, ferry_dataset *inner, const char *
         d->field = ferry_dataset_find_field(inner, "image");
         if (d->field < 0)
             d->field = ferry_dataset_find_field(inner, "data");
+        /* WebDataset names fields by extension */
+        static const char *const exts[] = {"jpg", "jpeg", "png"};
+        for (int i = 0; i < 3 && d->field < 0; i++)
+            d->field = ferry_dataset_find_field(inner, exts[i]);
     }
     if (d->field < 0)
         FERRY_FAIL(FERRY_EINVAL, "images: the dataset has no field \"%s\" with encoded images",
@@ -154,6 +158,7 @@ int ferry_dataset_images(ferry_dataset **out, ferry_dataset *inner, const char *
     d = NULL; /* the dataset owns it now, also on failure */
     if (rc < 0)
         return rc;
+    ds->folder = inner->folder; /* the classes of the folder under it */
     *out = ds;
     return 0;
 cleanup:
@@ -261,6 +266,7 @@ int ferry__images_spec(ferry__spec *s, int is_images, ferry_image_pipeline *p, c
     ferry_image_pipeline_default(p, (ferry_pipeline_mode)mode);
     double v[3];
     int got, filter = p->filter, layout = p->layout, dt = 0, grey = 0, lenient = 0, norm = 1;
+    int reduce = 1;
     if ((rc = spec_nums(s, "size", 'x', 2, v, &got)) < 0)
         return rc;
     if (got) {
@@ -306,6 +312,7 @@ int ferry__images_spec(ferry__spec *s, int is_images, ferry_image_pipeline *p, c
         (rc = ferry__spec_bool(s, "grey", &grey)) < 0 ||
         (rc = ferry__spec_bool(s, "lenient", &lenient)) < 0 ||
         (rc = ferry__spec_bool(s, "normalize", &norm)) < 0 ||
+        (rc = ferry__spec_bool(s, "dct_reduce", &reduce)) < 0 ||
         (rc = ferry__spec_u64(s, "max_pixels", 1, UINT64_MAX, &p->max_pixels)) < 0)
         return rc;
     const char *dv = ferry__spec_str(s, "dtype");
@@ -324,6 +331,7 @@ int ferry__images_spec(ferry__spec *s, int is_images, ferry_image_pipeline *p, c
     p->grey = grey;
     p->lenient = lenient;
     p->normalize = norm;
+    p->no_dct_reduce = !reduce;
     *field = ferry__spec_str(s, "image_field");
     return ferry_image_pipeline_check(p);
 }

@@ -6,6 +6,7 @@
 #include "ferry/lines.h"
 #include "dataset_internal.h"
 #include "../io/io.h"
+#include "../io/zread.h"
 #include "../formats/formats_internal.h"
 
 #include <fcntl.h>
@@ -76,6 +77,7 @@ got_line:
                                d->path, (unsigned long long)i, (unsigned long long)off,
                                (unsigned long long)len, d->max_len);
         atomic_fetch_add_explicit(&d->truncated, 1, memory_order_relaxed);
+        ferry_ctx_count_truncated(ctx, 1);
     } else if (n && dst[n - 1] == '\r') {
         n--;
     }
@@ -172,6 +174,7 @@ int ferry_dataset_lines(ferry_dataset **out, const ferry_lines_opts *o)
     d->max_len = max_len;
     d->on_long = o->on_long;
     snprintf(d->path, sizeof d->path, "%s", o->path);
+    FERRY_TRY(ferry__refuse_compressed(o->path, "the lines: source"));
     FERRY_TRY(ferry__file_open(&d->f, o->path));
     FERRY_TRY(ferry_line_index_open(&d->ix, o->path, o->index_path, o->build_index));
     if (ferry_line_index_source_size(d->ix) != d->f.size)

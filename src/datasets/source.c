@@ -5,7 +5,9 @@
 #include "dataset_internal.h"
 #include "csv_internal.h"
 #include "lmdb_internal.h"
+#include "shard_files.h"
 #include "ferry/pipeline.h"
+#include "ferry/stream.h"
 
 #include <string.h>
 
@@ -145,6 +147,35 @@ static int open_synthetic(ferry_dataset **out, ferry__spec *s)
     return ferry_dataset_synthetic(out, &o);
 }
 
+/* The value of option `key` without taking it (the kind's own parser may). */
+static const char *spec_peek(const ferry__spec *s, const char *key)
+{
+    for (int i = 0; i < s->nopts; i++)
+        if (!strcmp(s->key[i], key))
+            return s->value[i];
+    return NULL;
+}
+
+/* shuffle=N on a stream: a shuffle buffer of N samples per opened shard, seeded by
+ * the source's seed= (0 without one). The option is taken before the kind's parser
+ * runs; a map-style kind then refuses it with what to do instead. */
+static int stream_shuffle_spec(ferry__spec *s, uint64_t *buffer, uint64_t *seed)
+{
+    int rc;
+    *buffer = 0;
+    *seed = 0;
+    if ((rc = ferry__spec_u64(s, "shuffle", 1, FERRY_STREAM_MAX_BUFFER, buffer)) < 0)
+        return rc;
+    if (*buffer == 0)
+        return 0;
+    const char *v = spec_peek(s, "seed");
+    if (v && !strcmp(s->kind, "csv")) /* csv has no seed of its own */
+        return ferry__spec_u64(s, "seed", 0, UINT64_MAX, seed);
+    if (v && !ferry__parse_u64(v, seed))
+        return ferry__err(FERRY_EINVAL, "source %s: seed=\"%.64s\" is not a number", s->kind, v);
+    return 0;
+}
+
 int ferry_source_open(const char *spec, ferry_dataset **ds, ferry_stream **st)
 {
     *ds = NULL;
@@ -156,7 +187,10 @@ int ferry_source_open(const char *spec, ferry_dataset **ds, ferry_stream **st)
     ferry_image_pipeline ip;
     const char *image_field = NULL;
     int images = 0;
+    uint64_t shuffle_buffer = 0, shuffle_seed = 0;
     int rc = ferry__spec_parse(s, spec);
+    if (rc == 0)
+        rc = stream_shuffle_spec(s, &shuffle_buffer, &shuffle_seed);
     if (rc == 0)
         rc = ferry__images_spec(s, !strcmp(s->kind, "images"), &ip, &image_field, &images);
     if (rc == 0) {
@@ -177,6 +211,16 @@ int ferry_source_open(const char *spec, ferry_dataset **ds, ferry_stream **st)
             rc = ferry__lmdb_open_spec(ds, s);
         else if (!strcmp(s->kind, "files"))
             rc = ferry__files_open_spec(ds, s);
+        else if (!strcmp(s->kind, "npy"))
+            rc = ferry__npy_open_spec(ds, s);
+        else if (!strcmp(s->kind, "tokens"))
+            rc = ferry__tokens_open_spec(ds, s);
+        else if (!strcmp(s->kind, "mds"))
+            rc = ferry__mds_open_spec(ds, s);
+        else if (!strcmp(s->kind, "tfrecord"))
+            rc = ferry__tfrecord_open_spec(ds, st, s);
+        else if (!strcmp(s->kind, "wds"))
+            rc = ferry__wds_open_spec(ds, st, s);
         else if (!strcmp(s->kind, "csv"))
             rc = st ? ferry__csv_open_spec(st, s)
                     : ferry__err(FERRY_EINVAL,
@@ -184,18 +228,37 @@ int ferry_source_open(const char *spec, ferry_dataset **ds, ferry_stream **st)
         else
             rc = ferry__err(FERRY_EINVAL,
                             "source: unknown kind \"%.64s\" (known: synthetic, lines, files, "
-                            "images, records, lmdb, csv)",
+                            "images, records, lmdb, csv, npy, tokens, mds, tfrecord, wds)",
                             s->kind);
     }
     if (rc == 0 && images) {
-        if (!*ds) {
+        if (!*ds && ip.mode != FERRY_PIPELINE_NONE) {
+            ferry_stream *inner = *st;
+            *st = NULL;
+            rc = ferry_stream_images(st, inner, image_field, &ip);
+        } else if (!*ds) {
             ferry_stream_free(*st);
             *st = NULL;
-            rc = ferry__err(FERRY_EINVAL, "source %s: pipeline= needs a map-style source", s->kind);
+            rc = ferry__err(FERRY_EINVAL, "source %s: pipeline=none needs a map-style source",
+                            s->kind);
         } else {
             ferry_dataset *inner = *ds;
             *ds = NULL;
             rc = ferry_dataset_images(ds, inner, image_field, &ip, 1);
+        }
+    }
+    if (rc == 0 && shuffle_buffer) {
+        if (!*ds && st && *st) {
+            ferry_stream *inner = *st;
+            *st = NULL;
+            rc = ferry_stream_shuffle(st, inner, (size_t)shuffle_buffer, shuffle_seed);
+        } else {
+            ferry_dataset_free(*ds);
+            *ds = NULL;
+            rc = ferry__err(FERRY_EINVAL,
+                            "source %s: shuffle= is for streams; a map-style source is shuffled "
+                            "by the loader (the shuffle option, ferry bench --shuffle)",
+                            s->kind);
         }
     }
     ferry__free(s);

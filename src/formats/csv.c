@@ -26,6 +26,10 @@ struct ferry_csv_parser {
     size_t ncols;
     locale_t c_locale;
     uint8_t *kind; /* [ncols] */
+    bool missing;  /* missing cells take the fill values below */
+    float fill_f32;
+    double fill_f64;
+    int64_t fill_i64;
 };
 
 /* Blanks around a cell: spaces and tabs, except the delimiter itself. */
@@ -425,6 +429,82 @@ static int cell_error(const ferry_csv_parser *p, const char *line, const char *e
     return ferry__err(FERRY_ECORRUPT, "column %zu: %s %s", col + 1, text, what);
 }
 
+/* Whether cell [a, b) (blanks trimmed) is a missing value in a column of kind k. */
+static bool is_missing(const char *a, const char *b, uint8_t k)
+{
+    static const char *const words[] = {"NA", "N/A", "n/a", "NULL", "null", "None", "#N/A", "<NA>"};
+    size_t n = (size_t)(b - a);
+    if (n == 0)
+        return true;
+    for (size_t i = 0; i < sizeof words / sizeof *words; i++)
+        if (strlen(words[i]) == n && !memcmp(a, words[i], n))
+            return true;
+    return k == COL_I64 && n == 3 && (!memcmp(a, "NaN", 3) || !memcmp(a, "nan", 3));
+}
+
+int ferry_csv_parser_set_missing(ferry_csv_parser *p, const char *fill)
+{
+    if (!p || !fill)
+        return ferry__err(FERRY_EINVAL, "csv: missing: %s is NULL", p ? "fill" : "the parser");
+    size_t n = strlen(fill);
+    float f32 = 0;
+    double f64 = 0;
+    int64_t i64 = 0;
+    bool need[4] = {false, false, false, false};
+    for (size_t c = 0; c < p->ncols; c++)
+        need[p->kind[c]] = true;
+    static const char *const names[] = {"", "float32", "float64", "int64"};
+    for (int k = COL_F32; k <= COL_I64; k++) {
+        if (!need[k])
+            continue;
+        const char *s = fill, *end = fill + n;
+        int why = k == COL_I64 ? parse_i64(&s, end, &i64)
+                               : parse_float(p, &s, end, k == COL_F32,
+                                             k == COL_F32 ? (void *)&f32 : (void *)&f64);
+        if (why != NUM_OK || s != end)
+            return ferry__err(FERRY_EINVAL,
+                              "csv: missing=\"%.64s\" is not a number for the %s columns", fill,
+                              names[k]);
+    }
+    p->fill_f32 = f32;
+    p->fill_f64 = f64;
+    p->fill_i64 = i64;
+    p->missing = true;
+    return 0;
+}
+
+/* Writes column c's fill value when cell (its blanks included) is a missing value;
+ * returns where the cell ends (blanks after it not passed over), or NULL. */
+static const char *fill_missing(const ferry_csv_parser *p, const char *cell, const char *end,
+                                size_t c, void *dst)
+{
+    const char *a = cell, *b;
+    if (p->ws) {
+        while (a < end && is_ws(*a))
+            a++;
+        b = a;
+        while (b < end && !is_ws(*b))
+            b++;
+    } else {
+        b = memchr(a, p->delim, (size_t)(end - a));
+        if (!b)
+            b = end;
+        while (a < b && is_blank(p, *a))
+            a++;
+        while (b > a && is_blank(p, b[-1]))
+            b--;
+    }
+    if (!is_missing(a, b, p->kind[c]))
+        return NULL;
+    if (p->kind[c] == COL_F32)
+        memcpy(dst, &p->fill_f32, sizeof p->fill_f32);
+    else if (p->kind[c] == COL_F64)
+        memcpy(dst, &p->fill_f64, sizeof p->fill_f64);
+    else
+        memcpy(dst, &p->fill_i64, sizeof p->fill_i64);
+    return b;
+}
+
 int ferry_csv_parse_row(const ferry_csv_parser *p, const char *line, size_t len,
                         void *const *col_dst, ferry_csv_error *err)
 {
@@ -466,8 +546,12 @@ int ferry_csv_parse_row(const ferry_csv_parser *p, const char *line, size_t len,
             why = parse_i64(&s, end, col_dst[c]);
             break;
         }
-        if (why != NUM_OK)
-            return cell_error(p, line, end, cell, c, why, err);
+        if (why != NUM_OK) {
+            const char *after = p->missing ? fill_missing(p, cell, end, c, col_dst[c]) : NULL;
+            if (!after)
+                return cell_error(p, line, end, cell, c, why, err);
+            s = after;
+        }
         /* after the number: blanks, then the delimiter or the end of the line */
         if (p->ws) {
             if (s == end)

@@ -11,6 +11,7 @@
  */
 #include "ferry/lines.h"
 #include "../io/io.h"
+#include "../io/zread.h"
 #include "formats_internal.h"
 
 #include <stdio.h>
@@ -237,6 +238,7 @@ int ferry_line_index_build(const char *path, const char *index_path, ferry_progr
         return ferry__err(FERRY_EINVAL, "line index: path is NULL");
     if (!index_path && !(index_path = own_index = default_index_path(path)))
         FERRY_FAIL(FERRY_ENOMEM, "line index: out of memory");
+    FERRY_TRY(ferry__refuse_compressed(path, "a line index"));
     FERRY_TRY(ferry__file_open(&f, path));
     header h = {.version = VERSION, .size = f.size, .mtime_ns = f.mtime_ns};
     memcpy(h.magic, MAGIC, 8);
@@ -409,6 +411,15 @@ int ferry_line_index_open(ferry_line_index **out, const char *path, const char *
         FERRY_TRY(ferry_line_index_build(path, index_path, NULL, NULL, NULL));
         FERRY_TRY(ferry__map_file(&ix->map, index_path));
         rc = check_index(ix, path, index_path);
+    }
+    if (rc == FERRY_ENOENT && !build) {
+        uint64_t size;
+        int64_t mtime;
+        if (ferry__stat(path, &size, &mtime) == 0) /* the text is there, its index is not */
+            rc = ferry__err(FERRY_ENOENT,
+                            "%s has no line index (%s): run `ferry index %s`, or add build=1 to "
+                            "the source (build_index in C) to build it when opening",
+                            path, index_path, path);
     }
     if (rc < 0)
         goto cleanup;

@@ -88,6 +88,8 @@ int ferry_image_pipeline_check(const ferry_image_pipeline *p)
             return bad("std must be > 0 and mean finite");
     if (p->lenient != 0 && p->lenient != 1)
         return bad("lenient must be 0 or 1");
+    if (p->no_dct_reduce != 0 && p->no_dct_reduce != 1)
+        return bad("no_dct_reduce must be 0 or 1");
     return 0;
 }
 
@@ -298,7 +300,7 @@ int ferry_image_pipeline_run(const ferry_image_pipeline *p, const void *buf, siz
     /* DCT reduction only where the box is at least twice the output; the eval
      * margin is part of what is decoded, so judge by the box itself */
     uint32_t min_w = 0, min_h = 0;
-    if (bx1 - bx0 >= 2.0 * p->width && by1 - by0 >= 2.0 * p->height) {
+    if (!p->no_dct_reduce && bx1 - bx0 >= 2.0 * p->width && by1 - by0 >= 2.0 * p->height) {
         /* scaled so that the box, not just the margin around it, stays >= output */
         min_w = (uint32_t)ceil(p->width * (double)need.w / (bx1 - bx0));
         min_h = (uint32_t)ceil(p->height * (double)need.h / (by1 - by0));

@@ -179,6 +179,14 @@ struct ferry_loader {
 
     /* stats, under m */
     uint64_t t_start, t_first, consumer_wait_ns, samples, batches, bytes, skipped;
+    uint64_t truncated, data_bytes;
+    /* the first bad samples skipped, under m */
+    uint32_t nkept;
+    struct {
+        uint64_t epoch, index;
+        char msg[FERRY_ERRMSG_MAX];
+    } kept[FERRY_SKIPPED_KEPT];
+    char kept_out[FERRY_ERRMSG_MAX];
     bool consumer_waiting;
 
     worker inline_worker; /* the caller's thread, when num_workers is 0 */
@@ -622,6 +630,22 @@ static ferry_batch *claim(ferry_loader *l, uint32_t *first, uint32_t *count)
 static void record_failure(ferry_loader *l, ferry_batch *b, uint32_t slot, uint64_t index, int rc)
 {
     b->skipped++;
+    if (l->o.on_error == FERRY_ON_ERROR_SKIP) {
+        /* keep the first by (epoch, index), in order, whichever worker met them first */
+        uint32_t k = l->nkept;
+        while (k > 0 && (l->kept[k - 1].epoch > b->epoch ||
+                         (l->kept[k - 1].epoch == b->epoch && l->kept[k - 1].index > index)))
+            k--;
+        if (k < FERRY_SKIPPED_KEPT) {
+            uint32_t last = l->nkept < FERRY_SKIPPED_KEPT ? l->nkept : FERRY_SKIPPED_KEPT - 1;
+            memmove(&l->kept[k + 1], &l->kept[k], (last - k) * sizeof l->kept[0]);
+            l->kept[k].epoch = b->epoch;
+            l->kept[k].index = index;
+            snprintf(l->kept[k].msg, sizeof l->kept[k].msg, "%s", ferry_last_errmsg());
+            if (l->nkept < FERRY_SKIPPED_KEPT)
+                l->nkept++;
+        }
+    }
     if (slot >= b->fail_slot)
         return;
     b->fail_slot = slot;
@@ -773,6 +797,9 @@ static void work(ferry_loader *l, ferry_batch *b, uint32_t first, uint32_t count
                 if (rc < 0 && l->o.on_error == FERRY_ON_ERROR_SKIP) {
                     /* a stream has no hole to leave: count it and read the next one,
                      * unless the budget is gone (a stream stuck on one bad sample) */
+                    if (l->o.on_skip)
+                        l->o.on_skip(b->epoch, UINT64_MAX, rc, ferry_last_errmsg(),
+                                     l->o.on_skip_arg);
                     pthread_mutex_lock(&l->m);
                     record_failure(l, b, i, UINT64_MAX, rc);
                     bool over_budget = b->skipped > l->o.skip_budget;
@@ -794,6 +821,8 @@ static void work(ferry_loader *l, ferry_batch *b, uint32_t first, uint32_t count
         } else {
             index = b->indices[i];
             rc = fill_slot(l, b, i, index, ctx, false, NULL);
+            if (rc < 0 && l->o.on_error == FERRY_ON_ERROR_SKIP && l->o.on_skip)
+                l->o.on_skip(b->epoch, index, rc, ferry_last_errmsg(), l->o.on_skip_arg);
         }
         b->indices[i] = index;
         if (rc < 0) {
@@ -953,6 +982,8 @@ static void *worker_main_thread(void *arg)
         uint64_t per = dt / (count ? count : 1);
         l->ns_per_sample = l->ns_per_sample ? (7 * l->ns_per_sample + per) / 8 : per + 1;
         account(w, dt);
+        l->truncated += w->ctx.truncated;
+        w->ctx.truncated = 0;
         l->busy_workers--;
         if (l->busy_workers == 0)
             pthread_cond_broadcast(&l->ready_cv);
@@ -969,6 +1000,7 @@ void ferry_loader_opts_default(ferry_loader_opts *o)
     o->batch_size = 1;
     o->rank = -1;
     o->world_size = -1;
+    o->skip_budget = FERRY_SKIP_BUDGET_DEFAULT;
 }
 
 static int check_opts(ferry_loader_opts *o)
@@ -1417,6 +1449,8 @@ static bool work_inline(ferry_loader *l)
     uint64_t dt = ferry_now_ns() - t0;
     finish_grain(l, b, count, nfilled);
     account(&l->inline_worker, dt);
+    l->truncated += l->inline_worker.ctx.truncated;
+    l->inline_worker.ctx.truncated = 0;
     l->busy_workers--;
     return true;
 }
@@ -1457,8 +1491,17 @@ static int deliver(ferry_loader *l, ferry_batch *b, ferry_batch **out)
     l->refs++;
     l->samples += b->out_size;
     l->batches++;
-    for (int f = 0; f < l->nfields; f++)
+    for (int f = 0; f < l->nfields; f++) {
         l->bytes += (uint64_t)b->out_size * l->field_stride[f];
+        if (!l->fields[f].variable) {
+            l->data_bytes += (uint64_t)b->out_size * l->field_stride[f];
+            continue;
+        }
+        uint64_t rows = 0; /* a variable field's data is its rows, not its padding */
+        for (uint32_t i = 0; i < b->out_size; i++)
+            rows += (uint64_t)b->lengths[f][i];
+        l->data_bytes += rows * l->row_bytes[f];
+    }
     if (!l->t_first)
         l->t_first = ferry_now_ns();
     *out = b;
@@ -1564,6 +1607,24 @@ done:
     return set_errmsg(l, rc);
 }
 
+int ferry_loader_skipped_sample(ferry_loader *l, uint64_t k, uint64_t *epoch, uint64_t *index,
+                                const char **msg)
+{
+    pthread_mutex_lock(&l->m);
+    bool ok = k < l->nkept;
+    if (ok) {
+        *epoch = l->kept[k].epoch;
+        *index = l->kept[k].index;
+        memcpy(l->kept_out, l->kept[k].msg, sizeof l->kept_out);
+        *msg = l->kept_out;
+    }
+    pthread_mutex_unlock(&l->m);
+    if (!ok)
+        return ferry__err(FERRY_ERANGE, "loader: no skipped sample %llu (%u kept)",
+                          (unsigned long long)k, FERRY_SKIPPED_KEPT);
+    return 0;
+}
+
 int ferry_loader_stats_get(ferry_loader *l, ferry_loader_stats *s)
 {
     memset(s, 0, sizeof *s);
@@ -1572,6 +1633,8 @@ int ferry_loader_stats_get(ferry_loader *l, ferry_loader_stats *s)
     s->batches = l->batches;
     s->bytes = l->bytes;
     s->skipped = l->skipped;
+    s->truncated = l->truncated;
+    s->data_bytes = l->data_bytes;
     s->elapsed_ns = l->t_start ? ferry_now_ns() - l->t_start : 0;
     s->first_batch_ns = l->t_first ? l->t_first - l->t_start : 0;
     s->consumer_wait_ns = l->consumer_wait_ns;

@@ -1,0 +1,145 @@
+/*
+ * Images over a stream: as ferry_dataset_images, for sources read in order (a
+ * gzipped WebDataset shard, a TFRecord stream). The encoded bytes go through a
+ * buffer of the opened shard; every other field is written by the inner stream
+ * straight into the sample.
+ */
+#include "dataset_internal.h"
+#include "ferry/image.h"
+#include "ferry/pipeline.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct simages {
+    ferry_stream *inner;
+    int field;
+    size_t enc_bound;
+    ferry_image_pipeline p;
+} simages;
+
+typedef struct simages_iter {
+    const simages *s;
+    ferry_stream_iter *inner;
+    uint8_t *enc;
+    uint64_t shard, count;
+} simages_iter;
+
+static int si_open(void *self, uint64_t shard, uint64_t nshards, uint64_t epoch, void **iter)
+{
+    simages *s = self;
+    simages_iter *it = ferry__calloc(1, sizeof *it);
+    if (!it)
+        return ferry__err(FERRY_ENOMEM, "images stream: out of memory");
+    it->s = s;
+    it->shard = shard;
+    if (!(it->enc = ferry__malloc(s->enc_bound ? s->enc_bound : 1))) {
+        ferry__free(it);
+        return ferry__err(FERRY_ENOMEM, "images stream: out of memory for a %zu-byte image",
+                          s->enc_bound);
+    }
+    int rc = ferry_stream_open(s->inner, shard, nshards, epoch, &it->inner);
+    if (rc < 0) {
+        ferry__free(it->enc);
+        ferry__free(it);
+        return rc;
+    }
+    *iter = it;
+    return 0;
+}
+
+static int si_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
+{
+    simages_iter *it = iter;
+    const simages *s = it->s;
+    void *data[FERRY_MAX_FIELDS];
+    for (int k = 0; k < out->nfields; k++)
+        data[k] = out->data[k];
+    data[s->field] = it->enc;
+    ferry_sample in = {.nfields = out->nfields, .data = data, .length = out->length};
+    int rc = ferry_stream_next(it->inner, &in, ctx);
+    if (rc != 0)
+        return rc;
+    size_t n = (size_t)out->length[s->field];
+    /* per-sample draws keyed by (shard, position): the same for any worker count */
+    ferry_rng rng;
+    ferry_ctx_rng(ctx, ferry_hash64(it->shard, it->count++), &rng);
+    rc = ferry_image_pipeline_run(&s->p, it->enc, n, &rng, out->data[s->field], ctx);
+    if (rc < 0)
+        return ferry__err_prefix(rc, "shard %llu, sample %llu", (unsigned long long)it->shard,
+                                 (unsigned long long)(it->count - 1));
+    return 0;
+}
+
+static void si_close(void *iter)
+{
+    simages_iter *it = iter;
+    ferry_stream_close(it->inner);
+    ferry__free(it->enc);
+    ferry__free(it);
+}
+
+static void si_destroy(void *self)
+{
+    simages *s = self;
+    ferry_stream_free(s->inner);
+    ferry__free(s);
+}
+
+static const ferry_stream_vtable si_vtable = {si_open, si_next, si_close, si_destroy};
+
+int ferry_stream_images(ferry_stream **out, ferry_stream *inner, const char *field,
+                        const ferry_image_pipeline *p)
+{
+    int rc = 0;
+    simages *s = NULL;
+    *out = NULL;
+    if (!inner || !p)
+        FERRY_FAIL(FERRY_EINVAL, "ferry_stream_images: inner and p must not be NULL");
+    FERRY_TRY(ferry_image_pipeline_check(p));
+    if (p->mode == FERRY_PIPELINE_NONE)
+        FERRY_FAIL(FERRY_EINVAL, "ferry_stream_images: mode none (nothing to decode)");
+    int f = -1;
+    static const char *const names[] = {"image", "data", "jpg", "jpeg", "png"};
+    for (int k = 0; k < inner->nfields; k++)
+        if (field && !strcmp(inner->fields[k].name, field))
+            f = k;
+    for (int i = 0; !field && i < 5 && f < 0; i++)
+        for (int k = 0; k < inner->nfields; k++)
+            if (!strcmp(inner->fields[k].name, names[i]))
+                f = k;
+    if (f < 0)
+        FERRY_FAIL(FERRY_EINVAL, "images: the stream has no field \"%s\" with encoded images",
+                   field ? field : "image\", \"data\", \"jpg\", \"jpeg\" or \"png");
+    const ferry_field *ef = &inner->fields[f];
+    if (ef->dtype != FERRY_U8 || ef->ndim != 1 || !ef->variable)
+        FERRY_FAIL(FERRY_EINVAL, "images: field \"%s\" must be variable uint8 bytes", ef->name);
+    for (int k = 0; k < inner->nfields; k++)
+        if (k != f && !strcmp(inner->fields[k].name, "image"))
+            FERRY_FAIL(FERRY_EINVAL, "images: the stream already has a field \"image\"");
+    if (!(s = ferry__calloc(1, sizeof *s)))
+        FERRY_FAIL(FERRY_ENOMEM, "images: out of memory");
+    s->inner = inner;
+    s->field = f;
+    s->enc_bound = (size_t)ef->shape[0];
+    s->p = *p;
+    ferry_field fields[FERRY_MAX_FIELDS];
+    memcpy(fields, inner->fields, sizeof(ferry_field) * (size_t)inner->nfields);
+    ferry_field *img = &fields[f];
+    strcpy(img->name, "image");
+    int64_t shape[3];
+    FERRY_TRY(ferry_image_pipeline_shape(p, shape));
+    img->dtype = p->dtype;
+    img->ndim = 3;
+    img->variable = 0;
+    memcpy(img->shape, shape, sizeof shape);
+    int nf = inner->nfields;
+    inner = NULL; /* s owns it now */
+    return ferry_stream_create(out, &si_vtable, s, fields, nf);
+cleanup:
+    if (s)
+        si_destroy(s);
+    else
+        ferry_stream_free(inner);
+    return rc;
+}

@@ -1,0 +1,960 @@
+/*
+ * TFRecord files as datasets: map-style through an offset index, or a stream
+ * over files in a per-epoch shuffled order; records decoded from tf.train.Example.
+ */
+#include "ferry/tfrecord.h"
+#include "ferry/sampler.h"
+#include "shard_files.h"
+#include "../formats/example.h"
+#include "../formats/tfrecord_internal.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_INFER 1000
+#define DEFAULT_MAX_RECORD ((uint64_t)256 << 20)
+
+typedef struct col {
+    int kind; /* FERRY__FEAT_* */
+    int seq;  /* a feature list of a SequenceExample: dim 0 is its steps */
+} col;
+
+typedef struct tfr {
+    ferry__shard_files files;
+    ferry_tfrecord_opts o;
+    int nfields;
+    ferry_field fields[FERRY_MAX_FIELDS]; /* sorted by name when decoding Examples */
+    col cols[FERRY_MAX_FIELDS];
+    /* map-style */
+    ferry__file *fds;
+    uint64_t *first; /* first[k] = records before file k */
+    uint64_t **offs; /* offs[k][j] = offset of record j of file k; one past the last */
+    uint64_t seed;   /* stream */
+} tfr;
+
+static void tfr_free(tfr *t)
+{
+    if (!t)
+        return;
+    for (size_t k = 0; k < t->files.n; k++) {
+        if (t->fds)
+            ferry__file_close(&t->fds[k]);
+        if (t->offs)
+            ferry__free(t->offs[k]);
+    }
+    ferry__free(t->fds);
+    ferry__free(t->offs);
+    ferry__free(t->first);
+    ferry__shard_files_free(&t->files);
+    ferry__free(t);
+}
+
+static bool want_tfrecord(const char *name)
+{
+    return strstr(name, "tfrecord") || strstr(name, "tfrec") || strstr(name, "TFRecord");
+}
+
+/* ---- Decoding one record ---- */
+
+typedef struct found {
+    const tfr *t;
+    ferry__feature f[FERRY_MAX_FIELDS];
+    bool have[FERRY_MAX_FIELDS];
+} found;
+
+static int find_col(const tfr *t, const uint8_t *key, size_t len)
+{
+    int lo = 0, hi = t->nfields - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        const char *name = t->fields[mid].name;
+        size_t nl = strlen(name);
+        int c = memcmp(name, key, nl < len ? nl : len);
+        if (c == 0)
+            c = nl < len ? -1 : nl > len ? 1 : 0;
+        if (c == 0)
+            return mid;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
+    }
+    return -1;
+}
+
+static int on_feature(void *arg, const ferry__feature *f)
+{
+    found *fd = arg;
+    int k = find_col(fd->t, f->key, f->key_len);
+    if (k >= 0) {
+        fd->f[k] = *f;
+        fd->have[k] = true;
+    }
+    return 0;
+}
+
+static const char *kind_name(int kind)
+{
+    return kind == FERRY__FEAT_BYTES   ? "bytes_list"
+           : kind == FERRY__FEAT_FLOAT ? "float_list"
+           : kind == FERRY__FEAT_INT64 ? "int64_list"
+                                       : "no kind";
+}
+
+#define WHERE name, (unsigned long long)rec, (unsigned long long)off
+
+/* A feature list: step j is row j (its k values, or its one bytes value
+ * zero-padded); the length is the number of steps. */
+static int decode_steps(const tfr *t, int k, const ferry__feature *fl, void *dst, int64_t *length,
+                        const char *name, uint64_t rec, uint64_t off)
+{
+    const ferry_field *f = &t->fields[k];
+    size_t width = f->ndim == 2 ? (size_t)f->shape[1] : 1, esize = ferry_dtype_size(f->dtype);
+    size_t pos = 0;
+    uint64_t j = 0;
+    ferry__feature step;
+    int rc;
+    while ((rc = ferry__feature_step(fl, &pos, &step)) == 1) {
+        if (j >= (uint64_t)f->shape[0])
+            return ferry__err(FERRY_EOVERFLOW,
+                              "%s: record %llu at offset %llu: feature list \"%s\" has more than "
+                              "%lld steps (the most in the records read to infer it)",
+                              WHERE, f->name, (long long)f->shape[0]);
+        uint8_t *row = (uint8_t *)dst + j * width * esize;
+        uint64_t count = 0;
+        if (step.kind != FERRY__FEAT_NONE && step.kind != t->cols[k].kind)
+            return ferry__err(FERRY_ECORRUPT,
+                              "%s: record %llu at offset %llu: feature list \"%s\": step %llu is "
+                              "a %s, the schema says %s",
+                              WHERE, f->name, (unsigned long long)j, kind_name(step.kind),
+                              kind_name(t->cols[k].kind));
+        if (t->cols[k].kind == FERRY__FEAT_BYTES) {
+            size_t p2 = 0, len;
+            const uint8_t *v;
+            memset(row, 0, width);
+            while (step.kind != FERRY__FEAT_NONE &&
+                   (rc = ferry__feature_bytes_next(&step, &p2, &v, &len)) == 1) {
+                if (count++ || len > width)
+                    return ferry__err(FERRY_EOVERFLOW,
+                                      "%s: record %llu at offset %llu: feature list \"%s\": step "
+                                      "%llu holds %s (the field takes one of up to %zu bytes)",
+                                      WHERE, f->name, (unsigned long long)j,
+                                      count > 1 ? "several values" : "a longer value", width);
+                memcpy(row, v, len);
+            }
+        } else if (step.kind != FERRY__FEAT_NONE) {
+            rc = t->cols[k].kind == FERRY__FEAT_FLOAT
+                     ? ferry__feature_floats(&step, (float *)row, width, &count)
+                     : ferry__feature_int64s(&step, (int64_t *)row, width, &count);
+        }
+        if (rc < 0)
+            return ferry__err_prefix(rc, "%s: record %llu at offset %llu: feature list \"%s\"",
+                                     WHERE, f->name);
+        if (t->cols[k].kind != FERRY__FEAT_BYTES && count != width)
+            return ferry__err(FERRY_ECORRUPT,
+                              "%s: record %llu at offset %llu: feature list \"%s\": step %llu "
+                              "holds %llu values, the field takes %zu",
+                              WHERE, f->name, (unsigned long long)j, (unsigned long long)count,
+                              width);
+        j++;
+    }
+    if (rc < 0)
+        return ferry__err_prefix(rc, "%s: record %llu at offset %llu: feature list \"%s\"", WHERE,
+                                 f->name);
+    *length = (int64_t)j;
+    return 0;
+}
+
+static int decode_field(const tfr *t, int k, const ferry__feature *f, bool have, void *dst,
+                        int64_t *length, const char *name, uint64_t rec, uint64_t off)
+{
+    const ferry_field *fl = &t->fields[k];
+    const col *c = &t->cols[k];
+    size_t numel = fl->ndim == 0 ? 1 : (size_t)fl->shape[0] * ferry_field_row_elems(fl);
+    int rc;
+    if (!have || f->kind == FERRY__FEAT_NONE) {
+        if (fl->variable) {
+            *length = 0;
+            return 0;
+        }
+        if (t->o.missing != FERRY_TFRECORD_MISSING_FILL)
+            return ferry__err(FERRY_ENOENT,
+                              "%s: record %llu at offset %llu: feature \"%s\" is %s (missing=fill "
+                              "fills it)",
+                              WHERE, fl->name, have ? "empty (a Feature with no kind)" : "missing");
+        for (size_t i = 0; i < numel; i++) {
+            if (fl->dtype == FERRY_F32)
+                ((float *)dst)[i] = (float)t->o.fill;
+            else
+                ((int64_t *)dst)[i] = (int64_t)t->o.fill;
+        }
+        return 0;
+    }
+    if (f->kind != c->kind)
+        return ferry__err(FERRY_ECORRUPT,
+                          "%s: record %llu at offset %llu: feature \"%s\" is a %s, the schema "
+                          "says %s",
+                          WHERE, fl->name, kind_name(f->kind), kind_name(c->kind));
+    if (f->seq != c->seq)
+        return ferry__err(FERRY_ECORRUPT,
+                          "%s: record %llu at offset %llu: \"%s\" is a %s, the schema has a %s",
+                          WHERE, fl->name, f->seq ? "feature list" : "feature",
+                          c->seq ? "feature list" : "feature");
+    if (c->seq)
+        return decode_steps(t, k, f, dst, length, name, rec, off);
+    uint64_t count = 0;
+    if (c->kind == FERRY__FEAT_BYTES) {
+        size_t pos = 0, len;
+        const uint8_t *v;
+        size_t width = fl->ndim == 2 ? (size_t)fl->shape[1] : (size_t)fl->shape[0];
+        uint64_t rows = fl->ndim == 2 ? (uint64_t)fl->shape[0] : 1;
+        while ((rc = ferry__feature_bytes_next(f, &pos, &v, &len)) == 1) {
+            if (count >= rows)
+                return ferry__err(FERRY_EOVERFLOW,
+                                  "%s: record %llu at offset %llu: feature \"%s\" holds more than "
+                                  "%llu values (give features=%s:bytes:KxN)",
+                                  WHERE, fl->name, (unsigned long long)rows, fl->name);
+            if (len > width)
+                return ferry__err(FERRY_EOVERFLOW,
+                                  "%s: record %llu at offset %llu: feature \"%s\" has a %zu-byte "
+                                  "value, over its bound of %zu (give features=)",
+                                  WHERE, fl->name, len, width);
+            uint8_t *row = (uint8_t *)dst + count * width;
+            memcpy(row, v, len);
+            if (fl->ndim == 2)
+                memset(row + len, 0, width - len);
+            else
+                *length = (int64_t)len;
+            count++;
+        }
+        if (rc < 0)
+            return ferry__err_prefix(rc, "%s: record %llu at offset %llu: feature \"%s\"", WHERE,
+                                     fl->name);
+        if (fl->ndim == 2)
+            *length = (int64_t)count;
+        else if (count == 0)
+            *length = 0;
+        return 0;
+    }
+    rc = c->kind == FERRY__FEAT_FLOAT ? ferry__feature_floats(f, dst, numel, &count)
+                                      : ferry__feature_int64s(f, dst, numel, &count);
+    if (rc < 0)
+        return ferry__err_prefix(rc, "%s: record %llu at offset %llu: feature \"%s\"", WHERE,
+                                 fl->name);
+    if (fl->variable) {
+        if (count > numel)
+            return ferry__err(FERRY_EOVERFLOW,
+                              "%s: record %llu at offset %llu: feature \"%s\" holds %llu values, "
+                              "over its bound of %zu (give features=)",
+                              WHERE, fl->name, (unsigned long long)count, numel);
+        *length = (int64_t)count;
+    } else if (count != numel) {
+        return ferry__err(FERRY_ECORRUPT,
+                          "%s: record %llu at offset %llu: feature \"%s\" holds %llu values, its "
+                          "field takes %zu",
+                          WHERE, fl->name, (unsigned long long)count, numel);
+    }
+    return 0;
+}
+
+static int decode(const tfr *t, const uint8_t *data, size_t n, ferry_sample *out, const char *name,
+                  uint64_t rec, uint64_t off)
+{
+    if (t->o.raw) {
+        if (n > (uint64_t)t->fields[0].shape[0])
+            return ferry__err(FERRY_EOVERFLOW,
+                              "%s: record %llu at offset %llu: %zu bytes, over the bound of "
+                              "\"data\" (%lld; give max=)",
+                              WHERE, n, (long long)t->fields[0].shape[0]);
+        memcpy(out->data[0], data, n);
+        out->length[0] = (int64_t)n;
+        return 0;
+    }
+    found fd;
+    fd.t = t;
+    memset(fd.have, 0, sizeof fd.have);
+    int rc = ferry__example_walk(data, n, on_feature, &fd);
+    if (rc < 0)
+        return ferry__err_prefix(rc, "%s: record %llu at offset %llu", WHERE);
+    for (int k = 0; k < t->nfields; k++)
+        if ((rc = decode_field(t, k, &fd.f[k], fd.have[k], out->data[k], &out->length[k], name, rec,
+                               off)) < 0)
+            return rc;
+    return 0;
+}
+
+/* ---- The schema ---- */
+
+typedef struct stat_ {
+    char name[FERRY_MAX_NAME];
+    int kind, seq;
+    uint64_t min_count, max_count, max_len, seen;
+    uint64_t max_steps, max_per_step; /* feature lists */
+} stat_;
+
+typedef struct infer_state {
+    stat_ s[FERRY_MAX_FIELDS];
+    int n;
+    uint64_t records;
+    const char *file;
+    uint64_t rec, off;
+} infer_state;
+
+static int on_infer(void *arg, const ferry__feature *f)
+{
+    infer_state *st = arg;
+    int k;
+    for (k = 0; k < st->n; k++)
+        if (strlen(st->s[k].name) == f->key_len && !memcmp(st->s[k].name, f->key, f->key_len))
+            break;
+    if (k == st->n) {
+        if (st->n == FERRY_MAX_FIELDS)
+            return ferry__err(FERRY_ERANGE,
+                              "%s: record %llu: more than %d features: choose some with features=",
+                              st->file, (unsigned long long)st->rec, FERRY_MAX_FIELDS);
+        if (f->key_len == 0 || f->key_len >= FERRY_MAX_NAME || memchr(f->key, 0, f->key_len))
+            return ferry__err(FERRY_ECORRUPT,
+                              "%s: record %llu at offset %llu: a feature name of %zu bytes (1..%d "
+                              "allowed)",
+                              st->file, (unsigned long long)st->rec, (unsigned long long)st->off,
+                              f->key_len, FERRY_MAX_NAME - 1);
+        memset(&st->s[k], 0, sizeof st->s[k]);
+        memcpy(st->s[k].name, f->key, f->key_len);
+        st->s[k].min_count = st->records ? 0 : UINT64_MAX; /* absent from earlier records */
+        st->n++;
+    }
+    stat_ *s = &st->s[k];
+    if (s->seen && s->seq != f->seq)
+        return ferry__err(FERRY_ENOTSUP,
+                          "%s: record %llu at offset %llu: \"%s\" is both a context feature and a "
+                          "feature list",
+                          st->file, (unsigned long long)st->rec, (unsigned long long)st->off,
+                          s->name);
+    s->seq = f->seq;
+    uint64_t count = 0, max_len = 0;
+    int rc = 0;
+    if (f->seq) {
+        size_t pos = 0;
+        ferry__feature step;
+        while ((rc = ferry__feature_step(f, &pos, &step)) == 1) {
+            uint64_t c, l;
+            if ((rc = ferry__feature_count(&step, &c, &l)) < 0)
+                break;
+            if (step.kind == FERRY__FEAT_BYTES && c > 1)
+                return ferry__err(FERRY_ENOTSUP,
+                                  "%s: record %llu at offset %llu: feature list \"%s\" has a step "
+                                  "of %llu bytes values: not supported (one per step is; read "
+                                  "with raw=1)",
+                                  st->file, (unsigned long long)st->rec,
+                                  (unsigned long long)st->off, s->name, (unsigned long long)c);
+            if (c > s->max_per_step)
+                s->max_per_step = c;
+            if (l > max_len)
+                max_len = l;
+            count++;
+        }
+        if (count > s->max_steps)
+            s->max_steps = count;
+    } else {
+        rc = ferry__feature_count(f, &count, &max_len);
+    }
+    if (rc < 0)
+        return ferry__err_prefix(rc, "%s: record %llu at offset %llu: feature \"%s\"", st->file,
+                                 (unsigned long long)st->rec, (unsigned long long)st->off, s->name);
+    if (f->kind != FERRY__FEAT_NONE) {
+        if (s->kind && s->kind != f->kind)
+            return ferry__err(FERRY_ECORRUPT,
+                              "%s: record %llu at offset %llu: feature \"%s\" is a %s, earlier "
+                              "records have a %s",
+                              st->file, (unsigned long long)st->rec, (unsigned long long)st->off,
+                              s->name, kind_name(f->kind), kind_name(s->kind));
+        s->kind = f->kind;
+    }
+    s->seen = st->records + 1;
+    if (count < s->min_count)
+        s->min_count = count;
+    if (count > s->max_count)
+        s->max_count = count;
+    if (max_len > s->max_len)
+        s->max_len = max_len;
+    return 0;
+}
+
+static int cmp_field(const void *a, const void *b)
+{
+    return strcmp(((const ferry_field *)a)->name, ((const ferry_field *)b)->name);
+}
+
+static int infer_schema(tfr *t, uint64_t *max_raw)
+{
+    infer_state *st = ferry__calloc(1, sizeof *st);
+    if (!st)
+        return ferry__err(FERRY_ENOMEM, "tfrecord: out of memory");
+    uint64_t limit = t->o.infer ? t->o.infer : DEFAULT_INFER;
+    int rc = 0;
+    *max_raw = 0;
+    for (size_t k = 0; k < t->files.n && st->records < limit && rc == 0; k++) {
+        ferry__tfr_reader rd;
+        /* raw needs the lengths only: the data is not read (plain files) */
+        if ((rc = ferry__tfr_open(&rd, t->files.paths[k], t->files.paths[k], t->o.compression,
+                                  t->o.max_record, t->o.raw ? 4096 : 0)) < 0)
+            break;
+        st->file = t->files.paths[k];
+        while (st->records < limit) {
+            const uint8_t *d;
+            size_t n;
+            st->rec = rd.record;
+            rc = ferry__tfr_next(&rd, &d, &n, &st->off, !t->o.raw);
+            if (rc == FERRY_END) {
+                rc = 0;
+                break;
+            }
+            if (rc < 0)
+                break;
+            if (n > *max_raw)
+                *max_raw = n;
+            if (!t->o.raw) {
+                if ((rc = ferry__example_walk(d, n, on_infer, st)) < 0) {
+                    if (rc != FERRY_ERANGE &&
+                        strncmp(ferry_last_errmsg(), st->file, strlen(st->file)) != 0)
+                        rc = ferry__err_prefix(rc, "%s: record %llu at offset %llu", st->file,
+                                               (unsigned long long)st->rec,
+                                               (unsigned long long)st->off);
+                    break;
+                }
+                /* keys absent from this record count as 0 values */
+                for (int i = 0; i < st->n; i++)
+                    if (st->s[i].seen != st->records + 1)
+                        st->s[i].min_count = 0;
+            }
+            st->records++;
+        }
+        ferry__tfr_close(&rd);
+    }
+    if (rc == 0 && !t->o.raw) {
+        if (st->n == 0)
+            rc = ferry__err(FERRY_ECORRUPT, "%s: no features in the first %llu records",
+                            t->files.paths[0], (unsigned long long)st->records);
+        for (int i = 0; rc == 0 && i < st->n; i++) {
+            stat_ *s = &st->s[i];
+            ferry_field *f = &t->fields[i];
+            memset(f, 0, sizeof *f);
+            snprintf(f->name, sizeof f->name, "%s", s->name);
+            if (!s->kind) {
+                rc = ferry__err(FERRY_EINVAL,
+                                "%s: feature \"%s\" has no values in the first %llu records: give "
+                                "its type with features=",
+                                t->files.paths[0], s->name, (unsigned long long)st->records);
+                break;
+            }
+            t->cols[i].kind = s->kind;
+            t->cols[i].seq = s->seq;
+            if (s->seq) {
+                /* steps in dim 0; a step's values (or its bytes) in dim 1 */
+                f->variable = 1;
+                f->shape[0] = s->max_steps ? (int64_t)s->max_steps : 1;
+                uint64_t w = s->kind == FERRY__FEAT_BYTES ? s->max_len : s->max_per_step;
+                f->dtype = s->kind == FERRY__FEAT_BYTES   ? FERRY_U8
+                           : s->kind == FERRY__FEAT_FLOAT ? FERRY_F32
+                                                          : FERRY_I64;
+                f->ndim = s->kind != FERRY__FEAT_BYTES && w <= 1 ? 1 : 2;
+                f->shape[1] = f->ndim == 2 ? (int64_t)(w ? w : 1) : 0;
+            } else if (s->kind == FERRY__FEAT_BYTES) {
+                f->dtype = FERRY_U8;
+                f->variable = 1;
+                int64_t width = s->max_len ? (int64_t)s->max_len : 1;
+                if (s->max_count <= 1) {
+                    f->ndim = 1;
+                    f->shape[0] = width;
+                } else {
+                    f->ndim = 2;
+                    f->shape[0] = (int64_t)s->max_count;
+                    f->shape[1] = width;
+                }
+            } else {
+                f->dtype = s->kind == FERRY__FEAT_FLOAT ? FERRY_F32 : FERRY_I64;
+                if (s->min_count == s->max_count && s->max_count == 1) {
+                    f->ndim = 0;
+                } else {
+                    f->ndim = 1;
+                    f->shape[0] = s->max_count ? (int64_t)s->max_count : 1;
+                    f->variable = s->min_count != s->max_count || s->max_count == 0;
+                }
+            }
+        }
+        t->nfields = st->n;
+        /* sort fields and their kinds together */
+        for (int i = 0; i < t->nfields; i++) /* carried through qsort */
+            t->fields[i].shape[FERRY_MAX_DIMS - 1] = t->cols[i].kind + 8 * t->cols[i].seq;
+        qsort(t->fields, (size_t)t->nfields, sizeof t->fields[0], cmp_field);
+        for (int i = 0; i < t->nfields; i++) {
+            t->cols[i].kind = (int)(t->fields[i].shape[FERRY_MAX_DIMS - 1] % 8);
+            t->cols[i].seq = (int)(t->fields[i].shape[FERRY_MAX_DIMS - 1] / 8);
+            t->fields[i].shape[FERRY_MAX_DIMS - 1] = 0;
+        }
+    }
+    ferry__free(st);
+    return rc;
+}
+
+/* "name:dtype[:shape];..." */
+static int parse_features(tfr *t, const char *text)
+{
+    char buf[4096];
+    if (strlen(text) >= sizeof buf)
+        return ferry__err(FERRY_EINVAL, "tfrecord: features= is too long");
+    snprintf(buf, sizeof buf, "%s", text);
+    char *save = NULL;
+    t->nfields = 0;
+    for (char *item = strtok_r(buf, ";", &save); item; item = strtok_r(NULL, ";", &save)) {
+        if (t->nfields == FERRY_MAX_FIELDS)
+            return ferry__err(FERRY_EINVAL, "tfrecord: features= names more than %d",
+                              FERRY_MAX_FIELDS);
+        char *c1 = strchr(item, ':');
+        if (!c1 || c1 == item)
+            return ferry__err(FERRY_EINVAL,
+                              "tfrecord: features= item \"%.64s\" is not name:dtype[:shape]", item);
+        *c1 = 0;
+        char *dt = c1 + 1, *shape = strchr(dt, ':');
+        if (shape)
+            *shape++ = 0;
+        ferry_field *f = &t->fields[t->nfields];
+        memset(f, 0, sizeof *f);
+        if (strlen(item) >= FERRY_MAX_NAME)
+            return ferry__err(FERRY_EINVAL, "tfrecord: feature name \"%.64s\" is too long", item);
+        snprintf(f->name, sizeof f->name, "%s", item);
+        int kind;
+        if (!strcmp(dt, "f32") || !strcmp(dt, "float32") || !strcmp(dt, "float"))
+            kind = FERRY__FEAT_FLOAT, f->dtype = FERRY_F32;
+        else if (!strcmp(dt, "i64") || !strcmp(dt, "int64"))
+            kind = FERRY__FEAT_INT64, f->dtype = FERRY_I64;
+        else if (!strcmp(dt, "bytes"))
+            kind = FERRY__FEAT_BYTES, f->dtype = FERRY_U8;
+        else
+            return ferry__err(FERRY_EINVAL,
+                              "tfrecord: feature \"%s\": dtype \"%.16s\" is not f32, i64 or bytes",
+                              item, dt);
+        t->cols[t->nfields].kind = kind;
+        uint64_t a = 0, b = 0;
+        bool var = shape && shape[0] == '~';
+        char *x = shape ? strchr(shape, 'x') : NULL;
+        if (x)
+            *x = 0;
+        if (shape && (!ferry__parse_u64(shape + var, &a) || a < 1 || a > ((uint64_t)1 << 32) ||
+                      (x && (!ferry__parse_u64(x + 1, &b) || b < 1 || b > ((uint64_t)1 << 32)))))
+            return ferry__err(FERRY_EINVAL,
+                              "tfrecord: feature \"%s\": shape is not N, ~N or KxN (1..2^32)",
+                              item);
+        if (kind == FERRY__FEAT_BYTES) {
+            if (!shape || var)
+                return ferry__err(FERRY_EINVAL,
+                                  "tfrecord: feature \"%s\": bytes need a bound: N or KxN", item);
+            f->variable = 1;
+            f->ndim = x ? 2 : 1;
+            f->shape[0] = (int64_t)a;
+            f->shape[1] = x ? (int64_t)b : 0;
+        } else if (x) {
+            return ferry__err(FERRY_EINVAL, "tfrecord: feature \"%s\": KxN is for bytes", item);
+        } else if (shape) {
+            f->ndim = 1;
+            f->shape[0] = (int64_t)a;
+            f->variable = var;
+        }
+        t->nfields++;
+    }
+    if (t->nfields == 0)
+        return ferry__err(FERRY_EINVAL, "tfrecord: features= is empty");
+    for (int i = 0; i < t->nfields; i++)
+        t->fields[i].shape[FERRY_MAX_DIMS - 1] = t->cols[i].kind;
+    qsort(t->fields, (size_t)t->nfields, sizeof t->fields[0], cmp_field);
+    for (int i = 0; i < t->nfields; i++) {
+        t->cols[i].kind = (int)t->fields[i].shape[FERRY_MAX_DIMS - 1];
+        t->fields[i].shape[FERRY_MAX_DIMS - 1] = 0;
+    }
+    return ferry__check_fields(t->fields, t->nfields);
+}
+
+static int tfr_open(tfr **out, const char *location, const ferry_tfrecord_opts *o, bool map)
+{
+    int rc = 0;
+    uint64_t max_raw = 0;
+    tfr *t = ferry__calloc(1, sizeof *t);
+    *out = NULL;
+    if (!t)
+        return ferry__err(FERRY_ENOMEM, "tfrecord: out of memory");
+    if (o)
+        t->o = *o;
+    t->o.features = NULL;
+    if (!t->o.max_record)
+        t->o.max_record = DEFAULT_MAX_RECORD;
+    if (t->o.compression < FERRY_TFRECORD_AUTO || t->o.compression > FERRY_TFRECORD_GZIP)
+        FERRY_FAIL(FERRY_EINVAL, "tfrecord: compression %d is not AUTO, NONE or GZIP",
+                   t->o.compression);
+    FERRY_TRY(ferry__shard_files_list(&t->files, "tfrecord", location, want_tfrecord,
+                                      "TFRecord files (names containing \"tfrecord\" or "
+                                      "\"tfrec\")"));
+    if (map) {
+        /* the index: every record's offset, from the headers alone */
+        t->fds = ferry__calloc(t->files.n, sizeof *t->fds);
+        t->offs = ferry__calloc(t->files.n, sizeof *t->offs);
+        t->first = ferry__calloc(t->files.n + 1, sizeof *t->first);
+        if (!t->fds || !t->offs || !t->first)
+            FERRY_FAIL(FERRY_ENOMEM, "tfrecord: out of memory");
+        for (size_t k = 0; k < t->files.n; k++)
+            t->fds[k].fd = -1;
+        for (size_t k = 0; k < t->files.n; k++) {
+            const char *path = t->files.paths[k];
+            ferry__tfr_reader rd;
+            /* a small window: the reads stop at the headers */
+            FERRY_TRY(ferry__tfr_open(&rd, path, path, t->o.compression, t->o.max_record, 4096));
+            if (rd.r.gzip) {
+                ferry__tfr_close(&rd);
+                FERRY_FAIL(FERRY_ENOTSUP,
+                           "%s: gzip-compressed: a map-style dataset needs uncompressed files "
+                           "(read gzip files as a stream)",
+                           path);
+            }
+            size_t cap = 1024, cnt = 0;
+            uint64_t *offs = ferry__malloc(cap * sizeof *offs);
+            for (;;) {
+                const uint8_t *d;
+                size_t n;
+                uint64_t off;
+                if (!offs) {
+                    rc = ferry__err(FERRY_ENOMEM, "%s: out of memory for the index", path);
+                    break;
+                }
+                rc = ferry__tfr_next(&rd, &d, &n, &off, 0);
+                if (rc == FERRY_END) {
+                    off = rd.r.off;
+                    rc = 0;
+                }
+                if (rc < 0)
+                    break;
+                if (cnt == cap) {
+                    uint64_t *g = ferry__realloc(offs, 2 * cap * sizeof *offs);
+                    if (!g) {
+                        rc = ferry__err(FERRY_ENOMEM, "%s: out of memory for the index", path);
+                        break;
+                    }
+                    offs = g;
+                    cap *= 2;
+                }
+                offs[cnt++] = off;
+                if (d == NULL && n > max_raw)
+                    max_raw = n;
+                if (off == rd.r.off) /* the end: offs[cnt-1] is one past the last */
+                    break;
+            }
+            ferry__tfr_close(&rd);
+            t->offs[k] = offs;
+            if (rc < 0)
+                goto cleanup;
+            t->first[k + 1] = t->first[k] + (cnt - 1);
+            FERRY_TRY(ferry__file_open(&t->fds[k], path));
+        }
+    }
+    if (o && o->features && !t->o.raw) {
+        FERRY_TRY(parse_features(t, o->features));
+    } else if (!(t->o.raw && (map || t->o.max))) {
+        uint64_t inferred = 0;
+        FERRY_TRY(infer_schema(t, &inferred));
+        if (!map)
+            max_raw = inferred;
+    }
+    if (t->o.raw) {
+        memset(&t->fields[0], 0, sizeof t->fields[0]);
+        snprintf(t->fields[0].name, sizeof t->fields[0].name, "data");
+        t->fields[0].dtype = FERRY_U8;
+        t->fields[0].ndim = 1;
+        t->fields[0].variable = 1;
+        t->fields[0].shape[0] = (int64_t)(t->o.max ? t->o.max : max_raw ? max_raw : 1);
+        t->nfields = 1;
+    }
+    *out = t;
+    return 0;
+cleanup:
+    tfr_free(t);
+    return rc;
+}
+
+/* ---- Map-style ---- */
+
+static uint64_t tfr_len(void *self)
+{
+    tfr *t = self;
+    return t->first[t->files.n];
+}
+
+/* raw = 1 records at least this long are read straight into the sample (the
+ * header and the CRC with reads of their own): one copy instead of two. */
+#define RAW_DIRECT ((uint64_t)16 << 10)
+
+static int stale(const char *name, uint64_t j, uint64_t off, const char *why)
+{
+    return ferry__err(FERRY_ESTALE, "%s: record %llu at offset %llu: %s", name,
+                      (unsigned long long)j, (unsigned long long)off, why);
+}
+
+static int get_raw_direct(const tfr *t, size_t k, uint64_t j, uint64_t off, uint64_t len,
+                          ferry_sample *out)
+{
+    const char *name = t->files.paths[k];
+    uint8_t head[FERRY__TFR_HEADER], crc[4];
+    uint64_t hlen;
+    size_t got;
+    int rc;
+    if (len > (uint64_t)t->fields[0].shape[0])
+        return ferry__err(FERRY_EOVERFLOW,
+                          "%s: record %llu at offset %llu: %llu bytes, over the bound of \"data\" "
+                          "(%lld; give max=)",
+                          name, (unsigned long long)j, (unsigned long long)off,
+                          (unsigned long long)len, (long long)t->fields[0].shape[0]);
+    if ((rc = ferry__file_pread(&t->fds[k], name, head, sizeof head, off, &got)) < 0)
+        return rc;
+    if (got < sizeof head)
+        return stale(name, j, off, "the file is shorter than when it was indexed");
+    if ((rc = ferry__tfr_header(name, j, off, head, t->o.max_record, &hlen)) < 0)
+        return rc;
+    if (hlen != len)
+        return stale(name, j, off, "its length changed since the file was indexed");
+    if ((rc = ferry__file_pread(&t->fds[k], name, out->data[0], (size_t)len,
+                                off + FERRY__TFR_HEADER, &got)) < 0)
+        return rc;
+    if (got < len)
+        return stale(name, j, off, "the file is shorter than when it was indexed");
+    if ((rc = ferry__file_pread(&t->fds[k], name, crc, 4, off + FERRY__TFR_HEADER + len, &got)) < 0)
+        return rc;
+    if (got < 4)
+        return stale(name, j, off, "the file is shorter than when it was indexed");
+    if ((rc = ferry__tfr_data_at(name, j, off, out->data[0], len, crc)) < 0)
+        return rc;
+    out->length[0] = (int64_t)len;
+    return 0;
+}
+
+static int tfr_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
+{
+    tfr *t = self;
+    size_t lo = 0, hi = t->files.n;
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (t->first[mid] <= i)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    uint64_t j = i - t->first[lo], off = t->offs[lo][j];
+    uint64_t total = t->offs[lo][j + 1] - off;
+    const char *name = t->files.paths[lo];
+    if (t->o.raw && total >= RAW_DIRECT)
+        return get_raw_direct(t, lo, j, off, total - FERRY__TFR_OVERHEAD, out);
+    uint8_t *buf = ferry_ctx_scratch(ctx, (size_t)total);
+    if (!buf)
+        return FERRY_ENOMEM;
+    size_t got;
+    int rc = ferry__file_pread(&t->fds[lo], name, buf, (size_t)total, off, &got);
+    if (rc < 0)
+        return rc;
+    uint64_t len;
+    if (got < total)
+        return ferry__err(FERRY_ESTALE,
+                          "%s: record %llu at offset %llu: the file is shorter than when it was "
+                          "indexed",
+                          name, (unsigned long long)j, (unsigned long long)off);
+    if ((rc = ferry__tfr_header(name, j, off, buf, t->o.max_record, &len)) < 0)
+        return rc;
+    if (len + FERRY__TFR_OVERHEAD != total)
+        return ferry__err(FERRY_ESTALE,
+                          "%s: record %llu at offset %llu: its length changed since the file was "
+                          "indexed",
+                          name, (unsigned long long)j, (unsigned long long)off);
+    if ((rc = ferry__tfr_data(name, j, off, buf + FERRY__TFR_HEADER, len)) < 0)
+        return rc;
+    return decode(t, buf + FERRY__TFR_HEADER, (size_t)len, out, name, j, off);
+}
+
+static void tfr_destroy(void *self)
+{
+    tfr_free(self);
+}
+
+static const ferry_dataset_vtable tfr_vtable = {
+    .len = tfr_len, .get = tfr_get, .destroy = tfr_destroy};
+
+int ferry_dataset_tfrecord(ferry_dataset **out, const char *location, const ferry_tfrecord_opts *o)
+{
+    *out = NULL;
+    tfr *t;
+    int rc = tfr_open(&t, location, o, true);
+    if (rc < 0)
+        return rc;
+    return ferry_dataset_create(out, &tfr_vtable, t, t->fields, t->nfields);
+}
+
+/* ---- Stream ---- */
+
+typedef struct tfr_iter {
+    const tfr *t;
+    ferry_permutation order;
+    uint64_t pos, step;
+    ferry__tfr_reader rd;
+    bool open;
+} tfr_iter;
+
+static int st_open(void *self, uint64_t shard, uint64_t nshards, uint64_t epoch, void **iter)
+{
+    tfr *t = self;
+    tfr_iter *it = ferry__calloc(1, sizeof *it);
+    if (!it)
+        return ferry__err(FERRY_ENOMEM, "tfrecord stream: out of memory");
+    it->t = t;
+    ferry_permutation_init(&it->order, t->files.n, t->seed, epoch);
+    it->pos = shard;
+    it->step = nshards;
+    *iter = it;
+    return 0;
+}
+
+static void end_file(tfr_iter *it)
+{
+    ferry__tfr_close(&it->rd);
+    it->open = false;
+    it->pos += it->step;
+}
+
+static int st_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
+{
+    tfr_iter *it = iter;
+    const tfr *t = it->t;
+    int rc;
+    for (;;) {
+        if (it->pos >= t->files.n)
+            return FERRY_END;
+        const char *path = t->files.paths[ferry_permutation_at(&it->order, it->pos)];
+        if (!it->open) {
+            /* raw: a small window, so that large records are read from the file
+             * straight into the sample (ferry__tfr_next_into) */
+            size_t window = t->o.raw ? (size_t)16 << 10 : 0;
+            if ((rc = ferry__tfr_open(&it->rd, path, path, t->o.compression, t->o.max_record,
+                                      window)) < 0) {
+                it->pos += it->step;
+                return rc;
+            }
+            it->open = true;
+        }
+        const uint8_t *d = NULL;
+        size_t n;
+        uint64_t off, rec = it->rd.record;
+        if (t->o.raw) /* straight into the sample */
+            rc = ferry__tfr_next_into(&it->rd, out->data[0], (size_t)t->fields[0].shape[0], &n,
+                                      &off);
+        else
+            rc = ferry__tfr_next(&it->rd, &d, &n, &off, 1);
+        if (rc == FERRY_END) {
+            end_file(it);
+            continue;
+        }
+        if (rc < 0 && it->rd.broken) {
+            /* the framing is lost: nothing after this point can be trusted */
+            char msg[FERRY_ERRMSG_MAX];
+            snprintf(msg, sizeof msg, "%s; the rest of the file is not read", ferry_last_errmsg());
+            end_file(it);
+            return ferry__err(rc, "%s", msg);
+        }
+        if (rc < 0) /* this record only (a bad data CRC, too long for its field) */
+            return rc;
+        if (t->o.raw) {
+            out->length[0] = (int64_t)n;
+            return 0;
+        }
+        return decode(t, d, n, out, path, rec, off);
+    }
+}
+
+static void st_close(void *iter)
+{
+    tfr_iter *it = iter;
+    if (it->open)
+        ferry__tfr_close(&it->rd);
+    ferry__free(it);
+}
+
+static const ferry_stream_vtable stream_vtable = {st_open, st_next, st_close, tfr_destroy};
+
+int ferry_stream_tfrecord(ferry_stream **out, const char *location, const ferry_tfrecord_opts *o,
+                          uint64_t seed)
+{
+    *out = NULL;
+    tfr *t;
+    int rc = tfr_open(&t, location, o, false);
+    if (rc < 0)
+        return rc;
+    t->seed = seed;
+    return ferry_stream_create(out, &stream_vtable, t, t->fields, t->nfields);
+}
+
+/* ---- "tfrecord:PATH,..." ---- */
+
+int ferry__tfrecord_open_spec(ferry_dataset **ds, ferry_stream **st, ferry__spec *s)
+{
+    ferry_tfrecord_opts o = {0};
+    uint64_t seed = 0;
+    int stream = -1, rc;
+    const char *comp = ferry__spec_str(s, "compression");
+    const char *missing = ferry__spec_str(s, "missing");
+    const char *fill = ferry__spec_str(s, "fill");
+    o.features = ferry__spec_str(s, "features");
+    if ((rc = ferry__spec_bool(s, "raw", &o.raw)) < 0 ||
+        (rc = ferry__spec_u64(s, "infer", 1, (uint64_t)1 << 32, &o.infer)) < 0 ||
+        (rc = ferry__spec_u64(s, "max_record", 1, (uint64_t)1 << 34, &o.max_record)) < 0 ||
+        (rc = ferry__spec_u64(s, "max", 1, (uint64_t)1 << 34, &o.max)) < 0 ||
+        (rc = ferry__spec_u64(s, "seed", 0, UINT64_MAX, &seed)) < 0 ||
+        (rc = ferry__spec_bool(s, "stream", &stream)) < 0 || (rc = ferry__spec_check_used(s)) < 0)
+        return rc;
+    if (comp && !strcmp(comp, "none"))
+        o.compression = FERRY_TFRECORD_NONE;
+    else if (comp && !strcmp(comp, "gzip"))
+        o.compression = FERRY_TFRECORD_GZIP;
+    else if (comp && strcmp(comp, "auto"))
+        return ferry__err(FERRY_EINVAL,
+                          "source tfrecord: compression=\"%.32s\" is not auto, none "
+                          "or gzip",
+                          comp);
+    if (missing && !strcmp(missing, "fill"))
+        o.missing = FERRY_TFRECORD_MISSING_FILL;
+    else if (missing && strcmp(missing, "error"))
+        return ferry__err(FERRY_EINVAL, "source tfrecord: missing=\"%.32s\" is not error or fill",
+                          missing);
+    if (fill) {
+        char *end;
+        o.fill = strtod(fill, &end);
+        if (end == fill || *end || !isfinite(o.fill))
+            return ferry__err(FERRY_EINVAL, "source tfrecord: fill=\"%.32s\" is not a number",
+                              fill);
+    }
+    if (stream < 0) {
+        /* map-style where every file can be indexed; else a stream */
+        stream = o.compression == FERRY_TFRECORD_GZIP;
+        ferry__shard_files f;
+        if (!stream && ferry__shard_files_list(&f, "tfrecord", s->location, want_tfrecord,
+                                               "TFRecord files") == 0) {
+            for (size_t k = 0; k < f.n && !stream; k++) {
+                ferry__seqread r;
+                if (ferry__seqread_open(&r, f.paths[k], f.paths[k], o.compression, 4096) == 0) {
+                    stream = r.gzip;
+                    ferry__seqread_close(&r);
+                }
+            }
+            ferry__shard_files_free(&f);
+        }
+    }
+    if (stream)
+        return st ? ferry_stream_tfrecord(st, s->location, &o, seed)
+                  : ferry__err(FERRY_EINVAL, "source tfrecord: gzip files make a stream; open "
+                                             "it with ferry_source_open");
+    return ferry_dataset_tfrecord(ds, s->location, &o);
+}

@@ -1,0 +1,311 @@
+/*
+ * The tokens dataset: windows of T + 1 tokens over llm.c shards, mapped. get
+ * finds the shard by a binary search over the shards' first windows and copies
+ * the window twice (input, then target one token later) into the batch slot.
+ */
+#include "dataset_internal.h"
+#include "../formats/tokens_internal.h"
+#include "../io/io.h"
+
+#include <glob.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define MAX_SHARDS 65536
+#define MAX_SEQ ((uint64_t)1 << 24)
+#define FAR_HINT_MIN ((size_t)64 << 10) /* smaller windows: no read-ahead calls */
+
+typedef struct shard {
+    ferry__map map;
+    char *path; /* for messages */
+    const uint8_t *tok;
+    uint64_t count;   /* tokens */
+    uint64_t windows; /* (count - 1) / T */
+    uint64_t first;   /* the dataset index of its first sample */
+    uint64_t samples; /* how many of the dataset's samples are in it */
+} shard;
+
+typedef struct tokens_ds {
+    shard *s;
+    size_t n;
+    unsigned size;   /* bytes a token */
+    ferry_dtype out; /* the fields' dtype */
+    uint64_t seq, len, dropped;
+    ferry_tokens_order order;
+    uint64_t batch, rank, world;
+} tokens_ds;
+
+static uint64_t tk_len(void *self)
+{
+    return ((tokens_ds *)self)->len;
+}
+
+/* The shard holding sample i and where in it the window starts (a token index). */
+static const shard *locate(const tokens_ds *d, uint64_t i, uint64_t *start)
+{
+    size_t lo = 0, hi = d->n; /* the last shard whose first <= i */
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (d->s[mid].first <= i)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    const shard *s = &d->s[lo];
+    uint64_t q = i - s->first, w = q;
+    if (d->order == FERRY_TOKENS_LLMC)
+        w = q / d->batch * d->batch * d->world + d->rank * d->batch + q % d->batch;
+    *start = w * d->seq;
+    return s;
+}
+
+static int tk_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
+{
+    const tokens_ds *d = self;
+    (void)ctx;
+    uint64_t start;
+    const shard *s = locate(d, i, &start);
+    size_t bytes = (size_t)d->seq * d->size;
+    const uint8_t *p = s->tok + start * d->size;
+    if (d->out == FERRY_U16 || d->out == FERRY_U32) {
+        memcpy(out->data[0], p, bytes);
+        memcpy(out->data[1], p + d->size, bytes);
+        return 0;
+    }
+    /* widen: the window's T + 1 tokens once, input and target from the same reads */
+    size_t n = (size_t)d->seq;
+    if (d->out == FERRY_I64) {
+        int64_t *in = out->data[0], *tg = out->data[1];
+        for (size_t k = 0; k <= n; k++) {
+            int64_t v;
+            if (d->size == 2) {
+                uint16_t t;
+                memcpy(&t, p + 2 * k, 2);
+                v = t;
+            } else {
+                uint32_t t;
+                memcpy(&t, p + 4 * k, 4);
+                v = t;
+            }
+            if (k < n)
+                in[k] = v;
+            if (k)
+                tg[k - 1] = v;
+        }
+    } else {
+        int32_t *in = out->data[0], *tg = out->data[1];
+        for (size_t k = 0; k <= n; k++) {
+            uint32_t t = 0;
+            memcpy(&t, p + d->size * k, d->size);
+            if (t > INT32_MAX)
+                return ferry_error(
+                    FERRY_EOVERFLOW, "%s: offset %llu: token %u does not fit int32 (sample %llu)",
+                    s->path, (unsigned long long)(FERRY_TOKENS_HEADER + (start + k) * d->size), t,
+                    (unsigned long long)i);
+            if (k < n)
+                in[k] = (int32_t)t;
+            if (k)
+                tg[k - 1] = (int32_t)t;
+        }
+    }
+    return 0;
+}
+
+static void tk_hint(void *self, const uint64_t *indices, size_t count, int soon)
+{
+    const tokens_ds *d = self;
+    size_t bytes = (size_t)(d->seq + 1) * d->size;
+    for (size_t k = 0; k < count; k++) {
+        if (indices[k] >= d->len)
+            continue;
+        uint64_t start;
+        const shard *s = locate(d, indices[k], &start);
+        const uint8_t *p = s->tok + start * d->size;
+        if (soon) {
+            __builtin_prefetch(p);
+            continue;
+        }
+        if (bytes < FAR_HINT_MIN)
+            continue;
+        uintptr_t a = (uintptr_t)p, page = 4096;
+        madvise((void *)(a & ~(page - 1)), bytes + (a & (page - 1)), MADV_WILLNEED);
+    }
+}
+
+static void tk_destroy(void *self)
+{
+    tokens_ds *d = self;
+    if (!d)
+        return;
+    for (size_t k = 0; k < d->n; k++) {
+        ferry__unmap(&d->s[k].map);
+        ferry__free(d->s[k].path);
+    }
+    ferry__free(d->s);
+    ferry__free(d);
+}
+
+static const ferry_dataset_vtable tokens_vtable = {
+    .len = tk_len, .get = tk_get, .destroy = tk_destroy, .hint = tk_hint};
+
+uint64_t ferry_tokens_dropped(const ferry_dataset *ds)
+{
+    if (!ds || ds->vt != &tokens_vtable)
+        return 0;
+    return ((const tokens_ds *)ds->self)->dropped;
+}
+
+int ferry_dataset_tokens(ferry_dataset **out, const ferry_tokens_opts *o)
+{
+    int rc = 0;
+    *out = NULL;
+    if (!o || !o->pattern || !*o->pattern)
+        return ferry__err(FERRY_EINVAL, "tokens: pattern is empty");
+    uint64_t seq = o->seq ? o->seq : 1024;
+    if (seq > MAX_SEQ)
+        return ferry__err(FERRY_EINVAL, "tokens: seq %llu is outside [1, %llu]",
+                          (unsigned long long)seq, (unsigned long long)MAX_SEQ);
+    if (o->dtype != FERRY_DTYPE_INVALID && o->dtype != FERRY_U16 && o->dtype != FERRY_U32)
+        return ferry__err(FERRY_EINVAL, "tokens: dtype %s is not uint16 or uint32",
+                          ferry_dtype_name(o->dtype));
+    if (o->out != FERRY_DTYPE_INVALID && o->out != FERRY_I32 && o->out != FERRY_I64)
+        return ferry__err(FERRY_EINVAL, "tokens: out %s is not int32 or int64 (or 0: as stored)",
+                          ferry_dtype_name(o->out));
+    if (o->order != FERRY_TOKENS_ALL && o->order != FERRY_TOKENS_LLMC)
+        return ferry__err(FERRY_EINVAL, "tokens: order %d is not ALL (0) or LLMC (1)", o->order);
+    uint64_t world = o->world_size ? o->world_size : 1;
+    if (o->order == FERRY_TOKENS_LLMC && (o->batch < 1 || o->batch > ((uint64_t)1 << 24) ||
+                                          world > ((uint64_t)1 << 20) || o->rank >= world))
+        return ferry__err(FERRY_EINVAL,
+                          "tokens: llm.c order needs batch in [1, 2^24] and rank < world_size "
+                          "(batch %llu, rank %llu, world_size %llu)",
+                          (unsigned long long)o->batch, (unsigned long long)o->rank,
+                          (unsigned long long)world);
+    glob_t g;
+    memset(&g, 0, sizeof g);
+    int gr = glob(o->pattern, GLOB_ERR, NULL, &g);
+    if (gr == GLOB_NOMATCH || (gr == 0 && g.gl_pathc == 0)) {
+        globfree(&g);
+        return ferry__err(FERRY_ENOENT, "tokens: no file matches \"%s\"", o->pattern);
+    }
+    if (gr == GLOB_ABORTED) {
+        globfree(&g);
+        return ferry__err(FERRY_ENOENT,
+                          "tokens: no file matches \"%s\" (a directory on its way cannot be read)",
+                          o->pattern);
+    }
+    if (gr != 0) {
+        globfree(&g);
+        return ferry__err(gr == GLOB_NOSPACE ? FERRY_ENOMEM : FERRY_EIO,
+                          "tokens: cannot list \"%s\"", o->pattern);
+    }
+    tokens_ds *d = ferry__calloc(1, sizeof *d);
+    if (!d || g.gl_pathc > MAX_SHARDS || !(d->s = ferry__calloc(g.gl_pathc, sizeof *d->s))) {
+        rc = g.gl_pathc > MAX_SHARDS ? ferry__err(FERRY_EINVAL, "tokens: %zu shards match, over %d",
+                                                  g.gl_pathc, MAX_SHARDS)
+                                     : ferry__err(FERRY_ENOMEM, "tokens: out of memory");
+        ferry__free(d);
+        globfree(&g);
+        return rc;
+    }
+    d->seq = seq;
+    d->order = o->order;
+    d->batch = o->batch;
+    d->rank = o->rank;
+    d->world = world;
+    for (size_t k = 0; k < g.gl_pathc; k++) { /* glob sorts */
+        const char *path = g.gl_pathv[k];
+        shard *s = &d->s[d->n];
+        FERRY_TRY(ferry__map_file(&s->map, path));
+        d->n++;
+        if (!(s->path = ferry__strdup(path)))
+            FERRY_FAIL(FERRY_ENOMEM, "tokens: out of memory");
+        unsigned size;
+        FERRY_TRY(
+            ferry__tokens_header(s->map.data, s->map.size, s->map.size, path, &size, &s->count));
+        if (o->dtype != FERRY_DTYPE_INVALID && ferry_dtype_size(o->dtype) != size)
+            FERRY_FAIL(FERRY_ECORRUPT,
+                       "%s: offset 4: version %d holds %s tokens, but dtype=%s was asked for", path,
+                       size == 2 ? 1 : 2, size == 2 ? "uint16" : "uint32",
+                       ferry_dtype_name(o->dtype));
+        if (d->size && size != d->size)
+            FERRY_FAIL(FERRY_ECORRUPT, "%s: offset 4: %u-byte tokens, but %s has %u-byte ones",
+                       path, size, g.gl_pathv[0], d->size);
+        d->size = size;
+        s->tok = (const uint8_t *)s->map.data + FERRY_TOKENS_HEADER;
+        s->windows = s->count ? (s->count - 1) / seq : 0;
+        if (o->order == FERRY_TOKENS_LLMC)
+            s->samples = s->windows / (d->batch * world) * d->batch;
+        else
+            s->samples = s->windows;
+        /* what no sample reads: the tail, and in llm.c's order the partial chunk
+         * and the other ranks' windows */
+        uint64_t covered = s->samples ? s->samples * seq + 1 : 0;
+        if (o->order == FERRY_TOKENS_LLMC)
+            covered = s->samples ? s->samples / d->batch * d->batch * world * seq + 1 : 0;
+        d->dropped += s->count - (covered < s->count ? covered : s->count);
+        s->first = d->len;
+        d->len += s->samples;
+        if ((rc = s->map.data ? madvise(s->map.data, s->map.size, MADV_RANDOM) : 0) != 0)
+            rc = 0; /* advice only */
+    }
+    globfree(&g);
+    ferry_field f[2];
+    memset(f, 0, sizeof f);
+    snprintf(f[0].name, sizeof f[0].name, "input");
+    snprintf(f[1].name, sizeof f[1].name, "target");
+    d->out = o->out ? o->out : d->size == 2 ? FERRY_U16 : FERRY_U32;
+    for (int k = 0; k < 2; k++) {
+        f[k].dtype = d->out;
+        f[k].ndim = 1;
+        f[k].shape[0] = (int64_t)seq;
+    }
+    bool far = (seq + 1) * d->size >= FAR_HINT_MIN;
+    rc = ferry_dataset_create(out, &tokens_vtable, d, f, 2);
+    if (rc == 0 && !far)
+        (*out)->near_hints_only = true;
+    return rc;
+cleanup:
+    globfree(&g);
+    tk_destroy(d);
+    return rc;
+}
+
+int ferry__tokens_open_spec(ferry_dataset **out, ferry__spec *s)
+{
+    ferry_tokens_opts o = {.pattern = s->location};
+    const char *dt = ferry__spec_str(s, "dtype"), *order = ferry__spec_str(s, "order"),
+               *outs = ferry__spec_str(s, "out");
+    int rc;
+    if ((rc = ferry__spec_u64(s, "seq", 1, MAX_SEQ, &o.seq)) < 0 ||
+        (rc = ferry__spec_u64(s, "batch", 1, (uint64_t)1 << 24, &o.batch)) < 0 ||
+        (rc = ferry__spec_u64(s, "rank", 0, (uint64_t)1 << 20, &o.rank)) < 0 ||
+        (rc = ferry__spec_u64(s, "world", 1, (uint64_t)1 << 20, &o.world_size)) < 0 ||
+        (rc = ferry__spec_check_used(s)) < 0)
+        return rc;
+    if (dt && !strcmp(dt, "u16"))
+        o.dtype = FERRY_U16;
+    else if (dt && !strcmp(dt, "u32"))
+        o.dtype = FERRY_U32;
+    else if (dt)
+        return ferry__err(FERRY_EINVAL, "source %s: dtype=\"%.32s\" is not u16 or u32", s->kind,
+                          dt);
+    if (outs && !strcmp(outs, "i32"))
+        o.out = FERRY_I32;
+    else if (outs && !strcmp(outs, "i64"))
+        o.out = FERRY_I64;
+    else if (outs)
+        return ferry__err(FERRY_EINVAL, "source %s: out=\"%.32s\" is not i32 or i64", s->kind,
+                          outs);
+    if (!order || !strcmp(order, "all"))
+        o.order = FERRY_TOKENS_ALL;
+    else if (!strcmp(order, "llmc"))
+        o.order = FERRY_TOKENS_LLMC;
+    else
+        return ferry__err(FERRY_EINVAL, "source %s: order=\"%.32s\" is not all or llmc", s->kind,
+                          order);
+    if (o.order == FERRY_TOKENS_LLMC && !o.batch)
+        return ferry__err(FERRY_EINVAL, "source %s: order=llmc needs batch=B", s->kind);
+    return ferry_dataset_tokens(out, &o);
+}

@@ -1,0 +1,116 @@
+/*
+ * llm.c token shards: the header check and the writer. See ferry/tokens.h.
+ */
+#include "tokens_internal.h"
+#include "../io/io.h"
+
+#include <string.h>
+
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "token shards are little-endian; this host is not"
+#endif
+
+static int32_t rd32(const uint8_t *p)
+{
+    uint32_t v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+    return (int32_t)v;
+}
+
+int ferry__tokens_header(const uint8_t *hdr, size_t n, uint64_t file_size, const char *name,
+                         unsigned *token_size, uint64_t *count)
+{
+    if (n < FERRY_TOKENS_HEADER || file_size < FERRY_TOKENS_HEADER)
+        return ferry__err(FERRY_ECORRUPT,
+                          "%s: offset 0: %llu bytes is shorter than the 1024-byte token shard "
+                          "header",
+                          name, (unsigned long long)file_size);
+    int32_t magic = rd32(hdr), version = rd32(hdr + 4), ntok = rd32(hdr + 8);
+    if (magic != FERRY_TOKENS_MAGIC)
+        return ferry__err(FERRY_ECORRUPT,
+                          "%s: offset 0: magic %d is not 20240520 (not an llm.c token shard)", name,
+                          magic);
+    if (version != 1 && version != 2)
+        return ferry__err(FERRY_ECORRUPT,
+                          "%s: offset 4: version %d is not 1 (uint16 tokens) or 2 (uint32)", name,
+                          version);
+    if (ntok < 0)
+        return ferry__err(FERRY_ECORRUPT, "%s: offset 8: token count %d is negative", name, ntok);
+    unsigned size = version == 1 ? 2 : 4;
+    uint64_t want = FERRY_TOKENS_HEADER + (uint64_t)ntok * size;
+    if (want != file_size)
+        return ferry__err(FERRY_ECORRUPT,
+                          "%s: offset 8: the header counts %d tokens (%llu bytes with the "
+                          "header), but the file has %llu bytes",
+                          name, ntok, (unsigned long long)want, (unsigned long long)file_size);
+    *token_size = size;
+    *count = (uint64_t)ntok;
+    return 0;
+}
+
+struct ferry_tokens_writer {
+    ferry__atomic_file f;
+    unsigned size;
+    uint64_t count;
+};
+
+int ferry_tokens_writer_open(ferry_tokens_writer **out, const char *path, ferry_dtype dtype)
+{
+    *out = NULL;
+    if (!path || !*path)
+        return ferry__err(FERRY_EINVAL, "tokens writer: path is empty");
+    if (dtype != FERRY_U16 && dtype != FERRY_U32)
+        return ferry__err(FERRY_EINVAL, "tokens writer: dtype %s is not uint16 or uint32",
+                          ferry_dtype_name(dtype));
+    ferry_tokens_writer *w = ferry__calloc(1, sizeof *w);
+    if (!w)
+        return ferry__err(FERRY_ENOMEM, "tokens writer: out of memory");
+    w->size = dtype == FERRY_U16 ? 2 : 4;
+    int rc = ferry__atomic_open(&w->f, path);
+    if (rc == 0) {
+        uint8_t zero[FERRY_TOKENS_HEADER] = {0}; /* the header is written at commit */
+        rc = ferry__atomic_write(&w->f, zero, sizeof zero);
+    }
+    if (rc < 0) {
+        ferry_tokens_writer_abort(w);
+        return rc;
+    }
+    *out = w;
+    return 0;
+}
+
+int ferry_tokens_writer_append(ferry_tokens_writer *w, const void *tokens, size_t n)
+{
+    if (!w)
+        return ferry__err(FERRY_EINVAL, "tokens writer: NULL");
+    if (n > (uint64_t)INT32_MAX - w->count)
+        return ferry__err(FERRY_EOVERFLOW,
+                          "%s: %llu + %zu tokens is over a shard's INT32_MAX (start another "
+                          "shard)",
+                          w->f.path, (unsigned long long)w->count, n);
+    int rc = ferry__atomic_write(&w->f, tokens, n * w->size);
+    if (rc == 0)
+        w->count += n;
+    return rc;
+}
+
+int ferry_tokens_writer_commit(ferry_tokens_writer *w)
+{
+    if (!w)
+        return ferry__err(FERRY_EINVAL, "tokens writer: NULL");
+    int32_t hdr[256] = {FERRY_TOKENS_MAGIC, w->size == 2 ? 1 : 2, (int32_t)w->count};
+    int rc = ferry__atomic_pwrite(&w->f, hdr, sizeof hdr, 0);
+    if (rc == 0)
+        rc = ferry__atomic_commit(&w->f);
+    else
+        ferry__atomic_abort(&w->f);
+    ferry__free(w);
+    return rc;
+}
+
+void ferry_tokens_writer_abort(ferry_tokens_writer *w)
+{
+    if (!w)
+        return;
+    ferry__atomic_abort(&w->f);
+    ferry__free(w);
+}

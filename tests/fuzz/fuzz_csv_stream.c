@@ -1,0 +1,94 @@
+/*
+ * Fuzz target: a CSV part file as the stream reads it, plain or compressed. The
+ * input is written as part-00000 of a fresh directory; the stream (three int64
+ * columns, the column count fixed so that opening never reads the file) then
+ * reads every row it can: gzip and zstd decoding, damaged and truncated
+ * compressed data, long lines passed over, bad rows. With the first byte odd the
+ * rest is first wrapped in a gzip member, so that the fuzzer reaches the rows
+ * behind the decoder as well as the decoder itself.
+ */
+#include <ferry/ferry.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+static char dir[256], part[300];
+
+static void cleanup(void)
+{
+    unlink(part);
+    rmdir(dir);
+}
+
+static void setup(void)
+{
+    if (dir[0])
+        return;
+    const char *t = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/ferry-fuzz-XXXXXX", t ? t : "/tmp");
+    if (!mkdtemp(dir))
+        abort();
+    snprintf(part, sizeof part, "%s/part-00000", dir);
+    atexit(cleanup);
+}
+
+static void write_part(const uint8_t *data, size_t size)
+{
+    FILE *f = fopen(part, "wb");
+    if (!f)
+        abort();
+    if (size && (data[0] & 1)) {
+        uLong cap = compressBound((uLong)size) + 64;
+        uint8_t *gz = malloc(cap);
+        z_stream zs;
+        memset(&zs, 0, sizeof zs);
+        if (!gz || deflateInit2(&zs, 1, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+            abort();
+        zs.next_in = (Bytef *)data + 1;
+        zs.avail_in = (uInt)(size - 1);
+        zs.next_out = gz;
+        zs.avail_out = (uInt)cap;
+        if (deflate(&zs, Z_FINISH) != Z_STREAM_END)
+            abort();
+        fwrite(gz, 1, cap - zs.avail_out, f);
+        deflateEnd(&zs);
+        free(gz);
+    } else if (size) {
+        fwrite(data + 1, 1, size - 1, f);
+    }
+    fclose(f);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    setup();
+    write_part(data, size);
+    ferry_csv_opts o;
+    ferry_csv_opts_default(&o);
+    o.dir = dir;
+    o.cols = 3;
+    o.dtype = FERRY_I64;
+    o.missing = "0";
+    ferry_stream *st;
+    if (ferry_stream_csv(&st, &o) != 0)
+        return 0;
+    ferry_stream_iter *it;
+    ferry_ctx *ctx;
+    if (ferry_ctx_create(&ctx, 0, 0) != 0 || ferry_stream_open(st, 0, 1, 0, &it) != 0)
+        abort();
+    int64_t row[3];
+    void *p[1] = {row};
+    int64_t len[1];
+    ferry_sample s = {1, p, len};
+    for (int i = 0; i < 100000; i++) /* every call either reads or ends */
+        if (ferry_stream_next(it, &s, ctx) == FERRY_END)
+            break;
+    ferry_stream_close(it);
+    ferry_ctx_free(ctx);
+    ferry_stream_free(st);
+    return 0;
+}

@@ -8,6 +8,7 @@
  */
 #include "ferry/ferry.h"
 #include "harness.h"
+#include "core/internal.h" /* ferry__test_fail_alloc */
 
 #include <dlfcn.h>
 #include <stdint.h>
@@ -457,5 +458,39 @@ TEST(a_buffer_the_driver_will_not_lock_is_a_clear_error)
         CHECK_EQ(f.ctx_refs, 0);
         CHECK_EQ(f.errors, 0);
     }
+    ferry_dataset_free(ds);
+}
+
+/* Each allocation of opening a device, and of a pinned loader's creation,
+ * failing in turn: a clean error and nothing left locked or retained. */
+TEST(out_of_memory_leaves_nothing_locked)
+{
+    use_fake(1, 0, 0);
+    ferry_device *d;
+    ferry__test_fail_alloc(0);
+    CHECK_RC(ferry_device_open(&d, "cuda"), FERRY_ENOMEM);
+    ferry__test_fail_alloc(-1);
+    CHECK_EQ(fake().ctx_refs, 0);
+    ferry_dataset *ds = synthetic(64, 16, 4);
+    ferry_loader_opts o = pinned(8, 2, 3);
+    int failed = 0;
+    for (long n = 0; n < 1000; n++) {
+        ferry_loader *l;
+        ferry__test_fail_alloc(n);
+        int rc = ferry_loader_create(&l, ds, &o);
+        ferry__test_fail_alloc(-1);
+        if (rc == 0) {
+            ferry_loader_free(l);
+            break;
+        }
+        CHECK_RC(rc, FERRY_ENOMEM);
+        failed++;
+        CHECK_EQ(fake().live, 0);
+        CHECK_EQ(fake().ctx_refs, 0);
+    }
+    CHECK(failed > 3);
+    CHECK_EQ(fake().live, 0);
+    CHECK_EQ(fake().ctx_refs, 0);
+    CHECK_EQ(fake().errors, 0);
     ferry_dataset_free(ds);
 }

@@ -12,6 +12,7 @@
 #include "sampler.h"
 #include "dataset.h"
 #include "loader.h"
+#include "device.h"
 #include "lines.h"
 #include "stream.h"
 #include "csv.h"

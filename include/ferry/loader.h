@@ -85,6 +85,24 @@ typedef struct ferry_loader_opts {
      * do not call the loader from it. NULL: none. */
     ferry_skip_fn on_skip;
     void *on_skip_arg;
+    /* Page-lock every batch buffer for a CUDA device (ferry/device.h), so that a
+     * copy from it to the device is asynchronous and at the host link's full
+     * speed: each buffer is locked once, when it is allocated, and stays locked
+     * while it lives (the pool's buffers, and those the loader allocates later
+     * while exported tensors keep older ones). Locking is slow (every page is
+     * touched) and locked memory is taken from the machine: memory_budget bounds
+     * it as it bounds the pool. The device is `device`'s, or cuda:0. Where no
+     * usable CUDA device exists ferry_loader_create is FERRY_ENOTSUP with the
+     * cause ("pin_memory: no usable CUDA device: libcuda.so.1: cannot open shared
+     * object file: ..."); a buffer the driver will not lock is FERRY_EIO with the
+     * driver's error, from ferry_loader_create or, for a buffer allocated later,
+     * ferry_loader_next. */
+    int pin_memory;
+    /* Where batches are delivered: NULL, "" or "cpu" = host memory; "cuda" or
+     * "cuda:N" = device memory, which this version does not do yet: a valid CUDA
+     * name is FERRY_ENOTSUP (saying why: no usable device, or not in this
+     * version). Read during ferry_loader_create only. */
+    const char *device;
 } ferry_loader_opts;
 
 /* Default settings: batch 1, no workers, sequential, seed 0, rank/world from the
@@ -212,6 +230,8 @@ typedef struct ferry_loader_stats {
                           * longer than max), in the work done so far */
     uint64_t data_bytes; /* of delivered samples' data: fixed fields whole, variable fields
                           * their rows only (bytes less the padding) */
+    /* batch memory page-locked now (pin_memory), spares included */
+    uint64_t pinned_bytes;
 } ferry_loader_stats;
 
 /* Counters so far. consumer_wait_ns / elapsed_ns near 1 means training is

@@ -22,6 +22,7 @@ import atexit as _atexit
 import math as _math
 import os as _os
 import threading as _threading
+import warnings as _warnings
 import weakref as _weakref
 from collections import namedtuple as _namedtuple
 from collections.abc import Mapping as _Mapping
@@ -819,9 +820,6 @@ _TORCH_ONLY = {
                          "or in transform=, per batch in the training loop"),
     "batch_sampler": (None, "ferry batches consecutive positions of sampler= with batch_size= "
                             "(and drop_last=); give the order as a sampler"),
-    "pin_memory": (False, "page-locked batch memory is not in this version; batches are "
-                          "already in pooled memory, and .to(device) copies from them"),
-    "pin_memory_device": ("", "see pin_memory"),
     "multiprocessing_context": (None, "ferry's workers are threads in this process, not "
                                       "processes: nothing is pickled"),
     "generator": (None, "ferry's orders are keyed by seed and epoch, the same for any worker "
@@ -851,6 +849,29 @@ def _bool(v, what):
     if not isinstance(v, bool):
         raise TypeError("%s must be a bool, got %r" % (what, v))
     return v
+
+
+def _pin_memory(pin, device):
+    """Whether batch memory is page-locked: PyTorch's rule, where no CUDA device
+    can be used pin_memory=True warns and loads unpinned."""
+    pin = _bool(pin, "pin_memory")
+    if not isinstance(device, str):
+        raise TypeError("pin_memory_device must be a str, got %s" % type(device).__name__)
+    if device and not pin:
+        _warnings.warn("pin_memory_device=%r is set but pin_memory is False: batch memory is "
+                       "not page-locked" % (device,), UserWarning, stacklevel=3)
+        return False
+    if not pin:
+        return False
+    try:
+        why = _ferry.device_probe(device or "cuda")
+    except ValueError as e:
+        raise ValueError("pin_memory_device=%r: %s" % (device, e)) from None
+    if why is not None:
+        _warnings.warn("pin_memory=True, but %s; batch memory is not page-locked" % (why,),
+                       UserWarning, stacklevel=3)
+        return False
+    return True
 
 
 class DataLoader:
@@ -891,6 +912,12 @@ class DataLoader:
       ``ferry.SKIP_BUDGET_DEFAULT``, 1000), counts them in ``stats()["skipped"]``
       and names the first ones in ``stats()["skipped_samples"]``.
     - ``output``: "torch" (default) or "numpy".
+    - ``pin_memory`` (default False): page-lock the batch memory (once, when
+      each buffer is allocated) so that ``.to("cuda", non_blocking=True)``
+      copies from it asynchronously. Where no CUDA device can be used, a
+      ``UserWarning`` says why and batches are loaded unpinned, as PyTorch does;
+      ``loader.pin_memory`` tells what was done. ``pin_memory_device``
+      ("cuda", "cuda:1") names the device checked for.
     - ``fields``: a Python dataset's schema where sample 0 does not tell it all:
       ``{"text": ("uint8", (None,), 512)}`` (dtype, shape, bound of a variable
       first dimension) or ``{"x": ("float32", (3, 32, 32))}``.
@@ -907,6 +934,8 @@ class DataLoader:
                  drop_last=False, timeout=0, worker_init_fn=None, prefetch_factor=None,
                  persistent_workers=True, seed=None, in_order=True, on_error="fail",
                  skip_budget=None, output="torch", *, fields=None, transform=None, **kwargs):
+        self.pin_memory = _pin_memory(kwargs.pop("pin_memory", False),
+                                      kwargs.pop("pin_memory_device", ""))
         for k, v in kwargs.items():
             if k not in _TORCH_ONLY:
                 raise TypeError("DataLoader() got an unexpected keyword argument %r" % k)
@@ -1003,7 +1032,8 @@ class DataLoader:
             tuple_batch=self._tuple,
             # a short wait inside, so that Ctrl-C is seen while workers load
             poll_ms=100 if self.num_workers else 0,
-            rank=0 if self._stream else -1, world_size=1 if self._stream else -1)
+            rank=0 if self._stream else -1, world_size=1 if self._stream else -1,
+            pin_memory=self.pin_memory)
 
     def __len__(self):
         if self._stream:

@@ -1736,16 +1736,18 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
                              "prefetch",   "shuffle",       "seed",        "sampler",
                              "in_order",   "on_error",      "skip_budget", "worker_init",
                              "output",     "tuple_batch",   "poll_ms",     "rank",
-                             "world_size", "stream_shards", NULL};
+                             "world_size", "stream_shards", "pin_memory",  NULL};
     PyObject *source, *sampler = Py_None, *worker_init = Py_None;
     unsigned int batch_size = 1, num_workers = 0, prefetch = 0, stream_shards = 0;
     int drop_last = 0, shuffle = 0, in_order = 1, on_error = 0, output = OUT_TORCH, tuple_batch = 0;
+    int pin_memory = 0;
     unsigned long long seed = 0, skip_budget = 0;
     long long poll_ms = 0, rank = -1, world = -1;
-    if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "O!|IpIIpKOpiKOipLLLI", kwlist, SourceType, &source, &batch_size, &drop_last,
-            &num_workers, &prefetch, &shuffle, &seed, &sampler, &in_order, &on_error, &skip_budget,
-            &worker_init, &output, &tuple_batch, &poll_ms, &rank, &world, &stream_shards))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!|IpIIpKOpiKOipLLLIp", kwlist, SourceType, &source,
+                                     &batch_size, &drop_last, &num_workers, &prefetch, &shuffle,
+                                     &seed, &sampler, &in_order, &on_error, &skip_budget,
+                                     &worker_init, &output, &tuple_batch, &poll_ms, &rank, &world,
+                                     &stream_shards, &pin_memory))
         return NULL;
     if (sampler != Py_None && !PyObject_TypeCheck(sampler, SamplerType)) {
         PyErr_SetString(PyExc_TypeError, "sampler must be a ferry sampler");
@@ -1803,6 +1805,7 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     o.stream_shards = stream_shards;
     o.rank = rank;
     o.world_size = world;
+    o.pin_memory = pin_memory;
     if (self->worker_init) {
         o.worker_init = call_worker_init;
         o.worker_init_arg = self;
@@ -2109,6 +2112,7 @@ static PyObject *loader_stats(PyObject *op, PyObject *unused)
         Py_DECREF(t);
     }
     STAT("skipped_samples", named);
+    STAT("pinned_bytes", PyLong_FromUnsignedLongLong(s.pinned_bytes));
     return d;
 }
 
@@ -2690,7 +2694,28 @@ static PyObject *mod_set_converters(PyObject *m, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* device_probe(name) -> None where the CUDA device can be opened, else why not;
+ * ValueError for a name that is not a CUDA device's */
+static PyObject *mod_device_probe(PyObject *m, PyObject *args)
+{
+    const char *name;
+    int kind, ordinal, rc;
+    if (!PyArg_ParseTuple(args, "s", &name))
+        return NULL;
+    if ((rc = ferry_device_parse(name, &kind, &ordinal)) < 0)
+        return raise_last(rc);
+    if (kind != FERRY_DEVICE_CUDA) {
+        PyErr_Format(PyExc_ValueError, "device \"%s\": not a CUDA device (\"cuda\" or \"cuda:N\")",
+                     name);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS rc = ferry_device_probe(name);
+    Py_END_ALLOW_THREADS if (rc == 0) Py_RETURN_NONE;
+    return PyUnicode_FromString(ferry_last_errmsg());
+}
+
 static PyMethodDef module_methods[] = {
+    {"device_probe", mod_device_probe, METH_VARARGS, "device_probe(name) -> None or why not"},
     {"version", mod_version, METH_NOARGS, "The C library's version."},
     {"strerror", mod_strerror, METH_VARARGS, "strerror(code) -> (name, description)"},
     {"open_source", mod_open_source, METH_VARARGS, "open_source(spec) -> Source"},

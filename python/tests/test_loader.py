@@ -241,7 +241,10 @@ def test_epochs_and_set_epoch():
     ({"output": "jax"}, ValueError, "output"),
     ({"worker_init_fn": 3}, TypeError, "worker_init_fn"),
     ({"collate_fn": lambda x: x}, ValueError, "collate_fn"),
-    ({"pin_memory": True}, ValueError, "pin_memory"),
+    ({"pin_memory": 1}, TypeError, "pin_memory"),
+    ({"pin_memory": True, "pin_memory_device": "tpu"}, ValueError, "pin_memory_device='tpu'"),
+    ({"pin_memory": True, "pin_memory_device": "cpu"}, ValueError, "not a CUDA device"),
+    ({"pin_memory": True, "pin_memory_device": 0}, TypeError, "pin_memory_device"),
     ({"generator": object()}, ValueError, "seed="),
     ({"multiprocessing_context": "spawn"}, ValueError, "threads"),
     ({"batch_sampler": [[0]]}, ValueError, "batch_sampler"),
@@ -525,3 +528,36 @@ def test_ctrl_c_interrupts_promptly(tmp_path, mode):
     assert p.returncode == 0, err
     assert "interrupted" in out and "ok" in out
     assert time.monotonic() - t0 < 5
+
+
+# pin_memory where no CUDA device can be used: PyTorch's behaviour, a warning
+# that says why and unpinned batches.
+def test_pin_memory_without_a_device_warns_and_loads_unpinned(monkeypatch):
+    monkeypatch.setenv("FERRY_CUDA_LIBRARY", "libferry-test-no-such-driver.so.1")
+    with pytest.warns(UserWarning, match="pin_memory=True, but no usable CUDA device: "
+                      "libferry-test-no-such-driver.so.1: cannot open shared object file"):
+        dl = ferry.DataLoader("synthetic:10,bytes=4", batch_size=4, num_workers=2,
+                              pin_memory=True, output="numpy")
+    assert dl.pin_memory is False
+    assert sum(len(b["label"]) for b in dl) == 10
+    assert dl.stats()["pinned_bytes"] == 0
+    dl.close()
+
+
+def test_pin_memory_on_this_machine():
+    why = ferry._ferry.device_probe("cuda")
+    if why is None:
+        pytest.skip("this machine has a usable CUDA device: the no-device path cannot be seen")
+    # the machine's own driver (none here): the message names the library
+    with pytest.warns(UserWarning, match="pin_memory=True, but no usable CUDA device: "):
+        dl = ferry.DataLoader("synthetic:10", batch_size=5, pin_memory=True,
+                              pin_memory_device="cuda:1", output="numpy")
+    assert dl.pin_memory is False
+    dl.close()
+
+
+def test_pin_memory_device_without_pin_memory_warns():
+    with pytest.warns(UserWarning, match="pin_memory is False"):
+        dl = ferry.DataLoader("synthetic:10", pin_memory_device="cuda", output="numpy")
+    assert dl.pin_memory is False
+    dl.close()

@@ -28,6 +28,7 @@
 #include "../datasets/dataset_internal.h"
 #include "ferry/records.h" /* ferry_crc32c, for the state blob */
 #include "../core/guard.h"
+#include "ferry/device.h" /* pin_memory: page-locked blocks */
 
 #include <sched.h>
 #include <unistd.h>
@@ -194,6 +195,12 @@ struct ferry_loader {
 
     worker inline_worker; /* the caller's thread, when num_workers is 0 */
     char errmsg[FERRY_ERRMSG_MAX];
+    /* pin_memory: blocks are page-locked through dev; a block it failed to lock
+     * (under m) */
+    ferry_device *dev;
+    uint64_t pinned_bytes;
+    int pin_rc;
+    char pin_msg[FERRY_ERRMSG_MAX];
 };
 
 static int set_errmsg(ferry_loader *l, int rc)
@@ -208,7 +215,11 @@ static int set_errmsg(ferry_loader *l, int rc)
 static void block_free(block *k)
 {
     if (k) {
-        ferry__free(k->mem_base);
+        if (k->l->dev && k->mem_base) {
+            ferry_device_host_free(k->l->dev, k->mem_base, k->l->blk_bytes + 64);
+            k->l->pinned_bytes -= k->l->blk_bytes + 64;
+        } else
+            ferry__free(k->mem_base);
         ferry__free(k->dirty);
         ferry__free(k);
     }
@@ -225,7 +236,18 @@ static block *block_new(ferry_loader *l)
         return NULL;
     k->l = l;
     atomic_init(&k->refs, 1);
-    k->mem_base = ferry__calloc(1, l->blk_bytes + 64);
+    if (!l->dev) {
+        k->mem_base = ferry__calloc(1, l->blk_bytes + 64);
+    } else {
+        int rc = ferry_device_host_alloc(l->dev, l->blk_bytes + 64, &k->mem_base);
+        if (rc < 0) { /* the driver's refusal, for the caller's message */
+            l->pin_rc = rc;
+            ferry__err_copy(l->pin_msg);
+            block_free(k);
+            return NULL;
+        }
+        l->pinned_bytes += l->blk_bytes + 64;
+    }
     if (l->nvar && k->mem_base)
         k->dirty = ferry__calloc((size_t)l->nvar * l->o.batch_size, sizeof *k->dirty);
     if (!k->mem_base || (l->nvar && !k->dirty)) {
@@ -282,6 +304,8 @@ static int alloc_buffers(ferry_loader *l, uint32_t nbufs)
         b->l = l;
         b->id = i;
         block *k = block_new(l);
+        if (!k && l->pin_rc)
+            return ferry__err(l->pin_rc, "pin_memory: batch buffer %u: %s", i, l->pin_msg);
         if (!k)
             return ferry__err(FERRY_ENOMEM,
                               "loader: cannot allocate batch buffer %u of %zu bytes (prefetch %u)",
@@ -306,6 +330,7 @@ static void destroy(ferry_loader *l)
         l->spare = k->next_spare;
         block_free(k);
     }
+    ferry_device_free(l->dev);
     ferry__free(l->bufs);
     ferry__free(l->by_number);
     ferry__free(l->open);
@@ -551,7 +576,7 @@ static ferry_batch *schedule(ferry_loader *l)
             l->spare = k->next_spare;
             l->nspare--;
         } else if (!(k = block_new(l))) {
-            l->blk_rc = FERRY_ENOMEM;
+            l->blk_rc = l->pin_rc ? l->pin_rc : FERRY_ENOMEM;
             pthread_cond_broadcast(&l->ready_cv);
             return NULL;
         }
@@ -1179,6 +1204,31 @@ static int check_budget(ferry_loader *l)
     return 0;
 }
 
+/* The device options: a device name is checked (and refused: delivery on the
+ * device is not in this version); pin_memory opens the device its blocks are
+ * page-locked for. */
+static int open_device(ferry_loader *l)
+{
+    const char *name = l->o.device && *l->o.device ? l->o.device : NULL;
+    l->o.device = NULL; /* borrowed for the call only */
+    if (name) {
+        int kind, ordinal, rc;
+        if ((rc = ferry_device_parse(name, &kind, &ordinal)) < 0)
+            return ferry__err_prefix(rc, "loader");
+        if (kind == FERRY_DEVICE_CPU)
+            name = NULL;
+        else if ((rc = ferry_device_probe(name)) < 0)
+            return ferry__err_prefix(rc, "device \"%s\"", name);
+        else
+            return ferry__err(FERRY_ENOTSUP,
+                              "device \"%s\": batches delivered in device memory are not in this "
+                              "version; use pin_memory and copy each batch",
+                              name);
+    }
+    int rc = l->o.pin_memory ? ferry_device_open(&l->dev, name) : 0;
+    return rc < 0 ? ferry__err_prefix(rc, "pin_memory") : 0;
+}
+
 static int create(ferry_loader **out, ferry_dataset *ds, ferry_stream *st,
                   const ferry_loader_opts *opts)
 {
@@ -1239,6 +1289,7 @@ static int create(ferry_loader **out, ferry_dataset *ds, ferry_stream *st,
             FERRY_FAIL(FERRY_ENOMEM, "loader: out of memory");
     }
     FERRY_TRY(check_budget(l));
+    FERRY_TRY(open_device(l));
     FERRY_TRY(alloc_buffers(l, l->o.prefetch));
     ferry__ctx_init(&l->inline_worker.ctx, 0, o.seed, 0);
     bool hints = ds && ds->vt->hint;
@@ -1553,8 +1604,11 @@ int ferry_loader_next(ferry_loader *l, ferry_batch **out)
             break;
         }
         if (l->blk_rc) {
-            rc = ferry__err(l->blk_rc, "loader: cannot allocate a batch buffer of %zu bytes",
-                            l->blk_bytes);
+            rc = l->pin_rc
+                     ? ferry__err(l->blk_rc, "pin_memory: a new batch buffer: %s", l->pin_msg)
+                     : ferry__err(l->blk_rc, "loader: cannot allocate a batch buffer of %zu bytes",
+                                  l->blk_bytes);
+            l->pin_rc = 0;
             l->blk_rc = 0;
             stop_epoch(l);
             break;
@@ -1585,7 +1639,8 @@ int ferry_loader_next(ferry_loader *l, ferry_batch **out)
             break;
         }
         if (l->nworkers == 0) {
-            if (work_inline(l))
+            /* a block that could not be allocated is reported at the top */
+            if (work_inline(l) || l->blk_rc)
                 continue;
         }
         if (l->idle_workers && l->free_list)
@@ -1662,6 +1717,7 @@ int ferry_loader_stats_get(ferry_loader *l, ferry_loader_stats *s)
     s->consumer_wait_ns = l->consumer_wait_ns;
     s->num_workers = l->nworkers;
     s->prefetch = l->nbufs;
+    s->pinned_bytes = l->pinned_bytes;
     for (uint32_t i = 0; i <= l->nworkers; i++) {
         /* with no workers, the consumer's thread did the work */
         const worker *w = i < l->nworkers ? &l->workers[i] : &l->inline_worker;

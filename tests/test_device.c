@@ -1,0 +1,496 @@
+/*
+ * The device layer and the loader's pin_memory, on a machine with or without a
+ * GPU: what happens where there is no driver, and, against a stand-in driver
+ * (fake_cuda.c, loaded through FERRY_CUDA_LIBRARY), that every batch buffer is
+ * page-locked once when it is allocated and unlocked once when it is freed.
+ * What only a real GPU shows (that the memory is really locked, copy speed) is
+ * not tested here.
+ */
+#include "ferry/ferry.h"
+#include "harness.h"
+#include "core/internal.h" /* ferry__test_fail_alloc */
+
+#include <dlfcn.h>
+#include <stdint.h>
+#include <unistd.h>
+
+typedef struct fake_cuda_state {
+    int devices;
+    int init_result;
+    long fail_register;
+    long inits, registers, unregisters, live, errors, ctx_refs, max_live;
+    uint64_t live_bytes;
+} fake_cuda_state;
+
+static void (*fake_reset)(int devices, int init_result, long fail_register);
+static void (*fake_get)(fake_cuda_state *out);
+static int (*fake_is_registered)(const void *p, size_t n);
+
+/* Points ferry at the stand-in driver and resets it. */
+static void use_fake(int devices, int init_result, long fail_register)
+{
+    CHECK(setenv("FERRY_CUDA_LIBRARY", FAKE_CUDA_LIBRARY, 1) == 0);
+    void *lib = dlopen(FAKE_CUDA_LIBRARY, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+    if (!lib)
+        test_fail(__FILE__, __LINE__, "cannot load the stand-in driver: %s", dlerror());
+    *(void **)&fake_reset = dlsym(lib, "fake_cuda_reset");
+    *(void **)&fake_get = dlsym(lib, "fake_cuda_get");
+    *(void **)&fake_is_registered = dlsym(lib, "fake_cuda_is_registered");
+    CHECK(fake_reset && fake_get && fake_is_registered);
+    fake_reset(devices, init_result, fail_register);
+    dlclose(lib);
+}
+
+static fake_cuda_state fake(void)
+{
+    fake_cuda_state s;
+    fake_get(&s);
+    return s;
+}
+
+static ferry_dataset *synthetic(uint64_t count, uint64_t bytes, uint64_t var)
+{
+    ferry_synthetic_opts o = {.count = count, .bytes = bytes, .var_max = var, .seed = 7};
+    ferry_dataset *ds;
+    CHECK_OK(ferry_dataset_synthetic(&ds, &o));
+    return ds;
+}
+
+static ferry_loader_opts pinned(uint32_t batch, uint32_t workers, uint32_t prefetch)
+{
+    ferry_loader_opts o;
+    ferry_loader_opts_default(&o);
+    o.batch_size = batch;
+    o.num_workers = workers;
+    o.prefetch = prefetch;
+    o.seed = 1234;
+    o.pin_memory = 1;
+    return o;
+}
+
+static void check_has(const char *msg, const char *want)
+{
+    if (!strstr(msg, want))
+        test_fail(__FILE__, __LINE__, "message \"%s\" lacks \"%s\"", msg, want);
+}
+
+/* Every field of a batch lies in memory the driver has registered. */
+static void check_batch_pinned(const ferry_batch *b)
+{
+    for (int f = 0; f < ferry_batch_nfields(b); f++) {
+        ferry_tensor t;
+        CHECK_OK(ferry_batch_field(b, f, &t));
+        CHECK(fake_is_registered(t.data, ferry_tensor_nbytes(&t)));
+    }
+}
+
+/* The loader's count of locked bytes against the driver's (which locks whole
+ * pages). */
+static void check_pinned_bytes(const ferry_loader_stats *s)
+{
+    fake_cuda_state f = fake();
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    CHECK(s->pinned_bytes > 0);
+    CHECK(s->pinned_bytes <= f.live_bytes);
+    CHECK(f.live_bytes < s->pinned_bytes + (uint64_t)f.live * page);
+}
+
+/* Sample i's bytes as the dataset gives them, against batch memory. */
+static void check_sample(ferry_dataset *ds, uint64_t i, const uint8_t *got, size_t n)
+{
+    ferry_ctx *ctx;
+    CHECK_OK(ferry_ctx_create(&ctx, 0, 0));
+    uint8_t want[64];
+    int64_t label, len[2] = {0};
+    void *data[2] = {want, &label};
+    ferry_sample s = {2, data, len};
+    CHECK(n <= sizeof want);
+    CHECK_OK(ferry_dataset_get(ds, i, &s, ctx));
+    CHECK(memcmp(got, want, n) == 0);
+    ferry_ctx_free(ctx);
+}
+
+TEST(opts_default_is_unpinned_on_the_host)
+{
+    ferry_loader_opts o;
+    ferry_loader_opts_default(&o);
+    CHECK_EQ(o.pin_memory, 0);
+    CHECK(o.device == NULL);
+    /* nothing asks for a driver: none is loaded, even a loadable one */
+    use_fake(1, 0, 0);
+    ferry_dataset *ds = synthetic(64, 16, 0);
+    o.batch_size = 8;
+    o.device = "cpu";
+    ferry_loader *l;
+    CHECK_OK(ferry_loader_create(&l, ds, &o));
+    ferry_batch *b;
+    CHECK_OK(ferry_loader_next(l, &b));
+    ferry_batch_release(b);
+    ferry_loader_stats s;
+    CHECK_OK(ferry_loader_stats_get(l, &s));
+    CHECK_U64(s.pinned_bytes, 0);
+    ferry_loader_free(l);
+    CHECK_EQ(fake().inits, 0);
+    CHECK_EQ(fake().registers, 0);
+    ferry_dataset_free(ds);
+}
+
+TEST(no_driver_is_enotsup_naming_the_cause)
+{
+    ferry_dataset *ds = synthetic(64, 16, 0);
+    ferry_loader_opts o = pinned(8, 2, 2);
+    ferry_loader *l;
+    /* a driver library that is not there */
+    CHECK(setenv("FERRY_CUDA_LIBRARY", "libferry-test-no-such-driver.so.1", 1) == 0);
+    CHECK_RC(ferry_loader_create(&l, ds, &o), FERRY_ENOTSUP);
+    check_has(ferry_last_errmsg(), "pin_memory: no usable CUDA device: "
+                                   "libferry-test-no-such-driver.so.1: cannot open shared object "
+                                   "file");
+    CHECK_RC(ferry_device_probe("cuda"), FERRY_ENOTSUP);
+    /* the machine's own driver, where it has none (on a GPU machine: skip) */
+    CHECK(unsetenv("FERRY_CUDA_LIBRARY") == 0);
+    void *real = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (real) {
+        dlclose(real);
+        ferry_dataset_free(ds);
+        SKIP("this machine has a CUDA driver (libcuda.so.1): the no-driver case cannot be seen");
+    }
+    CHECK_RC(ferry_loader_create(&l, ds, &o), FERRY_ENOTSUP);
+    check_has(ferry_last_errmsg(),
+              "pin_memory: no usable CUDA device: libcuda.so.1: cannot open shared object file");
+    o.pin_memory = 0;
+    o.device = "cuda:1";
+    CHECK_RC(ferry_loader_create(&l, ds, &o), FERRY_ENOTSUP);
+    check_has(ferry_last_errmsg(), "device \"cuda:1\": no usable CUDA device: libcuda.so.1");
+    ferry_dataset_free(ds);
+}
+
+TEST(driver_without_devices_is_enotsup_naming_the_cause)
+{
+    ferry_dataset *ds = synthetic(64, 16, 0);
+    ferry_loader_opts o = pinned(8, 0, 2);
+    ferry_loader *l;
+    use_fake(1, 100 /* CUDA_ERROR_NO_DEVICE */, 0);
+    CHECK_RC(ferry_loader_create(&l, ds, &o), FERRY_ENOTSUP);
+    check_has(ferry_last_errmsg(),
+              "pin_memory: no usable CUDA device: cuInit: CUDA_ERROR_NO_DEVICE");
+    use_fake(0, 0, 0);
+    CHECK_RC(ferry_loader_create(&l, ds, &o), FERRY_ENOTSUP);
+    check_has(ferry_last_errmsg(), "pin_memory: no usable CUDA device: the driver sees no device");
+    use_fake(2, 0, 0);
+    o.device = "cuda:2";
+    CHECK_RC(ferry_loader_create(&l, ds, &o), FERRY_ENOTSUP);
+    check_has(ferry_last_errmsg(),
+              "\"cuda:2\" asked, and the driver sees 2 devices (cuda:0 .. cuda:1)");
+    /* a device that exists: delivery there is not in this version, and says so */
+    o.device = "cuda:1";
+    CHECK_RC(ferry_loader_create(&l, ds, &o), FERRY_ENOTSUP);
+    check_has(ferry_last_errmsg(), "device \"cuda:1\": batches delivered in device memory are not "
+                                   "in this version");
+    CHECK_EQ(fake().ctx_refs, 0);
+    CHECK_EQ(fake().live, 0);
+    CHECK_EQ(fake().errors, 0);
+    ferry_dataset_free(ds);
+}
+
+TEST(device_names_parse)
+{
+    int kind, ord;
+    CHECK_OK(ferry_device_parse("cpu", &kind, &ord));
+    CHECK(kind == FERRY_DEVICE_CPU && ord == 0);
+    CHECK_OK(ferry_device_parse("cuda", &kind, &ord));
+    CHECK(kind == FERRY_DEVICE_CUDA && ord == 0);
+    CHECK_OK(ferry_device_parse("cuda:1", &kind, &ord));
+    CHECK(kind == FERRY_DEVICE_CUDA && ord == 1);
+    CHECK_OK(ferry_device_parse("cuda:1023", &kind, &ord));
+    CHECK_EQ(ord, 1023);
+    const char *bad[] = {"",          "gpu",     "cuda:", "cuda:-1", "cuda:+1",
+                         "cuda:1024", "cuda:1x", "CUDA",  "cuda: 1", "cuda:99999999999999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_RC(ferry_device_parse(bad[i], &kind, &ord), FERRY_EINVAL);
+        check_has(ferry_last_errmsg(), "not \"cpu\", \"cuda\" or \"cuda:N\"");
+    }
+    /* and through the loader, before any driver is looked for */
+    ferry_dataset *ds = synthetic(8, 4, 0);
+    ferry_loader_opts o = pinned(2, 0, 1);
+    o.device = "tpu:0";
+    ferry_loader *l;
+    CHECK(setenv("FERRY_CUDA_LIBRARY", "libferry-test-no-such-driver.so.1", 1) == 0);
+    CHECK_RC(ferry_loader_create(&l, ds, &o), FERRY_EINVAL);
+    check_has(ferry_last_errmsg(), "device \"tpu:0\": not \"cpu\"");
+    ferry_dataset_free(ds);
+}
+
+TEST(host_alloc_is_zeroed_page_aligned_and_registered_once)
+{
+    use_fake(1, 0, 0);
+    ferry_device *d;
+    CHECK_OK(ferry_device_open(&d, "cuda"));
+    CHECK_EQ(ferry_device_ordinal(d), 0);
+    CHECK_EQ(fake().ctx_refs, 1);
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    void *p[3];
+    size_t sizes[3] = {1, page, 3 * page + 5};
+    for (int i = 0; i < 3; i++) {
+        CHECK_OK(ferry_device_host_alloc(d, sizes[i], &p[i]));
+        CHECK((uintptr_t)p[i] % page == 0);
+        for (size_t k = 0; k < sizes[i]; k++)
+            CHECK(((uint8_t *)p[i])[k] == 0);
+        memset(p[i], 0xab, sizes[i]);
+        CHECK(fake_is_registered(p[i], sizes[i]));
+    }
+    CHECK_EQ(fake().registers, 3);
+    CHECK_EQ(fake().live, 3);
+    void *q;
+    CHECK_RC(ferry_device_host_alloc(d, 0, &q), FERRY_EINVAL);
+    for (int i = 0; i < 3; i++)
+        ferry_device_host_free(d, p[i], sizes[i]);
+    ferry_device_host_free(d, NULL, 0);
+    CHECK_EQ(fake().unregisters, 3);
+    CHECK_EQ(fake().live, 0);
+    ferry_device_free(d);
+    ferry_device_free(NULL);
+    CHECK_EQ(fake().ctx_refs, 0);
+    CHECK_EQ(fake().errors, 0);
+}
+
+/* A steady loop: the pool's buffers are locked once each, at creation, and
+ * reused with no more driver calls; freeing the loader unlocks each once. */
+TEST(pool_is_pinned_once_at_creation)
+{
+    ferry_dataset *ds = synthetic(800, 16, 0);
+    for (uint32_t workers = 0; workers < 4; workers += 3) {
+        use_fake(1, 0, 0);
+        ferry_loader_opts o = pinned(8, workers, 0);
+        ferry_loader *l;
+        CHECK_OK(ferry_loader_create(&l, ds, &o));
+        ferry_loader_stats s;
+        CHECK_OK(ferry_loader_stats_get(l, &s));
+        CHECK_EQ(fake().registers, s.prefetch);
+        CHECK_EQ(fake().live, s.prefetch);
+        check_pinned_bytes(&s);
+        for (int epoch = 0; epoch < 2; epoch++) {
+            CHECK_OK(ferry_loader_start(l, (uint64_t)epoch, 0));
+            ferry_batch *b;
+            uint64_t n = 0;
+            while (ferry_loader_next(l, &b) == 0) {
+                check_batch_pinned(b);
+                ferry_tensor t;
+                CHECK_OK(ferry_batch_field(b, 0, &t));
+                check_sample(ds, ferry_batch_indices(b)[0], t.data, 16);
+                n++;
+                ferry_batch_release(b);
+            }
+            CHECK_U64(n, 100);
+        }
+        CHECK_EQ(fake().registers, s.prefetch);
+        CHECK_EQ(fake().unregisters, 0);
+        ferry_loader_free(l);
+        CHECK_EQ(fake().unregisters, s.prefetch);
+        CHECK_EQ(fake().live, 0);
+        CHECK_EQ(fake().ctx_refs, 0);
+        CHECK_EQ(fake().errors, 0);
+    }
+    ferry_dataset_free(ds);
+}
+
+/* Batches released while their tensors live get new buffers: each is locked
+ * once when made and unlocked once when its last tensor goes, whenever that is. */
+TEST(blocks_kept_by_tensors_are_pinned_and_unpinned_once)
+{
+    ferry_dataset *ds = synthetic(400, 16, 0);
+    for (uint32_t workers = 0; workers < 4; workers++) {
+        use_fake(1, 0, 0);
+        ferry_loader_opts o = pinned(8, workers, 2);
+        ferry_loader *l;
+        CHECK_OK(ferry_loader_create(&l, ds, &o));
+        ferry_tensor kept[50];
+        ferry_batch *b;
+        for (int i = 0; i < 50; i++) {
+            CHECK_OK(ferry_loader_next(l, &b));
+            check_batch_pinned(b);
+            CHECK_OK(ferry_batch_export(b, 0, 0, &kept[i]));
+            ferry_batch_release(b); /* a pool of 2 and 50 batches kept by their tensors */
+        }
+        CHECK_RC(ferry_loader_next(l, &b), FERRY_END);
+        /* every kept batch has memory of its own, locked: 50 of them, plus what
+         * the pool holds (at most its 2 buffers and as many spares) */
+        fake_cuda_state f = fake();
+        CHECK(f.registers >= 50 && f.registers <= 54);
+        CHECK_EQ(f.live, f.registers - f.unregisters);
+        ferry_loader_stats s;
+        CHECK_OK(ferry_loader_stats_get(l, &s));
+        check_pinned_bytes(&s);
+        if (workers % 2)
+            ferry_loader_free(l); /* the tensors outlive the loader */
+        for (int i = 0; i < 50; i++) {
+            CHECK(fake_is_registered(kept[i].data, ferry_tensor_nbytes(&kept[i])));
+            check_sample(ds, (uint64_t)i * 8 + 5, (uint8_t *)kept[i].data + 5 * 16, 16);
+            ferry_tensor_release(&kept[i]);
+        }
+        if (workers % 2 == 0) {
+            /* the loader keeps at most a pool's worth of spares, locked */
+            CHECK(fake().live <= 4);
+            ferry_loader_free(l);
+        }
+        f = fake();
+        CHECK_EQ(f.unregisters, f.registers);
+        CHECK_EQ(f.live, 0);
+        CHECK_EQ(f.ctx_refs, 0);
+        CHECK_EQ(f.errors, 0);
+    }
+    ferry_dataset_free(ds);
+}
+
+/* Tensors that outlive their batch a little: the blocks they free come back as
+ * spares, still locked, and take turns without another driver call. */
+TEST(spare_blocks_stay_pinned_and_are_not_locked_again)
+{
+    ferry_dataset *ds = synthetic(800, 16, 0);
+    for (uint32_t workers = 0; workers < 3; workers += 2) {
+        use_fake(1, 0, 0);
+        ferry_loader_opts o = pinned(8, workers, 2);
+        ferry_loader *l;
+        CHECK_OK(ferry_loader_create(&l, ds, &o));
+        ferry_tensor prev = {0};
+        ferry_batch *b;
+        int n = 0;
+        while (ferry_loader_next(l, &b) == 0) {
+            check_batch_pinned(b);
+            ferry_tensor t;
+            CHECK_OK(ferry_batch_export(b, 0, 0, &t));
+            /* the block before goes back as a spare, then this batch goes back
+             * without its block (the tensor keeps it) and takes the spare */
+            if (n++)
+                ferry_tensor_release(&prev);
+            ferry_batch_release(b);
+            prev = t;
+        }
+        CHECK_EQ(n, 100);
+        /* the pool's 2 and the one the first kept tensor took; from then on a
+         * spare is always there when a buffer needs a block, and is not locked
+         * again */
+        fake_cuda_state f = fake();
+        if (f.registers > 3)
+            test_fail(__FILE__, __LINE__, "%ld registrations for 100 batches", f.registers);
+        CHECK_EQ(f.unregisters, 0);
+        ferry_tensor_release(&prev);
+        ferry_loader_free(l);
+        f = fake();
+        CHECK_EQ(f.unregisters, f.registers);
+        CHECK_EQ(f.live, 0);
+        CHECK_EQ(f.errors, 0);
+    }
+    ferry_dataset_free(ds);
+}
+
+TEST(stream_loader_pins_too)
+{
+    use_fake(1, 0, 0);
+    ferry_dataset *ds = synthetic(100, 16, 0);
+    ferry_stream *st;
+    CHECK_OK(ferry_stream_from_dataset(&st, ds));
+    ferry_loader_opts o = pinned(10, 2, 3);
+    o.stream_shards = 2;
+    o.rank = 0;
+    o.world_size = 1;
+    ferry_loader *l;
+    CHECK_OK(ferry_loader_create_stream(&l, st, &o));
+    CHECK_EQ(fake().registers, 3);
+    ferry_batch *b;
+    int n = 0;
+    while (ferry_loader_next(l, &b) == 0) {
+        check_batch_pinned(b);
+        ferry_batch_release(b);
+        n++;
+    }
+    CHECK_EQ(n, 10);
+    ferry_loader_free(l);
+    CHECK_EQ(fake().live, 0);
+    CHECK_EQ(fake().errors, 0);
+    ferry_stream_free(st);
+    ferry_dataset_free(ds);
+}
+
+TEST(a_buffer_the_driver_will_not_lock_is_a_clear_error)
+{
+    ferry_dataset *ds = synthetic(400, 16, 0);
+    ferry_loader *l;
+    /* at creation: the second buffer of the pool */
+    use_fake(1, 0, 2);
+    ferry_loader_opts o = pinned(8, 2, 3);
+    CHECK_RC(ferry_loader_create(&l, ds, &o), FERRY_EIO);
+    check_has(ferry_last_errmsg(), "pin_memory: batch buffer 1: cuda:0: cannot page-lock ");
+    check_has(ferry_last_errmsg(), "cuMemHostRegister: CUDA_ERROR_OUT_OF_MEMORY");
+    CHECK_EQ(fake().live, 0);
+    CHECK_EQ(fake().ctx_refs, 0);
+    /* later: the first buffer made because tensors keep the pool's */
+    for (uint32_t workers = 0; workers < 3; workers += 2) {
+        use_fake(1, 0, 3);
+        o = pinned(8, workers, 2);
+        CHECK_OK(ferry_loader_create(&l, ds, &o));
+        ferry_tensor kept[3];
+        int got = 0, rc;
+        ferry_batch *b;
+        while (got < 3 && (rc = ferry_loader_next(l, &b)) == 0) {
+            CHECK_OK(ferry_batch_export(b, 0, 0, &kept[got++]));
+            ferry_batch_release(b);
+        }
+        CHECK(got < 3);
+        CHECK_RC(rc, FERRY_EIO);
+        check_has(ferry_loader_errmsg(l),
+                  "pin_memory: a new batch buffer: cuda:0: cannot page-lock");
+        check_has(ferry_loader_errmsg(l), "CUDA_ERROR_OUT_OF_MEMORY");
+        /* the epoch is over; a new one runs once memory can be locked again */
+        for (int i = 0; i < got; i++)
+            ferry_tensor_release(&kept[i]);
+        CHECK_OK(ferry_loader_start(l, 1, 0));
+        uint64_t n = 0;
+        while ((rc = ferry_loader_next(l, &b)) == 0) {
+            n++;
+            ferry_batch_release(b);
+        }
+        CHECK_RC(rc, FERRY_END);
+        CHECK_U64(n, 50);
+        ferry_loader_free(l);
+        fake_cuda_state f = fake();
+        CHECK_EQ(f.live, 0);
+        CHECK_EQ(f.ctx_refs, 0);
+        CHECK_EQ(f.errors, 0);
+    }
+    ferry_dataset_free(ds);
+}
+
+/* Each allocation of opening a device, and of a pinned loader's creation,
+ * failing in turn: a clean error and nothing left locked or retained. */
+TEST(out_of_memory_leaves_nothing_locked)
+{
+    use_fake(1, 0, 0);
+    ferry_device *d;
+    ferry__test_fail_alloc(0);
+    CHECK_RC(ferry_device_open(&d, "cuda"), FERRY_ENOMEM);
+    ferry__test_fail_alloc(-1);
+    CHECK_EQ(fake().ctx_refs, 0);
+    ferry_dataset *ds = synthetic(64, 16, 4);
+    ferry_loader_opts o = pinned(8, 2, 3);
+    int failed = 0;
+    for (long n = 0; n < 1000; n++) {
+        ferry_loader *l;
+        ferry__test_fail_alloc(n);
+        int rc = ferry_loader_create(&l, ds, &o);
+        ferry__test_fail_alloc(-1);
+        if (rc == 0) {
+            ferry_loader_free(l);
+            break;
+        }
+        CHECK_RC(rc, FERRY_ENOMEM);
+        failed++;
+        CHECK_EQ(fake().live, 0);
+        CHECK_EQ(fake().ctx_refs, 0);
+    }
+    CHECK(failed > 3);
+    CHECK_EQ(fake().live, 0);
+    CHECK_EQ(fake().ctx_refs, 0);
+    CHECK_EQ(fake().errors, 0);
+    ferry_dataset_free(ds);
+}

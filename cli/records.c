@@ -66,6 +66,11 @@ static bool parse_size(const char *opt, const char *s, uint64_t *out)
 /* Every bad sample a pack leaves out, named on stderr as the workers meet it. */
 static pthread_mutex_t skip_lock = PTHREAD_MUTEX_INITIALIZER;
 
+static void pack_progress(uint64_t records, void *arg)
+{
+    cli_progress_update(arg, records, "records");
+}
+
 static void pack_on_skip(uint64_t epoch, uint64_t index, int rc, const char *msg, void *arg)
 {
     (void)epoch;
@@ -151,8 +156,6 @@ int cmd_pack(int argc, char **argv)
     }
     ferry_dataset *ds = NULL;
     ferry_stream *st = NULL;
-    ferry_loader *l = NULL;
-    ferry_record_writer *wr = NULL;
     int rc, status = 0;
     /* An image folder is packed as its encoded files (checked to be images), unless
      * the source asks for a pipeline: the shards then hold decoded tensors. */
@@ -166,90 +169,40 @@ int cmd_pack(int argc, char **argv)
     if (ferry_source_open(spec, &ds, &st) < 0)
         return cli_error(EXIT_USAGE, "%s", ferry_last_errmsg());
     cli_folder_note(ds, argv[optind]);
-    int nf = ds ? ferry_dataset_nfields(ds) : ferry_stream_nfields(st);
-    ferry_field fields[FERRY_MAX_FIELDS];
-    for (int f = 0; f < nf; f++)
-        fields[f] = *(ds ? ferry_dataset_field(ds, f) : ferry_stream_field(st, f));
     w.dir = argv[optind + 1];
-    w.fields = fields;
-    w.nfields = nf;
-    /* read through a loader: in order, with workers doing the source's work */
-    ferry_loader_opts o;
-    ferry_loader_opts_default(&o);
-    o.batch_size = 64;
-    o.num_workers = (uint32_t)workers;
-    o.rank = 0;
-    o.world_size = 1;
-    o.on_error = on_error;
-    o.skip_budget = budget;
-    o.on_skip = pack_on_skip;
-    if ((rc = ds ? ferry_loader_create(&l, ds, &o) : ferry_loader_create_stream(&l, st, &o)) < 0 ||
-        (rc = ferry_writer_open(&wr, &w)) < 0) {
-        status = cli_error(1, "%s", ferry_last_errmsg());
-        goto done;
-    }
     cli_progress bar;
-    uint64_t t0 = ferry_now_ns(), bytes = 0;
+    uint64_t t0 = ferry_now_ns();
     cli_progress_start(&bar, "pack", ds ? ferry_dataset_len(ds) : 0, progress);
-    ferry_batch *b;
-    while ((rc = ferry_loader_next(l, &b)) == 0) {
-        ferry_tensor t[FERRY_MAX_FIELDS], lens[FERRY_MAX_FIELDS];
-        for (int f = 0; f < nf; f++) {
-            ferry_batch_field(b, f, &t[f]);
-            if (fields[f].variable)
-                ferry_batch_lengths(b, f, &lens[f]);
-        }
-        for (uint32_t i = 0; i < ferry_batch_size(b) && rc == 0; i++) {
-            void *data[FERRY_MAX_FIELDS];
-            int64_t len[FERRY_MAX_FIELDS];
-            for (int f = 0; f < nf; f++) {
-                data[f] = (uint8_t *)t[f].data + (size_t)i * (size_t)t[f].strides[0];
-                len[f] = fields[f].variable ? ((int64_t *)lens[f].data)[i] : 0;
-                bytes += fields[f].variable ? (uint64_t)len[f] * ferry_field_row_elems(&fields[f]) *
-                                                  ferry_dtype_size(fields[f].dtype)
-                                            : ferry_field_nbytes(&fields[f]);
-            }
-            ferry_sample s = {nf, data, len};
-            rc = ferry_writer_append(wr, &s);
-        }
-        ferry_batch_release(b);
-        if (rc < 0)
-            break;
-        cli_progress_update(&bar, ferry_writer_records(wr), "records");
-    }
+    ferry_pack_opts po = {.writer = &w,
+                          .num_workers = (uint32_t)workers,
+                          .on_error = on_error,
+                          .skip_budget = budget,
+                          .on_skip = pack_on_skip,
+                          .progress = pack_progress,
+                          .progress_arg = &bar};
+    ferry_pack_result res;
+    rc = ferry_pack(ds, st, &po, &res);
     cli_progress_end(&bar);
-    if (rc != FERRY_END) {
-        status = cli_error(
-            1, "%s", ferry_loader_errmsg(l)[0] ? ferry_loader_errmsg(l) : ferry_last_errmsg());
-        goto done;
-    }
-    uint64_t records = ferry_writer_records(wr);
-    rc = ferry_writer_commit(wr);
-    wr = NULL;
     if (rc < 0) {
         status = cli_error(1, "%s", ferry_last_errmsg());
         goto done;
     }
     double secs = (double)(ferry_now_ns() - t0) / 1e9;
-    ferry_loader_stats ls;
-    ferry_loader_stats_get(l, &ls);
     printf("%s: %llu records, %.1f MB of fields, in %.3f s (%.0f MB/s)\n", w.dir,
-           (unsigned long long)records, (double)bytes / 1e6, secs,
-           secs > 0 ? (double)bytes / 1e6 / secs : 0);
+           (unsigned long long)res.records, (double)res.bytes / 1e6, secs,
+           secs > 0 ? (double)res.bytes / 1e6 / secs : 0);
     if (ds && ferry_tokens_dropped(ds))
         printf("note: %llu tokens are in no window (each shard's tail after its last whole "
                "window) and are not packed\n",
                (unsigned long long)ferry_tokens_dropped(ds));
-    if (ls.skipped)
+    if (res.skipped)
         printf("%s: %llu bad samples left out (each named above)\n", w.dir,
-               (unsigned long long)ls.skipped);
-    if (ls.truncated)
+               (unsigned long long)res.skipped);
+    if (res.truncated)
         printf("%s: %llu samples were longer than their field and were cut (lines: raise max=, "
                "or set error_long=1 to make them errors)\n",
-               w.dir, (unsigned long long)ls.truncated);
+               w.dir, (unsigned long long)res.truncated);
 done:
-    ferry_writer_abort(wr);
-    ferry_loader_free(l);
     ferry_stream_free(st);
     ferry_dataset_free(ds);
     return status;

@@ -1905,3 +1905,48 @@ TEST(crc32c_of_a_file)
     free(buf);
     test_remove_dir();
 }
+
+/* ferry_pack: what `ferry pack` and the Python module run. */
+static void count_progress(uint64_t records, void *arg)
+{
+    *(uint64_t *)arg = records;
+}
+
+TEST(pack_writes_a_source_and_says_what_it_wrote)
+{
+    test_make_dir("pack");
+    char setdir[512];
+    ferry_synthetic_opts so = {.count = 1000, .bytes = 16, .var_max = 40, .seed = 3};
+    ferry_dataset *ds;
+    CHECK_OK(ferry_dataset_synthetic(&ds, &so));
+    ferry_writer_opts w;
+    memset(&w, 0, sizeof w);
+    w.dir = test_path("set", setdir);
+    w.shard_records = 300;
+    uint64_t seen = 0;
+    ferry_pack_opts po = {
+        .writer = &w, .num_workers = 2, .progress = count_progress, .progress_arg = &seen};
+    ferry_pack_result r;
+    CHECK_OK(ferry_pack(ds, NULL, &po, &r));
+    CHECK_U64(r.records, 1000);
+    CHECK_U64(seen, 1000);
+    CHECK_U64(r.skipped, 0);
+    ferry_dataset *back;
+    CHECK_OK(ferry_dataset_records(&back, w.dir, 0, 1));
+    CHECK_U64(ferry_dataset_len(back), 1000);
+    ferry_dataset_free(back);
+    /* bad samples: named by the error, or skipped and counted */
+    ferry_dataset_free(ds);
+    so.fail_every = 100;
+    CHECK_OK(ferry_dataset_synthetic(&ds, &so));
+    CHECK_RC(ferry_pack(ds, NULL, &po, &r), FERRY_ECORRUPT);
+    CHECK_CONTAINS(ferry_last_errmsg(), "sample 99");
+    po.on_error = FERRY_ON_ERROR_SKIP;
+    po.skip_budget = 100;
+    CHECK_OK(ferry_pack(ds, NULL, &po, &r));
+    CHECK_U64(r.records, 990);
+    CHECK_U64(r.skipped, 10);
+    CHECK_RC(ferry_pack(NULL, NULL, &po, &r), FERRY_EINVAL);
+    ferry_dataset_free(ds);
+    test_remove_dir();
+}

@@ -293,6 +293,39 @@ FERRY_API void ferry_batch_retain(ferry_batch *b);
  * NULL is a no-op. */
 FERRY_API void ferry_batch_release(ferry_batch *b);
 
+/* ---- Packing a source into record shards (what `ferry pack` does) ---- */
+
+struct ferry_writer_opts;
+
+typedef struct ferry_pack_opts {
+    /* where and how to write (ferry/records.h); its fields and nfields are
+     * ignored: the source's schema is written */
+    const struct ferry_writer_opts *writer;
+    uint32_t num_workers; /* threads reading the source, 0 .. 1024 */
+    int on_error;         /* FERRY_ON_ERROR_FAIL or _SKIP, as for the loader */
+    uint64_t skip_budget;
+    ferry_skip_fn on_skip; /* every bad sample, as for the loader; may be NULL */
+    void *on_skip_arg;
+    /* called on the caller's thread after each batch is written: records so far */
+    void (*progress)(uint64_t records, void *arg);
+    void *progress_arg;
+} ferry_pack_opts;
+
+typedef struct ferry_pack_result {
+    uint64_t records;   /* written */
+    uint64_t bytes;     /* of sample data written (variable fields at their length) */
+    uint64_t skipped;   /* bad samples left out (FERRY_ON_ERROR_SKIP) */
+    uint64_t truncated; /* samples the source cut to fit their field */
+} ferry_pack_result;
+
+/* Reads every sample of ds or st (exactly one non-NULL; borrowed) in order through a
+ * loader and writes them as record shards: a transaction that replaces any set of
+ * the same name whole or not at all (ferry/records.h). Returns 0, or the first
+ * error with the thread's message naming the sample or the file; *out says what was
+ * written. */
+FERRY_API int ferry_pack(ferry_dataset *ds, ferry_stream *st, const ferry_pack_opts *o,
+                         ferry_pack_result *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -2166,74 +2166,6 @@ static PyObject *mod_index(PyObject *m, PyObject *args)
     return PyLong_FromUnsignedLongLong(lines);
 }
 
-/* Reads every sample of src through a loader and appends it to the writer. */
-static int pack_all(SourceObject *src, ferry_writer_opts *w, uint32_t workers, uint64_t *records,
-                    uint64_t *bytes, char *err, size_t errn)
-{
-    int nf = nfields_of(src);
-    ferry_field fields[FERRY_MAX_FIELDS];
-    for (int f = 0; f < nf; f++)
-        fields[f] = *field_of(src, f);
-    w->fields = fields;
-    w->nfields = nf;
-    ferry_loader_opts o;
-    ferry_loader_opts_default(&o);
-    o.batch_size = 64;
-    o.num_workers = workers;
-    o.rank = 0;
-    o.world_size = 1;
-    ferry_loader *l = NULL;
-    ferry_record_writer *wr = NULL;
-    int rc = src->ds ? ferry_loader_create(&l, src->ds, &o)
-                     : ferry_loader_create_stream(&l, src->st, &o);
-    if (rc == 0)
-        rc = ferry_writer_open(&wr, w);
-    if (rc < 0) {
-        snprintf(err, errn, "%s", ferry_last_errmsg());
-        goto done;
-    }
-    ferry_batch *b;
-    while ((rc = ferry_loader_next(l, &b)) == 0) {
-        ferry_tensor t[FERRY_MAX_FIELDS], lens[FERRY_MAX_FIELDS];
-        for (int f = 0; f < nf; f++) {
-            ferry_batch_field(b, f, &t[f]);
-            if (fields[f].variable)
-                ferry_batch_lengths(b, f, &lens[f]);
-        }
-        for (uint32_t i = 0; i < ferry_batch_size(b) && rc == 0; i++) {
-            void *data[FERRY_MAX_FIELDS];
-            int64_t len[FERRY_MAX_FIELDS];
-            for (int f = 0; f < nf; f++) {
-                data[f] = (uint8_t *)t[f].data + (size_t)i * (size_t)t[f].strides[0];
-                len[f] = fields[f].variable ? ((int64_t *)lens[f].data)[i] : 0;
-                *bytes += fields[f].variable
-                              ? (uint64_t)len[f] * ferry_field_row_elems(&fields[f]) *
-                                    ferry_dtype_size(fields[f].dtype)
-                              : ferry_field_nbytes(&fields[f]);
-            }
-            ferry_sample s = {nf, data, len};
-            rc = ferry_writer_append(wr, &s);
-        }
-        ferry_batch_release(b);
-        if (rc < 0)
-            break;
-    }
-    if (rc != FERRY_END) {
-        snprintf(err, errn, "%s",
-                 ferry_loader_errmsg(l)[0] ? ferry_loader_errmsg(l) : ferry_last_errmsg());
-        goto done;
-    }
-    *records = ferry_writer_records(wr);
-    rc = ferry_writer_commit(wr);
-    wr = NULL;
-    if (rc < 0)
-        snprintf(err, errn, "%s", ferry_last_errmsg());
-done:
-    ferry_writer_abort(wr);
-    ferry_loader_free(l);
-    return rc;
-}
-
 /* pack(source, outdir, name, shard_bytes, shard_records, zstd, workers) */
 static PyObject *mod_pack(PyObject *m, PyObject *args)
 {
@@ -2253,10 +2185,13 @@ static PyObject *mod_pack(PyObject *m, PyObject *args)
     w.shard_bytes = shard_bytes;
     w.shard_records = shard_records;
     w.zstd_level = zstd;
-    uint64_t records = 0, bytes = 0;
+    ferry_pack_opts po = {.writer = &w, .num_workers = workers};
+    ferry_pack_result res;
     char err[1024] = "";
     int rc;
-    Py_BEGIN_ALLOW_THREADS rc = pack_all(src, &w, workers, &records, &bytes, err, sizeof err);
+    Py_BEGIN_ALLOW_THREADS rc = ferry_pack(src->ds, src->st, &po, &res);
+    if (rc < 0)
+        snprintf(err, sizeof err, "%s", ferry_last_errmsg());
     Py_END_ALLOW_THREADS if (rc < 0)
     {
         PyObject *exc = NULL;
@@ -2274,7 +2209,7 @@ static PyObject *mod_pack(PyObject *m, PyObject *args)
         }
         return NULL;
     }
-    return Py_BuildValue("(KK)", (unsigned long long)records, (unsigned long long)bytes);
+    return Py_BuildValue("(KK)", (unsigned long long)res.records, (unsigned long long)res.bytes);
 }
 
 /* ---- Named tensors: ferry.save and ferry.load ---- */

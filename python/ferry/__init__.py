@@ -157,6 +157,10 @@ class Batch(dict):
         shapes = ", ".join("%r: %s" % (k, _shape_text(v)) for k, v in self.items())
         return "Batch(epoch=%d, number=%d, {%s})" % (self.epoch, self.number, shapes)
 
+    def __reduce__(self):
+        # pickle, copy.deepcopy, torch.save: the fields and the indices as tensors
+        return (_rebuild, (Batch, dict(self), self.epoch, self.number, self.size, self.indices))
+
 
 class TupleBatch(tuple):
     """A batch of a dataset whose samples are tuples: the fields in their
@@ -168,9 +172,27 @@ class TupleBatch(tuple):
     def indices(self):
         return _as_output(self._idx, self)
 
+    def __reduce__(self):
+        return (_rebuild_tuple, (tuple(self), self.epoch, self.number, self.size, self.indices,
+                                 dict(self.lengths)))
+
+
+def _rebuild(cls, fields, epoch, number, size, indices):
+    b = cls(fields)
+    b.epoch, b.number, b.size, b._idx = epoch, number, size, indices
+    return b
+
+
+def _rebuild_tuple(values, epoch, number, size, indices, lengths):
+    b = TupleBatch(values)
+    b.epoch, b.number, b.size, b._idx, b.lengths = epoch, number, size, indices, lengths
+    return b
+
 
 def _as_output(t, batch):
     """A raw ferry Tensor as the batch's own kind of tensor (zero-copy)."""
+    if not isinstance(t, _ferry.Tensor):
+        return t  # a batch rebuilt from a pickle holds the tensor itself
     first = next(iter(batch.values() if isinstance(batch, dict) else batch), None)
     if _torch is not None and isinstance(first, _torch.Tensor):
         return _torch.from_dlpack(t)
@@ -456,15 +478,19 @@ def _size(v, what):
 
 
 def pack(source, outdir, name=None, shard_size=None, shard_records=None, zstd=None, workers=2,
-         *, fields=None):
+         *, fields=None, on_error="fail", skip_budget=None):
     """Packs every sample of a source into ferry record shards in ``outdir``
     (``NAME-00000-of-000NN.ferry`` and ``NAME.manifest``), as ``ferry pack``:
     ``name`` (default "data"), ``shard_size`` (bytes or "256M"; default 1 GiB),
     ``shard_records``, ``zstd`` (level 1..19; default: stored), ``workers``
     (threads reading the source). ``source`` is a source text, a
     ``ferry.Dataset`` or a map-style Python dataset (``fields=`` as for
-    ``DataLoader``). Nothing a reader takes for whole appears before the end.
-    Returns ``{"records": N, "bytes": B}``."""
+    ``DataLoader``). ``on_error="skip"`` leaves bad samples out (up to
+    ``skip_budget``, default 1000) instead of failing. Nothing a reader takes for
+    whole appears before the end, and a set of the same name is replaced whole
+    or not at all. Returns ``{"records": N, "bytes": B, "skipped": S,
+    "truncated": T}``: bytes of sample data written, bad samples left out, and
+    samples the source cut to fit their field (lines longer than ``max=``)."""
     src = _resolve(source, fields, None)[0]
     if not isinstance(outdir, (str, _os.PathLike)):
         raise TypeError("outdir must be a str or path, got %s" % type(outdir).__name__)
@@ -475,9 +501,14 @@ def pack(source, outdir, name=None, shard_size=None, shard_records=None, zstd=No
         raise ValueError("zstd must be a level 1..19 (or None), got %r" % (zstd,))
     if not isinstance(workers, int) or isinstance(workers, bool) or not 0 <= workers <= 1024:
         raise ValueError("workers must be an int in 0..1024, got %r" % (workers,))
-    records, nbytes = _ferry.pack(src, _os.fspath(outdir), name, _size(shard_size, "shard_size"),
-                                  _size(shard_records, "shard_records"), zl, workers)
-    return {"records": records, "bytes": nbytes}
+    if on_error not in ("fail", "skip"):
+        raise ValueError("on_error must be 'fail' or 'skip', got %r" % (on_error,))
+    budget = _int(SKIP_BUDGET_DEFAULT if skip_budget is None else skip_budget, "skip_budget",
+                  0, (1 << 64) - 1)
+    records, nbytes, skipped, truncated = _ferry.pack(
+        src, _os.fspath(outdir), name, _size(shard_size, "shard_size"),
+        _size(shard_records, "shard_records"), zl, workers, on_error == "skip", budget)
+    return {"records": records, "bytes": nbytes, "skipped": skipped, "truncated": truncated}
 
 
 def save(tensors, path, metadata=None, *, crc=True, threads=None):
@@ -494,6 +525,8 @@ def save(tensors, path, metadata=None, *, crc=True, threads=None):
     for name, v in tensors.items():
         if not isinstance(name, str):
             raise TypeError("tensor names must be str, got %r" % (name,))
+        if "\0" in name:
+            raise ValueError("tensor name %r holds a NUL character" % (name,))
         if type(v).__module__.startswith("torch") and isinstance(v, _torch_module().Tensor):
             v = v.detach().cpu().contiguous()
             if v.dtype != _torch.bfloat16:      # NumPy has no bfloat16: DLPack for it
@@ -507,6 +540,8 @@ def save(tensors, path, metadata=None, *, crc=True, threads=None):
     for k, v in (metadata or {}).items():
         if not isinstance(k, str) or not isinstance(v, str):
             raise TypeError("metadata must map str to str, got %r: %r" % (k, v))
+        if "\0" in k or "\0" in v:
+            raise ValueError("metadata %r: a NUL character cannot be stored" % (k,))
         meta.append((k, v))
     if threads is not None:
         _int(threads, "threads", 1, 1024)
@@ -922,8 +957,8 @@ class DataLoader:
       ``{"text": ("uint8", (None,), 512)}`` (dtype, shape, bound of a variable
       first dimension) or ``{"x": ("float32", (3, 32, 32))}``.
     - ``transform``: a callable applied to each sample of a ferry source on the
-      worker threads: it gets a dict of NumPy views of the sample's fields
-      (valid during the call only) and returns a dict (or tuple) of values.
+      worker threads: it gets a dict of NumPy arrays of the sample's fields
+      (copies) and returns a dict (or tuple) of values.
 
     Each ``for batch in loader`` is the next epoch (``set_epoch`` picks one);
     ``len(loader)`` is the batches in an epoch. Batches are ``ferry.Batch``
@@ -951,9 +986,9 @@ class DataLoader:
         self.shuffle = _bool(shuffle, "shuffle")
         self.num_workers = _int(num_workers, "num_workers", 0, 1024)
         self.drop_last = _bool(drop_last, "drop_last")
-        if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout < 0 \
-                or timeout != timeout:
-            raise ValueError("timeout must be a number of seconds >= 0, got %r" % (timeout,))
+        if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) \
+                or not 0 <= timeout <= 1e9:
+            raise ValueError("timeout must be a number of seconds in [0, 1e9], got %r" % (timeout,))
         if timeout > 0 and self.num_workers == 0:
             raise ValueError("timeout=%r needs num_workers > 0: with no workers the loading "
                              "runs in the iterating thread, with no one to wait for" % (timeout,))
@@ -1048,8 +1083,8 @@ class DataLoader:
     def set_epoch(self, epoch):
         """Makes the next ``for`` run epoch ``epoch`` from its first batch (as
         DistributedSampler.set_epoch; also sets the sampler's)."""
-        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
-            raise ValueError("epoch must be an int >= 0, got %r" % (epoch,))
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or not 0 <= epoch < 1 << 64:
+            raise ValueError("epoch must be an int in [0, 2**64), got %r" % (epoch,))
         self._epoch, self._first, self._epoch_given = epoch, 0, True
         if self.sampler is not None:
             self.sampler._epoch, self.sampler._epoch_set = epoch, False
@@ -1058,10 +1093,15 @@ class DataLoader:
         self._check_open()
         if self.sampler is not None and self.sampler._epoch_set:
             # sampler.set_epoch(e), as DistributedSampler users call it, picks the epoch
-            if not self._epoch_given:
-                self._epoch, self._first = self.sampler._epoch, 0
+            if not self._epoch_given and not self._resume:
+                self._epoch, self._first, self._epoch_given = self.sampler._epoch, 0, True
             self.sampler._epoch_set = False
-        self._epoch_given = False
+        if not (self._resume or self._epoch_given) and self._first:
+            # the last `for` stopped early (break, an error, Ctrl-C): this one is the
+            # next epoch, as with PyTorch; a state_dict() taken before resumes mid-epoch
+            self._epoch, self._first = self._epoch + 1, 0
+        self._resume = self._epoch_given = False
+        self._gen += 1
         if not self.persistent_workers and self._started_once:
             self._loader.close()
             self._make_loader()
@@ -1079,6 +1119,8 @@ class DataLoader:
 
     _started_once = False
     _stream_state = None
+    _resume = False
+    _gen = 0
 
     def stats(self):
         """The loader's counters as a dict: samples, batches, bytes (of the
@@ -1138,8 +1180,8 @@ class DataLoader:
                                  % (k, state[k], mine[k]))
         for k in ("seed", "epoch", "batches"):
             v = state.get(k)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                raise ValueError("state: %s must be an int >= 0, got %r" % (k, v))
+            if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < 1 << 64:
+                raise ValueError("state: %s must be an int in [0, 2**64), got %r" % (k, v))
         if state["seed"] >= 1 << 64:
             raise ValueError("state: seed %r is out of range" % (state["seed"],))
         blob = None
@@ -1157,7 +1199,7 @@ class DataLoader:
             if self._loader is not None:
                 self._loader.close()
             self._make_loader()
-        self._epoch, self._first, self._epoch_given = state["epoch"], state["batches"], True
+        self._epoch, self._first, self._resume = state["epoch"], state["batches"], True
         self._stream_state = blob
 
     def close(self):
@@ -1188,7 +1230,7 @@ class DataLoader:
 class _Iter:
     """One epoch of a DataLoader."""
 
-    __slots__ = ("_dl", "_loader", "_epoch", "_timeout", "_done")
+    __slots__ = ("_dl", "_loader", "_epoch", "_timeout", "_done", "_gen")
 
     def __init__(self, dl, epoch):
         self._dl = dl
@@ -1196,6 +1238,7 @@ class _Iter:
         self._epoch = epoch
         self._timeout = dl.timeout
         self._done = False
+        self._gen = dl._gen
 
     def __iter__(self):
         return self
@@ -1204,15 +1247,17 @@ class _Iter:
         if self._done:
             raise StopIteration
         dl = self._dl
-        if dl._loader is not self._loader:
-            raise StateError("this iteration's loader was restarted or closed")
+        if dl._loader is not self._loader or dl._gen != self._gen:
+            raise StateError("this iteration's loader was closed, or another iteration of it "
+                             "started (each `for` over a loader is a new epoch)")
         b = self._loader.next(self._timeout)
+        mine = dl._epoch == self._epoch and not (dl._epoch_given or dl._resume)
         if b is None:
             self._done = True
-            if dl._epoch == self._epoch and not dl._epoch_given:
+            if mine and dl._gen == self._gen:
                 dl._epoch, dl._first = self._epoch + 1, 0
             raise StopIteration
-        if dl._epoch == self._epoch and not dl._epoch_given:
+        if mine:
             dl._first = b.number + 1
         return b
 

@@ -64,7 +64,8 @@ def index(path: str | PathLike[str], index_path: str | PathLike[str] | None = ..
 def pack(source: str | Dataset | Any, outdir: str | PathLike[str], name: str | None = ...,
          shard_size: int | str | None = ..., shard_records: int | None = ...,
          zstd: int | None = ..., workers: int = ..., *,
-         fields: Mapping[str, FieldSpec] | Sequence[FieldSpec] | None = ...) -> dict[str, int]: ...
+         fields: Mapping[str, FieldSpec] | Sequence[FieldSpec] | None = ...,
+         on_error: Literal["fail", "skip"] = ..., skip_budget: int | None = ...) -> dict[str, int]: ...
 
 class Sampler:
     def __init__(self, data_source: Any = ...) -> None: ...
@@ -98,6 +99,7 @@ class DataLoader:
     batch_size: int
     num_workers: int
     seed: int
+    pin_memory: bool
     def __init__(self, source: str | Dataset | Any, batch_size: int = ..., shuffle: bool | None = ...,
                  sampler: Sampler | None = ..., num_workers: int = ..., drop_last: bool = ...,
                  timeout: float = ..., worker_init_fn: Callable[[int], Any] | None = ...,
@@ -105,6 +107,7 @@ class DataLoader:
                  seed: int | None = ..., in_order: bool = ...,
                  on_error: Literal["fail", "skip"] = ..., skip_budget: int | None = ...,
                  output: Literal["torch", "numpy"] = ..., *,
+                 pin_memory: bool = ..., pin_memory_device: str = ...,
                  fields: Mapping[str, FieldSpec] | Sequence[FieldSpec] | None = ...,
                  transform: Callable[[dict[str, Any]], Any] | None = ...,
                  **torch_options: Any) -> None: ...

@@ -585,6 +585,11 @@ typedef struct pyds {
         PyObject *exc;
     } errs[MAX_KEPT_ERRORS];
     unsigned nerrs, next_err;
+    /* the loader reading it (set and cleared by the Loader object), cancelled when
+     * a sample raises what is not an error of the sample (KeyboardInterrupt,
+     * SystemExit): that ends the epoch whatever the skip policy */
+    _Atomic(ferry_loader *) loader;
+    PyObject *fatal; /* that exception, under em */
 } pyds;
 
 /* Keeps the exception being raised for sample `index` (GIL held); clears it. */
@@ -599,6 +604,18 @@ static void keep_exception(pyds *p, uint64_t index)
     Py_XDECREF(tb);
     if (!v)
         return;
+    if (!PyObject_IsInstance(v, PyExc_Exception)) {
+        pthread_mutex_lock(&p->em);
+        PyObject *old = p->fatal;
+        p->fatal = old ? old : v;
+        pthread_mutex_unlock(&p->em);
+        if (old)
+            Py_DECREF(v);
+        ferry_loader *l = atomic_load(&p->loader);
+        if (l)
+            ferry_loader_cancel(l);
+        return;
+    }
     pthread_mutex_lock(&p->em);
     unsigned i = p->next_err;
     PyObject *old = p->errs[i].exc;
@@ -611,17 +628,35 @@ static void keep_exception(pyds *p, uint64_t index)
     Py_XDECREF(old);
 }
 
-/* The kept exception for sample index (a new reference, removed), or NULL. */
+/* The kept exception for sample index (a new reference, removed), or NULL. A
+ * KeyboardInterrupt or SystemExit raised by any sample comes first. */
 static PyObject *take_exception(pyds *p, uint64_t index)
 {
     PyObject *r = NULL;
     pthread_mutex_lock(&p->em);
+    if (p->fatal) {
+        r = p->fatal;
+        p->fatal = NULL;
+        pthread_mutex_unlock(&p->em);
+        return r;
+    }
     for (unsigned i = 0; i < MAX_KEPT_ERRORS; i++)
         if (p->errs[i].exc && p->errs[i].index == index) {
             r = p->errs[i].exc;
             p->errs[i].exc = NULL;
             break;
         }
+    pthread_mutex_unlock(&p->em);
+    return r;
+}
+
+/* The KeyboardInterrupt or SystemExit a sample raised (a new reference, removed),
+ * or NULL. */
+static PyObject *take_fatal(pyds *p)
+{
+    pthread_mutex_lock(&p->em);
+    PyObject *r = p->fatal;
+    p->fatal = NULL;
     pthread_mutex_unlock(&p->em);
     return r;
 }
@@ -739,8 +774,8 @@ static int write_number(const ferry_field *fi, PyObject *v, void *dst)
     if (!PyLong_Check(v) && !PyFloat_Check(v))
         return 0;
     if (PyBool_Check(v) || fi->dtype == FERRY_BOOL) {
-        if (fi->dtype != FERRY_BOOL)
-            return 0;
+        if (fi->dtype != FERRY_BOOL || !PyBool_Check(v))
+            return 0; /* no silent int-to-bool or bool-to-number: the dtype check says */
         int t = PyObject_IsTrue(v);
         if (t < 0)
             return -1;
@@ -841,16 +876,23 @@ static int write_value(pyds *p, int f, PyObject *v, void *dst, int64_t *len, uin
             Py_XDECREF(tn);
             return rc;
         }
-        PyObject *dt = PyUnicode_FromString(ferry_dtype_name(fi->dtype));
-        PyObject *a = dt ? PyObject_CallFunctionObjArgs(g_np_asarray, v, dt, NULL) : NULL;
-        Py_XDECREF(dt);
+        /* no dtype asked for: a value of another type is the dtype error below,
+         * never a silent cast */
+        PyObject *a = PyObject_CallFunctionObjArgs(g_np_asarray, v, NULL);
         if (!a) {
+            PyObject *t, *e, *tb;
+            PyErr_Fetch(&t, &e, &tb);
+            PyObject *tn = type_name(v), *es = e ? PyObject_Str(e) : NULL;
             PyErr_Clear();
-            PyObject *tn = type_name(v);
-            int rc =
-                ferry_error(FERRY_EINVAL, "sample %llu, field \"%s\": a %s cannot be written as %s",
-                            (unsigned long long)index, name, utf8(tn), ferry_dtype_name(fi->dtype));
+            int rc = ferry_error(FERRY_EINVAL,
+                                 "sample %llu, field \"%s\": a %s cannot be written as %s (%s)",
+                                 (unsigned long long)index, name, utf8(tn),
+                                 ferry_dtype_name(fi->dtype), es ? utf8(es) : "no array");
             Py_XDECREF(tn);
+            Py_XDECREF(es);
+            Py_XDECREF(t);
+            Py_XDECREF(e);
+            Py_XDECREF(tb);
             return rc;
         }
         held = a;
@@ -872,7 +914,7 @@ static int write_value(pyds *p, int f, PyObject *v, void *dst, int64_t *len, uin
                          why ? why : ferry_dtype_name(dt), ferry_dtype_name(fi->dtype));
         goto done;
     }
-    int64_t shape[FERRY_MAX_DIMS];
+    int64_t shape[FERRY_MAX_DIMS] = {0};
     int ndim = view.ndim;
     for (int d = 0; d < ndim && d < FERRY_MAX_DIMS; d++)
         shape[d] = view.shape ? (int64_t)view.shape[d] : (int64_t)(view.len / view.itemsize);
@@ -886,7 +928,11 @@ static int write_value(pyds *p, int f, PyObject *v, void *dst, int64_t *len, uin
         rc = ferry_error(fi->variable && ndim == fi->ndim ? FERRY_EOVERFLOW : FERRY_EINVAL,
                          "sample %llu, field \"%s\": shape %s does not fit the schema's %s%s",
                          (unsigned long long)index, name, got, want,
-                         fi->variable ? " (raise the field's bound with fields=)" : "");
+                         fi->variable ? " (raise the field's bound with fields=)"
+                         : ndim == fi->ndim && ndim > 0
+                             ? " (a field whose first dimension varies needs "
+                               "fields={name: (dtype, (None, ...), bound)})"
+                             : "");
         goto done;
     }
     if (PyBuffer_IsContiguous(&view, 'C'))
@@ -991,8 +1037,14 @@ static PyObject *views_dict(pyds *p, uint8_t *buf, const int64_t *len)
             shape[k] = fi->shape[k];
         if (fi->variable)
             shape[0] = len[f];
+        /* a copy the transform may keep: the scratch is reused by the next sample */
         ferry_tensor t;
-        ferry_tensor_wrap(&t, buf + p->inner_off[f], fi->dtype, fi->ndim, shape, NULL);
+        if (ferry_tensor_alloc(&t, fi->dtype, fi->ndim, shape) < 0) {
+            PyErr_NoMemory();
+            Py_CLEAR(d);
+            break;
+        }
+        memcpy(t.data, buf + p->inner_off[f], ferry_tensor_nbytes(&t));
         PyObject *o = export_tensor(&t, OUT_NUMPY, 0);
         if (!o || PyDict_SetItem(d, p->inner_names[f], o) < 0) {
             Py_XDECREF(o);
@@ -1050,6 +1102,7 @@ static void pyds_destroy(void *self)
     }
     for (unsigned i = 0; i < MAX_KEPT_ERRORS; i++)
         Py_XDECREF(p->errs[i].exc);
+    Py_XDECREF(p->fatal);
     pthread_mutex_destroy(&p->em);
     free(p);
 }
@@ -1607,8 +1660,11 @@ typedef struct {
     pyds *py;
     int output;
     int tuple_batch;
-    int poll; /* the loader was made with a short timeout, to look at signals */
-    int busy; /* a thread is inside next(): a second one is refused */
+    int poll;                  /* the loader was made with a short timeout, to look at signals */
+    int busy;                  /* a thread is inside next(): a second one is refused */
+    unsigned long busy_thread; /* which */
+    int closing;               /* close() was called by the thread inside next() (a signal handler,
+                                * a __getitem__): the loader is freed when next() returns */
     int nfields;
     int variable[FERRY_MAX_FIELDS];
     PyObject *names[FERRY_MAX_FIELDS];
@@ -1646,23 +1702,64 @@ static int call_worker_init(uint32_t worker, uint32_t num_workers, uint64_t seed
 }
 
 /* Frees the C loader with the GIL released: workers of a Python dataset may be
- * waiting for it. Waits for a thread inside next() to leave first. */
+ * waiting for it. A thread inside next() is cancelled and waited for; when that
+ * thread is this one (close() from a signal handler or from __getitem__ during
+ * next()), the loader is only cancelled here and freed as next() returns. A
+ * worker stuck in a callback past the grace period keeps the source alive: the
+ * reference taken here is never dropped, as the callback may still read it. */
+static void loader_free_now(LoaderObject *self)
+{
+    ferry_loader *l = self->l;
+    self->l = NULL;
+    if (self->py)
+        atomic_store(&self->py->loader, NULL);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS rc = ferry_loader_free_within(l, 5000);
+    Py_END_ALLOW_THREADS if (rc == FERRY_ETIMEDOUT) Py_INCREF(self->source);
+}
+
 static void loader_close(LoaderObject *self)
 {
     if (!self->l)
         return;
     if (self->busy) {
         ferry_loader_cancel(self->l);
+        if (self->busy_thread == PyThread_get_thread_ident()) {
+            self->closing = 1;
+            return;
+        }
         while (self->busy) {
             Py_BEGIN_ALLOW_THREADS struct timespec ts = {0, 1000000};
             nanosleep(&ts, NULL);
             Py_END_ALLOW_THREADS
         }
+        if (!self->l)
+            return;
     }
-    ferry_loader *l = self->l;
-    self->l = NULL;
-    Py_BEGIN_ALLOW_THREADS ferry_loader_free(l);
-    Py_END_ALLOW_THREADS
+    loader_free_now(self);
+}
+
+/* Marks this thread inside the loader; false (with RuntimeError) if one is. */
+static bool enter_busy(LoaderObject *self, const char *msg)
+{
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, msg);
+        return false;
+    }
+    self->busy = 1;
+    self->busy_thread = PyThread_get_thread_ident();
+    return true;
+}
+
+/* Leaves; frees the loader if it was closed meanwhile by this thread. True then. */
+static bool leave_busy(LoaderObject *self)
+{
+    self->busy = 0;
+    if (!self->closing)
+        return false;
+    self->closing = 0;
+    loader_free_now(self);
+    return true;
 }
 
 static void loader_dealloc(PyObject *self)
@@ -1700,8 +1797,8 @@ static PyObject *raise_loader(LoaderObject *self, int rc)
     const char *p = strstr(msg, "sample ");
     unsigned long long index = 0;
     bool have_index = p && sscanf(p, "sample %llu", &index) == 1;
-    if (rc == FERRY_ECALLBACK && self->py && have_index)
-        exc = take_exception(self->py, index);
+    if (self->py && (rc == FERRY_ECANCELED || (rc == FERRY_ECALLBACK && have_index)))
+        exc = take_exception(self->py, have_index ? index : UINT64_MAX);
     if (exc && !PyObject_IsInstance(exc, PyExc_Exception)) {
         /* KeyboardInterrupt, SystemExit: re-raise them as they are */
         PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
@@ -1830,6 +1927,8 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         return NULL;
     }
     self->l = l;
+    if (self->py)
+        atomic_store(&self->py->loader, l);
     return (PyObject *)self;
 }
 
@@ -1839,14 +1938,15 @@ static PyObject *loader_start(PyObject *op, PyObject *args)
     unsigned long long epoch, first = 0;
     if (!PyArg_ParseTuple(args, "K|K", &epoch, &first) || check_open(self) < 0)
         return NULL;
-    if (self->busy) {
-        PyErr_SetString(PyExc_RuntimeError, "ferry: the loader is in use by another thread");
+    if (!enter_busy(self, "ferry: the loader is in use by another thread"))
         return NULL;
-    }
-    self->busy = 1;
     int rc;
     Py_BEGIN_ALLOW_THREADS rc = ferry_loader_start(self->l, epoch, first);
-    Py_END_ALLOW_THREADS self->busy = 0;
+    Py_END_ALLOW_THREADS if (leave_busy(self))
+    {
+        check_open(self); /* closed meanwhile: "the loader is closed" */
+        return NULL;
+    }
     if (rc < 0)
         return raise_loader(self, rc);
     Py_RETURN_NONE;
@@ -1948,27 +2048,53 @@ static PyObject *loader_next(PyObject *op, PyObject *args)
     double timeout = 0;
     if (!PyArg_ParseTuple(args, "|d", &timeout) || check_open(self) < 0)
         return NULL;
-    if (self->busy) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "ferry: the loader is being iterated by another thread; a loader has "
-                        "one consumer (make one loader per thread)");
+    if (!(timeout >= 0 && timeout <= 1e9)) {
+        PyErr_SetString(PyExc_ValueError, "timeout must be 0 .. 1e9 seconds");
         return NULL;
     }
-    self->busy = 1;
+    if (!enter_busy(self, "ferry: the loader is being iterated by another thread; a loader has "
+                          "one consumer (make one loader per thread)"))
+        return NULL;
     ferry_batch *b = NULL;
     int rc;
     uint64_t deadline = timeout > 0 ? ferry_now_ns() + (uint64_t)(timeout * 1e9) : 0;
     for (;;) {
         Py_BEGIN_ALLOW_THREADS rc = ferry_loader_next(self->l, &b);
-        Py_END_ALLOW_THREADS if (rc != FERRY_ETIMEDOUT || !self->poll) break;
+        Py_END_ALLOW_THREADS if (rc != FERRY_ETIMEDOUT || !self->poll || self->closing) break;
         /* the short wait the loader was made with ran out: look at signals
          * (Ctrl-C), then at the caller's own timeout */
         if (PyErr_CheckSignals() < 0) {
-            self->busy = 0;
+            leave_busy(self);
             return NULL;
         }
         if (deadline && ferry_now_ns() >= deadline)
             break;
+    }
+    PyObject *fatal = self->py ? take_fatal(self->py) : NULL;
+    if (fatal) {
+        /* a sample raised KeyboardInterrupt or SystemExit (perhaps while the
+         * epoch was being restarted, which clears a cancel): it ends the epoch */
+        if (rc == 0)
+            ferry_batch_release(b);
+        ferry_loader_cancel(self->l);
+        leave_busy(self);
+        PyErr_SetObject((PyObject *)Py_TYPE(fatal), fatal);
+        Py_DECREF(fatal);
+        return NULL;
+    }
+    if (self->closing) {
+        /* closed by this thread meanwhile: the iteration ends */
+        if (rc == 0)
+            ferry_batch_release(b);
+        PyObject *exc = self->py ? take_exception(self->py, UINT64_MAX) : NULL;
+        leave_busy(self);
+        if (exc && !PyObject_IsInstance(exc, PyExc_Exception)) {
+            PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+            Py_DECREF(exc);
+            return NULL;
+        }
+        Py_XDECREF(exc);
+        Py_RETURN_NONE;
     }
     self->busy = 0;
     if (rc == FERRY_END)
@@ -2010,14 +2136,15 @@ static PyObject *loader_state_resume(PyObject *op, PyObject *args)
     Py_ssize_t len;
     if (!PyArg_ParseTuple(args, "y#", &buf, &len) || check_open(self) < 0)
         return NULL;
-    if (self->busy) {
-        PyErr_SetString(PyExc_RuntimeError, "ferry: the loader is in use by another thread");
+    if (!enter_busy(self, "ferry: the loader is in use by another thread"))
         return NULL;
-    }
-    self->busy = 1;
     int rc;
     Py_BEGIN_ALLOW_THREADS rc = ferry_loader_state_resume(self->l, buf, (size_t)len);
-    Py_END_ALLOW_THREADS self->busy = 0;
+    Py_END_ALLOW_THREADS if (leave_busy(self))
+    {
+        check_open(self); /* closed meanwhile: "the loader is closed" */
+        return NULL;
+    }
     if (rc < 0)
         return raise_loader(self, rc);
     Py_RETURN_NONE;
@@ -2172,10 +2299,11 @@ static PyObject *mod_pack(PyObject *m, PyObject *args)
     PyObject *source;
     const char *outdir, *name = NULL;
     unsigned long long shard_bytes = 0, shard_records = 0;
-    int zstd = 0;
+    int zstd = 0, on_error = 0;
     unsigned int workers = 2;
-    if (!PyArg_ParseTuple(args, "O!s|zKKiI", SourceType, &source, &outdir, &name, &shard_bytes,
-                          &shard_records, &zstd, &workers))
+    unsigned long long skip_budget = 0;
+    if (!PyArg_ParseTuple(args, "O!s|zKKiIpK", SourceType, &source, &outdir, &name, &shard_bytes,
+                          &shard_records, &zstd, &workers, &on_error, &skip_budget))
         return NULL;
     SourceObject *src = (SourceObject *)source;
     ferry_writer_opts w;
@@ -2185,7 +2313,10 @@ static PyObject *mod_pack(PyObject *m, PyObject *args)
     w.shard_bytes = shard_bytes;
     w.shard_records = shard_records;
     w.zstd_level = zstd;
-    ferry_pack_opts po = {.writer = &w, .num_workers = workers};
+    ferry_pack_opts po = {.writer = &w,
+                          .num_workers = workers,
+                          .on_error = on_error ? FERRY_ON_ERROR_SKIP : FERRY_ON_ERROR_FAIL,
+                          .skip_budget = skip_budget};
     ferry_pack_result res;
     char err[1024] = "";
     int rc;
@@ -2209,7 +2340,8 @@ static PyObject *mod_pack(PyObject *m, PyObject *args)
         }
         return NULL;
     }
-    return Py_BuildValue("(KK)", (unsigned long long)res.records, (unsigned long long)res.bytes);
+    return Py_BuildValue("(KKKK)", (unsigned long long)res.records, (unsigned long long)res.bytes,
+                         (unsigned long long)res.skipped, (unsigned long long)res.truncated);
 }
 
 /* ---- Named tensors: ferry.save and ferry.load ---- */

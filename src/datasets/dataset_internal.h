@@ -6,19 +6,7 @@
 
 #include "ferry/dataset.h"
 #include "../core/internal.h"
-
-#define FERRY__CTX_SLOTS 4
-
-struct ferry_ctx {
-    uint32_t worker;
-    uint64_t seed, epoch;
-    /* slot 0 is ferry_ctx_scratch; decorators that call an inner dataset use the
-     * others (ferry__ctx_scratch), so the two never share a buffer */
-    void *scratch[FERRY__CTX_SLOTS];
-    size_t scratch_cap[FERRY__CTX_SLOTS];
-    uint64_t stage_ns[FERRY_STAGE_COUNT]; /* claimed by the dataset during a call */
-    uint64_t truncated; /* samples cut to fit (ferry_ctx_count_truncated), not yet counted */
-};
+#include "../core/ctx.h"
 
 struct ferry_dataset {
     const ferry_dataset_vtable *vt;
@@ -46,12 +34,6 @@ struct ferry_stream_iter {
     ferry_stream *st;
     void *iter;
 };
-
-void ferry__ctx_init(ferry_ctx *c, uint32_t worker, uint64_t seed, uint64_t epoch);
-void ferry__ctx_release(ferry_ctx *c);
-/* Scratch slot `slot` (0 .. FERRY__CTX_SLOTS-1) of at least n bytes, as
- * ferry_ctx_scratch (which is slot 0). */
-void *ferry__ctx_scratch(ferry_ctx *c, int slot, size_t n);
 
 /* "kind:location,key=value,..." split in place. Returns FERRY_EINVAL with a message
  * on a malformed spec. */

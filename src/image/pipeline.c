@@ -9,7 +9,7 @@
  */
 #include "ferry/pipeline.h"
 #include "ferry/image.h"
-#include "../datasets/dataset_internal.h"
+#include "../core/ctx.h"
 
 #include <math.h>
 #include <string.h>

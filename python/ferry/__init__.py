@@ -245,6 +245,10 @@ whether its first dimension varies (up to ``shape[0]``, its bound)."""
 # the C library's default (FERRY_SKIP_BUDGET_DEFAULT), so that "skip" skips.
 SKIP_BUDGET_DEFAULT = 1000
 
+# The largest bound sample 0 may imply for a str or bytes field (twice its
+# length): past it, fields= must say, as memory follows the bound.
+MAX_INFERRED_BOUND = 1 << 20
+
 # A str or bytes field's bound when fields= does not give one: enough for most
 # text, small enough that a batch's buffer stays small (batch_size * bound).
 TEXT_BOUND = 4096
@@ -303,8 +307,15 @@ def _infer_field(name, v, where):
     if isinstance(v, str):
         v = v.encode("utf-8")
     if isinstance(v, (bytes, bytearray, memoryview)):
-        return Field(name, "uint8", (max(TEXT_BOUND, 2 * len(v)),), True)
+        bound = max(TEXT_BOUND, 2 * len(v))
+        if bound > MAX_INFERRED_BOUND:
+            raise ValueError("%s: field %r is %d bytes; a bound that large is taken only from "
+                             "fields= (the batch holds batch_size times the bound): give "
+                             "fields={%r: ('uint8', (None,), BOUND)}" % (where, name, len(v), name))
+        return Field(name, "uint8", (bound,), True)
     np = _numpy()
+    if hasattr(v, "detach") and hasattr(v, "requires_grad"):
+        v = v.detach()  # a torch tensor: its values, not its graph
     try:
         a = np.asarray(v)
     except Exception as e:
@@ -600,8 +611,9 @@ def _resolve(source, fields, transform):
     elif isinstance(source, Dataset):
         src, ident, kind = source._src, source.source, _KEYED
     elif isinstance(source, (bytes, _os.PathLike)):
-        raise TypeError("source: give a source text such as 'lines:%s' (a kind, a colon, a path)"
-                        % _os.fsdecode(source))
+        text = _os.fsdecode(source)
+        raise TypeError("source must be a str: %r%s" % (
+            text, "" if ":" in text else " (a kind, a colon, a location: 'lines:%s')" % text))
     else:
         if transform is not None:
             raise ValueError("transform= applies to ferry's own sources; a Python dataset can "
@@ -998,6 +1010,10 @@ class DataLoader:
         self.worker_init_fn = worker_init_fn
         if prefetch_factor is not None:
             _int(prefetch_factor, "prefetch_factor", 1, 65535)
+            if prefetch_factor * max(1, self.num_workers) + 1 > 65536:
+                raise ValueError("prefetch_factor=%d with num_workers=%d asks for %d batch buffers; "
+                                 "at most 65536" % (prefetch_factor, self.num_workers,
+                                                    prefetch_factor * max(1, self.num_workers) + 1))
         self.prefetch_factor = prefetch_factor
         self.persistent_workers = _bool(persistent_workers, "persistent_workers")
         _check_seed(seed)

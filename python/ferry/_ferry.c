@@ -858,8 +858,11 @@ static int write_value(pyds *p, int f, PyObject *v, void *dst, int64_t *len, uin
         int r = write_number(fi, v, dst);
         if (r > 0)
             return 0;
-        if (r < 0)
-            return callback_error(p, index, "writing a field");
+        if (r < 0) {
+            char what[FERRY_MAX_NAME + 32];
+            snprintf(what, sizeof what, "field \"%s\"", name);
+            return callback_error(p, index, what);
+        }
     }
     PyObject *held = NULL;
     if (PyUnicode_Check(v)) {
@@ -877,8 +880,15 @@ static int write_value(pyds *p, int f, PyObject *v, void *dst, int64_t *len, uin
             return rc;
         }
         /* no dtype asked for: a value of another type is the dtype error below,
-         * never a silent cast */
-        PyObject *a = PyObject_CallFunctionObjArgs(g_np_asarray, v, NULL);
+         * never a silent cast; a torch tensor that requires grad is detached */
+        PyObject *det = NULL;
+        if (PyObject_HasAttrString(v, "detach") && PyObject_HasAttrString(v, "requires_grad")) {
+            det = PyObject_CallMethod(v, "detach", NULL);
+            if (!det)
+                PyErr_Clear();
+        }
+        PyObject *a = PyObject_CallFunctionObjArgs(g_np_asarray, det ? det : v, NULL);
+        Py_XDECREF(det);
         if (!a) {
             PyObject *t, *e, *tb;
             PyErr_Fetch(&t, &e, &tb);
@@ -986,6 +996,18 @@ static int write_sample(pyds *p, PyObject *item, uint64_t index, ferry_sample *o
         Py_DECREF(v);
         if (rc < 0)
             return rc;
+    }
+    if (p->keyed == KEYED && PyDict_Check(item) && PyDict_Size(item) != p->nfields) {
+        /* a field the schema does not have would be dropped: say so instead */
+        PyObject *keys = PyDict_Keys(item), *r = keys ? PyObject_Repr(keys) : NULL;
+        int rc = ferry_error(FERRY_EINVAL,
+                             "sample %llu has fields %.200s where the schema (from sample 0, or "
+                             "fields=) has %d; every sample needs the same fields",
+                             (unsigned long long)index, r ? utf8(r) : "?", p->nfields);
+        Py_XDECREF(keys);
+        Py_XDECREF(r);
+        PyErr_Clear();
+        return rc;
     }
     if (p->keyed == TUPLE) {
         Py_ssize_t n = PySequence_Size(item);

@@ -174,3 +174,47 @@ def test_out_of_range_epochs_and_timeouts():
         ferry.DataLoader("synthetic:10", num_workers=1, timeout=float("inf"))
     with pytest.raises(ValueError, match="NUL"):
         ferry.save({"a\0b": torch.ones(1)}, "/nonexistent/x")
+
+
+def test_what_a_dataset_returns_is_never_dropped_or_taken_whole():
+    class Extra:
+        def __len__(self):
+            return 8
+
+        def __getitem__(self, i):
+            return {"x": i, "y": i} if i == 5 else {"x": i}
+
+    with pytest.raises(ferry.InvalidError, match="sample 5 has fields"):
+        list(ferry.DataLoader(Extra(), batch_size=4))
+
+    class Big:
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, i):
+            return {"s": "x" * (1 << 20)}
+
+    with pytest.raises(ValueError, match="fields="):
+        ferry.DataLoader(Big())
+
+    class Grad:
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            return {"w": torch.ones(2, requires_grad=True) * i}
+
+    b = next(iter(ferry.DataLoader(Grad(), batch_size=4)))
+    assert b["w"].shape == (4, 2) and float(b["w"][3, 0]) == 3
+
+    class Wide:
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            return {"n": 2 ** 70 if i == 2 else i}
+
+    with pytest.raises(ferry.DatasetError, match='field "n"'):
+        list(ferry.DataLoader(Wide(), batch_size=4))
+    with pytest.raises(ValueError, match="65536"):
+        ferry.DataLoader("synthetic:10", num_workers=1024, prefetch_factor=100)

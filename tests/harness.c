@@ -130,3 +130,23 @@ int main(int argc, char **argv)
     printf("%d passed, %d failed, %d skipped\n", ntests - failed - skipped, failed, skipped);
     return failed != 0;
 }
+
+int test_ferry_cli(const char *args, char *out, size_t cap)
+{
+#ifdef FERRY_CLI
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "%s %s 2>&1", FERRY_CLI, args);
+    FILE *p = popen(cmd, "r");
+    CHECK(p != NULL);
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    CHECK(WIFEXITED(st));
+    return WEXITSTATUS(st);
+#else
+    (void)args;
+    (void)out;
+    (void)cap;
+    SKIP("the ferry command is not built");
+#endif
+}

@@ -84,6 +84,17 @@ void test_make_dir(const char *tag);
 void test_remove_dir(void);
 /* test_dir/name in buf (512 bytes); returns buf. */
 const char *test_path(const char *name, char *buf);
+/* Runs the ferry command (the build's, FERRY_CLI) with args, a shell fragment:
+ * its exit status, with its stdout and stderr in out (cap bytes, NUL-terminated).
+ * Fails the test if it did not exit; skips it where the command is not built. */
+int test_ferry_cli(const char *args, char *out, size_t cap);
+/* The command's path, for a fragment that runs it more than once. */
+#ifdef FERRY_CLI
+#define TEST_FERRY_CLI FERRY_CLI
+#else
+#define TEST_FERRY_CLI "ferry" /* unused: test_ferry_cli skips */
+#endif
+
 /* Writes n bytes as the whole file at path. */
 void test_write_file(const char *path, const void *data, size_t n);
 /* The whole file at path, malloc'd with one spare byte after it (room for a NUL),

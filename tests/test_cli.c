@@ -7,21 +7,6 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-/* Runs the ferry command with args (a shell fragment); returns its exit status and
- * its stdout+stderr in out. */
-static int ferry(const char *args, char *out, size_t cap)
-{
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s %s 2>&1", FERRY_CLI, args);
-    FILE *p = popen(cmd, "r");
-    CHECK(p != NULL);
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = 0;
-    int st = pclose(p);
-    CHECK(WIFEXITED(st));
-    return WEXITSTATUS(st);
-}
-
 /* The value of "key": in a one-line JSON object, as a string. */
 static const char *json_field(const char *json, const char *key, char *buf, size_t cap)
 {
@@ -41,9 +26,9 @@ static const char *json_field(const char *json, const char *key, char *buf, size
 TEST(bench_json_has_the_summary_fields)
 {
     char out[8192], v[128];
-    CHECK_EQ(ferry("bench synthetic:1000,bytes=8 --batch 64 --workers 2 --json --digest "
-                   "--no-progress",
-                   out, sizeof out),
+    CHECK_EQ(test_ferry_cli("bench synthetic:1000,bytes=8 --batch 64 --workers 2 --json --digest "
+                            "--no-progress",
+                            out, sizeof out),
              0);
     static const char *keys[] = {"samples",
                                  "batches",
@@ -72,7 +57,7 @@ TEST(digest_is_the_same_for_any_workers)
                  "bench synthetic:5000,bytes=12,var=9 --batch 50 --workers %d --shuffle --seed 3 "
                  "--epochs 2 --json --digest --no-progress",
                  w);
-        CHECK_EQ(ferry(args, out, sizeof out), 0);
+        CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
         CHECK(json_field(out, "digest", v, sizeof v));
         if (!want[0])
             strcpy(want, v);
@@ -80,9 +65,10 @@ TEST(digest_is_the_same_for_any_workers)
             test_fail(__FILE__, __LINE__, "workers %d: digest %s, wanted %s", w, v, want);
     }
     /* another seed, another order */
-    CHECK_EQ(ferry("bench synthetic:5000,bytes=12,var=9 --batch 50 --workers 2 --shuffle --seed 4 "
-                   "--epochs 2 --json --digest --no-progress",
-                   out, sizeof out),
+    CHECK_EQ(test_ferry_cli(
+                 "bench synthetic:5000,bytes=12,var=9 --batch 50 --workers 2 --shuffle --seed 4 "
+                 "--epochs 2 --json --digest --no-progress",
+                 out, sizeof out),
              0);
     CHECK(strcmp(json_field(out, "digest", v, sizeof v), want) != 0);
 }
@@ -90,66 +76,68 @@ TEST(digest_is_the_same_for_any_workers)
 TEST(bad_options_name_the_option_and_range)
 {
     char out[8192];
-    CHECK_EQ(ferry("bench synthetic:10 --batch 0", out, sizeof out), 2);
+    CHECK_EQ(test_ferry_cli("bench synthetic:10 --batch 0", out, sizeof out), 2);
     CHECK_CONTAINS(out, "--batch: \"0\" is not a number in [1, 16777216]");
-    CHECK_EQ(ferry("bench synthetic:10 --workers -1", out, sizeof out), 2);
+    CHECK_EQ(test_ferry_cli("bench synthetic:10 --workers -1", out, sizeof out), 2);
     CHECK_CONTAINS(out, "--workers");
-    CHECK_EQ(ferry("bench synthetic:10 --timeout -5", out, sizeof out), 2);
+    CHECK_EQ(test_ferry_cli("bench synthetic:10 --timeout -5", out, sizeof out), 2);
     CHECK_CONTAINS(out, "--timeout");
-    CHECK_EQ(ferry("bench synthetic:10 --rank 2 --world-size 2", out, sizeof out), 2);
+    CHECK_EQ(test_ferry_cli("bench synthetic:10 --rank 2 --world-size 2", out, sizeof out), 2);
     CHECK_CONTAINS(out, "--rank 2 is outside [0, 1]");
-    CHECK_EQ(ferry("bench synthetic:10 --order random", out, sizeof out), 2);
+    CHECK_EQ(test_ferry_cli("bench synthetic:10 --order random", out, sizeof out), 2);
     CHECK_CONTAINS(out, "--order");
-    CHECK_EQ(ferry("bench", out, sizeof out), 2);
+    CHECK_EQ(test_ferry_cli("bench", out, sizeof out), 2);
     CHECK_CONTAINS(out, "SOURCE is missing");
-    CHECK_EQ(ferry("frobnicate", out, sizeof out), 2);
+    CHECK_EQ(test_ferry_cli("frobnicate", out, sizeof out), 2);
     CHECK_CONTAINS(out, "unknown command");
 }
 
 TEST(bad_sources_name_the_problem)
 {
     char out[8192];
-    CHECK_EQ(ferry("bench nosuchkind:1", out, sizeof out), 2);
+    CHECK_EQ(test_ferry_cli("bench nosuchkind:1", out, sizeof out), 2);
     CHECK_CONTAINS(out, "unknown kind \"nosuchkind\"");
-    CHECK_EQ(ferry("bench synthetic:10,colour=red", out, sizeof out), 2);
+    CHECK_EQ(test_ferry_cli("bench synthetic:10,colour=red", out, sizeof out), 2);
     CHECK_CONTAINS(out, "unknown option \"colour\"");
-    CHECK_EQ(ferry("bench synthetic:10,bytes=lots", out, sizeof out), 2);
+    CHECK_EQ(test_ferry_cli("bench synthetic:10,bytes=lots", out, sizeof out), 2);
     CHECK_CONTAINS(out, "bytes=\"lots\" is not a number");
-    CHECK_EQ(ferry("bench synthetic:ten", out, sizeof out), 2);
+    CHECK_EQ(test_ferry_cli("bench synthetic:ten", out, sizeof out), 2);
     CHECK_CONTAINS(out, "COUNT \"ten\"");
 }
 
 TEST(environment_that_is_not_a_number_is_an_error)
 {
     char out[8192];
-    CHECK_EQ(ferry("bench synthetic:10 --no-progress", out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli("bench synthetic:10 --no-progress", out, sizeof out), 0);
     setenv("RANK", "abc", 1);
     setenv("WORLD_SIZE", "2", 1);
-    CHECK_EQ(ferry("bench synthetic:10", out, sizeof out), 2);
+    CHECK_EQ(test_ferry_cli("bench synthetic:10", out, sizeof out), 2);
     CHECK_CONTAINS(out, "RANK=\"abc\"");
     setenv("RANK", "1", 1);
-    CHECK_EQ(ferry("bench synthetic:1000 --json --no-progress", out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli("bench synthetic:1000 --json --no-progress", out, sizeof out), 0);
     char v[64];
     CHECK(!strcmp(json_field(out, "samples", v, sizeof v), "500")); /* rank 1 of 2 */
     unsetenv("RANK");
     unsetenv("WORLD_SIZE");
     setenv("SLURM_PROCID", "0", 1);
     setenv("SLURM_NTASKS", "4x", 1);
-    CHECK_EQ(ferry("bench synthetic:10", out, sizeof out), 2);
+    CHECK_EQ(test_ferry_cli("bench synthetic:10", out, sizeof out), 2);
     CHECK_CONTAINS(out, "SLURM_NTASKS");
 }
 
 TEST(a_bad_sample_fails_the_run_with_its_index)
 {
     char out[8192];
-    CHECK_EQ(
-        ferry("bench synthetic:1000,fail_every=300 --workers 2 --no-progress", out, sizeof out), 1);
+    CHECK_EQ(test_ferry_cli("bench synthetic:1000,fail_every=300 --workers 2 --no-progress", out,
+                            sizeof out),
+             1);
     CHECK_CONTAINS(out, "sample 299");
     CHECK_CONTAINS(out, "injected failure");
-    CHECK_EQ(ferry("bench synthetic:1000,fail_every=300 --on-error skip --skip-budget 3 --json "
-                   "--no-progress",
-                   out, sizeof out),
-             0);
+    CHECK_EQ(
+        test_ferry_cli("bench synthetic:1000,fail_every=300 --on-error skip --skip-budget 3 --json "
+                       "--no-progress",
+                       out, sizeof out),
+        0);
     char v[64];
     CHECK(!strcmp(json_field(out, "samples", v, sizeof v), "997"));
     CHECK(!strcmp(json_field(out, "skipped", v, sizeof v), "3"));
@@ -158,13 +146,13 @@ TEST(a_bad_sample_fails_the_run_with_its_index)
 TEST(help_documents_every_option)
 {
     char out[16384];
-    CHECK_EQ(ferry("bench --help", out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli("bench --help", out, sizeof out), 0);
     static const char *opts[] = {"--batch",  "--workers",   "--prefetch", "--shuffle",    "--seed",
                                  "--epochs", "--drop-last", "--rank",     "--world-size", "--json",
                                  "--digest", "--timeout",   "--on-error", "--order"};
     for (size_t i = 0; i < sizeof opts / sizeof *opts; i++)
         CHECK_CONTAINS(out, opts[i]);
-    CHECK_EQ(ferry("version", out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli("version", out, sizeof out), 0);
     CHECK_CONTAINS(out, "ferry 0.1.0");
 }
 
@@ -180,31 +168,31 @@ TEST(index_then_head_and_bench_a_text_file)
         fprintf(f, "line number %d\n", i);
     fclose(f);
     snprintf(args, sizeof args, "bench lines:%s", file);
-    CHECK_EQ(ferry(args, out, sizeof out), 2); /* no index yet */
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 2); /* no index yet */
     CHECK_CONTAINS(out, "text.txt.fidx");
     snprintf(args, sizeof args, "index %s --no-progress", file);
-    CHECK_EQ(ferry(args, out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
     CHECK_CONTAINS(out, "1000 lines");
     snprintf(args, sizeof args, "head lines:%s -n 3", file);
-    CHECK_EQ(ferry(args, out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
     CHECK(!strcmp(out, "line number 0\nline number 1\nline number 2\n"));
     snprintf(args, sizeof args, "head lines:%s -n 1 --json", file);
-    CHECK_EQ(ferry(args, out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
     CHECK(!strcmp(out, "{\"line\": \"line number 0\"}\n"));
     snprintf(args, sizeof args, "bench lines:%s,max=32 --shuffle --json --no-progress", file);
-    CHECK_EQ(ferry(args, out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
     char v[64];
     CHECK(!strcmp(json_field(out, "samples", v, sizeof v), "1000"));
     f = fopen(file, "a"); /* the file changes: the index is stale */
     fputs("one more\n", f);
     fclose(f);
     snprintf(args, sizeof args, "head lines:%s", file);
-    CHECK_EQ(ferry(args, out, sizeof out), 2);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 2);
     CHECK_CONTAINS(out, "is stale");
     snprintf(args, sizeof args, "index %s/missing.txt", dir);
-    CHECK_EQ(ferry(args, out, sizeof out), 1);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 1);
     CHECK_CONTAINS(out, "missing.txt");
-    CHECK_EQ(ferry("head synthetic:2,bytes=2 -n 5", out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli("head synthetic:2,bytes=2 -n 5", out, sizeof out), 0);
     CHECK_CONTAINS(out, "\"label\": 1}");
     snprintf(args, sizeof args, "rm -rf '%s'", dir);
     CHECK(system(args) == 0);
@@ -215,20 +203,20 @@ TEST(index_then_head_and_bench_a_text_file)
 TEST(verify_of_a_device_or_fifo_says_what_it_is)
 {
     char out[4096];
-    CHECK(ferry("verify /dev/null", out, sizeof out) != 0);
+    CHECK(test_ferry_cli("verify /dev/null", out, sizeof out) != 0);
     CHECK_CONTAINS(out, "/dev/null: is a character device, not a shard file");
     CHECK(!strstr(out, "Success"));
-    CHECK(ferry("verify /nonexistent/dir", out, sizeof out) != 0);
+    CHECK(test_ferry_cli("verify /nonexistent/dir", out, sizeof out) != 0);
     CHECK_CONTAINS(out, "/nonexistent/dir: No such file or directory");
     test_make_dir("cli");
     char fifo[600], args[700];
     snprintf(fifo, sizeof fifo, "%s/pipe", test_dir);
     CHECK(mkfifo(fifo, 0644) == 0);
     snprintf(args, sizeof args, "verify '%s'", fifo);
-    CHECK(ferry(args, out, sizeof out) != 0);
+    CHECK(test_ferry_cli(args, out, sizeof out) != 0);
     CHECK_CONTAINS(out, "is a FIFO");
     snprintf(args, sizeof args, "bench 'lines:%s' --no-progress", fifo);
-    CHECK(ferry(args, out, sizeof out) != 0);
+    CHECK(test_ferry_cli(args, out, sizeof out) != 0);
     CHECK_CONTAINS(out, "is a FIFO");
     test_remove_dir();
 }

@@ -11,21 +11,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* Runs the ferry command with args (a shell fragment); returns its exit status and
- * its stdout+stderr in out. */
-static int ferry(const char *args, char *out, size_t cap)
-{
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "%s %s 2>&1", FERRY_CLI, args);
-    FILE *p = popen(cmd, "r");
-    CHECK(p != NULL);
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = 0;
-    int st = pclose(p);
-    CHECK(WIFEXITED(st));
-    return WEXITSTATUS(st);
-}
-
 /* Runs a shell command; fails the test unless it exits 0. */
 static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void sh(const char *fmt, ...)
@@ -74,7 +59,7 @@ TEST(bench_shuffle_on_a_stream_shuffles)
     char out[8192], args[1024], plain[64], v[64], want[64] = "";
     snprintf(args, sizeof args, "bench csv:%s,dtype=i64 --batch 50 --json --digest --no-progress",
              test_dir);
-    CHECK_EQ(ferry(args, out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
     CHECK(json_field(out, "digest", plain, sizeof plain));
     CHECK_CONTAINS(out, "\"order\": \"stream\"");
     for (int w = 1; w <= 3; w += 2) {
@@ -82,7 +67,7 @@ TEST(bench_shuffle_on_a_stream_shuffles)
                  "bench csv:%s,dtype=i64 --batch 50 --workers %d --shuffle --seed 9 --json "
                  "--digest --no-progress",
                  test_dir, w);
-        CHECK_EQ(ferry(args, out, sizeof out), 0);
+        CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
         CHECK(json_field(out, "digest", v, sizeof v));
         CHECK(strcmp(v, plain) != 0); /* the order changed */
         if (!want[0])
@@ -96,22 +81,22 @@ TEST(bench_shuffle_on_a_stream_shuffles)
              "bench csv:%s,dtype=i64,shuffle=8192,seed=9 --batch 50 --json --digest "
              "--no-progress",
              test_dir);
-    CHECK_EQ(ferry(args, out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
     CHECK(!strcmp(json_field(out, "digest", v, sizeof v), want));
     /* the summary says what happened, and never "shuffled" on a stream read in order */
     snprintf(args, sizeof args, "bench csv:%s,dtype=i64 --batch 50 --no-progress", test_dir);
-    CHECK_EQ(ferry(args, out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
     CHECK_CONTAINS(out, "stream order, no shuffle buffer");
     CHECK(!strstr(out, "shuffled order"));
     snprintf(args, sizeof args,
              "bench csv:%s,dtype=i64 --batch 50 --shuffle --shuffle-buffer 300 --no-progress",
              test_dir);
-    CHECK_EQ(ferry(args, out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
     CHECK_CONTAINS(out, "shuffle buffer of 300 samples per shard");
     snprintf(args, sizeof args, "bench csv:%s,shuffle=10 --shuffle", test_dir);
-    CHECK_EQ(ferry(args, out, sizeof out), 2);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 2);
     CHECK_CONTAINS(out, "use one");
-    CHECK_EQ(ferry("bench synthetic:10 --shuffle --shuffle-buffer 5", out, sizeof out), 2);
+    CHECK_EQ(test_ferry_cli("bench synthetic:10 --shuffle --shuffle-buffer 5", out, sizeof out), 2);
     CHECK_CONTAINS(out, "map-style");
     test_remove_dir();
 }
@@ -134,7 +119,7 @@ TEST(compressed_input_is_read_or_named)
         snprintf(args, sizeof args,
                  "bench csv:%s,header=1 --batch 100 --json --digest --no-progress",
                  test_path(names[i], p));
-        CHECK_EQ(ferry(args, out, sizeof out), 0);
+        CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
         CHECK(!strcmp(json_field(out, "samples", v, sizeof v), "3000"));
         CHECK(json_field(out, "digest", v, sizeof v));
         if (!want[0])
@@ -143,15 +128,15 @@ TEST(compressed_input_is_read_or_named)
     }
     /* map-style text cannot be read compressed: the message says what to do */
     snprintf(args, sizeof args, "index %s", test_path("data.csv.gz", p));
-    CHECK_EQ(ferry(args, out, sizeof out), 1);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 1);
     CHECK_CONTAINS(out, "gzip-compressed");
     CHECK_CONTAINS(out, "gunzip -k");
     snprintf(args, sizeof args, "head lines:%s,build=1", test_path("data.csv.zst", p));
-    CHECK_EQ(ferry(args, out, sizeof out), 2);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 2);
     CHECK_CONTAINS(out, "zstd-compressed");
     /* a missing line index: what to run */
     snprintf(args, sizeof args, "head lines:%s", test_path("data.csv", p));
-    CHECK_EQ(ferry(args, out, sizeof out), 2);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 2);
     CHECK_CONTAINS(out, "ferry index");
     CHECK_CONTAINS(out, "build=1");
     test_remove_dir();
@@ -161,13 +146,13 @@ TEST(skipped_samples_are_named_and_cut_lines_counted)
 {
     char out[16384], v[64];
     /* --on-error skip alone works: the budget has a default */
-    CHECK_EQ(
-        ferry("bench synthetic:2000,fail_every=100 --on-error skip --no-progress", out, sizeof out),
-        0);
+    CHECK_EQ(test_ferry_cli("bench synthetic:2000,fail_every=100 --on-error skip --no-progress",
+                            out, sizeof out),
+             0);
     CHECK_CONTAINS(out, "20 skipped");
     CHECK_CONTAINS(out, "skipped     epoch 0, sample 99: synthetic: sample 99");
     CHECK_CONTAINS(out, "... and 15 more");
-    CHECK_EQ(ferry("bench --help", out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli("bench --help", out, sizeof out), 0);
     CHECK_CONTAINS(out, "(default\n                    1000");
     test_make_dir("cli-skip");
     char p[512], args[1024];
@@ -175,7 +160,7 @@ TEST(skipped_samples_are_named_and_cut_lines_counted)
              "bench synthetic:2000,fail_every=100 --on-error skip --no-progress --json "
              "--skip-report %s",
              test_path("report.txt", p));
-    CHECK_EQ(ferry(args, out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
     CHECK_CONTAINS(out, "\"skipped_samples\": [{\"epoch\": 0, \"index\": 99, \"error\": ");
     size_t n;
     char *rep = (char *)test_read_file(p, &n);
@@ -189,7 +174,7 @@ TEST(skipped_samples_are_named_and_cut_lines_counted)
     /* pack --on-error skip: every bad input in one run, the rest packed */
     snprintf(args, sizeof args, "pack synthetic:500,fail_every=50 %s --on-error skip --no-progress",
              test_path("packed", p));
-    CHECK_EQ(ferry(args, out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
     for (int i = 49; i < 500; i += 50) {
         char want[64];
         snprintf(want, sizeof want, "skipped sample %d: ", i);
@@ -199,7 +184,7 @@ TEST(skipped_samples_are_named_and_cut_lines_counted)
     CHECK_CONTAINS(out, "10 bad samples left out");
     snprintf(args, sizeof args, "pack synthetic:500,fail_every=50 %s --no-progress",
              test_path("failed", p));
-    CHECK_EQ(ferry(args, out, sizeof out), 1);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 1);
     CHECK_CONTAINS(out, "sample 49");
     /* lines cut at max are counted and shown; bytes_per_s counts data, not padding */
     FILE *f = fopen(test_path("t.txt", p), "w");
@@ -208,23 +193,23 @@ TEST(skipped_samples_are_named_and_cut_lines_counted)
         fprintf(f, "%s\n", i % 7 ? "short" : "a line that is longer than sixteen bytes");
     CHECK(fclose(f) == 0);
     snprintf(args, sizeof args, "bench lines:%s,max=16,build=1 --no-progress", p);
-    CHECK_EQ(ferry(args, out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
     CHECK_CONTAINS(out, "0 skipped, 143 cut to fit");
     CHECK_CONTAINS(out, "143 samples were longer than their field and were cut");
     snprintf(args, sizeof args, "bench lines:%s,max=4096 --no-progress --json", p);
-    CHECK_EQ(ferry(args, out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
     CHECK(!strcmp(json_field(out, "truncated", v, sizeof v), "0"));
     double data = strtod(json_field(out, "bytes_per_s", v, sizeof v), NULL);
     double buf = strtod(json_field(out, "buffer_bytes_per_s", v, sizeof v), NULL);
     CHECK(data > 0 && buf > 100 * data); /* 4096-byte slots for lines of 5 to 40 bytes */
     snprintf(args, sizeof args, "head lines:%s,max=16 -n 8", p);
-    CHECK_EQ(ferry(args, out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
     CHECK_CONTAINS(out, "a line that is l\nshort\n"); /* cut at 16 bytes, and said so */
     CHECK_CONTAINS(out, "2 of the records shown were longer than their field and were cut");
     char q[512];
     snprintf(args, sizeof args, "pack lines:%s,max=16 %s --no-progress", p,
              test_path("lines-packed", q));
-    CHECK_EQ(ferry(args, out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
     CHECK_CONTAINS(out, "143 samples were longer than their field and were cut");
     test_remove_dir();
 }
@@ -303,7 +288,7 @@ TEST(head_cat_ls_stat_verify_write_json)
     /* a shard set: cat, ls, stat, verify */
     snprintf(args, sizeof args, "pack files:%s,folder=flat %s --no-progress", dir,
              test_path("set", p));
-    CHECK_EQ(ferry(args, out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
     snprintf(args, sizeof args, "cat %s/data-*-00000-of-00001.ferry -n 3", p);
     CHECK_EQ(ferry_py(args,
                       "import json, sys\n"
@@ -340,7 +325,7 @@ TEST(head_cat_ls_stat_verify_write_json)
     /* a file that is not a shard is named as such, not as damaged */
     test_write_file(test_path("notes.txt", p), "just some text, not a shard\n", 28);
     snprintf(args, sizeof args, "verify %s", p);
-    CHECK_EQ(ferry(args, out, sizeof out), 1);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 1);
     CHECK_CONTAINS(out, "is not a ferry record shard");
     CHECK(!strstr(out, "damaged"));
     snprintf(args, sizeof args, "verify %s --json", p);
@@ -359,33 +344,33 @@ TEST(help_versions_and_one_line_mistakes)
     char out[65536];
     char want[64];
     snprintf(want, sizeof want, "ferry %s\n", ferry_version_string());
-    CHECK_EQ(ferry("-V", out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli("-V", out, sizeof out), 0);
     CHECK(!strcmp(out, want));
-    CHECK_EQ(ferry("--version", out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli("--version", out, sizeof out), 0);
     CHECK(!strcmp(out, want));
-    CHECK_EQ(ferry("cat --help", out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli("cat --help", out, sizeof out), 0);
     CHECK_CONTAINS(out, "usage: ferry cat FILE");
     static const char *const cmds[] = {"ls", "stat", "verify", "head", "index", "pack", "bench"};
     for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
         char args[64];
         snprintf(args, sizeof args, "%s --help", cmds[i]);
-        CHECK_EQ(ferry(args, out, sizeof out), 0);
+        CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
         CHECK_CONTAINS(out, "usage: ferry");
     }
     /* a mistake is one line, with what was meant */
-    CHECK_EQ(ferry("bench synthetic:10 --shufle", out, sizeof out), 2);
+    CHECK_EQ(test_ferry_cli("bench synthetic:10 --shufle", out, sizeof out), 2);
     CHECK_CONTAINS(out, "did you mean --shuffle?");
     CHECK(strchr(out, '\n') == out + strlen(out) - 1);
-    CHECK_EQ(ferry("bench synthetic:10 --batch", out, sizeof out), 2);
+    CHECK_EQ(test_ferry_cli("bench synthetic:10 --batch", out, sizeof out), 2);
     CHECK_CONTAINS(out, "--batch needs a value");
     CHECK(strchr(out, '\n') == out + strlen(out) - 1);
-    CHECK_EQ(ferry("pack synthetic:10 x --shard-sise 1M", out, sizeof out), 2);
+    CHECK_EQ(test_ferry_cli("pack synthetic:10 x --shard-sise 1M", out, sizeof out), 2);
     CHECK_CONTAINS(out, "did you mean --shard-size?");
-    CHECK_EQ(ferry("becnh synthetic:10", out, sizeof out), 2);
+    CHECK_EQ(test_ferry_cli("becnh synthetic:10", out, sizeof out), 2);
     CHECK_CONTAINS(out, "did you mean \"bench\"?");
     CHECK(strchr(out, '\n') == out + strlen(out) - 1);
     /* --shard-size's default is the one the library uses */
-    CHECK_EQ(ferry("pack --help", out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli("pack --help", out, sizeof out), 0);
     CHECK_CONTAINS(out, "--shard-size BYTES start a new shard past this size (default 1 GiB");
 }
 
@@ -419,25 +404,25 @@ TEST(classes_of_an_image_folder_and_what_was_left_out)
     test_write_file(test_path("stray.jpg", p), "s", 1);
     CHECK(symlink(test_path("missing.jpg", q), test_path("ant/b.jpg", p)) == 0);
     snprintf(args, sizeof args, "classes files:%s,ext=jpg", test_dir);
-    CHECK_EQ(ferry(args, out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
     CHECK_CONTAINS(out, "0\tant\n1\tzebra\n2 classes, 3 samples");
     CHECK_CONTAINS(out, "1 entry directly in the folder left out");
     CHECK_CONTAINS(out, "e.g. stray.jpg");
     CHECK_CONTAINS(out, "1 symbolic link to nothing");
     snprintf(args, sizeof args, "classes images:%s --json", test_dir);
-    CHECK_EQ(ferry(args, out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
     CHECK_CONTAINS(out, "{\"classes\": [\"ant\", \"zebra\"], \"samples\": 3, \"left_out\": "
                         "{\"root_files\": 1, ");
     /* bench says what was left out, and the link fails as a sample */
     snprintf(args, sizeof args, "bench files:%s,ext=jpg --no-progress --on-error skip", test_dir);
-    CHECK_EQ(ferry(args, out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
     CHECK_CONTAINS(out, "1 entry directly in the folder left out");
     CHECK_CONTAINS(out, "ant/b.jpg: a symbolic link to a file that does not exist");
     CHECK_CONTAINS(out, "2 samples in 1 batches, 1 skipped");
     /* an empty class is an error naming it */
     CHECK(mkdir(test_path("empty", p), 0755) == 0);
     snprintf(args, sizeof args, "head images:%s", test_dir);
-    CHECK_EQ(ferry(args, out, sizeof out), 2);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 2);
     CHECK_CONTAINS(out, "found no valid file for the classes empty");
     test_remove_dir();
 }

@@ -574,48 +574,21 @@ TEST(zstd_shards_that_lie)
     test_remove_dir();
 }
 
-#ifdef FERRY_CLI
-#define CLI_PATH FERRY_CLI
-#else
-#define CLI_PATH "ferry" /* unused: run_cli skips */
-#endif
-
-/* Runs the ferry command with args (a shell fragment); its exit status, and its
- * stdout+stderr in out. */
-static int run_cli(const char *args, char *out, size_t cap)
-{
-#ifdef FERRY_CLI
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s %s 2>&1", FERRY_CLI, args);
-    FILE *p = popen(cmd, "r");
-    CHECK(p != NULL);
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = 0;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-#else
-    (void)args;
-    (void)out;
-    (void)cap;
-    SKIP("the ferry command is not built");
-#endif
-}
-
 TEST(ferry_head_pack_and_bench_read_mds)
 {
     test_need_shared(MDS_DIR "/index.json");
     test_make_dir("mds-cli");
     char args[2048], out[8192];
     snprintf(args, sizeof args, "head mds:%s -n 2", MDS_DIR);
-    CHECK_EQ(run_cli(args, out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
     CHECK_CONTAINS(out, "{\"dummy_text\": \"Dummy text 1\", \"id\": 1}\n"
                         "{\"dummy_text\": \"Dummy text 2\", \"id\": 2}");
-    snprintf(args, sizeof args, "pack mds:%s %s/rec && %s stat %s/rec", MDS_DIR, test_dir, CLI_PATH,
-             test_dir);
-    CHECK_EQ(run_cli(args, out, sizeof out), 0);
+    snprintf(args, sizeof args, "pack mds:%s %s/rec && %s stat %s/rec", MDS_DIR, test_dir,
+             TEST_FERRY_CLI, test_dir);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
     CHECK_CONTAINS(out, "9999");
     snprintf(args, sizeof args, "bench mds:%s --shuffle --batch 100 --json", MDS_DIR);
-    CHECK_EQ(run_cli(args, out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
     CHECK_CONTAINS(out, "\"samples\": 9999,");
     test_remove_dir();
 }

@@ -756,33 +756,6 @@ TEST(numpy_savez_archives)
     test_remove_dir();
 }
 
-#ifdef FERRY_CLI
-#define CLI_PATH FERRY_CLI
-#else
-#define CLI_PATH "ferry" /* unused: run_cli skips */
-#endif
-
-/* Runs the ferry command with args (a shell fragment); its exit status, and its
- * stdout+stderr in out. */
-static int run_cli(const char *args, char *out, size_t cap)
-{
-#ifdef FERRY_CLI
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s %s 2>&1", FERRY_CLI, args);
-    FILE *p = popen(cmd, "r");
-    CHECK(p != NULL);
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = 0;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-#else
-    (void)args;
-    (void)out;
-    (void)cap;
-    SKIP("the ferry command is not built");
-#endif
-}
-
 TEST(ferry_head_pack_and_bench_read_npy)
 {
     test_make_dir("npy-cli");
@@ -796,17 +769,17 @@ TEST(ferry_head_pack_and_bench_read_npy)
     write_npy(test_path("y.npy", b), 1, "{'descr': '|u1', 'fortran_order': False, 'shape': (4,)}",
               y, sizeof y);
     snprintf(args, sizeof args, "head 'npy:x=%s;y=%s' -n 2", a, b);
-    CHECK_EQ(run_cli(args, out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
     CHECK_CONTAINS(out, "{\"x\": [1, 2], \"y\": 9}\n{\"x\": [3, 4], \"y\": 8}");
     snprintf(args, sizeof args, "pack 'npy:x=%s;y=%s' %s/rec && %s head records:%s/rec -n 4", a, b,
-             test_dir, CLI_PATH, test_dir);
-    CHECK_EQ(run_cli(args, out, sizeof out), 0);
+             test_dir, TEST_FERRY_CLI, test_dir);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
     CHECK_CONTAINS(out, "{\"x\": [7, 8], \"y\": 6}");
     snprintf(args, sizeof args, "bench 'npy:x=%s;y=%s' --shuffle --batch 3 --json", a, b);
-    CHECK_EQ(run_cli(args, out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
     CHECK_CONTAINS(out, "\"samples\": 4,");
     snprintf(args, sizeof args, "head npy:%s/nothing.npy", test_dir);
-    CHECK_EQ(run_cli(args, out, sizeof out), 2);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 2);
     CHECK_CONTAINS(out, "nothing.npy");
     test_remove_dir();
 }

@@ -300,54 +300,27 @@ TEST(writer_replaces_whole_or_not_at_all)
     test_remove_dir();
 }
 
-#ifdef FERRY_CLI
-#define CLI_PATH FERRY_CLI
-#else
-#define CLI_PATH "ferry" /* unused: run_cli skips */
-#endif
-
-/* Runs the ferry command with args (a shell fragment); its exit status, and its
- * stdout+stderr in out. */
-static int run_cli(const char *args, char *out, size_t cap)
-{
-#ifdef FERRY_CLI
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s %s 2>&1", FERRY_CLI, args);
-    FILE *p = popen(cmd, "r");
-    CHECK(p != NULL);
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = 0;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-#else
-    (void)args;
-    (void)out;
-    (void)cap;
-    SKIP("the ferry command is not built");
-#endif
-}
-
 TEST(ferry_head_pack_and_bench_read_tokens)
 {
     test_make_dir("tokens-cli");
     char p[512], args[2048], out[8192];
     write_shard(test_path("t.bin", p), FERRY_U16, 100, 41);
     snprintf(args, sizeof args, "head tokens:%s,seq=4 -n 1", p);
-    CHECK_EQ(run_cli(args, out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
     CHECK_CONTAINS(out, "{\"input\": [100, 101, 102, 103], \"target\": [101, 102, 103, 104]}");
     snprintf(args, sizeof args, "pack tokens:%s,seq=4 %s/rec && %s head records:%s/rec -n 10", p,
-             test_dir, CLI_PATH, test_dir);
-    CHECK_EQ(run_cli(args, out, sizeof out), 0);
+             test_dir, TEST_FERRY_CLI, test_dir);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
     CHECK_CONTAINS(out, "{\"input\": [136, 137, 138, 139], \"target\": [137, 138, 139, 140]}");
     snprintf(args, sizeof args, "bench tokens:%s,seq=4 --shuffle --batch 3 --json", p);
-    CHECK_EQ(run_cli(args, out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
     CHECK_CONTAINS(out, "\"samples\": 10,");
     /* 41 tokens, T = 4: 10 windows cover 41; with T = 6, 6 windows cover 37, 4 are in none */
     snprintf(args, sizeof args, "bench tokens:%s,seq=6", p);
-    CHECK_EQ(run_cli(args, out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
     CHECK_CONTAINS(out, "note        4 tokens are in no window");
     snprintf(args, sizeof args, "pack tokens:%s,seq=6 %s/rec6", p, test_dir);
-    CHECK_EQ(run_cli(args, out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
     CHECK_CONTAINS(out, "note: 4 tokens are in no window");
     test_remove_dir();
 }
@@ -425,7 +398,7 @@ TEST(ferry_tokens_writes_a_shard_from_any_source)
     write_ids(test_path("ids.npy", ids_path), ids, 300);
     test_path("out.bin", out_path);
     snprintf(args, sizeof args, "tokens npy:%s %s", ids_path, out_path);
-    CHECK_EQ(run_cli(args, out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
     CHECK_CONTAINS(out, "out.bin: 300 tokens (uint16, version 1)");
     char spec[700];
     snprintf(spec, sizeof spec, "tokens:%s,seq=299", out_path);
@@ -440,14 +413,14 @@ TEST(ferry_tokens_writes_a_shard_from_any_source)
     /* 299 * 300 does not fit uint16: refused, the old shard left as it was */
     ids[299] = 70000;
     write_ids(ids_path, ids, 300);
-    CHECK_EQ(run_cli(args, out, sizeof out), 1);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 1);
     CHECK_CONTAINS(out, "sample 299, element 0: 70000 does not fit uint16; try --dtype u32");
     size_t n;
     unsigned char *old = test_read_file(out_path, &n);
     CHECK_U64(n, 1024 + 600);
     free(old);
     snprintf(args, sizeof args, "tokens npy:%s %s --dtype u32", ids_path, out_path);
-    CHECK_EQ(run_cli(args, out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
     CHECK_CONTAINS(out, "300 tokens (uint32, version 2)");
     ds = open_spec(spec);
     get_window(ds, 0, in, tg);
@@ -455,7 +428,7 @@ TEST(ferry_tokens_writes_a_shard_from_any_source)
     ferry_dataset_free(ds);
     ids[5] = -1;
     write_ids(ids_path, ids, 300);
-    CHECK_EQ(run_cli(args, out, sizeof out), 1);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 1);
     CHECK_CONTAINS(out, "sample 5, element 0: -1 does not fit uint32");
     test_remove_dir();
 }

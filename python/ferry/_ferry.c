@@ -797,31 +797,22 @@ static int write_number(const ferry_field *fi, PyObject *v, void *dst)
     long long x = PyLong_AsLongLong(v);
     if (x == -1 && PyErr_Occurred())
         return -1;
-    long long lo, hi;
+    long long lo = 0, hi;
     switch (fi->dtype) {
     case FERRY_I8:
-        lo = INT8_MIN, hi = INT8_MAX;
+    case FERRY_I16:
+    case FERRY_I32:
+    case FERRY_I64:
+        hi = (long long)((1ull << (8 * ferry_dtype_size(fi->dtype) - 1)) - 1);
+        lo = -hi - 1;
         break;
     case FERRY_U8:
-        lo = 0, hi = UINT8_MAX;
-        break;
-    case FERRY_I16:
-        lo = INT16_MIN, hi = INT16_MAX;
-        break;
     case FERRY_U16:
-        lo = 0, hi = UINT16_MAX;
-        break;
-    case FERRY_I32:
-        lo = INT32_MIN, hi = INT32_MAX;
-        break;
     case FERRY_U32:
-        lo = 0, hi = UINT32_MAX;
-        break;
-    case FERRY_I64:
-        lo = INT64_MIN, hi = INT64_MAX;
+        hi = (long long)((1ull << (8 * ferry_dtype_size(fi->dtype))) - 1);
         break;
     case FERRY_U64:
-        lo = 0, hi = INT64_MAX;
+        hi = INT64_MAX; /* what PyLong_AsLongLong reads */
         break;
     default:
         return 0;

@@ -385,14 +385,10 @@ static int count_error(const ferry_csv_parser *p, size_t found, ferry_csv_error 
                       p->ncols, found == 0 ? " (an empty row)" : "");
 }
 
-/* A bad cell starting at cell (its blanks included): finds its extent, and reports
- * the column count instead when that is wrong too. */
-static int cell_error(const ferry_csv_parser *p, const char *line, const char *end,
-                      const char *cell, size_t col, int why, ferry_csv_error *err)
+/* The text of the cell that starts at `cell`, its blanks left out: [*a, *b). */
+static void cell_bounds(const ferry_csv_parser *p, const char *cell, const char *end,
+                        const char **a_out, const char **b_out)
 {
-    size_t found = ferry_csv_count_columns(line, (size_t)(end - line), p->delim);
-    if (found != p->ncols)
-        return count_error(p, found, err);
     const char *a = cell, *b;
     if (p->ws) {
         while (a < end && is_ws(*a))
@@ -409,6 +405,20 @@ static int cell_error(const ferry_csv_parser *p, const char *line, const char *e
         while (b > a && is_blank(p, b[-1]))
             b--;
     }
+    *a_out = a;
+    *b_out = b;
+}
+
+/* A bad cell starting at cell (its blanks included): finds its extent, and reports
+ * the column count instead when that is wrong too. */
+static int cell_error(const ferry_csv_parser *p, const char *line, const char *end,
+                      const char *cell, size_t col, int why, ferry_csv_error *err)
+{
+    size_t found = ferry_csv_count_columns(line, (size_t)(end - line), p->delim);
+    if (found != p->ncols)
+        return count_error(p, found, err);
+    const char *a, *b;
+    cell_bounds(p, cell, end, &a, &b);
     if (err) {
         err->column = col + 1;
         err->columns = found;
@@ -478,22 +488,8 @@ int ferry_csv_parser_set_missing(ferry_csv_parser *p, const char *fill)
 static const char *fill_missing(const ferry_csv_parser *p, const char *cell, const char *end,
                                 size_t c, void *dst)
 {
-    const char *a = cell, *b;
-    if (p->ws) {
-        while (a < end && is_ws(*a))
-            a++;
-        b = a;
-        while (b < end && !is_ws(*b))
-            b++;
-    } else {
-        b = memchr(a, p->delim, (size_t)(end - a));
-        if (!b)
-            b = end;
-        while (a < b && is_blank(p, *a))
-            a++;
-        while (b > a && is_blank(p, b[-1]))
-            b--;
-    }
+    const char *a, *b;
+    cell_bounds(p, cell, end, &a, &b);
     if (!is_missing(a, b, p->kind[c]))
         return NULL;
     if (p->kind[c] == COL_F32)

@@ -93,7 +93,7 @@ int cmd_head(int argc, char **argv)
         data[f] = buf + off;
         off += (int)ferry_field_nbytes(fields[f]);
     }
-    ferry_sample s = {nf, data, len};
+    ferry_sample s = {nf, data, len, {0}};
     if (st && (rc = ferry_stream_open(st, 0, 1, 0, &it)) < 0) {
         status = cli_error(1, "%s", ferry_last_errmsg());
         goto done;

@@ -431,7 +431,7 @@ int cmd_cat(int argc, char **argv)
         data[i] = buf + off;
     ferry_ctx *ctx;
     ferry_ctx_create(&ctx, 0, 0);
-    ferry_sample s = {nf, data, len};
+    ferry_sample s = {nf, data, len, {0}};
     for (uint64_t i = from; i < ferry_record_file_count(f) && i - from < n; i++) {
         if (ferry_record_file_read(f, i, &s, ctx) < 0) {
             fflush(stdout);

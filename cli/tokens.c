@@ -168,7 +168,7 @@ int cmd_tokens(int argc, char **argv)
         data[k] = buf + off;
         off += (int)ferry_field_nbytes(fields[k]);
     }
-    ferry_sample s = {nf, data, len};
+    ferry_sample s = {nf, data, len, {0}};
     if ((st && (rc = ferry_stream_open(st, 0, 1, 0, &it)) < 0) ||
         (rc = ferry_tokens_writer_open(&w, out, out_dt)) < 0) {
         status = cli_error(1, "%s", ferry_last_errmsg());

@@ -63,7 +63,7 @@ static inline table read_source(const char *spec, uint64_t shard, uint64_t nshar
         row *r = &t.rows[t.n];
         for (int k = 0; k < t.nf; k++)
             r->data[k] = calloc(1, ferry_field_nbytes(&t.f[k]) + 1);
-        ferry_sample s = {t.nf, (void *const *)r->data, r->len};
+        ferry_sample s = {t.nf, (void *const *)r->data, r->len, {0}};
         int rc;
         if (ds)
             rc = t.n < ferry_dataset_len(ds) ? ferry_dataset_get(ds, t.n, &s, ctx) : FERRY_END;

@@ -148,7 +148,7 @@ static size_t read_shard(ferry_stream *st, uint64_t k, uint64_t n, void *out, si
         int64_t lens[FERRY_MAX_FIELDS];
         for (int f = 0; f < l.nf; f++)
             p[f] = slot + l.off[f];
-        ferry_sample s = {l.nf, p, lens};
+        ferry_sample s = {l.nf, p, lens, {0}};
         if ((rc = ferry_stream_next(it, &s, ctx)) != 0)
             break;
         rows++;
@@ -167,7 +167,7 @@ static int next_row(ferry_stream_iter *it, const ferry_stream *st, void *buf)
     int64_t lens[FERRY_MAX_FIELDS];
     for (int f = 0; f < l.nf; f++)
         p[f] = (uint8_t *)buf + l.off[f];
-    ferry_sample s = {l.nf, p, lens};
+    ferry_sample s = {l.nf, p, lens, {0}};
     ferry_ctx *ctx;
     CHECK_OK(ferry_ctx_create(&ctx, 0, 0));
     int rc = ferry_stream_next(it, &s, ctx);
@@ -1247,7 +1247,7 @@ TEST(allocation_failures_are_returned)
     CHECK_OK(ferry_ctx_create(&ctx, 0, 0));
     void *dst[2] = {row.a, &row.b};
     int64_t lens[2];
-    ferry_sample sample = {2, dst, lens};
+    ferry_sample sample = {2, dst, lens, {0}};
     ferry__test_fail_alloc(0); /* reading rows allocates nothing */
     CHECK_OK(ferry_stream_next(it, &sample, ctx));
     ferry__test_fail_alloc(-1);

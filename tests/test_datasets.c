@@ -57,7 +57,7 @@ TEST(user_dataset_through_the_vtable)
     int32_t v;
     void *p[1] = {&v};
     int64_t len[1];
-    ferry_sample s = {1, p, len};
+    ferry_sample s = {1, p, len, {0}};
     ferry_ctx *ctx;
     CHECK_OK(ferry_ctx_create(&ctx, 0, 0));
     CHECK_OK(ferry_dataset_get(ds, 3, &s, ctx));
@@ -104,7 +104,7 @@ static void read_sample(ferry_dataset *ds, uint64_t i, uint8_t *data, int64_t *l
 {
     void *p[3] = {data, label, text};
     int64_t lens[3] = {0, 0, 0};
-    ferry_sample s = {ferry_dataset_nfields(ds), p, lens};
+    ferry_sample s = {ferry_dataset_nfields(ds), p, lens, {0}};
     ferry_ctx *ctx;
     CHECK_OK(ferry_ctx_create(&ctx, 0, 0));
     CHECK_OK(ferry_dataset_get(ds, i, &s, ctx));
@@ -223,7 +223,7 @@ TEST(stream_from_dataset_splits_k_of_n)
         uint8_t d[4];
         int64_t label, lens[2];
         void *p[2] = {d, &label};
-        ferry_sample s = {2, p, lens};
+        ferry_sample s = {2, p, lens, {0}};
         int rc;
         uint64_t want = k;
         while ((rc = ferry_stream_next(it, &s, ctx)) == 0) {
@@ -275,7 +275,7 @@ TEST(synthetic_failures_and_limits)
     uint8_t d[16];
     int64_t l, lens[2];
     void *p[2] = {d, &l};
-    ferry_sample s = {2, p, lens};
+    ferry_sample s = {2, p, lens, {0}};
     ferry_ctx *ctx;
     CHECK_OK(ferry_ctx_create(&ctx, 0, 0));
     CHECK_OK(ferry_dataset_get(ds, 1, &s, ctx));
@@ -338,7 +338,7 @@ TEST(a_folder_of_files_in_the_imagefolder_layout)
         char data[64] = {0}, p[1024] = {0}, expect[64];
         int64_t label, lens[3];
         void *ptrs[3] = {data, p, &label};
-        ferry_sample s = {3, ptrs, lens};
+        ferry_sample s = {3, ptrs, lens, {0}};
         CHECK_OK(ferry_dataset_get(ds, i, &s, ctx));
         CHECK(!strcmp(p, want[i]));
         CHECK_EQ(label, labels[i]);
@@ -419,7 +419,7 @@ TEST(image_folders_are_read_as_torchvision_reads_them)
         char data[64], path[1100] = {0};
         int64_t label, lens[3];
         void *ptrs[3] = {data, path, &label};
-        ferry_sample s = {3, ptrs, lens};
+        ferry_sample s = {3, ptrs, lens, {0}};
         int rc = ferry_dataset_get(ds, i, &s, ctx);
         if (!strcmp(want[i], "b/gone.jpg")) {
             CHECK_RC(rc, FERRY_ENOENT);

@@ -96,7 +96,7 @@ static void script_destroy(void *self)
 }
 
 static const ferry_stream_vtable script_vt = {script_open, script_next, script_close,
-                                              script_destroy};
+                                              script_destroy, NULL, NULL, NULL};
 
 static ferry_stream *scripted(uint64_t n, uint64_t break_every, uint64_t fail_every, int *destroyed)
 {
@@ -192,7 +192,7 @@ static trace read_shard(ferry_stream *st, uint64_t shard, uint64_t nshards, uint
         CHECK(t.n < 10000000); /* no endless stream here */
         for (int f = 0; f < nf; f++)
             len[f] = 0;
-        ferry_sample s = {nf, data, len};
+        ferry_sample s = {nf, data, len, {0}};
         rc = ferry_stream_next(it, &s, ctx);
         if (rc == FERRY_END)
             break;
@@ -224,7 +224,7 @@ static trace read_shard(ferry_stream *st, uint64_t shard, uint64_t nshards, uint
         if (ds) {
             for (int f = 0; f < nf; f++)
                 wlen[f] = 0;
-            ferry_sample w = {nf, want, wlen};
+            ferry_sample w = {nf, want, wlen, {0}};
             CHECK_OK(ferry_dataset_get(ds, (uint64_t)v, &w, ctx));
             for (int f = 0; f < nf; f++) {
                 const ferry_field *fd = ferry_stream_field(st, f);
@@ -237,7 +237,7 @@ static trace read_shard(ferry_stream *st, uint64_t shard, uint64_t nshards, uint
             }
         }
     }
-    CHECK_RC(ferry_stream_next(it, &(ferry_sample){nf, data, len}, ctx), FERRY_END); /* stays */
+    CHECK_RC(ferry_stream_next(it, &(ferry_sample){nf, data, len, {0}}, ctx), FERRY_END); /* stays */
     ferry_stream_close(it);
     ferry_ctx_free(ctx);
     for (int f = 0; f < nf; f++) {
@@ -714,14 +714,14 @@ TEST(repeat_opens_each_pass_with_a_hashed_epoch)
     CHECK_OK(ferry_stream_open(st, 0, 1, 9, &it));
     for (uint64_t p = 0; p < 2; p++) {
         for (int i = 0; i < 4; i++) {
-            CHECK_OK(ferry_stream_next(it, &(ferry_sample){3, data, len}, ctx));
+            CHECK_OK(ferry_stream_next(it, &(ferry_sample){3, data, len, {0}}, ctx));
             CHECK_EQ(v, i);
             CHECK_U64(open_epoch, ferry_hash64(9, p));
             CHECK_U64(ctx_epoch, ferry_hash64(9, p));
             CHECK_U64(ferry_ctx_epoch(ctx), 9); /* given back */
         }
     }
-    CHECK_RC(ferry_stream_next(it, &(ferry_sample){3, data, len}, ctx), FERRY_END);
+    CHECK_RC(ferry_stream_next(it, &(ferry_sample){3, data, len, {0}}, ctx), FERRY_END);
     ferry_stream_close(it);
     ferry_ctx_free(ctx);
     ferry_stream_free(st);
@@ -792,17 +792,17 @@ TEST(repeat_retries_a_pass_whose_open_failed)
     ferry_stream_iter *it;
     CHECK_OK(ferry_stream_open(st, 0, 1, 0, &it));
     for (int i = 0; i < 5; i++)
-        CHECK_OK(ferry_stream_next(it, &(ferry_sample){2, data, len}, ctx));
+        CHECK_OK(ferry_stream_next(it, &(ferry_sample){2, data, len, {0}}, ctx));
     ferry__test_fail_alloc(0);
-    int rc = ferry_stream_next(it, &(ferry_sample){2, data, len}, ctx);
+    int rc = ferry_stream_next(it, &(ferry_sample){2, data, len, {0}}, ctx);
     ferry__test_fail_alloc(-1);
     CHECK_RC(rc, FERRY_ENOMEM);
     CHECK_CONTAINS(ferry_last_errmsg(), "repeat: pass 1");
     for (int i = 0; i < 5; i++) {
-        CHECK_OK(ferry_stream_next(it, &(ferry_sample){2, data, len}, ctx));
+        CHECK_OK(ferry_stream_next(it, &(ferry_sample){2, data, len, {0}}, ctx));
         CHECK_EQ(lab, i);
     }
-    CHECK_RC(ferry_stream_next(it, &(ferry_sample){2, data, len}, ctx), FERRY_END);
+    CHECK_RC(ferry_stream_next(it, &(ferry_sample){2, data, len, {0}}, ctx), FERRY_END);
     ferry_stream_close(it);
     ferry_ctx_free(ctx);
     ferry_stream_free(st);
@@ -1090,7 +1090,7 @@ static int never_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
     return FERRY_ENOTSUP;
 }
 static void never_close(void *iter) {}
-static const ferry_stream_vtable never_vt = {never_open, never_next, never_close, NULL};
+static const ferry_stream_vtable never_vt = {never_open, never_next, never_close, NULL, NULL, NULL, NULL};
 
 static ferry_stream *big_schema(int64_t bytes)
 {
@@ -1185,7 +1185,7 @@ static int liar_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
     out->length[0] = 5;
     return 0;
 }
-static const ferry_stream_vtable liar_vt = {liar_open, liar_next, script_close, NULL};
+static const ferry_stream_vtable liar_vt = {liar_open, liar_next, script_close, NULL, NULL, NULL, NULL};
 
 static int64_t zero_key(const ferry_sample *s, const ferry_field *fields, void *arg)
 {
@@ -1213,11 +1213,11 @@ TEST(a_length_past_its_bound_is_caught_before_copying)
         void *data[1] = {buf};
         ferry_stream_iter *it;
         CHECK_OK(ferry_stream_open(st, 0, 1, 0, &it));
-        CHECK_RC(ferry_stream_next(it, &(ferry_sample){1, data, len}, NULL), FERRY_EOVERFLOW);
+        CHECK_RC(ferry_stream_next(it, &(ferry_sample){1, data, len, {0}}, NULL), FERRY_EOVERFLOW);
         CHECK_CONTAINS(ferry_last_errmsg(), "field \"t\": length 5 is outside [0, 4]");
-        CHECK_RC(ferry_stream_next(it, &(ferry_sample){1, data, len}, NULL), FERRY_END);
+        CHECK_RC(ferry_stream_next(it, &(ferry_sample){1, data, len, {0}}, NULL), FERRY_END);
         /* a sample with the wrong field count is refused */
-        CHECK_RC(ferry_stream_next(it, &(ferry_sample){2, data, len}, NULL), FERRY_EINVAL);
+        CHECK_RC(ferry_stream_next(it, &(ferry_sample){2, data, len, {0}}, NULL), FERRY_EINVAL);
         CHECK_CONTAINS(ferry_last_errmsg(), "the sample has 2 fields, the stream 1");
         ferry_stream_close(it);
         ferry_stream_free(st);

@@ -103,7 +103,7 @@ static void check_sample(ferry_dataset *ds, uint64_t i, const uint8_t *got, size
     uint8_t want[64];
     int64_t label, len[2] = {0};
     void *data[2] = {want, &label};
-    ferry_sample s = {2, data, len};
+    ferry_sample s = {2, data, len, {0}};
     CHECK(n <= sizeof want);
     CHECK_OK(ferry_dataset_get(ds, i, &s, ctx));
     CHECK(memcmp(got, want, n) == 0);

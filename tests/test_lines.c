@@ -19,7 +19,7 @@ static int64_t line_of(ferry_dataset *ds, uint64_t i, char *buf, int *rc)
     CHECK_OK(ferry_ctx_create(&ctx, 0, 0));
     int64_t len = -1;
     void *p[1] = {buf};
-    ferry_sample s = {1, p, &len};
+    ferry_sample s = {1, p, &len, {0}};
     *rc = ferry_dataset_get(ds, i, &s, ctx);
     ferry_ctx_free(ctx);
     return len;

@@ -133,7 +133,7 @@ TEST(batches_hold_the_samples_the_sampler_names)
             uint8_t d[8], t[5] = {0};
             int64_t lab, lens[3] = {0, 0, 0};
             void *ptrs[3] = {d, &lab, t};
-            ferry_sample s = {3, ptrs, lens};
+            ferry_sample s = {3, ptrs, lens, {0}};
             CHECK_OK(ferry_dataset_get(ds, idx, &s, ctx));
             CHECK(!memcmp((uint8_t *)data.data + i * 8, d, 8));
             CHECK_EQ(((int64_t *)label.data)[i], lab);
@@ -759,7 +759,7 @@ TEST(kept_exports_never_starve_the_pool)
             uint8_t want[16];
             int64_t label, len[2] = {0};
             void *data[2] = {want, &label};
-            ferry_sample s = {2, data, len};
+            ferry_sample s = {2, data, len, {0}};
             CHECK_OK(ferry_dataset_get(ds, (uint64_t)i * 8 + 3, &s, ctx));
             CHECK(memcmp((uint8_t *)kept[i].data + 3 * 16, want, 16) == 0);
             ferry_ctx_free(ctx);

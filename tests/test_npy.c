@@ -74,7 +74,7 @@ static double *read_all(ferry_dataset *ds, int f, size_t *count)
     int64_t len[FERRY_MAX_FIELDS];
     for (int k = 0; k < nf; k++)
         data[k] = calloc(1, ferry_field_nbytes(ferry_dataset_field(ds, k)) + 1);
-    ferry_sample s = {nf, data, len};
+    ferry_sample s = {nf, data, len, {0}};
     ferry_ctx *ctx;
     CHECK_OK(ferry_ctx_create(&ctx, 0, 0));
     double *out = calloc(n * per + 1, sizeof *out);
@@ -653,7 +653,7 @@ TEST(numpy_writes_every_dtype_ferry_reads_it)
         unsigned char *buf = malloc(row);
         void *data[1] = {buf};
         int64_t len[1];
-        ferry_sample s = {1, data, len};
+        ferry_sample s = {1, data, len, {0}};
         for (uint64_t i = 0; i < 5; i++) {
             CHECK_OK(ferry_dataset_get(ds, i, &s, ctx));
             if (memcmp(buf, want + i * row, row) != 0)
@@ -738,7 +738,7 @@ TEST(numpy_savez_archives)
         int64_t len[2];
         data[fx] = malloc(12);
         data[fy] = malloc(8);
-        ferry_sample s = {2, data, len};
+        ferry_sample s = {2, data, len, {0}};
         ferry_ctx *ctx;
         CHECK_OK(ferry_ctx_create(&ctx, 0, 0));
         for (uint64_t i = 0; i < 20; i++) {

@@ -461,7 +461,7 @@ TEST(images_source_folder)
     data[fi] = img;
     data[fl] = &label;
     data[ferry_dataset_find_field(ds, "path")] = path;
-    ferry_sample s = {3, data, len};
+    ferry_sample s = {3, data, len, {0}};
     const int64_t want_label[4] = {0, 0, 1, 1};
     for (uint64_t i = 0; i < 4; i++) {
         CHECK_OK(ferry_dataset_get(ds, i, &s, ctx));
@@ -605,7 +605,7 @@ TEST(records_of_images)
         unsigned char *buf = test_read_file(p, &n);
         int64_t labels[2] = {i, 10 + i}, len[2] = {(int64_t)n, 2};
         void *data[2] = {buf, labels};
-        ferry_sample s = {2, data, len};
+        ferry_sample s = {2, data, len, {0}};
         CHECK_OK(ferry_writer_append(w, &s));
         free(buf);
     }
@@ -627,7 +627,7 @@ TEST(records_of_images)
     fd[ferry_dataset_find_field(fs, "image")] = b;
     fd[ferry_dataset_find_field(fs, "label")] = &lab;
     fd[ferry_dataset_find_field(fs, "path")] = pathbuf;
-    ferry_sample s1 = {2, rd, len}, s2 = {3, fd, len};
+    ferry_sample s1 = {2, rd, len, {0}}, s2 = {3, fd, len, {0}};
     for (uint64_t i = 0; i < 3; i++) {
         CHECK_OK(ferry_dataset_get(rs, i, &s1, ctx));
         CHECK(labels[0] == (int64_t)i && labels[1] == 10 + (int64_t)i);
@@ -666,7 +666,7 @@ TEST(out_of_memory_everywhere)
     data[fi] = img;
     data[ferry_dataset_find_field(ds, "label")] = &label;
     data[ferry_dataset_find_field(ds, "path")] = path;
-    ferry_sample s = {3, data, len};
+    ferry_sample s = {3, data, len, {0}};
     for (uint64_t i = 0; i < ferry_dataset_len(ds); i++) {
         for (n = 0; n < 1000; n++) {
             ferry_ctx *ctx; /* a fresh context: its scratch is allocated again */

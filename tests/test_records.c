@@ -518,7 +518,7 @@ TEST(zstd_shrinks_compressible_records)
     f.shape[0] = 4096;
     static uint8_t page[4096];
     void *ptr[1] = {page};
-    ferry_sample s = {1, ptr, NULL};
+    ferry_sample s = {1, ptr, NULL, {0}};
     uint64_t size[2];
     for (int level = 0; level <= 1; level++) {
         const char *name = level ? "packed" : "plain";
@@ -1228,7 +1228,7 @@ TEST(hand_made_files_follow_the_spec)
         uint16_t words[8];
         void *ptr[2] = {&got_id, words};
         int64_t lens[2] = {-1, -1};
-        ferry_sample s = {2, ptr, lens};
+        ferry_sample s = {2, ptr, lens, {0}};
         CHECK_OK(ferry_record_file_read(f, 0, &s, ctx));
         CHECK_EQ(got_id, 7);
         CHECK_EQ(lens[1], 2);

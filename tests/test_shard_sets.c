@@ -70,7 +70,7 @@ static int64_t label_of_any(ferry_dataset *ds, uint64_t i)
     CHECK(nf <= 4);
     for (int f = 0; f < nf; f++)
         CHECK(ferry_field_nbytes(ferry_dataset_field(ds, f)) <= 256);
-    ferry_sample s = {nf, p, lens};
+    ferry_sample s = {nf, p, lens, {0}};
     ferry_ctx *ctx;
     CHECK_OK(ferry_ctx_create(&ctx, 0, 0));
     CHECK_OK(ferry_dataset_get(ds, i, &s, ctx));
@@ -85,7 +85,7 @@ static int64_t label_of(ferry_dataset *ds, uint64_t i)
     uint8_t data[24], text[9];
     int64_t label, lens[3];
     void *p[3] = {data, &label, text};
-    ferry_sample s = {3, p, lens};
+    ferry_sample s = {3, p, lens, {0}};
     ferry_ctx *ctx;
     CHECK_OK(ferry_ctx_create(&ctx, 0, 0));
     CHECK_OK(ferry_dataset_get(ds, i, &s, ctx));
@@ -314,7 +314,7 @@ static int write_labels(const char *dir, int64_t base, int n, int per_shard, int
         uint8_t text[16];
         memset(text, (int)(label & 0x7f), sizeof text);
         void *p[2] = {&label, text};
-        ferry_sample s = {2, p, len};
+        ferry_sample s = {2, p, len, {0}};
         if ((rc = ferry_writer_append(w, &s)) < 0) {
             ferry_writer_abort(w);
             return rc;
@@ -570,7 +570,7 @@ TEST(bench_refuses_a_schema_over_the_memory_budget_at_once)
     for (int i = 0; i < 10; i++) {
         int64_t len = 10 * i;
         void *p[1] = {text};
-        ferry_sample s = {1, p, &len};
+        ferry_sample s = {1, p, &len, {0}};
         CHECK_OK(ferry_writer_append(w, &s));
     }
     CHECK_OK(ferry_writer_commit(w));

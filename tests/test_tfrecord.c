@@ -625,7 +625,7 @@ TEST(large_raw_records)
         uint8_t *b = malloc(rec);
         void *pp[1] = {b};
         int64_t ll[1];
-        ferry_sample smp = {1, pp, ll};
+        ferry_sample smp = {1, pp, ll, {0}};
         CHECK_OK(ferry_stream_next(it, &smp, c));
         CHECK_EQ(ll[0], (int64_t)rec);
         CHECK_EQ(b[rec - 1], (uint8_t)((rec - 1) * 31));
@@ -651,7 +651,7 @@ TEST(large_raw_records)
     uint8_t *buf = malloc(rec);
     void *ptr[1] = {buf};
     int64_t len[1];
-    ferry_sample s = {1, ptr, len};
+    ferry_sample s = {1, ptr, len, {0}};
     CHECK_OK(ferry_dataset_get(ds, 1, &s, ctx));
     CHECK_RC(ferry_dataset_get(ds, 2, &s, ctx), FERRY_ESTALE);
     CHECK_CONTAINS(ferry_last_errmsg(), "record 2 at offset");

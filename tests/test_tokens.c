@@ -32,7 +32,7 @@ static void get_window(ferry_dataset *ds, uint64_t i, uint32_t *in, uint32_t *tg
     unsigned char *a = malloc(seq * item), *b = malloc(seq * item);
     void *data[2] = {a, b};
     int64_t len[2];
-    ferry_sample s = {2, data, len};
+    ferry_sample s = {2, data, len, {0}};
     ferry_ctx *ctx;
     CHECK_OK(ferry_ctx_create(&ctx, 0, 0));
     CHECK_OK(ferry_dataset_get(ds, i, &s, ctx));
@@ -340,7 +340,7 @@ TEST(widened_to_int32_and_int64)
         int64_t in[5], tg[5];
         void *data[2] = {in, tg};
         int64_t len[2];
-        ferry_sample s = {2, data, len};
+        ferry_sample s = {2, data, len, {0}};
         for (uint64_t i = 0; i < 4; i++) {
             CHECK_OK(ferry_dataset_get(ds, i, &s, ctx));
             for (int k = 0; k < 5; k++) {
@@ -359,7 +359,7 @@ TEST(widened_to_int32_and_int64)
     int32_t in[3], tg[3];
     void *data[2] = {in, tg};
     int64_t len[2];
-    ferry_sample s = {2, data, len};
+    ferry_sample s = {2, data, len, {0}};
     CHECK_RC(ferry_dataset_get(ds, 0, &s, ctx), FERRY_EOVERFLOW);
     CHECK_CONTAINS(ferry_last_errmsg(), "b.bin: offset 1032: token 2147483648 does not fit int32");
     ferry_dataset_free(ds);

@@ -49,10 +49,21 @@ FERRY_API size_t ferry_field_row_elems(const ferry_field *f);
  * length breaks this; on an error return it may have written anything). For a
  * fixed field the dataset writes every byte. Valid only during the call it was
  * passed to. */
+/* Where a stream's sample came from, so that it can be read again (a resume
+ * refills a shuffle buffer this way): set by the next() of a resumable stream
+ * (ferry_stream_resumable), kept by decorators, handed back to fetch. epoch is
+ * the epoch the sample was read under (ferry_ctx_epoch during next: ferry_stream_next
+ * sets it); a, b and c are the stream's own (for a file: which file, the offset, a
+ * record or line number). */
+typedef struct ferry_pos {
+    uint64_t epoch, a, b, c;
+} ferry_pos;
+
 typedef struct ferry_sample {
     int nfields;
     void *const *data;
     int64_t *length;
+    ferry_pos pos; /* streams: where next() read it; unused by map-style datasets */
 } ferry_sample;
 
 /* The per-call context of a worker: who is calling, and scratch memory. */
@@ -133,16 +144,39 @@ FERRY_API int ferry_dataset_get(ferry_dataset *ds, uint64_t index, ferry_sample 
 /* ---- Streams ---- */
 typedef struct ferry_stream ferry_stream;
 
+/* A stream iterator's position, written by save and read back by restore (below). */
+typedef struct ferry_state ferry_state;
+
 typedef struct ferry_stream_vtable {
     /* Opens shard `shard` of `nshards` for `epoch` (a disjoint part; together the
      * shards cover the stream once). *iter is the cursor. */
     int (*open)(void *self, uint64_t shard, uint64_t nshards, uint64_t epoch, void **iter);
     /* Writes the next sample. 0, FERRY_END when the shard is done, or an error.
      * FERRY_BREAK (nothing written) asks the loader to end the current batch here,
-     * so that the samples before it form a batch of their own (group-batch). */
+     * so that the samples before it form a batch of their own (group-batch). A
+     * resumable stream sets out->pos.a, .b and .c (.epoch is set for it). */
     int (*next)(void *iter, ferry_sample *out, ferry_ctx *ctx);
     void (*close)(void *iter);
     void (*destroy)(void *self); /* may be NULL */
+    /* Optional, all three or none; with them the stream is resumable: a loader's
+     * state (ferry/loader.h) holds the iterators' positions instead of a count of
+     * samples to read again.
+     *  - save: writes the iterator's position with ferry_state_put* (no sample
+     *    bytes: a few numbers, and a buffering decorator's samples as their pos).
+     *  - restore: given an iterator just opened with the same shard, nshards and
+     *    epoch, reads that position back with ferry_state_get* and continues from
+     *    it: next() then yields what the saved iterator would have yielded.
+     *    FERRY_ECORRUPT (or what ferry_state_get returned) for a state that is not
+     *    one this stream saved.
+     *  - fetch: writes again the sample that next() returned with *pos, wherever
+     *    the iterator is, without moving it (pos may come from another shard or an
+     *    earlier pass of the same stream). Per-sample randomness must then come from
+     *    pos alone (e.g. ferry_ctx_rng keyed by a hash of pos.a, pos.b and pos.c, under
+     *    the epoch pos.epoch that ferry_stream_fetch sets in ctx).
+     * A stream that wraps another is resumable only if the other is. */
+    int (*save)(void *iter, ferry_state *w);
+    int (*restore)(void *iter, ferry_state *r, ferry_ctx *ctx);
+    int (*fetch)(void *iter, const ferry_pos *pos, ferry_sample *out, ferry_ctx *ctx);
 } ferry_stream_vtable;
 
 FERRY_API int ferry_stream_create(ferry_stream **out, const ferry_stream_vtable *vt, void *self,
@@ -160,6 +194,44 @@ FERRY_API int ferry_stream_open(ferry_stream *st, uint64_t shard, uint64_t nshar
                                 ferry_stream_iter **out);
 FERRY_API int ferry_stream_next(ferry_stream_iter *it, ferry_sample *out, ferry_ctx *ctx);
 FERRY_API void ferry_stream_close(ferry_stream_iter *it);
+
+/* ---- Stream positions: saving an iterator and resuming it ----
+ * 1 when every stream of the chain has save, restore and fetch (the built-in file
+ * streams do, over uncompressed files; the decorators do when their inner does).
+ * A stream that is not resumable is resumed by the loader by reading its samples
+ * again from the start of the epoch (ferry/loader.h). */
+FERRY_API int ferry_stream_resumable(const ferry_stream *st);
+
+/* Writes the iterator's position (the whole chain's) into buf: 0 and *len bytes;
+ * FERRY_EOVERFLOW when cap is too small (*len then says how much is needed);
+ * FERRY_ENOTSUP when the stream is not resumable. The size: 16 bytes, plus each
+ * level's, listed in ferry/stream.h and with each stream. */
+FERRY_API int ferry_stream_save(ferry_stream_iter *it, void *buf, size_t cap, size_t *len);
+/* Continues a freshly opened iterator (same stream settings, shard, nshards and
+ * epoch as the saved one; nothing read from it yet: FERRY_ESTATE otherwise) from
+ * a saved position. Buffering decorators read their samples again (fetch): that
+ * is a restore's cost. FERRY_ECORRUPT for a damaged state, FERRY_EINVAL naming the
+ * setting for one saved by a stream with other settings; the iterator is then
+ * unusable (close it). ctx may be NULL where the streams accept NULL in next(). */
+FERRY_API int ferry_stream_restore(ferry_stream_iter *it, const void *buf, size_t len,
+                                   ferry_ctx *ctx);
+/* Reads again the sample next() returned with *pos (see the vtable's fetch); sets
+ * ctx's epoch to pos->epoch for the call. FERRY_ENOTSUP when not resumable. */
+FERRY_API int ferry_stream_fetch(ferry_stream_iter *it, const ferry_pos *pos, ferry_sample *out,
+                                 ferry_ctx *ctx);
+
+/* For a stream's own save and restore: put appends n bytes (never fails: a state
+ * too large for its buffer is reported by ferry_stream_save); get reads the next
+ * n bytes, FERRY_ECORRUPT ("stream state: cut short") when fewer are left. The
+ * _u64 forms store little-endian. A stream over another saves and restores the
+ * inner's position with ferry_stream_save_to / ferry_stream_restore_from (at any
+ * point of its own, the same in both). */
+FERRY_API void ferry_state_put(ferry_state *w, const void *p, size_t n);
+FERRY_API void ferry_state_put_u64(ferry_state *w, uint64_t v);
+FERRY_API int ferry_state_get(ferry_state *r, void *p, size_t n);
+FERRY_API int ferry_state_get_u64(ferry_state *r, uint64_t *v);
+FERRY_API int ferry_stream_save_to(ferry_stream_iter *it, ferry_state *w);
+FERRY_API int ferry_stream_restore_from(ferry_stream_iter *it, ferry_state *r, ferry_ctx *ctx);
 
 /* ---- Built-in: synthetic samples, for tests and benchmarks ----
  * Sample i has a field "data" (uint8[bytes]) filled from Philox keyed by

@@ -1080,7 +1080,7 @@ static int transform_get(void *self, uint64_t index, ferry_sample *out, ferry_ct
     int64_t len[FERRY_MAX_FIELDS] = {0};
     for (int f = 0; f < p->ninner; f++)
         data[f] = buf + p->inner_off[f];
-    ferry_sample s = {p->ninner, data, len};
+    ferry_sample s = {p->ninner, data, len, {0}};
     int rc = ferry_dataset_get(p->inner, index, &s, ctx);
     if (rc < 0)
         return rc;
@@ -1231,7 +1231,7 @@ static PyObject *source_read(PyObject *self, PyObject *args)
     int64_t len[FERRY_MAX_FIELDS] = {0};
     for (int f = 0; f < n; f++)
         data[f] = buf + off[f];
-    ferry_sample smp = {n, data, len};
+    ferry_sample smp = {n, data, len, {0}};
     ferry_ctx *ctx = NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS rc = ferry_ctx_create(&ctx, 0, 0);

@@ -261,7 +261,8 @@ static void csv_destroy(void *self)
     ferry__free(src);
 }
 
-static const ferry_stream_vtable csv_vtable = {csv_open, csv_next, csv_close, csv_destroy};
+static const ferry_stream_vtable csv_vtable = {csv_open, csv_next, csv_close, csv_destroy,
+                                               NULL,     NULL,     NULL};
 
 /* ---- Finding the parts ---- */
 

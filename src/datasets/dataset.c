@@ -3,6 +3,7 @@
  * (The worker context is in src/core/ctx.c.)
  */
 #include "dataset_internal.h"
+#include "ferry/records.h"
 
 #include <string.h>
 
@@ -108,6 +109,7 @@ int ferry_stream_create(ferry_stream **out, const ferry_stream_vtable *vt, void 
         FERRY_FAIL(FERRY_ENOMEM, "stream: out of memory");
     st->vt = vt;
     st->self = self;
+    st->resumable = vt->save && vt->restore && vt->fetch;
     st->nfields = nfields;
     memcpy(st->fields, fields, (size_t)nfields * sizeof *fields);
     *out = st;
@@ -159,6 +161,8 @@ int ferry_stream_open(ferry_stream *st, uint64_t shard, uint64_t nshards, uint64
 
 int ferry_stream_next(ferry_stream_iter *it, ferry_sample *out, ferry_ctx *ctx)
 {
+    it->used = true;
+    out->pos.epoch = ctx ? ctx->epoch : 0;
     return it->st->vt->next(it->iter, out, ctx);
 }
 
@@ -168,6 +172,184 @@ void ferry_stream_close(ferry_stream_iter *it)
         return;
     it->st->vt->close(it->iter);
     ferry__free(it);
+}
+
+/* ---- Stream positions ---- */
+
+int ferry_stream_resumable(const ferry_stream *st)
+{
+    return st && st->resumable;
+}
+
+void ferry_state_put(ferry_state *w, const void *p, size_t n)
+{
+    if (n == 0)
+        return;
+    if (w->len + n > w->cap && w->grow && !w->nomem) {
+        size_t cap = w->cap ? w->cap : 256;
+        while (cap < w->len + n)
+            cap *= 2;
+        uint8_t *b = ferry__realloc(w->buf, cap);
+        if (b) {
+            w->buf = b;
+            w->cap = cap;
+        } else {
+            w->nomem = true;
+        }
+    }
+    if (w->len + n <= w->cap)
+        memcpy(w->buf + w->len, p, n);
+    w->len += n;
+}
+
+void ferry_state_put_u64(ferry_state *w, uint64_t v)
+{
+    uint8_t b[8];
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)(v >> (8 * i));
+    ferry_state_put(w, b, 8);
+}
+
+int ferry_state_get(ferry_state *r, void *p, size_t n)
+{
+    if (n > r->n - r->off)
+        return ferry__err(FERRY_ECORRUPT,
+                          "stream state: cut short (%zu bytes wanted at offset %zu of %zu)", n,
+                          r->off, r->n);
+    if (n)
+        memcpy(p, r->in + r->off, n);
+    r->off += n;
+    return 0;
+}
+
+int ferry_state_get_u64(ferry_state *r, uint64_t *v)
+{
+    uint8_t b[8];
+    int rc = ferry_state_get(r, b, 8);
+    if (rc < 0)
+        return rc;
+    *v = 0;
+    for (int i = 0; i < 8; i++)
+        *v |= (uint64_t)b[i] << (8 * i);
+    return 0;
+}
+
+int ferry_stream_save_to(ferry_stream_iter *it, ferry_state *w)
+{
+    if (!it->st->resumable)
+        return ferry__err(FERRY_ENOTSUP,
+                          "stream: not resumable (a stream of the chain cannot save its position)");
+    return it->st->vt->save(it->iter, w);
+}
+
+int ferry_stream_restore_from(ferry_stream_iter *it, ferry_state *r, ferry_ctx *ctx)
+{
+    if (!it->st->resumable)
+        return ferry__err(FERRY_ENOTSUP,
+                          "stream: not resumable (a stream of the chain cannot save its position)");
+    if (it->used)
+        return ferry__err(FERRY_ESTATE, "stream: restore needs an iterator nothing was read from");
+    return it->st->vt->restore(it->iter, r, ctx);
+}
+
+int ferry_stream_fetch(ferry_stream_iter *it, const ferry_pos *pos, ferry_sample *out,
+                       ferry_ctx *ctx)
+{
+    if (!it->st->resumable)
+        return ferry__err(FERRY_ENOTSUP, "stream: not resumable, so it cannot fetch a sample");
+    uint64_t saved = 0;
+    if (ctx) {
+        saved = ctx->epoch;
+        ctx->epoch = pos->epoch;
+    }
+    out->pos = *pos;
+    int rc = it->st->vt->fetch(it->iter, pos, out, ctx);
+    if (ctx)
+        ctx->epoch = saved;
+    return rc;
+}
+
+/* A saved position: magic, version, CRC-32C of the rest, its length; then the
+ * chain's own bytes. */
+#define STATE_MAGIC 0x50545346u /* "FSTP" */
+#define STATE_VERSION 1u
+#define STATE_HEAD 16u
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+int ferry__stream_snapshot(ferry_stream_iter *it, ferry_state *w)
+{
+    static const uint8_t zero[STATE_HEAD];
+    w->len = 0;
+    w->nomem = false;
+    ferry_state_put(w, zero, STATE_HEAD);
+    int rc = ferry_stream_save_to(it, w);
+    if (rc < 0)
+        return rc;
+    if (w->nomem)
+        return ferry__err(FERRY_ENOMEM, "stream state: out of memory for %zu bytes", w->len);
+    if (w->len > w->cap || w->len - STATE_HEAD > UINT32_MAX)
+        return ferry__err(FERRY_EOVERFLOW, "stream state: %zu bytes, over the buffer's %zu", w->len,
+                          w->cap);
+    put32(w->buf, STATE_MAGIC);
+    put32(w->buf + 4, STATE_VERSION);
+    put32(w->buf + 8, ferry_crc32c(0, w->buf + STATE_HEAD, w->len - STATE_HEAD));
+    put32(w->buf + 12, (uint32_t)(w->len - STATE_HEAD));
+    return 0;
+}
+
+int ferry_stream_save(ferry_stream_iter *it, void *buf, size_t cap, size_t *len)
+{
+    ferry_state w = {.buf = buf, .cap = cap};
+    *len = 0;
+    int rc = ferry__stream_snapshot(it, &w);
+    if (rc == FERRY_EOVERFLOW)
+        rc = ferry__err(FERRY_EOVERFLOW, "stream state: needs %zu bytes, the buffer has %zu", w.len,
+                        cap);
+    if (rc == 0 || rc == FERRY_EOVERFLOW)
+        *len = w.len;
+    return rc;
+}
+
+int ferry__stream_resume(ferry_stream_iter *it, const uint8_t *buf, size_t n, ferry_ctx *ctx)
+{
+    if (n < STATE_HEAD || get32(buf) != STATE_MAGIC)
+        return ferry__err(FERRY_ECORRUPT, "stream state: not a saved stream position (%zu bytes)",
+                          n);
+    if (get32(buf + 4) != STATE_VERSION)
+        return ferry__err(FERRY_ENOTSUP, "stream state: version %u, this library reads %u",
+                          get32(buf + 4), STATE_VERSION);
+    if ((size_t)get32(buf + 12) != n - STATE_HEAD)
+        return ferry__err(FERRY_ECORRUPT, "stream state: %zu bytes, but it says %zu", n,
+                          (size_t)get32(buf + 12) + STATE_HEAD);
+    if (get32(buf + 8) != ferry_crc32c(0, buf + STATE_HEAD, n - STATE_HEAD))
+        return ferry__err(FERRY_ECORRUPT, "stream state: checksum mismatch (damaged)");
+    ferry_state r = {.in = buf + STATE_HEAD, .n = n - STATE_HEAD};
+    int rc = ferry_stream_restore_from(it, &r, ctx);
+    if (rc < 0)
+        return rc;
+    if (r.off != r.n)
+        return ferry__err(FERRY_ECORRUPT,
+                          "stream state: %zu bytes left over (saved by another "
+                          "stream?)",
+                          r.n - r.off);
+    return 0;
+}
+
+int ferry_stream_restore(ferry_stream_iter *it, const void *buf, size_t len, ferry_ctx *ctx)
+{
+    if (!buf)
+        return ferry__err(FERRY_EINVAL, "stream state: buf is NULL");
+    return ferry__stream_resume(it, buf, len, ctx);
 }
 
 /* ---- A map-style dataset read in order ---- */
@@ -195,6 +377,7 @@ static int seq_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
     seq_iter *it = iter;
     if (it->next >= it->ds->len)
         return FERRY_END;
+    out->pos.a = it->next;
     int rc = it->ds->vt->get(it->ds->self, it->next, out, ctx);
     /* Advance past a bad sample too, so that a skip policy can go on. */
     it->next = it->next + it->step < it->next ? UINT64_MAX : it->next + it->step;
@@ -206,7 +389,41 @@ static void seq_close(void *iter)
     ferry__free(iter);
 }
 
-static const ferry_stream_vtable seq_vtable = {seq_open, seq_next, seq_close, NULL};
+/* The state: the next index (8 bytes); a sample's pos.a is its index. */
+static int seq_save(void *iter, ferry_state *w)
+{
+    ferry_state_put_u64(w, ((seq_iter *)iter)->next);
+    return 0;
+}
+
+static int seq_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
+{
+    (void)ctx;
+    seq_iter *it = iter;
+    uint64_t next;
+    int rc = ferry_state_get_u64(r, &next);
+    if (rc < 0)
+        return rc;
+    if (next % it->step != it->next % it->step)
+        return ferry__err(FERRY_ECORRUPT,
+                          "stream state: index %llu is not in this shard (every %llu-th from %llu)",
+                          (unsigned long long)next, (unsigned long long)it->step,
+                          (unsigned long long)it->next);
+    it->next = next;
+    return 0;
+}
+
+static int seq_fetch(void *iter, const ferry_pos *pos, ferry_sample *out, ferry_ctx *ctx)
+{
+    seq_iter *it = iter;
+    if (pos->a >= it->ds->len)
+        return ferry__err(FERRY_ERANGE, "stream: sample %llu is past the dataset's %llu",
+                          (unsigned long long)pos->a, (unsigned long long)it->ds->len);
+    return it->ds->vt->get(it->ds->self, pos->a, out, ctx);
+}
+
+static const ferry_stream_vtable seq_vtable = {seq_open, seq_next,    seq_close, NULL,
+                                               seq_save, seq_restore, seq_fetch};
 
 int ferry_stream_from_dataset(ferry_stream **out, ferry_dataset *ds)
 {

@@ -28,12 +28,30 @@ struct ferry_stream {
     /* memory each open iterator holds in buffers (a shuffle buffer, a group-batch's
      * slots), summed down the chain: for a loader's memory budget */
     uint64_t iter_bytes;
+    bool resumable; /* save, restore and fetch down the whole chain */
 };
 
 struct ferry_stream_iter {
     ferry_stream *st;
     void *iter;
+    bool used; /* next() was called: too late to restore */
 };
+
+/* A stream state being written (into buf: grown with ferry__realloc when grow is
+ * set, otherwise counted past cap) or read (in[0..n), at off). */
+struct ferry_state {
+    uint8_t *buf;
+    size_t cap, len;
+    bool grow, nomem;
+    const uint8_t *in;
+    size_t n, off;
+};
+
+/* The whole chain's position into w (a growing buffer reused from snapshot to
+ * snapshot): 0, FERRY_ENOMEM, FERRY_ENOTSUP or the stream's error. And back:
+ * restores a freshly opened iterator from buf[0..n) as ferry_stream_restore. */
+int ferry__stream_snapshot(ferry_stream_iter *it, ferry_state *w);
+int ferry__stream_resume(ferry_stream_iter *it, const uint8_t *buf, size_t n, ferry_ctx *ctx);
 
 /* "kind:location,key=value,..." split in place. Returns FERRY_EINVAL with a message
  * on a malformed spec. */

@@ -216,7 +216,7 @@ int ferry_db_put(ferry_db_txn *t, const void *key, size_t klen, const void *valu
         return ferry_lmdb_writer_put(t->lw, key, klen, value, vlen);
     void *data[2] = {(void *)key, (void *)value};
     int64_t len[2] = {(int64_t)klen, (int64_t)vlen};
-    ferry_sample s = {2, data, len};
+    ferry_sample s = {2, data, len, {0}};
     return ferry_writer_append(t->rw, &s);
 }
 

@@ -60,8 +60,10 @@ static int wrap(ferry_stream **out, const ferry_stream_vtable *vt, void *self, f
 {
     uint64_t below = inner->iter_bytes;
     int rc = ferry_stream_create(out, vt, self, inner->fields, inner->nfields);
-    if (rc == 0)
+    if (rc == 0) {
         (*out)->iter_bytes = below + bytes < below ? UINT64_MAX : below + bytes;
+        (*out)->resumable = (*out)->resumable && inner->resumable;
+    }
     return rc;
 }
 
@@ -71,6 +73,79 @@ static int check_sample(const char *who, const ferry_sample *out, int nfields)
         return ferry__err(FERRY_EINVAL, "%s: the sample has %d fields, the stream %d", who,
                           out->nfields, nfields);
     return 0;
+}
+
+/* ---- Saved positions (ferry_stream_save) ----
+ * Each decorator's state starts with its kind and settings, so a state saved by
+ * another chain is refused, not misread; a sample is saved as its ferry_pos. */
+
+enum { KIND_SHUFFLE = 1, KIND_GROUP, KIND_SHARD, KIND_REPEAT, KIND_TAKE, KIND_SKIP };
+static const char *const kind_name[] = {"?",      "shuffle", "group_batch", "shard",
+                                        "repeat", "take",    "skip"};
+
+static void put_kind(ferry_state *w, int kind, uint64_t a, uint64_t b)
+{
+    ferry_state_put_u64(w, (uint64_t)kind);
+    ferry_state_put_u64(w, a);
+    ferry_state_put_u64(w, b);
+}
+
+/* Reads a kind and two settings and checks them against this decorator's. */
+static int get_kind(ferry_state *r, int kind, uint64_t a, uint64_t b, const char *sa,
+                    const char *sb)
+{
+    uint64_t k, x, y;
+    int rc;
+    if ((rc = ferry_state_get_u64(r, &k)) < 0 || (rc = ferry_state_get_u64(r, &x)) < 0 ||
+        (rc = ferry_state_get_u64(r, &y)) < 0)
+        return rc;
+    if (k != (uint64_t)kind)
+        return ferry__err(FERRY_EINVAL, "stream state: saved by %s where this chain has %s",
+                          k < sizeof kind_name / sizeof *kind_name ? kind_name[k]
+                                                                   : "another stream",
+                          kind_name[kind]);
+    if (x != a)
+        return ferry__err(FERRY_EINVAL, "%s: the state was saved with %s %llu, this one has %llu",
+                          kind_name[kind], sa, (unsigned long long)x, (unsigned long long)a);
+    if (y != b)
+        return ferry__err(FERRY_EINVAL, "%s: the state was saved with %s %llu, this one has %llu",
+                          kind_name[kind], sb, (unsigned long long)y, (unsigned long long)b);
+    return 0;
+}
+
+static void put_pos(ferry_state *w, const ferry_pos *p)
+{
+    ferry_state_put_u64(w, p->epoch);
+    ferry_state_put_u64(w, p->a);
+    ferry_state_put_u64(w, p->b);
+    ferry_state_put_u64(w, p->c);
+}
+
+static int get_pos(ferry_state *r, ferry_pos *p)
+{
+    int rc;
+    if ((rc = ferry_state_get_u64(r, &p->epoch)) < 0 || (rc = ferry_state_get_u64(r, &p->a)) < 0 ||
+        (rc = ferry_state_get_u64(r, &p->b)) < 0 || (rc = ferry_state_get_u64(r, &p->c)) < 0)
+        return rc;
+    return 0;
+}
+
+static int get_count(ferry_state *r, uint64_t max, const char *what, uint64_t *n)
+{
+    int rc = ferry_state_get_u64(r, n);
+    if (rc < 0)
+        return rc;
+    if (*n > max)
+        return ferry__err(FERRY_ECORRUPT, "stream state: %llu %s, over the %llu there is room for",
+                          (unsigned long long)*n, what, (unsigned long long)max);
+    return 0;
+}
+
+/* A decorator's fetch: the sample comes from the inner, whatever this level. */
+static int pass_fetch(ferry_stream_iter *inner, const ferry_pos *pos, ferry_sample *out,
+                      ferry_ctx *ctx)
+{
+    return ferry_stream_fetch(inner, pos, out, ctx);
 }
 
 /* ---- Sample slots: where the buffering decorators keep copies of samples ----
@@ -133,20 +208,23 @@ static ferry_sample slot_view(const layout *L, uint8_t *slot, void **data)
 {
     for (int f = 0; f < L->nfields; f++)
         data[f] = slot + L->off[f];
-    return (ferry_sample){L->nfields, data, slot_lengths(slot)};
+    return (ferry_sample){L->nfields, data, slot_lengths(slot), {0}};
 }
 
-/* Reads the inner's next sample into a slot. Lengths are checked here, because
+/* Reads the inner's next sample into a slot, and its position into *pos (or,
+ * with fetch set, the sample at *pos again). Lengths are checked here, because
  * they decide how many bytes are later copied out. */
 static int read_slot(const layout *L, const ferry_stream *inner, uint8_t *slot,
-                     ferry_stream_iter *it, ferry_ctx *ctx, const char *who)
+                     ferry_stream_iter *it, ferry_ctx *ctx, const char *who, ferry_pos *pos,
+                     bool fetch)
 {
     void *data[FERRY_MAX_FIELDS];
     ferry_sample s = slot_view(L, slot, data);
     memset(s.length, 0, (size_t)L->nfields * sizeof(int64_t));
-    int rc = ferry_stream_next(it, &s, ctx);
+    int rc = fetch ? ferry_stream_fetch(it, pos, &s, ctx) : ferry_stream_next(it, &s, ctx);
     if (rc != 0)
         return rc;
+    *pos = s.pos;
     for (int f = 0; f < L->nfields; f++) {
         if (L->row_bytes[f] && (s.length[f] < 0 || s.length[f] > L->bound[f]))
             return ferry__err(FERRY_EOVERFLOW, "%s: field \"%s\": length %lld is outside [0, %lld]",
@@ -158,9 +236,10 @@ static int read_slot(const layout *L, const ferry_stream *inner, uint8_t *slot,
 
 /* Copies a slot's sample out: fixed fields whole, variable ones up to their
  * length (the loader zeroes the rest). */
-static void copy_slot(const layout *L, uint8_t *slot, ferry_sample *out)
+static void copy_slot(const layout *L, uint8_t *slot, const ferry_pos *pos, ferry_sample *out)
 {
     const int64_t *len = slot_lengths(slot);
+    out->pos = *pos;
     for (int f = 0; f < L->nfields; f++) {
         size_t n = L->nbytes[f];
         if (L->row_bytes[f]) {
@@ -188,6 +267,7 @@ typedef struct shuffle_iter {
     const shuffle *sh;
     ferry_stream_iter *it;
     uint8_t *buf;
+    ferry_pos *pos; /* [cap]: where the sample in each slot came from */
     uint32_t *perm; /* perm[0..count) are the slots holding samples, the rest free */
     size_t count;
     bool ended;
@@ -202,6 +282,7 @@ static void shuf_close(void *iter)
     ferry_stream_close(it->it);
     ferry__aligned_free(it->buf);
     ferry__free(it->perm);
+    ferry__free(it->pos);
     ferry__free(it);
 }
 
@@ -215,7 +296,8 @@ static int shuf_open(void *self, uint64_t shard, uint64_t nshards, uint64_t epoc
     it->sh = sh;
     it->buf = ferry__aligned_alloc(sh->bytes);
     it->perm = ferry__malloc(sh->cap * sizeof *it->perm);
-    if (!it->buf || !it->perm)
+    it->pos = ferry__malloc(sh->cap * sizeof *it->pos);
+    if (!it->buf || !it->perm || !it->pos)
         FERRY_FAIL(FERRY_ENOMEM, "shuffle: cannot allocate a buffer of %zu samples (%zu bytes)",
                    sh->cap, sh->bytes);
     for (size_t i = 0; i < sh->cap; i++)
@@ -242,8 +324,9 @@ static int shuf_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
     /* Fill the buffer: all of it on the first call, then the slot the last call
      * emitted. An error or a break leaves the buffer as it is for the next call. */
     while (!it->ended && it->count < sh->cap) {
-        uint8_t *slot = it->buf + (size_t)it->perm[it->count] * sh->L.stride;
-        rc = read_slot(&sh->L, sh->base.inner, slot, it->it, ctx, "shuffle");
+        uint32_t k = it->perm[it->count];
+        rc = read_slot(&sh->L, sh->base.inner, it->buf + (size_t)k * sh->L.stride, it->it, ctx,
+                       "shuffle", &it->pos[k], false);
         if (rc == FERRY_END)
             it->ended = true;
         else if (rc != 0)
@@ -255,14 +338,90 @@ static int shuf_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
         return FERRY_END;
     size_t p = (size_t)ferry_rng_below(&it->rng, it->count);
     uint32_t s = it->perm[p];
-    copy_slot(&sh->L, it->buf + (size_t)s * sh->L.stride, out);
+    copy_slot(&sh->L, it->buf + (size_t)s * sh->L.stride, &it->pos[s], out);
     it->perm[p] = it->perm[it->count - 1];
     it->perm[it->count - 1] = s;
     it->count--;
     return 0;
 }
 
-static const ferry_stream_vtable shuffle_vtable = {shuf_open, shuf_next, shuf_close, dec_destroy};
+/* The state: 24 bytes of kind and settings, the generator (44), whether the
+ * inner ended (8), the count of buffered samples (8) and each one's pos (32), in
+ * draw order; then the inner's. */
+static int shuf_save(void *iter, ferry_state *w)
+{
+    shuffle_iter *it = iter;
+    put_kind(w, KIND_SHUFFLE, it->sh->cap, it->sh->seed);
+    const ferry_rng *g = &it->rng;
+    uint32_t words[11] = {g->key[0], g->key[1], g->ctr[0], g->ctr[1], g->ctr[2], g->ctr[3],
+                          g->buf[0], g->buf[1], g->buf[2], g->buf[3], g->used};
+    for (int i = 0; i < 11; i++) {
+        uint8_t b[4] = {(uint8_t)words[i], (uint8_t)(words[i] >> 8), (uint8_t)(words[i] >> 16),
+                        (uint8_t)(words[i] >> 24)};
+        ferry_state_put(w, b, 4);
+    }
+    ferry_state_put_u64(w, it->ended);
+    ferry_state_put_u64(w, it->count);
+    for (size_t i = 0; i < it->count; i++)
+        put_pos(w, &it->pos[it->perm[i]]);
+    return ferry_stream_save_to(it->it, w);
+}
+
+static int shuf_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
+{
+    shuffle_iter *it = iter;
+    const shuffle *sh = it->sh;
+    uint64_t ended, count;
+    uint32_t words[11];
+    int rc = get_kind(r, KIND_SHUFFLE, sh->cap, sh->seed, "buffer_size", "seed");
+    for (int i = 0; rc == 0 && i < 11; i++) {
+        uint8_t b[4];
+        rc = ferry_state_get(r, b, 4);
+        words[i] =
+            (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+    }
+    if (rc == 0)
+        rc = ferry_state_get_u64(r, &ended);
+    if (rc == 0)
+        rc = get_count(r, sh->cap, "buffered samples", &count);
+    if (rc < 0)
+        return rc;
+    if (ended > 1 || words[10] > 4)
+        return ferry__err(FERRY_ECORRUPT, "shuffle: the state is damaged");
+    ferry_rng *g = &it->rng;
+    g->key[0] = words[0], g->key[1] = words[1];
+    memcpy(g->ctr, words + 2, sizeof g->ctr);
+    memcpy(g->buf, words + 6, sizeof g->buf);
+    g->used = words[10];
+    it->ended = ended;
+    /* slot i holds the i-th buffered sample */
+    for (size_t i = 0; i < count; i++)
+        if ((rc = get_pos(r, &it->pos[i])) < 0)
+            return rc;
+    if ((rc = ferry_stream_restore_from(it->it, r, ctx)) < 0)
+        return rc;
+    for (size_t i = 0; i < count; i++) {
+        ferry_pos p = it->pos[i];
+        rc = read_slot(&sh->L, sh->base.inner, it->buf + i * sh->L.stride, it->it, ctx, "shuffle",
+                       &it->pos[i], true);
+        if (rc > 0)
+            rc = ferry__err(FERRY_ECORRUPT, "the stream gave no sample");
+        if (rc < 0)
+            return ferry__err_prefix(rc, "shuffle: refilling buffered sample %zu of %llu", i,
+                                     (unsigned long long)count);
+        it->pos[i] = p;
+    }
+    it->count = count;
+    return 0;
+}
+
+static int shuf_fetch(void *iter, const ferry_pos *pos, ferry_sample *out, ferry_ctx *ctx)
+{
+    return pass_fetch(((shuffle_iter *)iter)->it, pos, out, ctx);
+}
+
+static const ferry_stream_vtable shuffle_vtable = {shuf_open, shuf_next,    shuf_close, dec_destroy,
+                                                   shuf_save, shuf_restore, shuf_fetch};
 
 int ferry_stream_shuffle(ferry_stream **out, ferry_stream *inner, size_t buffer_size, uint64_t seed)
 {
@@ -285,7 +444,8 @@ int ferry_stream_shuffle(ferry_stream **out, ferry_stream *inner, size_t buffer_
     sh->seed = seed;
     sh->L = L;
     sh->bytes = bytes;
-    return wrap(out, &shuffle_vtable, sh, inner, bytes + buffer_size * sizeof(size_t));
+    return wrap(out, &shuffle_vtable, sh, inner,
+                bytes + buffer_size * (sizeof(uint32_t) + sizeof(ferry_pos)));
 }
 
 /* ---- Group-batch ---- */
@@ -308,6 +468,7 @@ typedef struct grouper {
  * the counts of slots and groups under 2^31. */
 typedef struct group {
     int64_t key;
+    uint64_t serial; /* its number in the order of first arrival */
     uint32_t count;
     int32_t head, tail;   /* its slots, in arrival order, linked by slot_next */
     int32_t hnext;        /* hash chain; the free list for unused records */
@@ -319,6 +480,7 @@ typedef struct group_iter {
     const grouper *g;
     ferry_stream_iter *it;
     uint8_t *slots;
+    ferry_pos *pos;         /* [cap]: where the sample in each slot came from */
     void *index_mem;        /* one allocation for the arrays below */
     group *groups;          /* [cap] */
     int32_t *slot_next;     /* [cap]: the next slot of the same group or of the free list */
@@ -328,6 +490,7 @@ typedef struct group_iter {
     int32_t ahead, atail;
     uint32_t maxcount; /* the buckets above it are empty */
     size_t buffered;   /* samples in groups (not those being emitted) */
+    uint64_t serial;   /* the next group's number */
     int32_t emit;      /* the next slot to emit, or -1 */
     bool emit_break, ended;
 } group_iter;
@@ -410,6 +573,7 @@ static void add_sample(group_iter *it, int32_t s)
         group *gr = &it->groups[gi];
         it->free_group = gr->hnext;
         gr->key = key;
+        gr->serial = it->serial++;
         gr->count = 0;
         gr->head = gr->tail = -1;
         gr->hnext = it->hash[b];
@@ -453,6 +617,7 @@ static void grp_close(void *iter)
     ferry_stream_close(it->it);
     ferry__aligned_free(it->slots);
     ferry__free(it->index_mem);
+    ferry__free(it->pos);
     ferry__free(it);
 }
 
@@ -470,7 +635,8 @@ static int grp_open(void *self, uint64_t shard, uint64_t nshards, uint64_t epoch
     size_t index_bytes = g->cap * sizeof(group) + n32 * sizeof(int32_t);
     it->slots = ferry__aligned_alloc(g->bytes);
     it->index_mem = ferry__malloc(index_bytes);
-    if (!it->slots || !it->index_mem)
+    it->pos = ferry__malloc(g->cap * sizeof *it->pos);
+    if (!it->slots || !it->index_mem || !it->pos)
         FERRY_FAIL(FERRY_ENOMEM, "group_batch: cannot allocate buffers for %zu samples (%zu bytes)",
                    g->cap, g->bytes + index_bytes);
     it->groups = it->index_mem;
@@ -507,7 +673,7 @@ static int grp_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
         }
         if (it->emit >= 0) {
             int32_t s = it->emit;
-            copy_slot(&g->L, it->slots + (size_t)s * g->L.stride, out);
+            copy_slot(&g->L, it->slots + (size_t)s * g->L.stride, &it->pos[s], out);
             it->emit = it->slot_next[s];
             it->slot_next[s] = it->free_slot;
             it->free_slot = s;
@@ -524,7 +690,7 @@ static int grp_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
         int32_t s = it->free_slot;
         assert(s >= 0);
         rc = read_slot(&g->L, g->base.inner, it->slots + (size_t)s * g->L.stride, it->it, ctx,
-                       "group_batch");
+                       "group_batch", &it->pos[s], false);
         if (rc == FERRY_END) {
             it->ended = true;
             continue;
@@ -536,7 +702,187 @@ static int grp_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
     }
 }
 
-static const ferry_stream_vtable group_vtable = {grp_open, grp_next, grp_close, dec_destroy};
+/* The state: 24 bytes of kind and settings; the flags (8); the samples left to
+ * emit of the group being emitted: their count (8) and pos (32 each); the groups,
+ * by first arrival: their count (8) and the next arrival number (8), then each
+ * group's key, arrival number and number of samples (24) and the samples' pos
+ * (32 each); then, size by size, the arrival numbers of the groups of that size
+ * in the order they reached it (8 each); then the inner's. About 32 bytes per
+ * buffered sample and 32 per group. */
+static int grp_save(void *iter, ferry_state *w)
+{
+    group_iter *it = iter;
+    const grouper *g = it->g;
+    put_kind(w, KIND_GROUP, g->batch, g->max_buffered);
+    ferry_state_put_u64(w, (uint64_t)it->ended | (uint64_t)it->emit_break << 1);
+    uint64_t n = 0;
+    for (int32_t s = it->emit; s >= 0; s = it->slot_next[s])
+        n++;
+    ferry_state_put_u64(w, n);
+    for (int32_t s = it->emit; s >= 0; s = it->slot_next[s])
+        put_pos(w, &it->pos[s]);
+    n = 0;
+    for (int32_t gi = it->ahead; gi >= 0; gi = it->groups[gi].anext)
+        n++;
+    ferry_state_put_u64(w, n);
+    ferry_state_put_u64(w, it->serial);
+    for (int32_t gi = it->ahead; gi >= 0; gi = it->groups[gi].anext) {
+        const group *gr = &it->groups[gi];
+        ferry_state_put_u64(w, (uint64_t)gr->key);
+        ferry_state_put_u64(w, gr->serial);
+        ferry_state_put_u64(w, gr->count);
+        for (int32_t s = gr->head; s >= 0; s = it->slot_next[s])
+            put_pos(w, &it->pos[s]);
+    }
+    for (uint32_t c = 1; c < g->batch && c <= it->maxcount; c++)
+        for (int32_t gi = it->bhead[c]; gi >= 0; gi = it->groups[gi].bnext)
+            ferry_state_put_u64(w, it->groups[gi].serial);
+    return ferry_stream_save_to(it->it, w);
+}
+
+/* Reads the samples of slots [from, to) again, from their pos. */
+static int grp_refill(group_iter *it, int32_t from, int32_t to, ferry_ctx *ctx)
+{
+    const grouper *g = it->g;
+    for (int32_t s = from; s < to; s++) {
+        ferry_pos p = it->pos[s];
+        int rc = read_slot(&g->L, g->base.inner, it->slots + (size_t)s * g->L.stride, it->it, ctx,
+                           "group_batch", &it->pos[s], true);
+        if (rc > 0)
+            rc = ferry__err(FERRY_ECORRUPT, "the stream gave no sample");
+        if (rc < 0)
+            return ferry__err_prefix(rc, "group_batch: refilling buffered sample %d", (int)s);
+        it->pos[s] = p;
+    }
+    return 0;
+}
+
+/* The group of arrival number `serial` among groups[0..n), which are in arrival
+ * order; -1 if none. */
+static int32_t find_serial(const group_iter *it, int32_t n, uint64_t serial)
+{
+    int32_t lo = 0, hi = n;
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo) / 2;
+        if (it->groups[mid].serial < serial)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n && it->groups[lo].serial == serial ? lo : -1;
+}
+
+static int grp_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
+{
+    group_iter *it = iter;
+    const grouper *g = it->g;
+    uint64_t flags, nemit, ngroups;
+    int rc = get_kind(r, KIND_GROUP, g->batch, g->max_buffered, "batch_size", "max_buffered");
+    if (rc == 0)
+        rc = ferry_state_get_u64(r, &flags);
+    if (rc == 0)
+        rc = get_count(r, g->batch, "samples left to emit", &nemit);
+    if (rc < 0)
+        return rc;
+    if (flags > 3)
+        return ferry__err(FERRY_ECORRUPT, "group_batch: the state is damaged (flags %llu)",
+                          (unsigned long long)flags);
+    /* slots are taken in order: the ones to emit, then each group's */
+    int32_t used = 0;
+    for (uint64_t i = 0; i < nemit; i++, used++)
+        if ((rc = get_pos(r, &it->pos[used])) < 0)
+            return rc;
+    if ((rc = get_count(r, g->cap - nemit, "groups", &ngroups)) < 0 ||
+        (rc = ferry_state_get_u64(r, &it->serial)) < 0)
+        return rc;
+    for (int32_t gi = 0; gi < (int32_t)ngroups; gi++) {
+        group *gr = &it->groups[gi];
+        uint64_t key, serial, count;
+        if ((rc = ferry_state_get_u64(r, &key)) < 0 || (rc = ferry_state_get_u64(r, &serial)) < 0 ||
+            (rc = ferry_state_get_u64(r, &count)) < 0)
+            return rc;
+        if (count < 1 || count >= g->batch || count > g->max_buffered - it->buffered ||
+            count > g->cap - (size_t)used || serial >= it->serial ||
+            (gi > 0 && serial <= it->groups[gi - 1].serial))
+            return ferry__err(FERRY_ECORRUPT,
+                              "group_batch: the state is damaged (group %d: %llu samples, "
+                              "number %llu)",
+                              (int)gi, (unsigned long long)count, (unsigned long long)serial);
+        gr->key = (int64_t)key;
+        gr->serial = serial;
+        gr->count = (uint32_t)count;
+        gr->head = used;
+        for (uint64_t i = 0; i < count; i++, used++) {
+            if ((rc = get_pos(r, &it->pos[used])) < 0)
+                return rc;
+            it->slot_next[used] = i + 1 < count ? used + 1 : -1;
+        }
+        gr->tail = used - 1;
+        gr->bnext = -2; /* not in a size bucket yet */
+        gr->aprev = gi - 1;
+        gr->anext = gi + 1 < (int32_t)ngroups ? gi + 1 : -1;
+        size_t b = key_bucket(it, gr->key);
+        gr->hnext = it->hash[b];
+        it->hash[b] = gi;
+        it->buffered += count;
+    }
+    /* the size buckets, in the order saved: each group once, by its size */
+    for (uint64_t k = 0; k < ngroups; k++) {
+        uint64_t serial;
+        if ((rc = ferry_state_get_u64(r, &serial)) < 0)
+            return rc;
+        int32_t gi = find_serial(it, (int32_t)ngroups, serial);
+        if (gi < 0 || it->groups[gi].bnext != -2)
+            return ferry__err(FERRY_ECORRUPT,
+                              "group_batch: the state is damaged (group number %llu in the sizes)",
+                              (unsigned long long)serial);
+        bucket_append(it, gi);
+    }
+    /* and the rest of the records and slots free */
+    it->ahead = ngroups ? 0 : -1;
+    it->atail = (int32_t)ngroups - 1;
+    it->free_group = ngroups < g->cap ? (int32_t)ngroups : -1;
+    it->free_slot = used < (int32_t)g->cap ? used : -1;
+    for (size_t i = (size_t)used; i < g->cap; i++)
+        it->slot_next[i] = i + 1 < g->cap ? (int32_t)(i + 1) : -1;
+    for (size_t i = ngroups; i < g->cap; i++)
+        it->groups[i].hnext = i + 1 < g->cap ? (int32_t)(i + 1) : -1;
+    for (int32_t i = 0; i + 1 < (int32_t)nemit; i++)
+        it->slot_next[i] = i + 1;
+    if (nemit)
+        it->slot_next[nemit - 1] = -1;
+    it->emit = nemit ? 0 : -1;
+    it->ended = flags & 1;
+    it->emit_break = flags & 2;
+    if ((rc = ferry_stream_restore_from(it->it, r, ctx)) < 0)
+        return rc;
+    if ((rc = grp_refill(it, 0, used, ctx)) < 0)
+        return rc;
+    /* a group's key comes from its samples: a source that changed since the save
+     * shows here */
+    for (int32_t gi = 0; gi < (int32_t)ngroups; gi++) {
+        const group *gr = &it->groups[gi];
+        for (int32_t s = gr->head; s >= 0; s = it->slot_next[s]) {
+            void *data[FERRY_MAX_FIELDS];
+            ferry_sample view = slot_view(&g->L, it->slots + (size_t)s * g->L.stride, data);
+            int64_t key = g->key_fn(&view, g->base.inner->fields, g->key_arg);
+            if (key != gr->key)
+                return ferry__err(FERRY_ECORRUPT,
+                                  "group_batch: a buffered sample read again has the key %lld, "
+                                  "the state says %lld (did the source change?)",
+                                  (long long)key, (long long)gr->key);
+        }
+    }
+    return 0;
+}
+
+static int grp_fetch(void *iter, const ferry_pos *pos, ferry_sample *out, ferry_ctx *ctx)
+{
+    return pass_fetch(((group_iter *)iter)->it, pos, out, ctx);
+}
+
+static const ferry_stream_vtable group_vtable = {grp_open, grp_next,    grp_close, dec_destroy,
+                                                 grp_save, grp_restore, grp_fetch};
 
 static int64_t length_key(const ferry_sample *s, const ferry_field *fields, void *arg)
 {
@@ -582,7 +928,8 @@ static int group_create(ferry_stream **out, ferry_stream *inner, ferry_group_key
         g->nhash *= 2;
     g->L = L;
     g->bytes = bytes;
-    return wrap(out, &group_vtable, g, inner, bytes + g->cap * 4 * sizeof(int32_t));
+    return wrap(out, &group_vtable, g, inner,
+                bytes + g->cap * (4 * sizeof(int32_t) + sizeof(ferry_pos)));
 }
 
 int ferry_stream_group_batch(ferry_stream **out, ferry_stream *inner, ferry_group_key_fn key_fn,
@@ -623,6 +970,11 @@ typedef struct shard_dec {
     uint64_t k, n;
 } shard_dec;
 
+typedef struct shard_iter {
+    const shard_dec *sd;
+    ferry_stream_iter *it;
+} shard_iter;
+
 static int shard_open(void *self, uint64_t shard, uint64_t nshards, uint64_t epoch, void **iter)
 {
     const shard_dec *sd = self;
@@ -630,26 +982,56 @@ static int shard_open(void *self, uint64_t shard, uint64_t nshards, uint64_t epo
     if (__builtin_mul_overflow(sd->n, nshards, &total))
         return ferry__err(FERRY_EOVERFLOW, "shard: %llu parts of %llu shards each overflow 2^64",
                           (unsigned long long)sd->n, (unsigned long long)nshards);
+    shard_iter *it = ferry__calloc(1, sizeof *it);
+    if (!it)
+        return ferry__err(FERRY_ENOMEM, "shard: out of memory");
+    it->sd = sd;
     /* k < n and shard < nshards, so this is < n * nshards */
-    ferry_stream_iter *it;
-    int rc = ferry_stream_open(sd->base.inner, sd->k * nshards + shard, total, epoch, &it);
-    if (rc < 0)
+    int rc = ferry_stream_open(sd->base.inner, sd->k * nshards + shard, total, epoch, &it->it);
+    if (rc < 0) {
+        ferry__free(it);
         return rc;
+    }
     *iter = it;
     return 0;
 }
 
 static int shard_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
 {
-    return ferry_stream_next(iter, out, ctx);
+    return ferry_stream_next(((shard_iter *)iter)->it, out, ctx);
 }
 
 static void shard_close(void *iter)
 {
-    ferry_stream_close(iter);
+    shard_iter *it = iter;
+    if (!it)
+        return;
+    ferry_stream_close(it->it);
+    ferry__free(it);
 }
 
-static const ferry_stream_vtable shard_vtable = {shard_open, shard_next, shard_close, dec_destroy};
+/* The state: 24 bytes of kind and settings, then the inner's. */
+static int shard_save(void *iter, ferry_state *w)
+{
+    shard_iter *it = iter;
+    put_kind(w, KIND_SHARD, it->sd->k, it->sd->n);
+    return ferry_stream_save_to(it->it, w);
+}
+
+static int shard_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
+{
+    shard_iter *it = iter;
+    int rc = get_kind(r, KIND_SHARD, it->sd->k, it->sd->n, "k", "n");
+    return rc < 0 ? rc : ferry_stream_restore_from(it->it, r, ctx);
+}
+
+static int shard_fetch(void *iter, const ferry_pos *pos, ferry_sample *out, ferry_ctx *ctx)
+{
+    return pass_fetch(((shard_iter *)iter)->it, pos, out, ctx);
+}
+
+static const ferry_stream_vtable shard_vtable = {
+    shard_open, shard_next, shard_close, dec_destroy, shard_save, shard_restore, shard_fetch};
 
 int ferry_stream_shard(ferry_stream **out, ferry_stream *inner, uint64_t k, uint64_t n)
 {
@@ -677,7 +1059,8 @@ typedef struct repeat {
 
 typedef struct repeat_iter {
     const repeat *r;
-    ferry_stream_iter *it; /* NULL between passes, or when opening a pass failed */
+    ferry_stream_iter *it;       /* NULL between passes, or when opening a pass failed */
+    ferry_stream_iter *fetch_it; /* for fetch when it is NULL; opened on demand */
     uint64_t shard, nshards, epoch, pass;
     bool got, ended; /* got: the current pass yielded a sample */
 } repeat_iter;
@@ -693,6 +1076,7 @@ static void rep_close(void *iter)
     if (!it)
         return;
     ferry_stream_close(it->it);
+    ferry_stream_close(it->fetch_it);
     ferry__free(it);
 }
 
@@ -751,7 +1135,63 @@ static int rep_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
     }
 }
 
-static const ferry_stream_vtable repeat_vtable = {rep_open, rep_next, rep_close, dec_destroy};
+/* The state: 24 bytes of kind and settings, the pass (8), the flags (8), then
+ * the inner's (when a pass is open). */
+static int rep_save(void *iter, ferry_state *w)
+{
+    repeat_iter *it = iter;
+    put_kind(w, KIND_REPEAT, it->r->times, 0);
+    ferry_state_put_u64(w, it->pass);
+    ferry_state_put_u64(w, (uint64_t)it->got | (uint64_t)it->ended << 1 | (uint64_t) !!it->it << 2);
+    return it->it ? ferry_stream_save_to(it->it, w) : 0;
+}
+
+static int rep_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
+{
+    repeat_iter *it = iter;
+    uint64_t pass, flags;
+    int rc = get_kind(r, KIND_REPEAT, it->r->times, 0, "times", "-");
+    if (rc == 0)
+        rc = ferry_state_get_u64(r, &pass);
+    if (rc == 0)
+        rc = ferry_state_get_u64(r, &flags);
+    if (rc < 0)
+        return rc;
+    if (flags > 7 || (it->r->times && pass > it->r->times))
+        return ferry__err(FERRY_ECORRUPT, "repeat: the state is damaged (pass %llu, flags %llu)",
+                          (unsigned long long)pass, (unsigned long long)flags);
+    it->got = flags & 1;
+    it->ended = flags & 2;
+    if (pass != it->pass || !(flags & 4)) {
+        ferry_stream_close(it->it);
+        it->it = NULL;
+        it->pass = pass;
+        if (flags & 4) {
+            rc = ferry_stream_open(it->r->base.inner, it->shard, it->nshards, pass_epoch(it),
+                                   &it->it);
+            if (rc < 0)
+                return ferry__err_prefix(rc, "repeat: pass %llu", (unsigned long long)pass);
+        }
+    }
+    return it->it ? ferry_stream_restore_from(it->it, r, ctx) : 0;
+}
+
+static int rep_fetch(void *iter, const ferry_pos *pos, ferry_sample *out, ferry_ctx *ctx)
+{
+    repeat_iter *it = iter;
+    if (it->it)
+        return pass_fetch(it->it, pos, out, ctx);
+    if (!it->fetch_it) {
+        int rc = ferry_stream_open(it->r->base.inner, it->shard, it->nshards, pass_epoch(it),
+                                   &it->fetch_it);
+        if (rc < 0)
+            return ferry__err_prefix(rc, "repeat: opening the stream to fetch a sample");
+    }
+    return pass_fetch(it->fetch_it, pos, out, ctx);
+}
+
+static const ferry_stream_vtable repeat_vtable = {rep_open, rep_next,    rep_close, dec_destroy,
+                                                  rep_save, rep_restore, rep_fetch};
 
 int ferry_stream_repeat(ferry_stream **out, ferry_stream *inner, uint64_t times)
 {
@@ -771,6 +1211,7 @@ int ferry_stream_repeat(ferry_stream **out, ferry_stream *inner, uint64_t times)
 typedef struct counted {
     decorator base;
     uint64_t n;
+    int kind; /* KIND_TAKE or KIND_SKIP */
 } counted;
 
 typedef struct counted_iter {
@@ -829,8 +1270,33 @@ static int skip_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
     }
 }
 
-static const ferry_stream_vtable take_vtable = {cnt_open, take_next, cnt_close, dec_destroy};
-static const ferry_stream_vtable skip_vtable = {cnt_open, skip_next, cnt_close, dec_destroy};
+/* The state: 24 bytes of kind and settings, the count (8), then the inner's. */
+static int cnt_save(void *iter, ferry_state *w)
+{
+    counted_iter *it = iter;
+    put_kind(w, it->c->kind, it->c->n, 0);
+    ferry_state_put_u64(w, it->seen);
+    return ferry_stream_save_to(it->it, w);
+}
+
+static int cnt_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
+{
+    counted_iter *it = iter;
+    int rc = get_kind(r, it->c->kind, it->c->n, 0, "n", "-");
+    if (rc == 0)
+        rc = get_count(r, it->c->n, "samples counted", &it->seen);
+    return rc < 0 ? rc : ferry_stream_restore_from(it->it, r, ctx);
+}
+
+static int cnt_fetch(void *iter, const ferry_pos *pos, ferry_sample *out, ferry_ctx *ctx)
+{
+    return pass_fetch(((counted_iter *)iter)->it, pos, out, ctx);
+}
+
+static const ferry_stream_vtable take_vtable = {cnt_open, take_next,   cnt_close, dec_destroy,
+                                                cnt_save, cnt_restore, cnt_fetch};
+static const ferry_stream_vtable skip_vtable = {cnt_open, skip_next,   cnt_close, dec_destroy,
+                                                cnt_save, cnt_restore, cnt_fetch};
 
 static int counted_create(ferry_stream **out, ferry_stream *inner, uint64_t n,
                           const ferry_stream_vtable *vt, const char *who)
@@ -843,6 +1309,7 @@ static int counted_create(ferry_stream **out, ferry_stream *inner, uint64_t n,
         return reject(inner, FERRY_ENOMEM, "%s: out of memory", who);
     c->base.inner = inner;
     c->n = n;
+    c->kind = vt == &take_vtable ? KIND_TAKE : KIND_SKIP;
     return wrap(out, vt, c, inner, 0);
 }
 

@@ -527,9 +527,13 @@ static int st_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
     for (;;) {
         if (it->pos >= s->n)
             return FERRY_END;
-        const ferry_record_file *f = s->files[ferry_permutation_at(&it->order, it->pos)];
-        if (it->record < ferry_record_file_count(f))
+        uint64_t file = ferry_permutation_at(&it->order, it->pos);
+        const ferry_record_file *f = s->files[file];
+        if (it->record < ferry_record_file_count(f)) {
+            out->pos.a = file;
+            out->pos.b = it->record;
             return ferry_record_file_read(f, it->record++, out, ctx);
+        }
         it->pos += it->step;
         it->record = 0;
     }
@@ -547,7 +551,49 @@ static void st_destroy(void *self)
     ferry__free(st);
 }
 
-static const ferry_stream_vtable stream_vtable = {st_open, st_next, st_close, st_destroy};
+/* The state: the position in the epoch's order of shards and the record in that
+ * shard (16 bytes). A sample's pos: a = its shard file, b = its record. */
+static int st_save(void *iter, ferry_state *w)
+{
+    set_iter *it = iter;
+    ferry_state_put_u64(w, it->pos);
+    ferry_state_put_u64(w, it->record);
+    return 0;
+}
+
+static int st_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
+{
+    (void)ctx;
+    set_iter *it = iter;
+    uint64_t pos, record;
+    int rc;
+    if ((rc = ferry_state_get_u64(r, &pos)) < 0 || (rc = ferry_state_get_u64(r, &record)) < 0)
+        return rc;
+    const shard_set *s = it->st->set;
+    if (pos % it->step != it->pos % it->step ||
+        (pos < s->n &&
+         record > ferry_record_file_count(s->files[ferry_permutation_at(&it->order, pos)])))
+        return ferry__err(FERRY_ECORRUPT,
+                          "records stream: the state names shard %llu, record %llu, which this "
+                          "stream shard does not hold",
+                          (unsigned long long)pos, (unsigned long long)record);
+    it->pos = pos;
+    it->record = record;
+    return 0;
+}
+
+static int st_fetch(void *iter, const ferry_pos *pos, ferry_sample *out, ferry_ctx *ctx)
+{
+    const shard_set *s = ((set_iter *)iter)->st->set;
+    if (pos->a >= s->n || pos->b >= ferry_record_file_count(s->files[pos->a]))
+        return ferry__err(FERRY_ERANGE, "records stream: no record %llu in shard %llu of %llu",
+                          (unsigned long long)pos->b, (unsigned long long)pos->a,
+                          (unsigned long long)s->n);
+    return ferry_record_file_read(s->files[pos->a], pos->b, out, ctx);
+}
+
+static const ferry_stream_vtable stream_vtable = {st_open, st_next,    st_close, st_destroy,
+                                                  st_save, st_restore, st_fetch};
 
 int ferry_stream_records(ferry_stream **out, const char *dir, uint64_t seed)
 {

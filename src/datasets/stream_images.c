@@ -48,6 +48,28 @@ static int si_open(void *self, uint64_t shard, uint64_t nshards, uint64_t epoch,
     return 0;
 }
 
+/* Decodes the encoded image in it->enc (out->length[field] bytes) into out. */
+static int decode(simages_iter *it, ferry_sample *out, ferry_ctx *ctx)
+{
+    const simages *s = it->s;
+    size_t n = (size_t)out->length[s->field];
+    /* Per-sample draws the same for any worker count: keyed by where the sample
+     * came from when the inner says (so a resume that reads it again draws the
+     * same), else by (shard, position). */
+    ferry_rng rng;
+    const ferry_pos *p = &out->pos;
+    if (s->inner->resumable)
+        ferry_rng_init(&rng, ctx ? ferry_ctx_seed(ctx) : 0, p->epoch,
+                       ferry_hash64(ferry_hash64(p->a, p->b), p->c));
+    else
+        ferry_ctx_rng(ctx, ferry_hash64(it->shard, it->count - 1), &rng);
+    int rc = ferry_image_pipeline_run(&s->p, it->enc, n, &rng, out->data[s->field], ctx);
+    if (rc < 0)
+        return ferry__err_prefix(rc, "shard %llu, sample %llu", (unsigned long long)it->shard,
+                                 (unsigned long long)(it->count - 1));
+    return 0;
+}
+
 static int si_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
 {
     simages_iter *it = iter;
@@ -60,15 +82,41 @@ static int si_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
     int rc = ferry_stream_next(it->inner, &in, ctx);
     if (rc != 0)
         return rc;
-    size_t n = (size_t)out->length[s->field];
-    /* per-sample draws keyed by (shard, position): the same for any worker count */
-    ferry_rng rng;
-    ferry_ctx_rng(ctx, ferry_hash64(it->shard, it->count++), &rng);
-    rc = ferry_image_pipeline_run(&s->p, it->enc, n, &rng, out->data[s->field], ctx);
-    if (rc < 0)
-        return ferry__err_prefix(rc, "shard %llu, sample %llu", (unsigned long long)it->shard,
-                                 (unsigned long long)(it->count - 1));
-    return 0;
+    out->pos = in.pos;
+    it->count++;
+    return decode(it, out, ctx);
+}
+
+/* Reads the sample of pos again (a resume refilling a buffer above). */
+static int si_fetch(void *iter, const ferry_pos *pos, ferry_sample *out, ferry_ctx *ctx)
+{
+    simages_iter *it = iter;
+    const simages *s = it->s;
+    void *data[FERRY_MAX_FIELDS];
+    for (int k = 0; k < out->nfields; k++)
+        data[k] = out->data[k];
+    data[s->field] = it->enc;
+    ferry_sample in = {.nfields = out->nfields, .data = data, .length = out->length};
+    int rc = ferry_stream_fetch(it->inner, pos, &in, ctx);
+    if (rc != 0)
+        return rc;
+    out->pos = *pos;
+    return decode(it, out, ctx);
+}
+
+/* The state: the samples read (8), then the inner's. */
+static int si_save(void *iter, ferry_state *w)
+{
+    simages_iter *it = iter;
+    ferry_state_put_u64(w, it->count);
+    return ferry_stream_save_to(it->inner, w);
+}
+
+static int si_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
+{
+    simages_iter *it = iter;
+    int rc = ferry_state_get_u64(r, &it->count);
+    return rc < 0 ? rc : ferry_stream_restore_from(it->inner, r, ctx);
 }
 
 static void si_close(void *iter)
@@ -86,7 +134,8 @@ static void si_destroy(void *self)
     ferry__free(s);
 }
 
-static const ferry_stream_vtable si_vtable = {si_open, si_next, si_close, si_destroy};
+static const ferry_stream_vtable si_vtable = {si_open, si_next,    si_close, si_destroy,
+                                              si_save, si_restore, si_fetch};
 
 int ferry_stream_images(ferry_stream **out, ferry_stream *inner, const char *field,
                         const ferry_image_pipeline *p)
@@ -134,8 +183,12 @@ int ferry_stream_images(ferry_stream **out, ferry_stream *inner, const char *fie
     img->variable = 0;
     memcpy(img->shape, shape, sizeof shape);
     int nf = inner->nfields;
+    bool resumable = inner->resumable;
     inner = NULL; /* s owns it now */
-    return ferry_stream_create(out, &si_vtable, s, fields, nf);
+    rc = ferry_stream_create(out, &si_vtable, s, fields, nf);
+    if (rc == 0)
+        (*out)->resumable = resumable;
+    return rc;
 cleanup:
     if (s)
         si_destroy(s);

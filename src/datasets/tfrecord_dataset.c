@@ -883,7 +883,8 @@ static void st_close(void *iter)
     ferry__free(it);
 }
 
-static const ferry_stream_vtable stream_vtable = {st_open, st_next, st_close, tfr_destroy};
+static const ferry_stream_vtable stream_vtable = {st_open, st_next, st_close, tfr_destroy,
+                                                  NULL,    NULL,    NULL};
 
 int ferry_stream_tfrecord(ferry_stream **out, const char *location, const ferry_tfrecord_opts *o,
                           uint64_t seed)

@@ -654,7 +654,8 @@ static void ws_close(void *iter)
     ferry__free(it);
 }
 
-static const ferry_stream_vtable wds_stream_vtable = {ws_open, ws_next, ws_close, wds_destroy};
+static const ferry_stream_vtable wds_stream_vtable = {ws_open, ws_next, ws_close, wds_destroy,
+                                                      NULL,    NULL,    NULL};
 
 int ferry_stream_wds(ferry_stream **out, const char *location, const ferry_wds_opts *o,
                      uint64_t seed)

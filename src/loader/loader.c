@@ -675,7 +675,7 @@ static int fill_slot(ferry_loader *l, ferry_batch *b, uint32_t i, uint64_t index
         data[f] = b->field[f] + (size_t)i * l->field_stride[f];
         len[f] = 0;
     }
-    ferry_sample s = {l->nfields, data, len};
+    ferry_sample s = {l->nfields, data, len, {0}};
     int rc;
     if (stream_next)
         rc = ferry_stream_next(sh->it, &s, ctx);
@@ -1913,7 +1913,7 @@ static int replay_shards(ferry_loader *l, uint64_t epoch)
     int64_t len[FERRY_MAX_FIELDS];
     for (int f = 0, off = 0; f < l->nfields; off += (int)ferry__align64(l->field_stride[f]), f++)
         data[f] = mem + off;
-    ferry_sample smp = {l->nfields, data, len};
+    ferry_sample smp = {l->nfields, data, len, {0}};
     ferry_ctx *ctx = &l->inline_worker.ctx;
     ctx->epoch = epoch;
     for (uint32_t s = 0; s < l->nshards; s++) {

@@ -34,7 +34,7 @@ static int append_batch(ferry_record_writer *wr, ferry_batch *b, const ferry_fie
             len[f] = fields[f].variable ? ((int64_t *)lens[f].data)[i] : 0;
             *bytes += data_bytes(&fields[f], len[f]);
         }
-        ferry_sample s = {nf, data, len};
+        ferry_sample s = {nf, data, len, {0}};
         int rc = ferry_writer_append(wr, &s);
         if (rc < 0)
             return rc;

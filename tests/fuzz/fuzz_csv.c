@@ -164,7 +164,7 @@ static void read_stream(ferry_stream *st)
     int64_t lens[FERRY_MAX_FIELDS];
     for (int f = 0; f < nf; f++)
         ptrs[f] = buf + off[f];
-    ferry_sample s = {nf, ptrs, lens};
+    ferry_sample s = {nf, ptrs, lens, {0}};
     for (uint64_t n = 1; n <= 2; n++) {
         for (uint64_t k = 0; k < n; k++) {
             ferry_stream_iter *it;

@@ -83,7 +83,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int64_t row[3];
     void *p[1] = {row};
     int64_t len[1];
-    ferry_sample s = {1, p, len};
+    ferry_sample s = {1, p, len, {0}};
     for (int i = 0; i < 100000; i++) /* every call either reads or ends */
         if (ferry_stream_next(it, &s, ctx) == FERRY_END)
             break;

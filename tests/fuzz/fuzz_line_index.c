@@ -101,7 +101,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             uint8_t line[16];
             int64_t len;
             void *p[1] = {line};
-            ferry_sample s = {1, p, &len};
+            ferry_sample s = {1, p, &len, {0}};
             for (uint64_t i = 0; i < ferry_dataset_len(ds) && i < 4096; i++)
                 ferry_dataset_get(ds, i, &s, ctx);
             ferry_ctx_free(ctx);

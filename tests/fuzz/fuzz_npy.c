@@ -55,7 +55,7 @@ static void read_rows(const uint8_t *data, size_t size)
             if (!bufs[k])
                 abort();
         }
-        ferry_sample s = {nf, bufs, len};
+        ferry_sample s = {nf, bufs, len, {0}};
         uint64_t n = ferry_dataset_len(ds);
         for (uint64_t i = 0; i < n && i < 4096; i++)
             if (ferry_dataset_get(ds, i, &s, ctx) != 0)

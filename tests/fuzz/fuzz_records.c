@@ -104,7 +104,7 @@ static void read_all(ferry_record_file *f, const uint8_t *data, size_t size, fer
     for (int k = 0; decode && k < nf; k++)
         if (!(ptr[k] = malloc(ferry_field_nbytes(ferry_record_file_field(f, k)) + 1)))
             decode = 0;
-    ferry_sample s = {nf, ptr, len};
+    ferry_sample s = {nf, ptr, len, {0}};
     for (uint64_t i = 0; i < n && i < MAX_READS; i++) {
         const void *p;
         size_t sz;

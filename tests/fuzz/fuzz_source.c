@@ -60,7 +60,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     ptrs[f] = buf + off;
                     off += ferry_field_nbytes(ferry_dataset_field(ds, f));
                 }
-                ferry_sample s = {nf, ptrs, lens};
+                ferry_sample s = {nf, ptrs, lens, {0}};
                 uint64_t n = ferry_dataset_len(ds);
                 for (uint64_t i = 0; i < n && i < 3; i++)
                     if (ferry_dataset_get(ds, i, &s, ctx) == 0)

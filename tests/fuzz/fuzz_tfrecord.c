@@ -76,7 +76,7 @@ static void read_all(ferry_dataset *ds, ferry_stream *st, const uint8_t *data, s
     for (int k = 0; k < nf; k++)
         if (!(ptr[k] = malloc(ferry_field_nbytes(f[k]) + 1)))
             goto done;
-    ferry_sample s = {nf, ptr, len};
+    ferry_sample s = {nf, ptr, len, {0}};
     ferry_stream_iter *it = NULL;
     if (st && ferry_stream_open(st, 0, 1, 0, &it) != 0)
         goto done;

@@ -163,27 +163,45 @@ FERRY_API int ferry_loader_start(ferry_loader *l, uint64_t epoch, uint64_t first
 /* ---- Loader state: resuming an epoch where a run stopped ----
  * ferry_loader_state_save writes the loader's position as the batches handed out
  * so far leave it (batches prefetched but not handed out do not count): the epoch,
- * the next batch, and for a stream loader each stream shard's number of reads and
- * whether it ended, plus the rotation among the shards. A loader made with the
- * same source and settings (batch_size, seed, drop_last, rank, world_size,
- * stream_shards; num_workers and prefetch may differ) and given the state by
- * ferry_loader_state_resume hands out exactly the batches the first would have
- * handed out next. The state is ferry_loader_state_size(l) bytes: 100, plus 16 per
- * stream shard; it is checksummed and versioned.
+ * the next batch, the rotation among a stream's shards and, per stream shard, its
+ * position. A loader made with the same source and settings (batch_size, seed,
+ * drop_last, rank, world_size, stream_shards; num_workers and prefetch may differ)
+ * and given the state by ferry_loader_state_resume hands out exactly the batches
+ * the first would have handed out next. The state is checksummed and versioned.
  *
  * Resuming a map-style loader is ferry_loader_start(epoch, next batch): no
- * reading. A stream cannot seek: resuming opens each shard and reads again, on the
- * caller's thread, as many samples as the shards had given (everything the epoch
- * had read: the shuffle buffers' fill, the groups, the repeats and skips come back
- * as they were); that is the cost of a stream resume.
+ * reading. A stream loader: each shard of a resumable stream
+ * (ferry_stream_resumable: record shards, uncompressed TFRecord, WebDataset and
+ * CSV files, map-style datasets read in order, and the decorators over them) is
+ * saved as its position (ferry_stream_save), not as its samples: the cursor of
+ * each file, the decorators' counters, and a shuffle or group-batch buffer as
+ * the places of the samples it holds. A resume restores that position and reads
+ * the buffered samples again from their places, and then the few samples read
+ * since the position was taken: the loader saves a shard's position after a batch
+ * only once about 256 bytes of state per sample read have been earned, so a
+ * shuffle buffer of N samples is copied at most every N/8 samples, and a resume
+ * reads at most N/8 samples besides the N it refills. A compressed file cannot
+ * seek: its position is reached by decoding it from its start (the cost is stated
+ * with each source). A stream that is not resumable (one of its streams lacks
+ * save/restore/fetch) is resumed by reading again, on the caller's thread, every
+ * sample its shards gave since the epoch began.
+ *
+ * Size: ferry_loader_state_size(l) bytes, which change as batches are handed out:
+ * 100, plus per stream shard 24 and its position (16 bytes, plus each stream's
+ * own: 8 to 32 for a file cursor, 24 per decorator plus 32 per buffered sample
+ * for a shuffle buffer and a group-batch; see ferry/stream.h). A shuffle buffer of
+ * 10,000 samples is about 320 KB per shard.
  *
  * Errors: FERRY_EOVERFLOW when cap is too small (*len then says how much is
- * needed); FERRY_ENOTSUP for a loader in completion order (no position). Resume:
- * FERRY_ECORRUPT for a damaged or truncated blob; FERRY_EINVAL naming the setting
- * for a state saved with another batch_size, seed, drop_last, rank, world_size or
- * stream_shards, or from another source (told apart by the schema and, map-style,
- * the length; two sources with the same schema and length are not); FERRY_ENOTSUP
- * for another version. Then the loader is as after a failed ferry_loader_start. */
+ * needed; it can grow by the time of the next call); FERRY_ENOTSUP for a loader in
+ * completion order (no position). Resume: FERRY_ECORRUPT for a damaged or
+ * truncated blob; FERRY_EINVAL naming the setting for a state saved with another
+ * batch_size, seed, drop_last, rank, world_size or stream_shards, or from another
+ * source (told apart by the schema and, map-style, the length, and for a stream by
+ * each decorator's kind and settings; two sources with the same schema and length
+ * are not), or when a buffered sample read again does not match (a group key
+ * that changed: the source changed since); FERRY_ENOTSUP for another version.
+ * Then the loader is as after a failed ferry_loader_start. */
 FERRY_API size_t ferry_loader_state_size(const ferry_loader *l);
 FERRY_API int ferry_loader_state_save(ferry_loader *l, void *buf, size_t cap, size_t *len);
 FERRY_API int ferry_loader_state_resume(ferry_loader *l, const void *buf, size_t len);

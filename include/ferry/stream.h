@@ -48,6 +48,16 @@
  *
  * Memory: buffers are allocated once per opened iterator (in open) and freed by
  * close; reading a sample never allocates.
+ *
+ * Saving a position (ferry_stream_save, and the loader's state): each decorator
+ * is resumable when its inner is. Its part of the state is 24 bytes of its kind
+ * and settings (a state saved by a chain with other settings is refused, naming
+ * the setting) and: shuffle 60 bytes (the generator, whether the inner ended, the
+ * count) plus 32 per buffered sample (its ferry_pos, not its bytes); group-batch
+ * 32 bytes plus 32 per buffered sample (those left to emit too) and 24 per group;
+ * repeat 16; take and skip 8; shard nothing. A restore reads each buffered sample again from its
+ * pos (ferry_stream_fetch, in the order of their places, so a compressed file is decoded once), and
+ * checks a group-batch sample's key against the saved one.
  */
 #ifndef FERRY_STREAM_H
 #define FERRY_STREAM_H
@@ -78,7 +88,8 @@ extern "C" {
  * buffer much larger than any run of similar samples in the inner's order.
  *
  * Memory: per opened shard, buffer_size times one sample's bytes (every field at
- * its full size, variable fields at their bound) plus 8 bytes per field and a
+ * its full size, variable fields at their bound) plus 8 bytes per field, 36 bytes
+ * per sample (its place, for a saved position) and a
  * little alignment. A buffer over FERRY_STREAM_MAX_BUFFER_BYTES, or one whose size
  * does not fit in size_t, is FERRY_EOVERFLOW naming buffer_size. The first
  * next() reads buffer_size samples before it returns. */

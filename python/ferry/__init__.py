@@ -1124,7 +1124,9 @@ class DataLoader:
         self._started_once = True
         epoch, first = self._epoch, self._first
         if self._stream and first:
-            # a stream cannot seek: its shards are read again up to the state's place
+            # a stream restores its shards' saved positions (refilling a shuffle
+            # buffer from its samples' places), or reads them again from the start
+            # of the epoch when its source cannot seek
             self._loader.state_resume(self._stream_state)
         else:
             self._loader.start(epoch, first)
@@ -1171,7 +1173,8 @@ class DataLoader:
             raise NotSupportedError("state_dict() mid-epoch needs in_order=True: batches handed "
                                     "out in completion order are not a prefix of the epoch")
         if self._stream and self._first:
-            # each stream shard's reads so far (16 bytes a shard), hex for JSON
+            # each stream shard's position (a shuffle buffer as its samples'
+            # places: 32 bytes a buffered sample), hex for JSON
             blob = self._stream_state
             if blob is None:
                 blob = self._loader.state_save()

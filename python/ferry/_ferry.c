@@ -2130,18 +2130,27 @@ static PyObject *loader_state_save(PyObject *op, PyObject *unused)
     LoaderObject *self = (LoaderObject *)op;
     if (check_open(self) < 0)
         return NULL;
+    /* a stream's state grows with its buffers: a batch handed out on another
+     * thread between the size and the save asks for more, and then we try again */
     size_t cap = ferry_loader_state_size(self->l), len = 0;
-    char *buf = malloc(cap ? cap : 1);
-    if (!buf)
-        return PyErr_NoMemory();
-    int rc = ferry_loader_state_save(self->l, buf, cap, &len);
+    char *buf = NULL;
+    int rc;
+    for (int tries = 0;; tries++) {
+        free(buf);
+        if (!(buf = malloc(cap ? cap : 1)))
+            return PyErr_NoMemory();
+        rc = ferry_loader_state_save(self->l, buf, cap, &len);
+        if (rc != FERRY_EOVERFLOW || len <= cap || tries == 8)
+            break;
+        cap = len;
+    }
     PyObject *r = rc < 0 ? raise_loader(self, rc) : PyBytes_FromStringAndSize(buf, (Py_ssize_t)len);
     free(buf);
     return r;
 }
 
-/* state_resume(bytes): continues where the state says (a stream reads its shards
- * again up to there, on this thread) */
+/* state_resume(bytes): continues where the state says (a stream restores its
+ * shards' positions, or reads them again up to there, on this thread) */
 static PyObject *loader_state_resume(PyObject *op, PyObject *args)
 {
     LoaderObject *self = (LoaderObject *)op;

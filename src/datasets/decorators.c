@@ -11,6 +11,7 @@
 
 #include <assert.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- Common ---- */
@@ -250,6 +251,45 @@ static void copy_slot(const layout *L, uint8_t *slot, const ferry_pos *pos, ferr
     }
 }
 
+static int cmp_pos(const void *x, const void *y, void *arg)
+{
+    const ferry_pos *pos = arg, *p = &pos[*(const uint32_t *)x], *q = &pos[*(const uint32_t *)y];
+    if (p->a != q->a)
+        return p->a < q->a ? -1 : 1;
+    if (p->b != q->b)
+        return p->b < q->b ? -1 : 1;
+    return (p->c > q->c) - (p->c < q->c);
+}
+
+/* A restore: reads the samples of slots [0, n) again from pos[0..n), in the
+ * order of their pos (file, then offset), so that a source that can only skip
+ * forward (a compressed file) passes over each file once. */
+static int refill(const layout *L, const ferry_stream *inner, uint8_t *buf, ferry_pos *pos,
+                  size_t n, ferry_stream_iter *it, ferry_ctx *ctx, const char *who)
+{
+    if (n == 0)
+        return 0;
+    uint32_t *order = ferry__malloc(n * sizeof *order);
+    if (!order)
+        return ferry__err(FERRY_ENOMEM, "%s: out of memory restoring %zu samples", who, n);
+    for (size_t i = 0; i < n; i++)
+        order[i] = (uint32_t)i;
+    qsort_r(order, n, sizeof *order, cmp_pos, pos);
+    int rc = 0;
+    for (size_t k = 0; k < n && rc == 0; k++) {
+        uint32_t i = order[k];
+        ferry_pos p = pos[i];
+        rc = read_slot(L, inner, buf + (size_t)i * L->stride, it, ctx, who, &pos[i], true);
+        pos[i] = p;
+        if (rc > 0)
+            rc = ferry__err(FERRY_ECORRUPT, "the stream gave no sample");
+        if (rc < 0)
+            rc = ferry__err_prefix(rc, "%s: reading again buffered sample %zu of %zu", who, k, n);
+    }
+    ferry__free(order);
+    return rc;
+}
+
 /* ---- Shuffle buffer ---- */
 
 /* Keys the shuffle's draws apart from other uses of the same seed. */
@@ -400,17 +440,8 @@ static int shuf_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
             return rc;
     if ((rc = ferry_stream_restore_from(it->it, r, ctx)) < 0)
         return rc;
-    for (size_t i = 0; i < count; i++) {
-        ferry_pos p = it->pos[i];
-        rc = read_slot(&sh->L, sh->base.inner, it->buf + i * sh->L.stride, it->it, ctx, "shuffle",
-                       &it->pos[i], true);
-        if (rc > 0)
-            rc = ferry__err(FERRY_ECORRUPT, "the stream gave no sample");
-        if (rc < 0)
-            return ferry__err_prefix(rc, "shuffle: refilling buffered sample %zu of %llu", i,
-                                     (unsigned long long)count);
-        it->pos[i] = p;
-    }
+    if ((rc = refill(&sh->L, sh->base.inner, it->buf, it->pos, count, it->it, ctx, "shuffle")) < 0)
+        return rc;
     it->count = count;
     return 0;
 }
@@ -740,23 +771,6 @@ static int grp_save(void *iter, ferry_state *w)
     return ferry_stream_save_to(it->it, w);
 }
 
-/* Reads the samples of slots [from, to) again, from their pos. */
-static int grp_refill(group_iter *it, int32_t from, int32_t to, ferry_ctx *ctx)
-{
-    const grouper *g = it->g;
-    for (int32_t s = from; s < to; s++) {
-        ferry_pos p = it->pos[s];
-        int rc = read_slot(&g->L, g->base.inner, it->slots + (size_t)s * g->L.stride, it->it, ctx,
-                           "group_batch", &it->pos[s], true);
-        if (rc > 0)
-            rc = ferry__err(FERRY_ECORRUPT, "the stream gave no sample");
-        if (rc < 0)
-            return ferry__err_prefix(rc, "group_batch: refilling buffered sample %d", (int)s);
-        it->pos[s] = p;
-    }
-    return 0;
-}
-
 /* The group of arrival number `serial` among groups[0..n), which are in arrival
  * order; -1 if none. */
 static int32_t find_serial(const group_iter *it, int32_t n, uint64_t serial)
@@ -856,7 +870,8 @@ static int grp_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
     it->emit_break = flags & 2;
     if ((rc = ferry_stream_restore_from(it->it, r, ctx)) < 0)
         return rc;
-    if ((rc = grp_refill(it, 0, used, ctx)) < 0)
+    if ((rc = refill(&g->L, g->base.inner, it->slots, it->pos, (size_t)used, it->it, ctx,
+                     "group_batch")) < 0)
         return rc;
     /* a group's key comes from its samples: a source that changed since the save
      * shows here */

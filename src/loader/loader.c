@@ -81,10 +81,17 @@ typedef struct block {
 typedef struct shard {
     ferry_stream_iter *it;
     bool busy, ended;
-    /* for the loader state: next() calls made by the batches handed out (in
-     * order), and whether one of them ended the shard */
+    /* For the loader state, as the batches handed out (in order) leave the shard:
+     * a resumable stream's position (done_snap; len 0 = none yet), the next()
+     * calls made since it (since the open when none), and whether the shard
+     * ended. Under m. */
+    ferry_state done_snap;
     uint64_t calls_done;
     bool ended_done;
+    /* the worker filling a batch from it (while busy): next() calls since it last
+     * took a snapshot, and that snapshot's size */
+    uint64_t since_snap;
+    size_t snap_len;
 } shard;
 
 struct ferry_batch {
@@ -101,6 +108,8 @@ struct ferry_batch {
     int shard;         /* stream batches: which shard fills it */
     bool shard_ended;  /* set by the worker filling it; applied under m in publish */
     uint64_t calls;    /* stream batches: next() calls made filling it */
+    ferry_state snap;  /* resumable streams: the shard's position after it, if has_snap */
+    bool has_snap;
     /* the first failure, by slot, under l->m */
     uint32_t fail_slot;
     int fail_rc;
@@ -343,6 +352,10 @@ static void destroy(ferry_loader *l)
     ferry__free(l->inline_worker.hint);
     ferry__free(l->workers);
     ferry__ctx_release(&l->inline_worker.ctx);
+    for (uint32_t i = 0; l->bufs && i < l->nbufs; i++)
+        ferry__free(l->bufs[i].snap.buf);
+    for (uint32_t i = 0; l->shards && i < l->nshards; i++)
+        ferry__free(l->shards[i].done_snap.buf);
     ferry__free(l->shards);
     ferry_sampler_free(l->own_sampler);
     pthread_mutex_destroy(&l->m);
@@ -425,7 +438,9 @@ static void close_shards(ferry_loader *l)
 {
     for (uint32_t i = 0; i < l->nshards; i++) {
         ferry_stream_close(l->shards[i].it);
-        l->shards[i] = (shard){0};
+        ferry_state keep = l->shards[i].done_snap; /* its buffer, for the next epoch */
+        keep.len = 0;
+        l->shards[i] = (shard){.done_snap = keep};
     }
     l->live = 0;
 }
@@ -463,7 +478,7 @@ static void wait_workers_idle(ferry_loader *l)
 }
 
 static int replay_shards(ferry_loader *l, uint64_t epoch);
-static void note_done(ferry_loader *l, const ferry_batch *b);
+static void note_done(ferry_loader *l, ferry_batch *b);
 
 static int start_locked(ferry_loader *l, uint64_t epoch, uint64_t first_batch)
 {
@@ -596,6 +611,7 @@ static ferry_batch *schedule(ferry_loader *l)
     b->shard = sh;
     b->shard_ended = false;
     b->calls = 0;
+    b->has_snap = false;
     b->fail_slot = UINT32_MAX;
     b->fail_rc = 0;
     memset((void *)b->state, SLOT_PENDING, size);
@@ -769,6 +785,28 @@ static void account(worker *w, uint64_t dt)
         w->ctx.stage_ns[FERRY_STAGE_READ] + (dt > claimed ? dt - claimed : 0);
 }
 
+/* A resumable stream's shard is saved after the batch that fills it when at most
+ * SNAP_BYTES_PER_CALL bytes of state a next() call have been saved since the
+ * last time (so a large shuffle buffer is not copied for every batch); a resume
+ * reads again the calls made since the last snapshot: at most the last
+ * snapshot's size / SNAP_BYTES_PER_CALL (an eighth of a shuffle buffer's count). */
+#define SNAP_BYTES_PER_CALL 256u
+
+/* By the worker that filled b from sh (sh is busy: no one else touches it). A
+ * snapshot that fails (out of memory) is not taken: the next one covers it. */
+static void take_snapshot(ferry_batch *b, shard *sh)
+{
+    sh->since_snap += b->calls;
+    if (sh->since_snap * SNAP_BYTES_PER_CALL < sh->snap_len)
+        return;
+    b->snap.grow = true;
+    if (ferry__stream_snapshot(sh->it, &b->snap) == 0) {
+        b->has_snap = true;
+        sh->since_snap = 0;
+        sh->snap_len = b->snap.len;
+    }
+}
+
 __attribute__((noinline)) static void work(ferry_loader *l, ferry_batch *b, uint32_t first,
                                            uint32_t count, ferry_ctx *ctx, uint32_t *nfilled,
                                            volatile uint32_t *cur)
@@ -848,6 +886,8 @@ __attribute__((noinline)) static void work(ferry_loader *l, ferry_batch *b, uint
         filled = i + 1;
     }
     *nfilled = filled;
+    if (sh && l->st->resumable && !b->shard_ended)
+        take_snapshot(b, sh);
 }
 
 /* work() under a passive region (src/core/guard.h): a mapped dataset that the
@@ -1380,7 +1420,7 @@ int ferry_loader_free_within(ferry_loader *l, int64_t grace_ms)
          * lost): closing it would call into it under the worker's feet */
         for (uint32_t i = 0; i < l->nshards; i++)
             if (l->shards[i].busy)
-                l->shards[i] = (shard){0};
+                l->shards[i].it = NULL;
     }
     close_shards(l);
     bool last = --l->refs == 0;
@@ -1844,11 +1884,13 @@ int ferry_batch_export_indices(ferry_batch *b, ferry_tensor *out)
  * stream), source u64 (a hash of the schema, and the length of a map-style
  * dataset), batch_size u64, seed u64, drop_last u32, nshards u32, world_size
  * i64, rank i64 (as set: -1 = from the environment), epoch u64, next batch u64,
- * skipped this epoch u64, cursor u32, live u32, then per shard next() calls u64
- * and ended u64, then the CRC-32C of all that (u32). */
+ * skipped this epoch u64, cursor u32, live u32, then per shard: next() calls
+ * since its position u64, ended u64, the position's size u64 (0: none, read from
+ * the shard's start) and the position (ferry_stream_save's bytes); then the
+ * CRC-32C of all that (u32). Version 1 had no position (16 bytes a shard). */
 
 #define STATE_MAGIC "ferry-ls"
-#define STATE_VERSION 1u
+#define STATE_VERSION 2u
 #define STATE_HEAD 96u
 
 static void put32(uint8_t *p, uint32_t v)
@@ -1875,13 +1917,20 @@ static uint64_t get64(const uint8_t *p)
 
 /* Under m: the batches are taken in order; follow the rotation as schedule() and
  * publish() did for them. */
-static void note_done(ferry_loader *l, const ferry_batch *b)
+static void note_done(ferry_loader *l, ferry_batch *b)
 {
     l->done_next = b->number + 1;
     if (b->shard < 0)
         return;
     shard *sh = &l->shards[b->shard];
-    sh->calls_done += b->calls;
+    if (b->has_snap) {
+        ferry_state t = sh->done_snap;
+        sh->done_snap = b->snap;
+        b->snap = t;
+        sh->calls_done = 0;
+    } else {
+        sh->calls_done += b->calls;
+    }
     if (l->done_live)
         l->done_cursor = (l->done_cursor + 1) % l->done_live;
     if (b->shard_ended && !sh->ended_done) {
@@ -1896,10 +1945,29 @@ static void note_done(ferry_loader *l, const ferry_batch *b)
     }
 }
 
-/* Under m, from start_locked with the shards just opened: reads each shard's
- * saved number of next() calls again and drops what they give. A stream has no
- * position to seek to, so this is the resume's cost: every sample the shards
- * gave since the epoch began is read again (on the caller's thread). */
+/* A shard's entry in a state blob of `version`: its calls, ended flag and
+ * position (pos NULL, len 0 when none); returns the entry's size. The blob's
+ * structure was checked by ferry_loader_state_resume. */
+static size_t state_entry(const uint8_t *p, uint32_t version, uint64_t *calls, uint64_t *ended,
+                          const uint8_t **pos, size_t *len)
+{
+    *calls = get64(p);
+    *ended = get64(p + 8);
+    *pos = NULL;
+    *len = 0;
+    if (version < 2)
+        return 16;
+    *len = (size_t)get64(p + 16);
+    *pos = *len ? p + 24 : NULL;
+    return 24 + *len;
+}
+
+/* Under m, from start_locked with the shards just opened: puts each shard where
+ * the state says. A resumable stream restores its saved position (a buffering
+ * decorator reads its samples again from their pos) and reads again the few
+ * next() calls made since that position was taken; any other stream has no
+ * position to seek to, so every sample the shard gave since the epoch began is
+ * read again. Both on the caller's thread: that is a resume's cost. */
 static int replay_shards(ferry_loader *l, uint64_t epoch)
 {
     int rc = 0;
@@ -1916,10 +1984,27 @@ static int replay_shards(ferry_loader *l, uint64_t epoch)
     ferry_sample smp = {l->nfields, data, len, {0}};
     ferry_ctx *ctx = &l->inline_worker.ctx;
     ctx->epoch = epoch;
+    const uint8_t *p = l->resuming + STATE_HEAD;
+    uint32_t version = get32(l->resuming + 8);
     for (uint32_t s = 0; s < l->nshards; s++) {
         shard *sh = &l->shards[s];
-        uint64_t calls = get64(l->resuming + STATE_HEAD + 16 * s);
+        uint64_t calls, ended;
+        const uint8_t *pos;
+        size_t n;
+        p += state_entry(p, version, &calls, &ended, &pos, &n);
+        if (pos) {
+            rc = ferry__stream_resume(sh->it, pos, n, ctx);
+            if (rc < 0)
+                FERRY_FAIL(rc, "loader state: stream shard %u: %s", s, ferry_last_errmsg());
+            sh->done_snap.grow = true;
+            sh->done_snap.len = 0;
+            ferry_state_put(&sh->done_snap, pos, n);
+            if (sh->done_snap.nomem)
+                FERRY_FAIL(FERRY_ENOMEM, "loader: out of memory");
+            sh->snap_len = n;
+        }
         for (uint64_t c = 0; c < calls; c++) {
+            memset(len, 0, sizeof len);
             rc = ferry_stream_next(sh->it, &smp, ctx);
             if (rc == FERRY_END && c + 1 < calls)
                 FERRY_FAIL(FERRY_EINVAL,
@@ -1928,8 +2013,8 @@ static int replay_shards(ferry_loader *l, uint64_t epoch)
                            s, (unsigned long long)(c + 1), (unsigned long long)calls);
         }
         rc = 0;
-        sh->calls_done = calls;
-        sh->ended = sh->ended_done = get64(l->resuming + STATE_HEAD + 16 * s + 8) != 0;
+        sh->calls_done = sh->since_snap = calls;
+        sh->ended = sh->ended_done = ended != 0;
     }
     l->live = l->done_live;
     l->cursor = l->done_cursor;
@@ -1952,26 +2037,43 @@ static uint64_t source_id(const ferry_loader *l)
     return h;
 }
 
+/* Under m. */
+static size_t state_size_locked(const ferry_loader *l)
+{
+    size_t n = STATE_HEAD + 4u;
+    for (uint32_t s = 0; l->st && s < l->nshards; s++)
+        n += 24u + l->shards[s].done_snap.len;
+    return n;
+}
+
 size_t ferry_loader_state_size(const ferry_loader *l)
 {
-    return STATE_HEAD + 16u * (l->st ? l->nshards : 0) + 4u;
+    ferry_loader *m = (ferry_loader *)l; /* the lock only */
+    pthread_mutex_lock(&m->m);
+    size_t n = state_size_locked(l);
+    pthread_mutex_unlock(&m->m);
+    return n;
 }
 
 int ferry_loader_state_save(ferry_loader *l, void *buf, size_t cap, size_t *len)
 {
     ferry__err_clear();
-    size_t need = ferry_loader_state_size(l);
     if (len)
-        *len = need;
+        *len = 0;
     if (l->o.order == FERRY_ORDER_COMPLETION)
         return set_errmsg(l, ferry__err(FERRY_ENOTSUP,
                                         "loader state: batches handed out in completion order "
                                         "have no position to resume from"));
-    if (!buf || cap < need)
-        return set_errmsg(
-            l, ferry__err(FERRY_EOVERFLOW, "loader state: %zu bytes needed, %zu given", need, cap));
     uint8_t *p = buf;
     pthread_mutex_lock(&l->m);
+    size_t need = state_size_locked(l);
+    if (len)
+        *len = need;
+    if (!buf || cap < need) {
+        pthread_mutex_unlock(&l->m);
+        return set_errmsg(
+            l, ferry__err(FERRY_EOVERFLOW, "loader state: %zu bytes needed, %zu given", need, cap));
+    }
     memcpy(p, STATE_MAGIC, 8);
     put32(p + 8, STATE_VERSION);
     put32(p + 12, l->st ? 2 : 1);
@@ -1987,9 +2089,15 @@ int ferry_loader_state_save(ferry_loader *l, void *buf, size_t cap, size_t *len)
     put64(p + 80, l->epoch_skipped);
     put32(p + 88, l->st ? l->done_cursor : 0);
     put32(p + 92, l->st ? l->done_live : 0);
+    uint8_t *q = p + STATE_HEAD;
     for (uint32_t s = 0; l->st && s < l->nshards; s++) {
-        put64(p + STATE_HEAD + 16 * s, l->shards[s].calls_done);
-        put64(p + STATE_HEAD + 16 * s + 8, l->shards[s].ended_done);
+        const shard *sh = &l->shards[s];
+        put64(q, sh->calls_done);
+        put64(q + 8, sh->ended_done);
+        put64(q + 16, sh->done_snap.len);
+        if (sh->done_snap.len)
+            memcpy(q + 24, sh->done_snap.buf, sh->done_snap.len);
+        q += 24 + sh->done_snap.len;
     }
     pthread_mutex_unlock(&l->m);
     put32(p + need - 4, ferry_crc32c(0, p, need - 4));
@@ -2012,13 +2120,27 @@ int ferry_loader_state_resume(ferry_loader *l, const void *buf, size_t n)
     ferry__err_clear();
     if (!buf || n < STATE_HEAD + 4 || memcmp(p, STATE_MAGIC, 8) != 0)
         FERRY_FAIL(FERRY_ECORRUPT, "loader state: %zu bytes that are not a ferry loader state", n);
-    if (get32(p + 8) != STATE_VERSION)
-        FERRY_FAIL(FERRY_ENOTSUP, "loader state: version %u, this library reads version %u",
+    if (get32(p + 8) != STATE_VERSION && get32(p + 8) != 1)
+        FERRY_FAIL(FERRY_ENOTSUP, "loader state: version %u, this library reads versions 1 to %u",
                    get32(p + 8), STATE_VERSION);
-    uint32_t nsh = get32(p + 44);
-    if (nsh > (n - STATE_HEAD - 4) / 16 || n != STATE_HEAD + 16u * nsh + 4u)
-        FERRY_FAIL(FERRY_ECORRUPT, "loader state: %zu bytes, but it names %u stream shards", n,
-                   nsh);
+    uint32_t version = get32(p + 8), nsh = get32(p + 44);
+    size_t at = STATE_HEAD;
+    bool fits = true;
+    for (uint32_t s = 0; s < nsh && fits; s++) {
+        size_t left = n - 4 - at, entry = version < 2 ? 16 : 24;
+        fits = entry <= left;
+        if (fits && version >= 2) {
+            uint64_t pl = get64(p + at + 16);
+            fits = pl <= left - entry;
+            entry += fits ? (size_t)pl : 0;
+        }
+        at += fits ? entry : 0;
+    }
+    if (!fits || at != n - 4)
+        FERRY_FAIL(FERRY_ECORRUPT,
+                   "loader state: %zu bytes, which do not hold the %u stream "
+                   "shards it names",
+                   n, nsh);
     uint32_t crc = ferry_crc32c(0, p, n - 4);
     if (crc != get32(p + n - 4))
         FERRY_FAIL(FERRY_ECORRUPT,
@@ -2042,11 +2164,20 @@ int ferry_loader_state_resume(ferry_loader *l, const void *buf, size_t n)
                    (long long)l->o.world_size);
     STATE_SAME("stream_shards", nsh, l->st ? l->nshards : 0);
     uint32_t cursor = get32(p + 88), live = get32(p + 92), ended = 0;
+    const uint8_t *q = p + STATE_HEAD;
     for (uint32_t s = 0; s < nsh; s++) {
-        uint64_t e = get64(p + STATE_HEAD + 16 * s + 8);
+        uint64_t calls, e;
+        const uint8_t *pos;
+        size_t plen;
+        q += state_entry(q, version, &calls, &e, &pos, &plen);
         if (e > 1)
             FERRY_FAIL(FERRY_ECORRUPT, "loader state: shard %u: ended flag %llu", s,
                        (unsigned long long)e);
+        if (pos && !l->st->resumable)
+            FERRY_FAIL(FERRY_EINVAL,
+                       "loader state: shard %u holds a saved position, but this "
+                       "stream is not resumable: it was saved from another source",
+                       s);
         ended += (uint32_t)e;
     }
     if (l->st && (live != nsh - ended || (live ? cursor >= live : cursor != 0)))

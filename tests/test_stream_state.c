@@ -1,0 +1,358 @@
+/*
+ * Stream positions: ferry_stream_save / ferry_stream_restore / ferry_stream_fetch
+ * over the decorators and the built-in resumable streams. The check everywhere:
+ * stop a shard after k of its events (samples, breaks, errors), for EVERY k,
+ * save, restore into a fresh iterator, and the rest is what an uninterrupted read
+ * gives, event for event and byte for byte.
+ */
+#include "harness.h"
+
+#include <ferry/ferry.h>
+#include <ferry/stream.h>
+
+/* ---- Helpers ---- */
+
+static ferry_dataset *synthetic(uint64_t count, uint64_t var, uint64_t fail_every)
+{
+    ferry_synthetic_opts o = {
+        .count = count, .bytes = 8, .var_max = var, .fail_every = fail_every, .seed = 7};
+    ferry_dataset *ds;
+    CHECK_OK(ferry_dataset_synthetic(&ds, &o));
+    return ds;
+}
+
+static ferry_stream *from(ferry_dataset *ds)
+{
+    ferry_stream *st;
+    CHECK_OK(ferry_stream_from_dataset(&st, ds));
+    return st;
+}
+
+/* One event of a read: what next() returned and, for a sample, a hash of its
+ * bytes (variable fields up to their length) and of its pos. */
+typedef struct event {
+    int rc;
+    uint64_t bytes, pos;
+} event;
+
+typedef struct reader {
+    ferry_stream *st;
+    int nf;
+    void *data[FERRY_MAX_FIELDS];
+    int64_t len[FERRY_MAX_FIELDS];
+    ferry_ctx *ctx;
+} reader;
+
+static void reader_init(reader *r, ferry_stream *st, uint64_t epoch)
+{
+    r->st = st;
+    r->nf = ferry_stream_nfields(st);
+    for (int f = 0; f < r->nf; f++)
+        CHECK(r->data[f] = calloc(1, ferry_field_nbytes(ferry_stream_field(st, f)) + 1));
+    CHECK_OK(ferry_ctx_create(&r->ctx, 11, epoch));
+}
+
+static void reader_free(reader *r)
+{
+    for (int f = 0; f < r->nf; f++)
+        free(r->data[f]);
+    ferry_ctx_free(r->ctx);
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static uint64_t sample_hash(const reader *r)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (int f = 0; f < r->nf; f++) {
+        const ferry_field *fd = ferry_stream_field(r->st, f);
+        size_t n = ferry_field_nbytes(fd);
+        if (fd->variable) {
+            n = (size_t)r->len[f] * ferry_field_row_elems(fd) * ferry_dtype_size(fd->dtype);
+            h = fnv(h, &r->len[f], sizeof r->len[f]);
+        }
+        h = fnv(h, r->data[f], n);
+    }
+    return h;
+}
+
+static uint64_t pos_hash(const ferry_pos *p)
+{
+    return fnv(1469598103934665603ull, p, sizeof *p);
+}
+
+/* The next event, or rc FERRY_END. */
+static event step(reader *r, ferry_stream_iter *it)
+{
+    memset(r->len, 0, sizeof r->len);
+    ferry_sample s = {r->nf, r->data, r->len, {0}};
+    event e = {ferry_stream_next(it, &s, r->ctx), 0, 0};
+    if (e.rc == 0) {
+        e.bytes = sample_hash(r);
+        e.pos = pos_hash(&s.pos);
+        /* and the sample read again from its pos is the same */
+        ferry_pos p = s.pos;
+        memset(r->len, 0, sizeof r->len);
+        for (int f = 0; f < r->nf; f++)
+            memset(r->data[f], 0xa5, ferry_field_nbytes(ferry_stream_field(r->st, f)));
+        ferry_sample again = {r->nf, r->data, r->len, {0}};
+        CHECK_OK(ferry_stream_fetch(it, &p, &again, r->ctx));
+        CHECK_U64(sample_hash(r), e.bytes);
+    }
+    return e;
+}
+
+#define MAX_EVENTS 4000
+
+/* Reads the shard to its end (at most MAX_EVENTS events). */
+static size_t read_all(ferry_stream *st, uint64_t shard, uint64_t nshards, uint64_t epoch,
+                       event *ev)
+{
+    reader r;
+    reader_init(&r, st, epoch);
+    ferry_stream_iter *it;
+    CHECK_OK(ferry_stream_open(st, shard, nshards, epoch, &it));
+    size_t n = 0;
+    for (;;) {
+        CHECK(n < MAX_EVENTS);
+        ev[n] = step(&r, it);
+        if (ev[n].rc == FERRY_END)
+            break;
+        n++;
+    }
+    ferry_stream_close(it);
+    reader_free(&r);
+    return n;
+}
+
+/* For every k: k events, save, a fresh iterator restored, the rest. Returns the
+ * largest state seen. */
+static size_t check_every_stop(ferry_stream *st, uint64_t shard, uint64_t nshards, uint64_t epoch)
+{
+    CHECK(ferry_stream_resumable(st));
+    event *want = calloc(MAX_EVENTS + 1, sizeof *want);
+    CHECK(want);
+    size_t n = read_all(st, shard, nshards, epoch, want), most = 0;
+    CHECK(n > 0);
+    for (size_t k = 0; k <= n; k++) {
+        reader r;
+        reader_init(&r, st, epoch);
+        ferry_stream_iter *a, *b;
+        CHECK_OK(ferry_stream_open(st, shard, nshards, epoch, &a));
+        for (size_t i = 0; i < k; i++) {
+            event e = step(&r, a);
+            CHECK_EQ(e.rc, want[i].rc);
+        }
+        size_t len;
+        CHECK_RC(ferry_stream_save(a, NULL, 0, &len), FERRY_EOVERFLOW);
+        unsigned char *buf = malloc(len);
+        CHECK(buf);
+        size_t len2;
+        CHECK_OK(ferry_stream_save(a, buf, len, &len2));
+        CHECK_EQ(len2, len);
+        most = len > most ? len : most;
+        ferry_stream_close(a);
+        CHECK_OK(ferry_stream_open(st, shard, nshards, epoch, &b));
+        CHECK_OK(ferry_stream_restore(b, buf, len, r.ctx));
+        for (size_t i = k; i <= n; i++) {
+            event e = step(&r, b);
+            if (e.rc != want[i].rc || e.bytes != want[i].bytes || e.pos != want[i].pos)
+                test_fail(__FILE__, __LINE__,
+                          "stopped after %zu of %zu events: event %zu differs (rc %d, want %d)", k,
+                          n, i, e.rc, want[i].rc);
+        }
+        ferry_stream_close(b);
+        free(buf);
+        reader_free(&r);
+    }
+    free(want);
+    return most;
+}
+
+/* ---- Tests ---- */
+
+TEST(dataset_in_order)
+{
+    ferry_dataset *ds = synthetic(50, 6, 0);
+    ferry_stream *st = from(ds);
+    for (uint64_t s = 0; s < 3; s++)
+        check_every_stop(st, s, 3, 0);
+    ferry_stream_free(st);
+    ferry_dataset_free(ds);
+}
+
+TEST(shuffle)
+{
+    ferry_dataset *ds = synthetic(80, 6, 0);
+    ferry_stream *st = from(ds);
+    CHECK_OK(ferry_stream_shuffle(&st, st, 9, 3));
+    size_t most = check_every_stop(st, 1, 2, 4);
+    /* the buffer as positions: 32 bytes a sample, not the samples' bytes */
+    CHECK(most <= 16 + 24 + 44 + 16 + 9 * 32 + 8);
+    ferry_stream_free(st);
+    ferry_dataset_free(ds);
+}
+
+TEST(shuffle_with_errors)
+{
+    /* errors pass through and the decorator goes on: a stop right after one too */
+    ferry_dataset *ds = synthetic(60, 0, 7);
+    ferry_stream *st = from(ds);
+    CHECK_OK(ferry_stream_shuffle(&st, st, 5, 1));
+    check_every_stop(st, 0, 1, 0);
+    ferry_stream_free(st);
+    ferry_dataset_free(ds);
+}
+
+TEST(group_by_length)
+{
+    ferry_dataset *ds = synthetic(120, 9, 0);
+    ferry_stream *st = from(ds);
+    int text = -1;
+    for (int f = 0; f < ferry_stream_nfields(st); f++)
+        if (ferry_stream_field(st, f)->variable)
+            text = f;
+    CHECK(text >= 0);
+    CHECK_OK(ferry_stream_shuffle(&st, st, 6, 2));
+    /* max_buffered small enough that partial groups are pushed out early too */
+    CHECK_OK(ferry_stream_group_by_length(&st, st, text, 2, 4, 7));
+    check_every_stop(st, 0, 2, 1);
+    check_every_stop(st, 1, 2, 1);
+    ferry_stream_free(st);
+    ferry_dataset_free(ds);
+}
+
+static int64_t mod_key(const ferry_sample *s, const ferry_field *fields, void *arg)
+{
+    (void)fields;
+    uint64_t v;
+    memcpy(&v, s->data[0], 8);
+    return (int64_t)(v % *(uint64_t *)arg);
+}
+
+TEST(group_many_keys)
+{
+    ferry_dataset *ds = synthetic(200, 0, 0);
+    ferry_stream *st = from(ds);
+    uint64_t groups = 13;
+    CHECK_OK(ferry_stream_group_batch(&st, st, mod_key, &groups, 5, 20));
+    check_every_stop(st, 0, 1, 0);
+    ferry_stream_free(st);
+    ferry_dataset_free(ds);
+}
+
+TEST(repeat_take_skip_shard)
+{
+    ferry_dataset *ds = synthetic(40, 3, 0);
+    ferry_stream *st = from(ds);
+    CHECK_OK(ferry_stream_shard(&st, st, 1, 2));
+    CHECK_OK(ferry_stream_shuffle(&st, st, 4, 5));
+    CHECK_OK(ferry_stream_repeat(&st, st, 3));
+    CHECK_OK(ferry_stream_skip(&st, st, 4));
+    CHECK_OK(ferry_stream_take(&st, st, 25));
+    check_every_stop(st, 0, 2, 3);
+    ferry_stream_free(st);
+    ferry_dataset_free(ds);
+}
+
+TEST(shuffle_over_repeat_over_shuffle)
+{
+    /* the outer buffer holds samples of several passes: each is read again under
+     * its own pass's epoch */
+    ferry_dataset *ds = synthetic(30, 5, 0);
+    ferry_stream *st = from(ds);
+    CHECK_OK(ferry_stream_shuffle(&st, st, 4, 2));
+    CHECK_OK(ferry_stream_repeat(&st, st, 3));
+    CHECK_OK(ferry_stream_shuffle(&st, st, 11, 5));
+    check_every_stop(st, 0, 1, 6);
+    ferry_stream_free(st);
+    ferry_dataset_free(ds);
+}
+
+TEST(bad_states)
+{
+    ferry_dataset *ds = synthetic(50, 0, 0);
+    ferry_stream *st = from(ds), *other = from(ds);
+    CHECK_OK(ferry_stream_shuffle(&st, st, 8, 1));
+    CHECK_OK(ferry_stream_shuffle(&other, other, 9, 1));
+    reader r;
+    reader_init(&r, st, 0);
+    ferry_stream_iter *a, *b;
+    CHECK_OK(ferry_stream_open(st, 0, 1, 0, &a));
+    for (int i = 0; i < 5; i++)
+        CHECK_OK(step(&r, a).rc);
+    unsigned char buf[4096], bad[4096];
+    size_t len;
+    CHECK_OK(ferry_stream_save(a, buf, sizeof buf, &len));
+    /* every single-byte change and every cut is refused: never a wrong resume */
+    for (size_t i = 0; i < len; i++) {
+        memcpy(bad, buf, len);
+        bad[i] ^= 0x10;
+        CHECK_OK(ferry_stream_open(st, 0, 1, 0, &b));
+        int rc = ferry_stream_restore(b, bad, len, r.ctx);
+        CHECK(rc == FERRY_ECORRUPT || rc == FERRY_ENOTSUP);
+        ferry_stream_close(b);
+    }
+    for (size_t n = 0; n < len; n++) {
+        CHECK_OK(ferry_stream_open(st, 0, 1, 0, &b));
+        CHECK_RC(ferry_stream_restore(b, buf, n, r.ctx), FERRY_ECORRUPT);
+        ferry_stream_close(b);
+    }
+    /* another chain's settings: named */
+    CHECK_OK(ferry_stream_open(other, 0, 1, 0, &b));
+    CHECK_RC(ferry_stream_restore(b, buf, len, r.ctx), FERRY_EINVAL);
+    CHECK_CONTAINS(ferry_last_errmsg(), "buffer_size 8, this one has 9");
+    ferry_stream_close(b);
+    /* an iterator already read from */
+    CHECK_OK(ferry_stream_open(st, 0, 1, 0, &b));
+    CHECK_OK(step(&r, b).rc);
+    CHECK_RC(ferry_stream_restore(b, buf, len, r.ctx), FERRY_ESTATE);
+    ferry_stream_close(b);
+    ferry_stream_close(a);
+    reader_free(&r);
+    ferry_stream_free(st);
+    ferry_stream_free(other);
+    ferry_dataset_free(ds);
+}
+
+static int plain_open(void *self, uint64_t shard, uint64_t nshards, uint64_t epoch, void **iter)
+{
+    (void)shard, (void)nshards, (void)epoch;
+    *iter = self;
+    return 0;
+}
+
+static int plain_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
+{
+    (void)iter, (void)out, (void)ctx;
+    return FERRY_END;
+}
+
+static void plain_close(void *iter)
+{
+    (void)iter;
+}
+
+TEST(not_resumable)
+{
+    static const ferry_stream_vtable vt = {plain_open, plain_next, plain_close, NULL,
+                                           NULL,       NULL,       NULL};
+    ferry_field f = {.name = "x", .dtype = FERRY_U8, .ndim = 0};
+    ferry_stream *st;
+    CHECK_OK(ferry_stream_create(&st, &vt, NULL, &f, 1));
+    CHECK_OK(ferry_stream_shuffle(&st, st, 4, 0));
+    CHECK(!ferry_stream_resumable(st));
+    ferry_stream_iter *it;
+    CHECK_OK(ferry_stream_open(st, 0, 1, 0, &it));
+    size_t len;
+    CHECK_RC(ferry_stream_save(it, NULL, 0, &len), FERRY_ENOTSUP);
+    CHECK_CONTAINS(ferry_last_errmsg(), "not resumable");
+    ferry_stream_close(it);
+    ferry_stream_free(st);
+}

@@ -340,6 +340,8 @@ static void destroy(ferry_loader *l)
         block_free(k);
     }
     ferry_device_free(l->dev);
+    for (uint32_t i = 0; l->bufs && i < l->nbufs; i++)
+        ferry__free(l->bufs[i].snap.buf);
     ferry__free(l->bufs);
     ferry__free(l->by_number);
     ferry__free(l->open);
@@ -352,8 +354,6 @@ static void destroy(ferry_loader *l)
     ferry__free(l->inline_worker.hint);
     ferry__free(l->workers);
     ferry__ctx_release(&l->inline_worker.ctx);
-    for (uint32_t i = 0; l->bufs && i < l->nbufs; i++)
-        ferry__free(l->bufs[i].snap.buf);
     for (uint32_t i = 0; l->shards && i < l->nshards; i++)
         ferry__free(l->shards[i].done_snap.buf);
     ferry__free(l->shards);

@@ -170,31 +170,33 @@ FERRY_API int ferry_loader_start(ferry_loader *l, uint64_t epoch, uint64_t first
  * the first would have handed out next. The state is checksummed and versioned.
  *
  * Resuming a map-style loader is ferry_loader_start(epoch, next batch): no
- * reading. A stream loader: each shard of a resumable stream
- * (ferry_stream_resumable: record shards, uncompressed TFRecord, WebDataset and
- * CSV files, map-style datasets read in order, and the decorators over them) is
- * saved as its position (ferry_stream_save), not as its samples: the cursor of
- * each file, the decorators' counters, and a shuffle or group-batch buffer as
- * the places of the samples it holds. A resume restores that position and reads
- * the buffered samples again from their places, and then the few samples read
- * since the position was taken: the loader saves a shard's position after a batch
- * only once about 256 bytes of state per sample read have been earned, so a
- * shuffle buffer of N samples is copied at most every N/8 samples, and a resume
- * reads at most N/8 samples besides the N it refills. A compressed file cannot
- * seek: its position is reached by decoding it from its start (the cost is stated
- * with each source). A stream that is not resumable (one of its streams lacks
- * save/restore/fetch) is resumed by reading again, on the caller's thread, every
- * sample its shards gave since the epoch began.
+ * reading. A stream loader whose stream is resumable (ferry_stream_resumable:
+ * record shards, TFRecord, WebDataset and CSV files, map-style datasets read in
+ * order, and the decorators over them): saving waits for the batches being read
+ * (holding off new ones meanwhile, so a save costs at most one batch's reading)
+ * and takes each shard's position (ferry_stream_save: each file's cursor, the
+ * decorators' counters, a shuffle or group-batch buffer as the places of the
+ * samples it holds, not their bytes), and the batches read ahead but not handed
+ * out as their samples' places too. Reading costs nothing for this. A resume
+ * restores each shard's position and makes those batches again by reading their
+ * samples from their places; a shuffle buffer over a source that reads any place
+ * at once (record shards, a map-style dataset) reads each buffered sample again
+ * only when it hands it out, others read their buffers again at the resume (in
+ * the order of their places, so a compressed file is decoded once, from its
+ * start up to the last of them). A stream that is not resumable (one of its
+ * streams lacks save/restore/fetch) is resumed by reading again, on the caller's
+ * thread, every sample its shards gave since the epoch began.
  *
- * Size: ferry_loader_state_size(l) bytes, which change as batches are handed out:
- * 100, plus per stream shard 24 and its position (16 bytes, plus each stream's
- * own: 8 to 32 for a file cursor, 24 per decorator plus 32 per buffered sample
- * for a shuffle buffer and a group-batch; see ferry/stream.h). A shuffle buffer of
+ * Size: ferry_loader_state_size(l) bytes: 100 for a map-style loader; for a
+ * stream loader, which changes as batches are read, 112, plus per stream shard 32 and its position (16 bytes, plus each stream's own: 8
+ * to 32 for a file cursor, 24 per decorator plus 32 per buffered sample for a
+ * shuffle buffer or a group-batch; see ferry/stream.h), plus per batch read ahead
+ * 36 bytes and 32 per sample (at most prefetch batches). A shuffle buffer of
  * 10,000 samples is about 320 KB per shard.
  *
  * Errors: FERRY_EOVERFLOW when cap is too small (*len then says how much is
- * needed; it can grow by the time of the next call); FERRY_ENOTSUP for a loader in
- * completion order (no position). Resume: FERRY_ECORRUPT for a damaged or
+ * needed; it can change by the next call, as workers read ahead); FERRY_ENOTSUP
+ * for a loader in completion order (no position). Resume: FERRY_ECORRUPT for a damaged or
  * truncated blob; FERRY_EINVAL naming the setting for a state saved with another
  * batch_size, seed, drop_last, rank, world_size or stream_shards, or from another
  * source (told apart by the schema and, map-style, the length, and for a stream by

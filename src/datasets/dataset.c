@@ -342,6 +342,7 @@ int ferry__stream_resume(ferry_stream_iter *it, const uint8_t *buf, size_t n, fe
                           "stream state: %zu bytes left over (saved by another "
                           "stream?)",
                           r.n - r.off);
+    it->used = true; /* it is somewhere now: no second restore */
     return 0;
 }
 
@@ -427,5 +428,8 @@ static const ferry_stream_vtable seq_vtable = {seq_open, seq_next,    seq_close,
 
 int ferry_stream_from_dataset(ferry_stream **out, ferry_dataset *ds)
 {
-    return ferry_stream_create(out, &seq_vtable, ds, ds->fields, ds->nfields);
+    int rc = ferry_stream_create(out, &seq_vtable, ds, ds->fields, ds->nfields);
+    if (rc == 0)
+        (*out)->fetch_anywhere = true;
+    return rc;
 }

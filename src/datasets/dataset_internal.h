@@ -29,6 +29,11 @@ struct ferry_stream {
      * slots), summed down the chain: for a loader's memory budget */
     uint64_t iter_bytes;
     bool resumable; /* save, restore and fetch down the whole chain */
+    /* fetch reads any place about as fast as next() reads the next one (memory,
+     * a mapped file): a restored shuffle buffer then reads its samples again
+     * only as it hands them out. Otherwise (a file read in order, a compressed
+     * one) a restore reads them all at once, in the order of their places. */
+    bool fetch_anywhere;
 };
 
 struct ferry_stream_iter {

@@ -64,6 +64,7 @@ static int wrap(ferry_stream **out, const ferry_stream_vtable *vt, void *self, f
     if (rc == 0) {
         (*out)->iter_bytes = below + bytes < below ? UINT64_MAX : below + bytes;
         (*out)->resumable = (*out)->resumable && inner->resumable;
+        (*out)->fetch_anywhere = inner->fetch_anywhere;
     }
     return rc;
 }
@@ -114,20 +115,59 @@ static int get_kind(ferry_state *r, int kind, uint64_t a, uint64_t b, const char
     return 0;
 }
 
+/* A ferry_pos is four little-endian u64: on a little-endian machine its bytes. */
+#define POS_LE (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ && sizeof(ferry_pos) == 32)
+
 static void put_pos(ferry_state *w, const ferry_pos *p)
 {
+    if (POS_LE) {
+        ferry_state_put(w, p, sizeof *p);
+        return;
+    }
     ferry_state_put_u64(w, p->epoch);
     ferry_state_put_u64(w, p->a);
     ferry_state_put_u64(w, p->b);
     ferry_state_put_u64(w, p->c);
 }
 
+/* pos[idx[0]], pos[idx[1]], ... pos[idx[n-1]], in chunks (a shuffle buffer of
+ * many samples is saved often). */
+static void put_pos_gather(ferry_state *w, const ferry_pos *pos, const uint32_t *idx, size_t n)
+{
+    ferry_pos chunk[64];
+    for (size_t i = 0; i < n;) {
+        size_t k = 0;
+        for (; k < 64 && i < n; k++, i++)
+            chunk[k] = pos[idx[i]];
+        if (POS_LE)
+            ferry_state_put(w, chunk, k * sizeof *chunk);
+        else
+            for (size_t j = 0; j < k; j++)
+                put_pos(w, &chunk[j]);
+    }
+}
+
 static int get_pos(ferry_state *r, ferry_pos *p)
 {
     int rc;
+    if (POS_LE)
+        return ferry_state_get(r, p, sizeof *p);
     if ((rc = ferry_state_get_u64(r, &p->epoch)) < 0 || (rc = ferry_state_get_u64(r, &p->a)) < 0 ||
         (rc = ferry_state_get_u64(r, &p->b)) < 0 || (rc = ferry_state_get_u64(r, &p->c)) < 0)
         return rc;
+    return 0;
+}
+
+/* n positions into p[0..n). */
+static int get_pos_array(ferry_state *r, ferry_pos *p, size_t n)
+{
+    if (POS_LE)
+        return ferry_state_get(r, p, n * sizeof *p);
+    for (size_t i = 0; i < n; i++) {
+        int rc = get_pos(r, &p[i]);
+        if (rc < 0)
+            return rc;
+    }
     return 0;
 }
 
@@ -308,6 +348,8 @@ typedef struct shuffle_iter {
     ferry_stream_iter *it;
     uint8_t *buf;
     ferry_pos *pos; /* [cap]: where the sample in each slot came from */
+    uint8_t *lazy;  /* [cap]: restored, not read yet: read from pos when drawn */
+    size_t nlazy;
     uint32_t *perm; /* perm[0..count) are the slots holding samples, the rest free */
     size_t count;
     bool ended;
@@ -323,6 +365,7 @@ static void shuf_close(void *iter)
     ferry__aligned_free(it->buf);
     ferry__free(it->perm);
     ferry__free(it->pos);
+    ferry__free(it->lazy);
     ferry__free(it);
 }
 
@@ -337,7 +380,8 @@ static int shuf_open(void *self, uint64_t shard, uint64_t nshards, uint64_t epoc
     it->buf = ferry__aligned_alloc(sh->bytes);
     it->perm = ferry__malloc(sh->cap * sizeof *it->perm);
     it->pos = ferry__malloc(sh->cap * sizeof *it->pos);
-    if (!it->buf || !it->perm || !it->pos)
+    it->lazy = ferry__calloc(sh->cap, 1);
+    if (!it->buf || !it->perm || !it->pos || !it->lazy)
         FERRY_FAIL(FERRY_ENOMEM, "shuffle: cannot allocate a buffer of %zu samples (%zu bytes)",
                    sh->cap, sh->bytes);
     for (size_t i = 0; i < sh->cap; i++)
@@ -378,11 +422,29 @@ static int shuf_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
         return FERRY_END;
     size_t p = (size_t)ferry_rng_below(&it->rng, it->count);
     uint32_t s = it->perm[p];
-    copy_slot(&sh->L, it->buf + (size_t)s * sh->L.stride, &it->pos[s], out);
+    rc = 0;
+    if (it->nlazy && it->lazy[s]) {
+        /* restored from a saved position and not read yet: read it from its place
+         * now, straight into out (a failure is this sample's, as a read's) */
+        it->lazy[s] = 0;
+        it->nlazy--;
+        rc = ferry_stream_fetch(it->it, &it->pos[s], out, ctx);
+        if (rc > 0)
+            rc = ferry__err(FERRY_ECORRUPT, "shuffle: the stream gave no sample at a saved place");
+        for (int f = 0; rc == 0 && f < sh->L.nfields; f++)
+            if (sh->L.row_bytes[f] && (out->length[f] < 0 || out->length[f] > sh->L.bound[f]))
+                rc = ferry__err(FERRY_EOVERFLOW,
+                                "shuffle: field \"%s\": length %lld is outside "
+                                "[0, %lld]",
+                                sh->base.inner->fields[f].name, (long long)out->length[f],
+                                (long long)sh->L.bound[f]);
+    } else {
+        copy_slot(&sh->L, it->buf + (size_t)s * sh->L.stride, &it->pos[s], out);
+    }
     it->perm[p] = it->perm[it->count - 1];
     it->perm[it->count - 1] = s;
     it->count--;
-    return 0;
+    return rc;
 }
 
 /* The state: 24 bytes of kind and settings, the generator (44), whether the
@@ -402,8 +464,7 @@ static int shuf_save(void *iter, ferry_state *w)
     }
     ferry_state_put_u64(w, it->ended);
     ferry_state_put_u64(w, it->count);
-    for (size_t i = 0; i < it->count; i++)
-        put_pos(w, &it->pos[it->perm[i]]);
+    put_pos_gather(w, it->pos, it->perm, it->count);
     return ferry_stream_save_to(it->it, w);
 }
 
@@ -435,13 +496,18 @@ static int shuf_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
     g->used = words[10];
     it->ended = ended;
     /* slot i holds the i-th buffered sample */
-    for (size_t i = 0; i < count; i++)
-        if ((rc = get_pos(r, &it->pos[i])) < 0)
-            return rc;
+    if ((rc = get_pos_array(r, it->pos, count)) < 0)
+        return rc;
     if ((rc = ferry_stream_restore_from(it->it, r, ctx)) < 0)
         return rc;
-    if ((rc = refill(&sh->L, sh->base.inner, it->buf, it->pos, count, it->it, ctx, "shuffle")) < 0)
+    if (sh->base.inner->fetch_anywhere) {
+        /* each is read from its place when drawn: a resume reads nothing now */
+        memset(it->lazy, 1, count);
+        it->nlazy = count;
+    } else if ((rc = refill(&sh->L, sh->base.inner, it->buf, it->pos, count, it->it, ctx,
+                            "shuffle")) < 0) {
         return rc;
+    }
     it->count = count;
     return 0;
 }
@@ -476,7 +542,7 @@ int ferry_stream_shuffle(ferry_stream **out, ferry_stream *inner, size_t buffer_
     sh->L = L;
     sh->bytes = bytes;
     return wrap(out, &shuffle_vtable, sh, inner,
-                bytes + buffer_size * (sizeof(uint32_t) + sizeof(ferry_pos)));
+                bytes + buffer_size * (sizeof(uint32_t) + sizeof(ferry_pos) + 1));
 }
 
 /* ---- Group-batch ---- */

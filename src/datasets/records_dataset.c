@@ -609,7 +609,10 @@ int ferry_stream_records(ferry_stream **out, const char *dir, uint64_t seed)
         ferry__free(st);
         return rc;
     }
-    return ferry_stream_create(out, &stream_vtable, st, st->set->fields, st->set->nfields);
+    rc = ferry_stream_create(out, &stream_vtable, st, st->set->fields, st->set->nfields);
+    if (rc == 0)
+        (*out)->fetch_anywhere = true; /* mapped shards */
+    return rc;
 }
 
 int ferry__records_open_spec(ferry_dataset **ds, ferry_stream **st, ferry__spec *s)

@@ -183,11 +183,13 @@ int ferry_stream_images(ferry_stream **out, ferry_stream *inner, const char *fie
     img->variable = 0;
     memcpy(img->shape, shape, sizeof shape);
     int nf = inner->nfields;
-    bool resumable = inner->resumable;
+    bool resumable = inner->resumable, anywhere = inner->fetch_anywhere;
     inner = NULL; /* s owns it now */
     rc = ferry_stream_create(out, &si_vtable, s, fields, nf);
-    if (rc == 0)
+    if (rc == 0) {
         (*out)->resumable = resumable;
+        (*out)->fetch_anywhere = anywhere;
+    }
     return rc;
 cleanup:
     if (s)

@@ -81,18 +81,24 @@ typedef struct block {
 typedef struct shard {
     ferry_stream_iter *it;
     bool busy, ended;
-    /* For the loader state, as the batches handed out (in order) leave the shard:
-     * a resumable stream's position (done_snap; len 0 = none yet), the next()
-     * calls made since it (since the open when none), and whether the shard
-     * ended. Under m. */
-    ferry_state done_snap;
+    /* for the loader state: next() calls made by the batches handed out (in
+     * order), and whether one of them ended the shard */
     uint64_t calls_done;
     bool ended_done;
-    /* the worker filling a batch from it (while busy): next() calls since it last
-     * took a snapshot, and that snapshot's size */
-    uint64_t since_snap;
-    size_t snap_len;
 } shard;
+
+/* A stream batch that a saved state holds as its samples' places (it was read,
+ * but not handed out, when the state was saved): a resume makes it again by
+ * fetching them, before the shards go on. */
+typedef struct pending {
+    uint32_t shard, n, skipped;
+    bool shard_ended, last_failed; /* last_failed: slot n-1 failed (fail policy) */
+    uint64_t calls;
+    int fail_rc;
+    uint32_t fail_slot;
+    char fail_msg[FERRY_ERRMSG_MAX];
+    ferry_pos *pos; /* [n] */
+} pending;
 
 struct ferry_batch {
     ferry_loader *l;
@@ -104,12 +110,12 @@ struct ferry_batch {
     uint32_t out_size; /* samples delivered, after skips are compacted away */
     uint32_t skipped;
     bool ready, held;
-    atomic_uint users; /* while held: the caller's references */
-    int shard;         /* stream batches: which shard fills it */
-    bool shard_ended;  /* set by the worker filling it; applied under m in publish */
-    uint64_t calls;    /* stream batches: next() calls made filling it */
-    ferry_state snap;  /* resumable streams: the shard's position after it, if has_snap */
-    bool has_snap;
+    atomic_uint users;     /* while held: the caller's references */
+    int shard;             /* stream batches: which shard fills it */
+    bool shard_ended;      /* set by the worker filling it; applied under m in publish */
+    uint64_t calls;        /* stream batches: next() calls made filling it */
+    ferry_pos *pos;        /* resumable streams: [batch_size], where each sample came from */
+    const pending *replay; /* a batch a resume makes again from a state, or NULL */
     /* the first failure, by slot, under l->m */
     uint32_t fail_slot;
     int fail_rc;
@@ -188,6 +194,11 @@ struct ferry_loader {
     uint32_t done_cursor, done_live;
     uint64_t done_next;
     const uint8_t *resuming; /* the state blob, while resuming from it */
+    size_t resuming_len;
+    /* a resumed stream's batches to make again first, from a saved state */
+    pending *replay;
+    uint32_t nreplay, replay_head;
+    uint32_t pausing; /* ferry_loader_state_save waits for the shards: no new batches */
     ferry_worker_init_fn init_fn;
 
     /* stats, under m */
@@ -312,6 +323,8 @@ static int alloc_buffers(ferry_loader *l, uint32_t nbufs)
         ferry_batch *b = &l->bufs[i];
         b->l = l;
         b->id = i;
+        if (l->st && l->st->resumable && !(b->pos = ferry__malloc((size_t)B * sizeof *b->pos)))
+            return ferry__err(FERRY_ENOMEM, "loader: out of memory");
         block *k = block_new(l);
         if (!k && l->pin_rc)
             return ferry__err(l->pin_rc, "pin_memory: batch buffer %u: %s", i, l->pin_msg);
@@ -328,6 +341,15 @@ static int alloc_buffers(ferry_loader *l, uint32_t nbufs)
     return 0;
 }
 
+static void free_replay(ferry_loader *l)
+{
+    for (uint32_t i = 0; i < l->nreplay; i++)
+        ferry__free(l->replay[i].pos);
+    ferry__free(l->replay);
+    l->replay = NULL;
+    l->nreplay = l->replay_head = 0;
+}
+
 /* Frees everything; called when the last reference goes. */
 static void destroy(ferry_loader *l)
 {
@@ -341,7 +363,8 @@ static void destroy(ferry_loader *l)
     }
     ferry_device_free(l->dev);
     for (uint32_t i = 0; l->bufs && i < l->nbufs; i++)
-        ferry__free(l->bufs[i].snap.buf);
+        ferry__free(l->bufs[i].pos);
+    free_replay(l);
     ferry__free(l->bufs);
     ferry__free(l->by_number);
     ferry__free(l->open);
@@ -354,8 +377,6 @@ static void destroy(ferry_loader *l)
     ferry__free(l->inline_worker.hint);
     ferry__free(l->workers);
     ferry__ctx_release(&l->inline_worker.ctx);
-    for (uint32_t i = 0; l->shards && i < l->nshards; i++)
-        ferry__free(l->shards[i].done_snap.buf);
     ferry__free(l->shards);
     ferry_sampler_free(l->own_sampler);
     pthread_mutex_destroy(&l->m);
@@ -438,9 +459,7 @@ static void close_shards(ferry_loader *l)
 {
     for (uint32_t i = 0; i < l->nshards; i++) {
         ferry_stream_close(l->shards[i].it);
-        ferry_state keep = l->shards[i].done_snap; /* its buffer, for the next epoch */
-        keep.len = 0;
-        l->shards[i] = (shard){.done_snap = keep};
+        l->shards[i] = (shard){0};
     }
     l->live = 0;
 }
@@ -477,7 +496,7 @@ static void wait_workers_idle(ferry_loader *l)
         pthread_cond_wait(&l->ready_cv, &l->m);
 }
 
-static int replay_shards(ferry_loader *l, uint64_t epoch);
+static int restore_shards(ferry_loader *l, uint64_t epoch);
 static void note_done(ferry_loader *l, ferry_batch *b);
 
 static int start_locked(ferry_loader *l, uint64_t epoch, uint64_t first_batch)
@@ -486,6 +505,7 @@ static int start_locked(ferry_loader *l, uint64_t epoch, uint64_t first_batch)
     stop_epoch(l);
     wait_workers_idle(l);
     close_shards(l);
+    free_replay(l);
     atomic_store(&l->cancelled, false);
     l->epoch = epoch;
     l->epoch_skipped = 0;
@@ -520,7 +540,7 @@ static int start_locked(ferry_loader *l, uint64_t epoch, uint64_t first_batch)
         l->cursor = 0;
         l->nbatches = UINT64_MAX;
         if (l->resuming) {
-            FERRY_TRY(replay_shards(l, epoch));
+            FERRY_TRY(restore_shards(l, epoch));
         } else {
             for (uint32_t s = 0; s < l->nshards; s++) {
                 l->shards[s].calls_done = 0;
@@ -548,7 +568,7 @@ cleanup:
 /* True when nothing more will be scheduled this epoch. Under m. */
 static bool sched_done(const ferry_loader *l)
 {
-    return l->ds ? l->next_sched >= l->nbatches : l->live == 0;
+    return l->ds ? l->next_sched >= l->nbatches : l->live == 0 && l->replay_head >= l->nreplay;
 }
 
 /* ---- Scheduling ---- */
@@ -562,11 +582,25 @@ static ferry_batch *schedule(ferry_loader *l)
     int sh = -1;
     uint32_t size;
     uint64_t first = 0;
+    const pending *replay = NULL;
     if (l->ds) {
         uint64_t count;
         ferry_batch_positions(ferry_sampler_len(l->sampler), l->o.batch_size, l->o.drop_last,
                               l->next_sched, &first, &count);
         size = (uint32_t)count;
+    } else if (l->pausing) {
+        return NULL; /* a state is being saved: the shards stay where they are */
+    } else if (l->replay_head < l->nreplay) {
+        /* a resumed state's batches first, each from its shard; the rotation was
+         * saved as it stood after them */
+        const pending *e = &l->replay[l->replay_head];
+        if (l->shards[e->shard].busy)
+            return NULL;
+        sh = (int)e->shard;
+        l->shards[sh].busy = true;
+        l->replay_head++;
+        replay = e;
+        size = l->o.batch_size;
     } else {
         /* the live shards in rotation order: find the cursor-th live one */
         uint32_t k = 0;
@@ -611,7 +645,7 @@ static ferry_batch *schedule(ferry_loader *l)
     b->shard = sh;
     b->shard_ended = false;
     b->calls = 0;
-    b->has_snap = false;
+    b->replay = replay;
     b->fail_slot = UINT32_MAX;
     b->fail_rc = 0;
     memset((void *)b->state, SLOT_PENDING, size);
@@ -683,7 +717,7 @@ static void record_failure(ferry_loader *l, ferry_batch *b, uint32_t slot, uint6
 
 /* Writes one sample into slot i. Returns 0 or the dataset's error. */
 static int fill_slot(ferry_loader *l, ferry_batch *b, uint32_t i, uint64_t index, ferry_ctx *ctx,
-                     bool stream_next, shard *sh)
+                     bool stream_next, shard *sh, const ferry_pos *at)
 {
     void *data[FERRY_MAX_FIELDS];
     int64_t len[FERRY_MAX_FIELDS];
@@ -693,7 +727,9 @@ static int fill_slot(ferry_loader *l, ferry_batch *b, uint32_t i, uint64_t index
     }
     ferry_sample s = {l->nfields, data, len, {0}};
     int rc;
-    if (stream_next)
+    if (at)
+        rc = ferry_stream_fetch(sh->it, at, &s, ctx);
+    else if (stream_next)
         rc = ferry_stream_next(sh->it, &s, ctx);
     else if (index >= l->ds->len)
         rc = ferry__err(FERRY_ERANGE, "the sampler gave index %llu, past the dataset's %llu",
@@ -706,6 +742,8 @@ static int fill_slot(ferry_loader *l, ferry_batch *b, uint32_t i, uint64_t index
                         "the dataset's %s returned %d, which is not a status it "
                         "may return",
                         stream_next ? "next" : "get", rc);
+    if (rc == 0 && b->pos)
+        b->pos[i] = s.pos;
     if (!l->any_variable)
         return rc;
     size_t B = l->o.batch_size;
@@ -785,26 +823,45 @@ static void account(worker *w, uint64_t dt)
         w->ctx.stage_ns[FERRY_STAGE_READ] + (dt > claimed ? dt - claimed : 0);
 }
 
-/* A resumable stream's shard is saved after the batch that fills it when at most
- * SNAP_BYTES_PER_CALL bytes of state a next() call have been saved since the
- * last time (so a large shuffle buffer is not copied for every batch); a resume
- * reads again the calls made since the last snapshot: at most the last
- * snapshot's size / SNAP_BYTES_PER_CALL (an eighth of a shuffle buffer's count). */
-#define SNAP_BYTES_PER_CALL 256u
-
-/* By the worker that filled b from sh (sh is busy: no one else touches it). A
- * snapshot that fails (out of memory) is not taken: the next one covers it. */
-static void take_snapshot(ferry_batch *b, shard *sh)
+/* A batch a saved state holds as its samples' places: fetched again from its
+ * shard, with what the first run met (the shard's end, failures) as it was. */
+static void replay_batch(ferry_loader *l, ferry_batch *b, ferry_ctx *ctx, uint32_t *nfilled)
 {
-    sh->since_snap += b->calls;
-    if (sh->since_snap * SNAP_BYTES_PER_CALL < sh->snap_len)
-        return;
-    b->snap.grow = true;
-    if (ferry__stream_snapshot(sh->it, &b->snap) == 0) {
-        b->has_snap = true;
-        sh->since_snap = 0;
-        sh->snap_len = b->snap.len;
+    const pending *e = b->replay;
+    shard *sh = &l->shards[b->shard];
+    uint32_t n = e->n - e->last_failed, i = 0;
+    for (; i < n; i++) {
+        b->indices[i] = UINT64_MAX;
+        if (atomic_load_explicit(&l->gen, memory_order_relaxed) != b->gen)
+            break;
+        int rc = fill_slot(l, b, i, UINT64_MAX, ctx, true, sh, &e->pos[i]);
+        if (rc < 0) {
+            rc = ferry__err_prefix(rc, "reading again a sample of a saved state");
+            pthread_mutex_lock(&l->m);
+            record_failure(l, b, i, UINT64_MAX, rc);
+            pthread_mutex_unlock(&l->m);
+            atomic_store_explicit(&b->state[i], SLOT_FAILED, memory_order_relaxed);
+            i++;
+            break;
+        }
+        atomic_store_explicit(&b->state[i], SLOT_OK, memory_order_relaxed);
     }
+    if (i == n && e->last_failed) {
+        b->indices[i] = UINT64_MAX;
+        atomic_store_explicit(&b->state[i], SLOT_FAILED, memory_order_relaxed);
+        i++;
+    }
+    pthread_mutex_lock(&l->m);
+    b->skipped += e->skipped;
+    if (e->skipped && e->fail_slot < b->fail_slot) {
+        b->fail_slot = e->fail_slot;
+        b->fail_rc = e->fail_rc;
+        snprintf(b->fail_msg, sizeof b->fail_msg, "%s", e->fail_msg);
+    }
+    pthread_mutex_unlock(&l->m);
+    b->shard_ended = e->shard_ended;
+    b->calls = e->calls;
+    *nfilled = i;
 }
 
 __attribute__((noinline)) static void work(ferry_loader *l, ferry_batch *b, uint32_t first,
@@ -812,6 +869,10 @@ __attribute__((noinline)) static void work(ferry_loader *l, ferry_batch *b, uint
                                            volatile uint32_t *cur)
 {
     ctx->epoch = b->epoch;
+    if (b->replay) {
+        replay_batch(l, b, ctx, nfilled);
+        return;
+    }
     shard *sh = b->shard >= 0 ? &l->shards[b->shard] : NULL;
     uint32_t filled = first;
     if (!sh) {
@@ -835,7 +896,7 @@ __attribute__((noinline)) static void work(ferry_loader *l, ferry_batch *b, uint
                     rc = FERRY_ECANCELED; /* stale: the epoch was stopped while retrying */
                     break;
                 }
-                rc = fill_slot(l, b, i, UINT64_MAX, ctx, true, sh);
+                rc = fill_slot(l, b, i, UINT64_MAX, ctx, true, sh, NULL);
                 b->calls++;
                 if (rc == FERRY_BREAK && i == first)
                     continue; /* a break before any sample: nothing to end */
@@ -865,7 +926,7 @@ __attribute__((noinline)) static void work(ferry_loader *l, ferry_batch *b, uint
                 break; /* dropped with the rest of the stale grain */
         } else {
             index = b->indices[i];
-            rc = fill_slot(l, b, i, index, ctx, false, NULL);
+            rc = fill_slot(l, b, i, index, ctx, false, NULL, NULL);
             if (rc < 0 && l->o.on_error == FERRY_ON_ERROR_SKIP && l->o.on_skip)
                 l->o.on_skip(b->epoch, index, rc, ferry_last_errmsg(), l->o.on_skip_arg);
         }
@@ -886,8 +947,6 @@ __attribute__((noinline)) static void work(ferry_loader *l, ferry_batch *b, uint
         filled = i + 1;
     }
     *nfilled = filled;
-    if (sh && l->st->resumable && !b->shard_ended)
-        take_snapshot(b, sh);
 }
 
 /* work() under a passive region (src/core/guard.h): a mapped dataset that the
@@ -935,7 +994,9 @@ static void publish(ferry_loader *l, ferry_batch *b, uint32_t nslots)
     if (b->shard >= 0) {
         shard *sh = &l->shards[b->shard];
         sh->busy = false;
-        if (b->shard_ended && !sh->ended) {
+        if (l->pausing)
+            pthread_cond_broadcast(&l->ready_cv);
+        if (b->shard_ended && !sh->ended && !b->replay) {
             /* drop it from the rotation; the cursor keeps pointing at the same successor */
             uint32_t pos = 0;
             for (int s = 0; s < b->shard; s++)
@@ -1884,10 +1945,16 @@ int ferry_batch_export_indices(ferry_batch *b, ferry_tensor *out)
  * stream), source u64 (a hash of the schema, and the length of a map-style
  * dataset), batch_size u64, seed u64, drop_last u32, nshards u32, world_size
  * i64, rank i64 (as set: -1 = from the environment), epoch u64, next batch u64,
- * skipped this epoch u64, cursor u32, live u32, then per shard: next() calls
- * since its position u64, ended u64, the position's size u64 (0: none, read from
- * the shard's start) and the position (ferry_stream_save's bytes); then the
- * CRC-32C of all that (u32). Version 1 had no position (16 bytes a shard). */
+ * skipped this epoch u64, cursor u32, live u32 (the rotation as of the batches
+ * handed out); then per shard: next() calls u64 and ended u64 (as of the batches
+ * handed out), ended u64 and the position's size u64 and bytes (as of the
+ * batches read: a resumable stream's ferry_stream_save, size 0 when none); then
+ * the rotation as of the batches read: cursor u32, live u32; the batches read
+ * but not handed out: count u32, and each one's shard u32, samples u32, skipped
+ * u32, flags u32 (1: it ended its shard, 2: its last sample failed), next()
+ * calls u64, the first failure's code i32, slot u32, message length u32 and
+ * bytes, and its samples' places (32 bytes each); then the CRC-32C of all that
+ * (u32). Version 1 had only the calls and the ended flag per shard. */
 
 #define STATE_MAGIC "ferry-ls"
 #define STATE_VERSION 2u
@@ -1923,14 +1990,7 @@ static void note_done(ferry_loader *l, ferry_batch *b)
     if (b->shard < 0)
         return;
     shard *sh = &l->shards[b->shard];
-    if (b->has_snap) {
-        ferry_state t = sh->done_snap;
-        sh->done_snap = b->snap;
-        b->snap = t;
-        sh->calls_done = 0;
-    } else {
-        sh->calls_done += b->calls;
-    }
+    sh->calls_done += b->calls;
     if (l->done_live)
         l->done_cursor = (l->done_cursor + 1) % l->done_live;
     if (b->shard_ended && !sh->ended_done) {
@@ -1945,64 +2005,74 @@ static void note_done(ferry_loader *l, ferry_batch *b)
     }
 }
 
-/* A shard's entry in a state blob of `version`: its calls, ended flag and
- * position (pos NULL, len 0 when none); returns the entry's size. The blob's
- * structure was checked by ferry_loader_state_resume. */
-static size_t state_entry(const uint8_t *p, uint32_t version, uint64_t *calls, uint64_t *ended,
-                          const uint8_t **pos, size_t *len)
+static int get_u32(ferry_state *r, uint32_t *v)
 {
-    *calls = get64(p);
-    *ended = get64(p + 8);
-    *pos = NULL;
-    *len = 0;
-    if (version < 2)
-        return 16;
-    *len = (size_t)get64(p + 16);
-    *pos = *len ? p + 24 : NULL;
-    return 24 + *len;
+    uint8_t b[4];
+    int rc = ferry_state_get(r, b, 4);
+    *v = rc < 0 ? 0 : get32(b);
+    return rc;
+}
+
+static void put_u32(ferry_state *w, uint32_t v)
+{
+    uint8_t b[4];
+    put32(b, v);
+    ferry_state_put(w, b, 4);
 }
 
 /* Under m, from start_locked with the shards just opened: puts each shard where
- * the state says. A resumable stream restores its saved position (a buffering
- * decorator reads its samples again from their pos) and reads again the few
- * next() calls made since that position was taken; any other stream has no
- * position to seek to, so every sample the shard gave since the epoch began is
- * read again. Both on the caller's thread: that is a resume's cost. */
-static int replay_shards(ferry_loader *l, uint64_t epoch)
+ * the state (l->resuming, checked whole) says. A resumable stream restores each
+ * shard's saved position (a shuffle buffer's samples are read again from their
+ * places) and queues the batches that were read but not handed out, to be made
+ * again from their samples' places; any other stream has no position to seek
+ * to, so every sample its shards gave since the epoch began is read again. On
+ * the caller's thread: that is a resume's cost. */
+static int restore_shards(ferry_loader *l, uint64_t epoch)
 {
     int rc = 0;
-    size_t total = 0;
-    for (int f = 0; f < l->nfields; f++)
-        total += ferry__align64(l->field_stride[f]);
-    uint8_t *mem = ferry__aligned_alloc(total ? total : 64);
-    if (!mem)
-        return ferry__err(FERRY_ENOMEM, "loader: out of memory");
-    void *data[FERRY_MAX_FIELDS];
-    int64_t len[FERRY_MAX_FIELDS];
-    for (int f = 0, off = 0; f < l->nfields; off += (int)ferry__align64(l->field_stride[f]), f++)
-        data[f] = mem + off;
-    ferry_sample smp = {l->nfields, data, len, {0}};
+    ferry_state r = {.in = l->resuming + STATE_HEAD, .n = l->resuming_len - STATE_HEAD - 4};
+    uint32_t version = get32(l->resuming + 8);
     ferry_ctx *ctx = &l->inline_worker.ctx;
     ctx->epoch = epoch;
-    const uint8_t *p = l->resuming + STATE_HEAD;
-    uint32_t version = get32(l->resuming + 8);
+    uint8_t *mem = NULL;
+    bool resumable = version >= 2 && l->st->resumable;
     for (uint32_t s = 0; s < l->nshards; s++) {
         shard *sh = &l->shards[s];
-        uint64_t calls, ended;
-        const uint8_t *pos;
-        size_t n;
-        p += state_entry(p, version, &calls, &ended, &pos, &n);
-        if (pos) {
-            rc = ferry__stream_resume(sh->it, pos, n, ctx);
+        uint64_t calls, ended_done, ended = 0, plen = 0;
+        FERRY_TRY(ferry_state_get_u64(&r, &calls));
+        FERRY_TRY(ferry_state_get_u64(&r, &ended_done));
+        if (version >= 2) {
+            FERRY_TRY(ferry_state_get_u64(&r, &ended));
+            FERRY_TRY(ferry_state_get_u64(&r, &plen));
+        }
+        sh->calls_done = calls;
+        sh->ended_done = ended_done != 0;
+        sh->ended = resumable ? ended != 0 : ended_done != 0;
+        if (plen) {
+            if (plen > r.n - r.off)
+                FERRY_FAIL(FERRY_ECORRUPT, "loader state: shard %u: cut short", s);
+            rc = ferry__stream_resume(sh->it, r.in + r.off, (size_t)plen, ctx);
             if (rc < 0)
                 FERRY_FAIL(rc, "loader state: stream shard %u: %s", s, ferry_last_errmsg());
-            sh->done_snap.grow = true;
-            sh->done_snap.len = 0;
-            ferry_state_put(&sh->done_snap, pos, n);
-            if (sh->done_snap.nomem)
-                FERRY_FAIL(FERRY_ENOMEM, "loader: out of memory");
-            sh->snap_len = n;
+            r.off += (size_t)plen;
+            continue;
         }
+        if (resumable || calls == 0)
+            continue; /* a resumable shard without a position was not read yet */
+        /* no position: read its samples again */
+        if (!mem) {
+            size_t total = 0;
+            for (int f = 0; f < l->nfields; f++)
+                total += ferry__align64(l->field_stride[f]);
+            if (!(mem = ferry__aligned_alloc(total ? total : 64)))
+                FERRY_FAIL(FERRY_ENOMEM, "loader: out of memory");
+        }
+        void *data[FERRY_MAX_FIELDS];
+        int64_t len[FERRY_MAX_FIELDS];
+        for (int f = 0, off = 0; f < l->nfields;
+             off += (int)ferry__align64(l->field_stride[f]), f++)
+            data[f] = mem + off;
+        ferry_sample smp = {l->nfields, data, len, {0}};
         for (uint64_t c = 0; c < calls; c++) {
             memset(len, 0, sizeof len);
             rc = ferry_stream_next(sh->it, &smp, ctx);
@@ -2013,12 +2083,71 @@ static int replay_shards(ferry_loader *l, uint64_t epoch)
                            s, (unsigned long long)(c + 1), (unsigned long long)calls);
         }
         rc = 0;
-        sh->calls_done = sh->since_snap = calls;
-        sh->ended = sh->ended_done = ended != 0;
     }
     l->live = l->done_live;
     l->cursor = l->done_cursor;
+    if (version >= 2) {
+        uint32_t cursor, live, npend;
+        FERRY_TRY(get_u32(&r, &cursor));
+        FERRY_TRY(get_u32(&r, &live));
+        FERRY_TRY(get_u32(&r, &npend));
+        if (resumable) {
+            l->live = live;
+            l->cursor = cursor;
+        }
+        if (npend && !resumable)
+            FERRY_FAIL(FERRY_EINVAL, "loader state: it holds batches as their samples' places, "
+                                     "but this stream is not resumable: it was saved from "
+                                     "another source");
+        /* each entry takes at least 36 bytes: a count past that is damage */
+        if (npend > (r.n - r.off) / 36)
+            FERRY_FAIL(FERRY_ECORRUPT, "loader state: %u batches do not fit in it", npend);
+        if (npend && !(l->replay = ferry__calloc(npend, sizeof *l->replay)))
+            FERRY_FAIL(FERRY_ENOMEM, "loader: out of memory");
+        for (uint32_t k = 0; k < npend; k++) {
+            pending *e = &l->replay[k];
+            l->nreplay = k + 1;
+            uint32_t flags, rc32, mlen;
+            FERRY_TRY(get_u32(&r, &e->shard));
+            FERRY_TRY(get_u32(&r, &e->n));
+            FERRY_TRY(get_u32(&r, &e->skipped));
+            FERRY_TRY(get_u32(&r, &flags));
+            FERRY_TRY(ferry_state_get_u64(&r, &e->calls));
+            FERRY_TRY(get_u32(&r, &rc32));
+            FERRY_TRY(get_u32(&r, &e->fail_slot));
+            FERRY_TRY(get_u32(&r, &mlen));
+            if (e->shard >= l->nshards || e->n > l->o.batch_size || flags > 3 ||
+                mlen >= sizeof e->fail_msg || ((flags & 2) && e->n == 0))
+                FERRY_FAIL(FERRY_ECORRUPT, "loader state: batch %u of those read is damaged", k);
+            FERRY_TRY(ferry_state_get(&r, e->fail_msg, mlen));
+            e->fail_msg[mlen] = 0;
+            e->fail_rc = (int)rc32;
+            e->shard_ended = flags & 1;
+            e->last_failed = flags & 2;
+            if (e->n > (r.n - r.off) / sizeof(ferry_pos))
+                FERRY_FAIL(FERRY_ECORRUPT, "loader state: batch %u of those read is cut short", k);
+            if (e->n && !(e->pos = ferry__malloc(e->n * sizeof *e->pos)))
+                FERRY_FAIL(FERRY_ENOMEM, "loader: out of memory");
+            for (uint32_t i = 0; i < e->n; i++) {
+                ferry_pos *q = &e->pos[i];
+                FERRY_TRY(ferry_state_get_u64(&r, &q->epoch));
+                FERRY_TRY(ferry_state_get_u64(&r, &q->a));
+                FERRY_TRY(ferry_state_get_u64(&r, &q->b));
+                FERRY_TRY(ferry_state_get_u64(&r, &q->c));
+            }
+        }
+    }
+    if (r.off != r.n)
+        FERRY_FAIL(FERRY_ECORRUPT, "loader state: %zu bytes left over", r.n - r.off);
+    uint32_t ended = 0;
+    for (uint32_t s = 0; s < l->nshards; s++)
+        ended += l->shards[s].ended;
+    if (l->live != l->nshards - ended || (l->live ? l->cursor >= l->live : l->cursor != 0))
+        FERRY_FAIL(FERRY_ECORRUPT, "loader state: rotation cursor %u of %u live shards (%u ended)",
+                   l->cursor, l->live, ended);
 cleanup:
+    if (rc < 0)
+        free_replay(l);
     ferry__aligned_free(mem);
     return rc;
 }
@@ -2037,22 +2166,114 @@ static uint64_t source_id(const ferry_loader *l)
     return h;
 }
 
-/* Under m. */
-static size_t state_size_locked(const ferry_loader *l)
+/* Under m: the state into w (a growing buffer). A resumable stream loader waits
+ * until no shard is being read (holding off new batches meanwhile), then saves
+ * each shard's position and the batches read but not handed out as their
+ * samples' places. */
+static int state_build(ferry_loader *l, ferry_state *w)
 {
-    size_t n = STATE_HEAD + 4u;
-    for (uint32_t s = 0; l->st && s < l->nshards; s++)
-        n += 24u + l->shards[s].done_snap.len;
-    return n;
+    int rc = 0;
+    bool resumable = l->st && l->st->resumable;
+    if (resumable) {
+        l->pausing++;
+        for (;;) {
+            bool busy = false;
+            for (uint32_t s = 0; s < l->nshards; s++)
+                busy |= l->shards[s].busy;
+            if (!busy)
+                break;
+            pthread_cond_wait(&l->ready_cv, &l->m);
+        }
+    }
+    uint8_t head[STATE_HEAD];
+    memcpy(head, STATE_MAGIC, 8);
+    put32(head + 8, STATE_VERSION);
+    put32(head + 12, l->st ? 2 : 1);
+    put64(head + 16, source_id(l));
+    put64(head + 24, l->o.batch_size);
+    put64(head + 32, l->o.seed);
+    put32(head + 40, l->o.drop_last ? 1 : 0);
+    put32(head + 44, l->st ? l->nshards : 0);
+    put64(head + 48, (uint64_t)l->o.world_size);
+    put64(head + 56, (uint64_t)l->o.rank);
+    put64(head + 64, l->epoch);
+    put64(head + 72, l->done_next);
+    put64(head + 80, l->epoch_skipped);
+    put32(head + 88, l->st ? l->done_cursor : 0);
+    put32(head + 92, l->st ? l->done_live : 0);
+    ferry_state_put(w, head, sizeof head);
+    ferry_state pw = {.grow = true};
+    for (uint32_t s = 0; l->st && s < l->nshards; s++) {
+        const shard *sh = &l->shards[s];
+        ferry_state_put_u64(w, sh->calls_done);
+        ferry_state_put_u64(w, sh->ended_done);
+        ferry_state_put_u64(w, sh->ended);
+        pw.len = 0;
+        if (resumable && sh->it && !sh->ended && sh->it->used)
+            FERRY_TRY(ferry__stream_snapshot(sh->it, &pw));
+        ferry_state_put_u64(w, pw.len);
+        ferry_state_put(w, pw.buf, pw.len);
+    }
+    if (l->st) {
+        put_u32(w, l->st ? l->cursor : 0);
+        put_u32(w, l->st ? l->live : 0);
+        uint64_t inflight = resumable ? l->next_sched - l->done_next : 0;
+        uint32_t queued = resumable ? l->nreplay - l->replay_head : 0;
+        put_u32(w, (uint32_t)(inflight + queued));
+        for (uint64_t k = 0; k < inflight + queued; k++) {
+            const ferry_batch *b = NULL;
+            const pending *e = NULL;
+            if (k < inflight) {
+                b = l->by_number[(l->done_next + k) % l->nbufs];
+                if (!b->ready || b->number != l->done_next + k)
+                    FERRY_FAIL(FERRY_ESTATE, "loader state: batch %llu is not ready",
+                               (unsigned long long)(l->done_next + k));
+            } else {
+                e = &l->replay[l->replay_head + (k - inflight)];
+            }
+            uint32_t n = b ? b->out_size : e->n;
+            bool last_failed =
+                b ? b->skipped && l->o.on_error == FERRY_ON_ERROR_FAIL && n && b->fail_slot == n - 1
+                  : e->last_failed;
+            const char *msg = b ? b->fail_msg : e->fail_msg;
+            size_t mlen = (b ? b->skipped : e->skipped) ? strlen(msg) : 0;
+            put_u32(w, b ? (uint32_t)b->shard : e->shard);
+            put_u32(w, n);
+            put_u32(w, b ? b->skipped : e->skipped);
+            put_u32(w,
+                    (uint32_t)(b ? b->shard_ended : e->shard_ended) | (uint32_t)last_failed << 1);
+            ferry_state_put_u64(w, b ? b->calls : e->calls);
+            put_u32(w, (uint32_t)(b ? b->fail_rc : e->fail_rc));
+            put_u32(w, b ? b->fail_slot : e->fail_slot);
+            put_u32(w, (uint32_t)mlen);
+            ferry_state_put(w, msg, mlen);
+            const ferry_pos *pos = b ? b->pos : e->pos;
+            for (uint32_t i = 0; i < n; i++) {
+                ferry_state_put_u64(w, pos[i].epoch);
+                ferry_state_put_u64(w, pos[i].a);
+                ferry_state_put_u64(w, pos[i].b);
+                ferry_state_put_u64(w, pos[i].c);
+            }
+        }
+    }
+    if (w->nomem || pw.nomem)
+        FERRY_FAIL(FERRY_ENOMEM, "loader state: out of memory");
+cleanup:
+    ferry__free(pw.buf);
+    if (resumable && --l->pausing == 0)
+        pthread_cond_broadcast(&l->work_cv);
+    return rc;
 }
 
 size_t ferry_loader_state_size(const ferry_loader *l)
 {
     ferry_loader *m = (ferry_loader *)l; /* the lock only */
+    ferry_state w = {.grow = true};
     pthread_mutex_lock(&m->m);
-    size_t n = state_size_locked(l);
+    int rc = state_build(m, &w);
     pthread_mutex_unlock(&m->m);
-    return n;
+    ferry__free(w.buf);
+    return rc < 0 ? 0 : w.len + 4;
 }
 
 int ferry_loader_state_save(ferry_loader *l, void *buf, size_t cap, size_t *len)
@@ -2064,44 +2285,21 @@ int ferry_loader_state_save(ferry_loader *l, void *buf, size_t cap, size_t *len)
         return set_errmsg(l, ferry__err(FERRY_ENOTSUP,
                                         "loader state: batches handed out in completion order "
                                         "have no position to resume from"));
-    uint8_t *p = buf;
+    ferry_state w = {.grow = true};
     pthread_mutex_lock(&l->m);
-    size_t need = state_size_locked(l);
-    if (len)
-        *len = need;
-    if (!buf || cap < need) {
-        pthread_mutex_unlock(&l->m);
-        return set_errmsg(
-            l, ferry__err(FERRY_EOVERFLOW, "loader state: %zu bytes needed, %zu given", need, cap));
-    }
-    memcpy(p, STATE_MAGIC, 8);
-    put32(p + 8, STATE_VERSION);
-    put32(p + 12, l->st ? 2 : 1);
-    put64(p + 16, source_id(l));
-    put64(p + 24, l->o.batch_size);
-    put64(p + 32, l->o.seed);
-    put32(p + 40, l->o.drop_last ? 1 : 0);
-    put32(p + 44, l->st ? l->nshards : 0);
-    put64(p + 48, (uint64_t)l->o.world_size);
-    put64(p + 56, (uint64_t)l->o.rank);
-    put64(p + 64, l->epoch);
-    put64(p + 72, l->done_next);
-    put64(p + 80, l->epoch_skipped);
-    put32(p + 88, l->st ? l->done_cursor : 0);
-    put32(p + 92, l->st ? l->done_live : 0);
-    uint8_t *q = p + STATE_HEAD;
-    for (uint32_t s = 0; l->st && s < l->nshards; s++) {
-        const shard *sh = &l->shards[s];
-        put64(q, sh->calls_done);
-        put64(q + 8, sh->ended_done);
-        put64(q + 16, sh->done_snap.len);
-        if (sh->done_snap.len)
-            memcpy(q + 24, sh->done_snap.buf, sh->done_snap.len);
-        q += 24 + sh->done_snap.len;
-    }
+    int rc = state_build(l, &w);
     pthread_mutex_unlock(&l->m);
-    put32(p + need - 4, ferry_crc32c(0, p, need - 4));
-    return 0;
+    size_t need = w.len + 4;
+    if (rc == 0 && len)
+        *len = need;
+    if (rc == 0 && (!buf || cap < need))
+        rc = ferry__err(FERRY_EOVERFLOW, "loader state: %zu bytes needed, %zu given", need, cap);
+    if (rc == 0) {
+        memcpy(buf, w.buf, w.len);
+        put32((uint8_t *)buf + w.len, ferry_crc32c(0, buf, w.len));
+    }
+    ferry__free(w.buf);
+    return set_errmsg(l, rc);
 }
 
 /* Compares a saved setting with the loader's: a clear error naming it. */
@@ -2120,27 +2318,10 @@ int ferry_loader_state_resume(ferry_loader *l, const void *buf, size_t n)
     ferry__err_clear();
     if (!buf || n < STATE_HEAD + 4 || memcmp(p, STATE_MAGIC, 8) != 0)
         FERRY_FAIL(FERRY_ECORRUPT, "loader state: %zu bytes that are not a ferry loader state", n);
-    if (get32(p + 8) != STATE_VERSION && get32(p + 8) != 1)
-        FERRY_FAIL(FERRY_ENOTSUP, "loader state: version %u, this library reads versions 1 to %u",
-                   get32(p + 8), STATE_VERSION);
     uint32_t version = get32(p + 8), nsh = get32(p + 44);
-    size_t at = STATE_HEAD;
-    bool fits = true;
-    for (uint32_t s = 0; s < nsh && fits; s++) {
-        size_t left = n - 4 - at, entry = version < 2 ? 16 : 24;
-        fits = entry <= left;
-        if (fits && version >= 2) {
-            uint64_t pl = get64(p + at + 16);
-            fits = pl <= left - entry;
-            entry += fits ? (size_t)pl : 0;
-        }
-        at += fits ? entry : 0;
-    }
-    if (!fits || at != n - 4)
-        FERRY_FAIL(FERRY_ECORRUPT,
-                   "loader state: %zu bytes, which do not hold the %u stream "
-                   "shards it names",
-                   n, nsh);
+    if (version != STATE_VERSION && version != 1)
+        FERRY_FAIL(FERRY_ENOTSUP, "loader state: version %u, this library reads versions 1 to %u",
+                   version, STATE_VERSION);
     uint32_t crc = ferry_crc32c(0, p, n - 4);
     if (crc != get32(p + n - 4))
         FERRY_FAIL(FERRY_ECORRUPT,
@@ -2163,23 +2344,33 @@ int ferry_loader_state_resume(ferry_loader *l, const void *buf, size_t n)
                    (long long)get64(p + 56), (long long)get64(p + 48), (long long)l->o.rank,
                    (long long)l->o.world_size);
     STATE_SAME("stream_shards", nsh, l->st ? l->nshards : 0);
+    if (!l->st && n != STATE_HEAD + 4)
+        FERRY_FAIL(FERRY_ECORRUPT, "loader state: %zu bytes, a map-style state has %u", n,
+                   STATE_HEAD + 4);
+    /* the rotation as of the batches handed out; the rest is read by the restore */
     uint32_t cursor = get32(p + 88), live = get32(p + 92), ended = 0;
-    const uint8_t *q = p + STATE_HEAD;
+    ferry_state r = {.in = p + STATE_HEAD, .n = n - STATE_HEAD - 4};
     for (uint32_t s = 0; s < nsh; s++) {
-        uint64_t calls, e;
-        const uint8_t *pos;
-        size_t plen;
-        q += state_entry(q, version, &calls, &e, &pos, &plen);
-        if (e > 1)
-            FERRY_FAIL(FERRY_ECORRUPT, "loader state: shard %u: ended flag %llu", s,
-                       (unsigned long long)e);
-        if (pos && !l->st->resumable)
+        uint64_t calls, e, e2 = 0, plen = 0;
+        if (ferry_state_get_u64(&r, &calls) < 0 || ferry_state_get_u64(&r, &e) < 0 ||
+            (version >= 2 &&
+             (ferry_state_get_u64(&r, &e2) < 0 || ferry_state_get_u64(&r, &plen) < 0)))
+            FERRY_FAIL(FERRY_ECORRUPT,
+                       "loader state: %zu bytes, which do not hold the %u stream "
+                       "shards it names",
+                       n, nsh);
+        if (e > 1 || e2 > 1 || plen > r.n - r.off)
+            FERRY_FAIL(FERRY_ECORRUPT, "loader state: shard %u is damaged", s);
+        if (plen && !l->st->resumable)
             FERRY_FAIL(FERRY_EINVAL,
                        "loader state: shard %u holds a saved position, but this "
                        "stream is not resumable: it was saved from another source",
                        s);
+        r.off += (size_t)plen;
         ended += (uint32_t)e;
     }
+    if (version < 2 && r.off != r.n)
+        FERRY_FAIL(FERRY_ECORRUPT, "loader state: %zu bytes left over", r.n - r.off);
     if (l->st && (live != nsh - ended || (live ? cursor >= live : cursor != 0)))
         FERRY_FAIL(FERRY_ECORRUPT, "loader state: rotation cursor %u of %u live shards (%u ended)",
                    cursor, live, ended);
@@ -2188,6 +2379,7 @@ int ferry_loader_state_resume(ferry_loader *l, const void *buf, size_t n)
     l->done_cursor = cursor;
     l->done_live = live;
     l->resuming = p;
+    l->resuming_len = n;
     rc = start_locked(l, get64(p + 64), get64(p + 72));
     l->resuming = NULL;
     if (rc == 0)

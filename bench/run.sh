@@ -4,7 +4,8 @@
 # Also ferry lines vs PyTorch seek + readline (lines_vs_torch.py), record shards
 # vs dd, LMDB and cp -r (records_vs.py), and the image pipeline vs torchvision and
 # a plain TurboJPEG decode loop (images_vs_torch.py), named tensors (safetensors)
-# vs torch.save, torch.load and dd (tensors_vs.py), .npy rows and token windows
+# vs torch.save, torch.load and dd (tensors_vs.py), a stream loader's resume vs
+# reading its shuffle buffers (resume_vs.py), .npy rows and token windows
 # vs a bare copy loop (arrays_vs.py), and TFRecord and WebDataset shards vs dd,
 # bare zlib and an image folder (formats_vs.py).
 # Prints tables on stdout and writes bench/results/*.json.
@@ -36,6 +37,8 @@ mkdir -p "$here/results"
 "$python" "$here/records_vs.py" --ferry "$ferry" --out "$here/results/records.json" || exit $?
 "$python" "$here/images_vs_torch.py" --ferry "$ferry" --out "$here/results/images.json" || exit $?
 "$python" "$here/tensors_vs.py" --ferry "$ferry" --out "$here/results/tensors.json" || exit $?
+# a stream loader resumed from its state vs reading the samples its shuffle buffers hold
+"$python" "$here/resume_vs.py" --ferry "$ferry" --out "$here/results/resume.json" || exit $?
 # .npy rows and llm.c token windows vs a bare copy loop and a np.memmap DataLoader; MDS vs records
 "$python" "$here/arrays_vs.py" --ferry "$ferry" --out "$here/results/arrays.json" || exit $?
 "$python" "$here/formats_vs.py" --ferry "$ferry" --out "$here/results/formats.json" || exit $?

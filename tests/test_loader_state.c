@@ -155,7 +155,7 @@ TEST(stream_resume_matches_an_uninterrupted_run)
     free_chain(&c);
 }
 
-/* a later epoch, saved twice in a row: the second save is the same state */
+/* a later epoch, saved twice in a row: both resume at the same batch */
 TEST(stream_resume_in_a_later_epoch)
 {
     static uint64_t ref[MAXB], got[MAXB];
@@ -174,16 +174,19 @@ TEST(stream_resume_in_a_later_epoch)
     size_t n1, n2;
     CHECK_OK(ferry_loader_state_save(l, s1, sizeof s1, &n1));
     CHECK_OK(ferry_loader_state_save(l, s2, sizeof s2, &n2));
-    CHECK(n1 == n2 && memcmp(s1, s2, n1) == 0);
+    /* the two may differ in the batches read ahead meanwhile, not in where they
+     * resume */
     opts_for(&o, 2, 8);
-    CHECK_OK(ferry_loader_create_stream(&m, d.st, &o));
-    CHECK_OK(ferry_loader_state_resume(m, s1, n1));
-    size_t rest = read_batches(m, got, MAXB);
-    CHECK_EQ(rest + 9, total);
-    for (size_t i = 0; i < rest; i++)
-        CHECK_U64(got[i], ref[9 + i]);
+    for (int k = 0; k < 2; k++) {
+        CHECK_OK(ferry_loader_create_stream(&m, d.st, &o));
+        CHECK_OK(ferry_loader_state_resume(m, k ? s2 : s1, k ? n2 : n1));
+        size_t rest = read_batches(m, got, MAXB);
+        CHECK_EQ(rest + 9, total);
+        for (size_t i = 0; i < rest; i++)
+            CHECK_U64(got[i], ref[9 + i]);
+        ferry_loader_free(m);
+    }
     ferry_loader_free(l);
-    ferry_loader_free(m);
     free_chain(&c);
     free_chain(&d);
 }

@@ -20,7 +20,18 @@ struct ferry_ctx {
     size_t scratch_cap[FERRY__CTX_SLOTS];
     uint64_t stage_ns[FERRY_STAGE_COUNT]; /* claimed by the dataset during a call */
     uint64_t truncated; /* samples cut to fit (ferry_ctx_count_truncated), not yet counted */
+    /* the loader's work generation and the one this call's work belongs to: when
+     * they differ the work was dropped, and a long call (a shuffle buffer being
+     * filled) may stop early with FERRY_ECANCELED */
+    const atomic_ullong *gen_now;
+    uint64_t gen;
 };
+
+/* True when the work this call does was dropped (the loader started again). */
+static inline bool ferry__ctx_dropped(const ferry_ctx *c)
+{
+    return c && c->gen_now && atomic_load_explicit(c->gen_now, memory_order_relaxed) != c->gen;
+}
 
 void ferry__ctx_init(ferry_ctx *c, uint32_t worker, uint64_t seed, uint64_t epoch);
 void ferry__ctx_release(ferry_ctx *c);

@@ -408,6 +408,8 @@ static int shuf_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
     /* Fill the buffer: all of it on the first call, then the slot the last call
      * emitted. An error or a break leaves the buffer as it is for the next call. */
     while (!it->ended && it->count < sh->cap) {
+        if (ferry__ctx_dropped(ctx))
+            return ferry__err(FERRY_ECANCELED, "shuffle: the loader dropped this work");
         uint32_t k = it->perm[it->count];
         rc = read_slot(&sh->L, sh->base.inner, it->buf + (size_t)k * sh->L.stride, it->it, ctx,
                        "shuffle", &it->pos[k], false);
@@ -782,6 +784,8 @@ static int grp_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
             start_emit(it, it->ahead); /* the partial groups, by first arrival */
             continue;
         }
+        if (ferry__ctx_dropped(ctx))
+            return ferry__err(FERRY_ECANCELED, "group_batch: the loader dropped this work");
         /* at most max_buffered samples are buffered here, and there are one more
          * slots than that */
         int32_t s = it->free_slot;

@@ -869,6 +869,8 @@ __attribute__((noinline)) static void work(ferry_loader *l, ferry_batch *b, uint
                                            volatile uint32_t *cur)
 {
     ctx->epoch = b->epoch;
+    ctx->gen_now = &l->gen;
+    ctx->gen = b->gen;
     if (b->replay) {
         replay_batch(l, b, ctx, nfilled);
         return;
@@ -2020,6 +2022,37 @@ static void put_u32(ferry_state *w, uint32_t v)
     ferry_state_put(w, b, 4);
 }
 
+/* Samples' places: four little-endian u64 each (on a little-endian machine, the
+ * bytes of ferry_pos). */
+#define POS_LE (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ && sizeof(ferry_pos) == 32)
+
+static void put_places(ferry_state *w, const ferry_pos *pos, uint32_t n)
+{
+    if (POS_LE) {
+        ferry_state_put(w, pos, (size_t)n * sizeof *pos);
+        return;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        ferry_state_put_u64(w, pos[i].epoch);
+        ferry_state_put_u64(w, pos[i].a);
+        ferry_state_put_u64(w, pos[i].b);
+        ferry_state_put_u64(w, pos[i].c);
+    }
+}
+
+static int get_places(ferry_state *r, ferry_pos *pos, uint32_t n)
+{
+    if (POS_LE)
+        return ferry_state_get(r, pos, (size_t)n * sizeof *pos);
+    int rc = 0;
+    for (uint32_t i = 0; i < n && rc == 0; i++)
+        if ((rc = ferry_state_get_u64(r, &pos[i].epoch)) == 0 &&
+            (rc = ferry_state_get_u64(r, &pos[i].a)) == 0 &&
+            (rc = ferry_state_get_u64(r, &pos[i].b)) == 0)
+            rc = ferry_state_get_u64(r, &pos[i].c);
+    return rc;
+}
+
 /* Under m, from start_locked with the shards just opened: puts each shard where
  * the state (l->resuming, checked whole) says. A resumable stream restores each
  * shard's saved position (a shuffle buffer's samples are read again from their
@@ -2128,13 +2161,7 @@ static int restore_shards(ferry_loader *l, uint64_t epoch)
                 FERRY_FAIL(FERRY_ECORRUPT, "loader state: batch %u of those read is cut short", k);
             if (e->n && !(e->pos = ferry__malloc(e->n * sizeof *e->pos)))
                 FERRY_FAIL(FERRY_ENOMEM, "loader: out of memory");
-            for (uint32_t i = 0; i < e->n; i++) {
-                ferry_pos *q = &e->pos[i];
-                FERRY_TRY(ferry_state_get_u64(&r, &q->epoch));
-                FERRY_TRY(ferry_state_get_u64(&r, &q->a));
-                FERRY_TRY(ferry_state_get_u64(&r, &q->b));
-                FERRY_TRY(ferry_state_get_u64(&r, &q->c));
-            }
+            FERRY_TRY(get_places(&r, e->pos, e->n));
         }
     }
     if (r.off != r.n)
@@ -2247,13 +2274,7 @@ static int state_build(ferry_loader *l, ferry_state *w)
             put_u32(w, b ? b->fail_slot : e->fail_slot);
             put_u32(w, (uint32_t)mlen);
             ferry_state_put(w, msg, mlen);
-            const ferry_pos *pos = b ? b->pos : e->pos;
-            for (uint32_t i = 0; i < n; i++) {
-                ferry_state_put_u64(w, pos[i].epoch);
-                ferry_state_put_u64(w, pos[i].a);
-                ferry_state_put_u64(w, pos[i].b);
-                ferry_state_put_u64(w, pos[i].c);
-            }
+            put_places(w, b ? b->pos : e->pos, n);
         }
     }
     if (w->nomem || pw.nomem)

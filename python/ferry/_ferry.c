@@ -2124,25 +2124,50 @@ static PyObject *loader_next(PyObject *op, PyObject *args)
     return make_batch(self, b);
 }
 
-/* state_save() -> bytes: the loader's position as the batches handed out leave it */
+/* The state into a malloc'd buffer; no Python calls (run without the GIL). A
+ * stream's state changes as batches are read ahead: a size asked for first may
+ * be short by the time of the save, which then says how much and we try again. */
+static int state_into(ferry_loader *l, char **out, size_t *len)
+{
+    size_t cap = ferry_loader_state_size(l);
+    int rc = FERRY_ENOMEM;
+    *out = NULL;
+    for (int tries = 0; tries < 8; tries++) {
+        char *buf = malloc(cap ? cap : 1);
+        if (!buf)
+            return FERRY_ENOMEM;
+        rc = ferry_loader_state_save(l, buf, cap, len);
+        if (rc == 0) {
+            *out = buf;
+            return 0;
+        }
+        free(buf);
+        if (rc != FERRY_EOVERFLOW || *len <= cap)
+            break;
+        cap = *len;
+    }
+    return rc;
+}
+
+/* state_save() -> bytes: the loader's position as the batches handed out leave it
+ * (a stream loader's save waits for the batches being read: without the GIL,
+ * which a Python dataset's callback may need meanwhile) */
 static PyObject *loader_state_save(PyObject *op, PyObject *unused)
 {
     LoaderObject *self = (LoaderObject *)op;
     if (check_open(self) < 0)
         return NULL;
-    /* a stream's state grows with its buffers: a batch handed out on another
-     * thread between the size and the save asks for more, and then we try again */
-    size_t cap = ferry_loader_state_size(self->l), len = 0;
+    if (!enter_busy(self, "ferry: the loader is in use by another thread"))
+        return NULL;
     char *buf = NULL;
+    size_t len = 0;
     int rc;
-    for (int tries = 0;; tries++) {
+    Py_BEGIN_ALLOW_THREADS rc = state_into(self->l, &buf, &len);
+    Py_END_ALLOW_THREADS if (leave_busy(self))
+    {
         free(buf);
-        if (!(buf = malloc(cap ? cap : 1)))
-            return PyErr_NoMemory();
-        rc = ferry_loader_state_save(self->l, buf, cap, &len);
-        if (rc != FERRY_EOVERFLOW || len <= cap || tries == 8)
-            break;
-        cap = len;
+        check_open(self); /* closed meanwhile: "the loader is closed" */
+        return NULL;
     }
     PyObject *r = rc < 0 ? raise_loader(self, rc) : PyBytes_FromStringAndSize(buf, (Py_ssize_t)len);
     free(buf);

@@ -70,38 +70,34 @@ static int decode(simages_iter *it, ferry_sample *out, ferry_ctx *ctx)
     return 0;
 }
 
-static int si_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
+/* The inner's next sample (pos NULL) or the one at *pos again, its encoded
+ * image into it->enc, the other fields straight into out; then decoded. */
+static int read_decode(simages_iter *it, const ferry_pos *pos, ferry_sample *out, ferry_ctx *ctx)
 {
-    simages_iter *it = iter;
     const simages *s = it->s;
     void *data[FERRY_MAX_FIELDS];
     for (int k = 0; k < out->nfields; k++)
         data[k] = out->data[k];
     data[s->field] = it->enc;
     ferry_sample in = {.nfields = out->nfields, .data = data, .length = out->length};
-    int rc = ferry_stream_next(it->inner, &in, ctx);
+    int rc =
+        pos ? ferry_stream_fetch(it->inner, pos, &in, ctx) : ferry_stream_next(it->inner, &in, ctx);
     if (rc != 0)
         return rc;
     out->pos = in.pos;
-    it->count++;
+    it->count += !pos;
     return decode(it, out, ctx);
+}
+
+static int si_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
+{
+    return read_decode(iter, NULL, out, ctx);
 }
 
 /* Reads the sample of pos again (a resume refilling a buffer above). */
 static int si_fetch(void *iter, const ferry_pos *pos, ferry_sample *out, ferry_ctx *ctx)
 {
-    simages_iter *it = iter;
-    const simages *s = it->s;
-    void *data[FERRY_MAX_FIELDS];
-    for (int k = 0; k < out->nfields; k++)
-        data[k] = out->data[k];
-    data[s->field] = it->enc;
-    ferry_sample in = {.nfields = out->nfields, .data = data, .length = out->length};
-    int rc = ferry_stream_fetch(it->inner, pos, &in, ctx);
-    if (rc != 0)
-        return rc;
-    out->pos = *pos;
-    return decode(it, out, ctx);
+    return read_decode(iter, pos, out, ctx);
 }
 
 /* The state: the samples read (8), then the inner's. */

@@ -25,6 +25,7 @@ typedef struct rec {
     uint8_t *b;
     size_t n;
     ferry_pos pos;
+    char msg[160]; /* an error's message (its start: file, record, offset) */
 } rec;
 
 typedef struct src {
@@ -69,8 +70,12 @@ static void keep(src *s, int rc, const ferry_sample *smp, rec *r)
     r->b = NULL;
     r->n = 0;
     r->pos = smp->pos;
-    if (rc != 0)
+    r->msg[0] = 0;
+    if (rc != 0) {
+        if (rc < 0)
+            snprintf(r->msg, sizeof r->msg, "%s", ferry_last_errmsg());
         return;
+    }
     size_t n = 0;
     for (int k = 0; k < s->nf; k++)
         n += 8 + ferry_field_nbytes(&s->f[k]);
@@ -102,7 +107,8 @@ static void fetch_rec(src *s, ferry_stream_iter *it, const ferry_pos *pos, rec *
 
 static int same(const rec *a, const rec *b)
 {
-    return a->rc == b->rc && a->n == b->n && (a->n == 0 || !memcmp(a->b, b->b, a->n));
+    return a->rc == b->rc && a->n == b->n && (a->n == 0 || !memcmp(a->b, b->b, a->n)) &&
+           !strcmp(a->msg, b->msg);
 }
 
 /* Every result of one shard up to and with its FERRY_END (errors in between are
@@ -299,9 +305,12 @@ static size_t frame(uint8_t *out, const void *data, uint64_t n)
 }
 
 /* A file of count records, record i of 1 + (i * 37 + seed) % 300 bytes; plain, or
- * gzip in one member or (members > 1) several. */
-static void write_tfr(const char *name, int count, int seed, int gzip, int members)
+ * gzip in one member or (flags & 1) two; flags & 2: record count / 3 has a bad data
+ * CRC (an error for it alone) and record 2 * count / 3 a bad length CRC (the rest
+ * of the file is lost). */
+static void write_tfr(const char *name, int count, int seed, int gzip, int flags)
 {
+    int members = flags & 1 ? 2 : 1;
     static uint8_t file[1 << 20];
     uint8_t data[512];
     size_t at = 0, cut[8] = {0};
@@ -309,7 +318,12 @@ static void write_tfr(const char *name, int count, int seed, int gzip, int membe
         size_t n = 1 + (size_t)(i * 37 + seed) % 300;
         for (size_t j = 0; j < n; j++)
             data[j] = (uint8_t)(seed * 131 + i * 7 + j);
-        at += frame(file + at, data, n);
+        size_t f = frame(file + at, data, n);
+        if ((flags & 2) && i == count / 3)
+            file[at + f - 1] ^= 1;
+        if ((flags & 2) && i == 2 * count / 3)
+            file[at + 8] ^= 1;
+        at += f;
         if (members > 1 && i == count / 2)
             cut[1] = at;
     }
@@ -352,17 +366,20 @@ TEST(tfrecord_written_files)
     for (int k = 0; k < 7; k++) {
         char name[64];
         snprintf(name, sizeof name, "p-%d.tfrecord%s", k, k % 2 ? ".gz" : "");
-        write_tfr(name, 3 + 5 * k, k, k % 2, k == 3 ? 2 : 1);
+        write_tfr(name, 3 + 5 * k, k, k % 2, k == 3 ? 1 : 0);
     }
-    write_tfr("p-empty.tfrecord", 0, 0, 0, 1);
+    write_tfr("p-empty.tfrecord", 0, 0, 0, 0);
+    write_tfr("p-bad.tfrecord", 12, 7, 0, 2);
+    write_tfr("p-bad.tfrecord.gz", 12, 8, 1, 2);
     char spec[700];
     uint64_t want = 0;
     for (int k = 0; k < 7; k++)
         want += 3 + 5 * (uint64_t)k;
+    want += 2 * 9; /* the damaged files: 8 results (one an error), then the broken frame */
     for (int bound = 0; bound < 2; bound++) {
         /* max=64: the longer records are errors (EOVERFLOW), each passed over */
         snprintf(spec, sizeof spec, "tfrecord:%s/p-*,stream=1,raw=1,seed=5%s", test_dir,
-                 bound ? ",max=64" : "");
+                 bound ? ",max=64" : ",max=400");
         for (uint64_t nshards = 1; nshards <= 4; nshards++)
             CHECK_U64(check_resume(spec, nshards, nshards, 1), want);
     }
@@ -372,9 +389,9 @@ TEST(tfrecord_written_files)
 TEST(tfrecord_bad_states)
 {
     test_make_dir("resume-tfr-bad");
-    write_tfr("a-0.tfrecord", 20, 1, 0, 1);
-    write_tfr("a-1.tfrecord.gz", 20, 2, 1, 1);
-    write_tfr("a-2.tfrecord", 20, 3, 0, 1);
+    write_tfr("a-0.tfrecord", 20, 1, 0, 0);
+    write_tfr("a-1.tfrecord.gz", 20, 2, 1, 0);
+    write_tfr("a-2.tfrecord", 20, 3, 0, 0);
     char spec[700], msg[512];
     snprintf(spec, sizeof spec, "tfrecord:%s/a-*,stream=1,raw=1", test_dir);
     static uint8_t st[STATE_CAP], b[STATE_CAP];
@@ -451,6 +468,267 @@ TEST(tfrecord_bad_states)
     p.b = 5; /* not a record's start: its header's CRC fails */
     fetch_rec(&s, it, &p, &r);
     CHECK_EQ(r.rc, FERRY_ECORRUPT);
+    p.b = 0;
+    fetch_rec(&s, it, &p, &r); /* and the next fetch reads again */
+    CHECK_EQ(r.rc, 0);
+    free(r.b);
+    ferry_stream_close(it);
+    src_close(&s);
+    test_remove_dir();
+}
+
+/* ---- WebDataset tars ---- */
+
+TEST(wds_real_files)
+{
+    test_need_shared(WD "/sample.tgz");
+    CHECK_U64(check_resume("wds:" WD "/sample.tgz", 1, 0, 1), 90); /* gzip */
+    CHECK_U64(check_resume("wds:" WD "/mpdata.tar,stream=1", 1, 0, 1), 100);
+    /* a directory entry first */
+    CHECK_U64(check_resume("wds:" WD "/compressed.tar,stream=1", 1, 0, 1), 3);
+    /* all four, plain and gzip, over 1 to 3 shards (the fields found first are
+     * missing from the others: those samples are errors, each a result) */
+    for (uint64_t nshards = 1; nshards <= 3; nshards++)
+        CHECK_U64(check_resume("wds:" WD "/*.t*,stream=1,seed=4", nshards, 1, 7), 293);
+}
+
+typedef struct tarbuf {
+    uint8_t *p;
+    size_t n;
+} tarbuf;
+
+static void header(tarbuf *t, const char *name, char type, uint64_t size)
+{
+    uint8_t *h = t->p + t->n;
+    memset(h, 0, 512);
+    snprintf((char *)h, 100, "%s", name);
+    snprintf((char *)h + 100, 8, "%07o", 0644);
+    snprintf((char *)h + 108, 8, "%07o", 0);
+    snprintf((char *)h + 116, 8, "%07o", 0);
+    snprintf((char *)h + 124, 12, "%011llo", (unsigned long long)size);
+    snprintf((char *)h + 136, 12, "%011o", 0);
+    h[156] = (uint8_t)type;
+    memcpy(h + 257, type == 'L' ? "ustar  " : "ustar\00000", 8);
+    memset(h + 148, ' ', 8);
+    unsigned sum = 0;
+    for (int i = 0; i < 512; i++)
+        sum += h[i];
+    snprintf((char *)h + 148, 8, "%06o", sum);
+    h[155] = ' ';
+    t->n += 512;
+}
+
+static void data(tarbuf *t, const void *d, size_t n)
+{
+    memcpy(t->p + t->n, d, n);
+    memset(t->p + t->n + n, 0, (512 - n % 512) % 512);
+    t->n += (n + 511) / 512 * 512;
+}
+
+/* A member; a name over 99 bytes gets a GNU long-name header (gnu) or a pax one. */
+static void member(tarbuf *t, const char *name, const void *d, size_t n, int gnu)
+{
+    size_t nl = strlen(name);
+    if (nl > 99 && gnu) {
+        header(t, "././@LongLink", 'L', nl + 1);
+        data(t, name, nl + 1);
+    } else if (nl > 99) {
+        char pax[700];
+        size_t body = nl + 7, len = body + 1; /* " path=", "\n", and len's own digits */
+        while (len != body + (size_t)snprintf(NULL, 0, "%zu", len))
+            len = body + (size_t)snprintf(NULL, 0, "%zu", len);
+        snprintf(pax, sizeof pax, "%zu path=%s\n", len, name);
+        CHECK_EQ(strlen(pax), len);
+        header(t, "PaxHeader", 'x', len);
+        data(t, pax, len);
+    }
+    header(t, name, '0', n);
+    data(t, d, n);
+}
+
+/* count samples "d/kNNNN" (every 5th a long key, by pax or GNU headers) with .cls
+ * and .txt (flags & 1: every 7th lacks .txt; flags & 2: sample 6 has two .txt, an
+ * error, and a third member passed over; flags & 4: a bad header in sample 10), a
+ * directory entry and a member of another extension now and then; gzip or not. */
+static void write_tar(const char *name, int count, int seed, int gzip, int flags)
+{
+    tarbuf t = {malloc((size_t)count * 8192 + 4096), 0};
+    for (int i = 0; i < count; i++) {
+        char key[400], m[420], txt[600];
+        if (i % 5 == 4)
+            snprintf(key, sizeof key, "d/%0150d-k%04d", seed, i);
+        else
+            snprintf(key, sizeof key, "d/k%04d", i);
+        if (i % 6 == 2)
+            header(&t, "d/", '5', 0);
+        char cls = (char)('0' + (i + seed) % 10);
+        snprintf(m, sizeof m, "%s.cls", key);
+        member(&t, m, &cls, 1, i % 2);
+        size_t n = (size_t)(i * 53 + seed) % 580;
+        for (size_t j = 0; j < n; j++)
+            txt[j] = (char)('a' + (i + j) % 26);
+        snprintf(m, sizeof m, "%s.txt", key);
+        size_t h = t.n;
+        if (!((flags & 1) && i % 7 == 3))
+            member(&t, m, txt, n, i % 2);
+        if ((flags & 4) && i == 10)
+            t.p[h + 3] ^= 1; /* its header's checksum fails: the rest of the tar is lost */
+        if ((flags & 2) && i == 6) {
+            member(&t, m, txt, 3, 0);
+            snprintf(m, sizeof m, "%s.cls", key);
+            member(&t, m, &cls, 1, 0);
+        }
+        if (i % 4 == 1) {
+            snprintf(m, sizeof m, "%s.json", key);
+            member(&t, m, "{}", 2, 0);
+        }
+    }
+    memset(t.p + t.n, 0, 1024);
+    t.n += 1024;
+    char path[512];
+    test_path(name, path);
+    if (gzip) {
+        gzFile g = gzopen(path, "wb");
+        CHECK(g && gzwrite(g, t.p, (unsigned)t.n) == (int)t.n && gzclose(g) == Z_OK);
+    } else {
+        test_write_file(path, t.p, t.n);
+    }
+    free(t.p);
+}
+
+TEST(wds_written_files)
+{
+    test_make_dir("resume-wds");
+    uint64_t want = 0;
+    for (int k = 0; k < 6; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "w-%d.tar%s", k, k % 2 ? ".gz" : "");
+        write_tar(name, 4 + 6 * k, k, k % 2, 0);
+        want += 4 + 6 * (uint64_t)k;
+    }
+    write_tar("w-bad.tar", 20, 6, 0, 4);
+    write_tar("w-bad.tar.gz", 20, 7, 1, 4);
+    want += 2 * 11; /* samples 0 to 9, then the error */
+    char spec[700];
+    snprintf(spec, sizeof spec, "wds:%s/w-*,stream=1,seed=8,fields=cls;txt", test_dir);
+    for (uint64_t nshards = 1; nshards <= 4; nshards++)
+        CHECK_U64(check_resume(spec, nshards, nshards, 1), want);
+    /* every extension (json is missing from most: errors, each a result) */
+    snprintf(spec, sizeof spec, "wds:%s/w-*,stream=1,seed=8", test_dir);
+    CHECK_U64(check_resume(spec, 2, 0, 1), want);
+    test_remove_dir();
+    /* samples without .txt passed over (missing=skip), or errors; a sample with
+     * two .txt: an error, the rest of its members passed over (a state saved right
+     * after it holds that key) */
+    test_make_dir("resume-wds-skip");
+    write_tar("s-0.tar", 30, 1, 0, 3);
+    write_tar("s-1.tar.gz", 30, 2, 1, 3);
+    snprintf(spec, sizeof spec, "wds:%s/s-*,stream=1,fields=cls;txt,missing=skip,infer=3,max=1000",
+             test_dir);
+    CHECK_U64(check_resume(spec, 1, 0, 1), 2 * (30 - 4)); /* 4 skipped in each */
+    snprintf(spec, sizeof spec, "wds:%s/s-*,stream=1,fields=cls;txt,infer=3,max=1000", test_dir);
+    CHECK_U64(check_resume(spec, 2, 0, 1), 2 * 30);
+    /* the state while a key is passed over: 64 bytes and the key */
+    static uint8_t st[STATE_CAP];
+    src s;
+    rec r;
+    ferry_stream_iter *it;
+    src_open(&s, spec, 0, 0);
+    CHECK_OK(ferry_stream_open(s.st, 0, 1, 0, &it));
+    size_t len = 0, seen = 0;
+    for (int i = 0; i < 70; i++) {
+        next_rec(&s, it, &r);
+        free(r.b);
+        if (r.rc == FERRY_ECORRUPT && strstr(ferry_last_errmsg(), "has a .txt already")) {
+            CHECK_OK(ferry_stream_save(it, st, sizeof st, &len));
+            CHECK_EQ(len, 16 + 64 + strlen("d/k0006"));
+            CHECK(memmem(st, len, "d/k0006", 7) != NULL);
+            seen++;
+        }
+    }
+    CHECK_EQ(seen, 2); /* one in each tar */
+    ferry_stream_close(it);
+    src_close(&s);
+    test_remove_dir();
+}
+
+TEST(wds_bad_states)
+{
+    test_make_dir("resume-wds-bad");
+    write_tar("a-0.tar", 12, 1, 0, 0);
+    write_tar("a-1.tar.gz", 12, 2, 1, 0);
+    write_tar("a-2.tar", 12, 3, 0, 0);
+    char spec[700], msg[512];
+    snprintf(spec, sizeof spec, "wds:%s/a-*,stream=1,fields=cls;txt", test_dir);
+    static uint8_t st[STATE_CAP], b[STATE_CAP];
+    size_t len = save_after(spec, 0, 3, 5, st);
+    CHECK_EQ(len, 16 + 64);
+    CHECK_OK(restore_into(spec, 0, 3, st, len, msg));
+    memcpy(b, st, len);
+    b[50] ^= 4;
+    CHECK_RC(restore_into(spec, 0, 3, b, len, msg), FERRY_ECORRUPT);
+    CHECK_CONTAINS(msg, "checksum");
+    CHECK_RC(restore_into(spec, 2, 3, st, len, msg), FERRY_ECORRUPT);
+    CHECK_CONTAINS(msg, "not one of stream shard 2 of 3");
+    /* forged: not a header's place, past the end, another size, a key too long */
+    memcpy(b, st, len);
+    put64(b + 16 + 32, 700);
+    reseal(b, len);
+    CHECK_RC(restore_into(spec, 0, 3, b, len, msg), FERRY_ECORRUPT);
+    CHECK_CONTAINS(msg, "not a place in a tar");
+    memcpy(b, st, len);
+    put64(b + 16 + 32, 512 << 12);
+    reseal(b, len);
+    CHECK_RC(restore_into(spec, 0, 3, b, len, msg), FERRY_ECORRUPT);
+    CHECK_CONTAINS(msg, "which ends at");
+    memcpy(b, st, len);
+    put64(b + 16 + 24, 513);
+    reseal(b, len);
+    CHECK_RC(restore_into(spec, 0, 3, b, len, msg), FERRY_ECORRUPT);
+    CHECK_CONTAINS(msg, "the tar changed");
+    memcpy(b, st, len);
+    put64(b + 16 + 56, 1 << 20);
+    reseal(b, len);
+    CHECK_RC(restore_into(spec, 0, 3, b, len, msg), FERRY_ECORRUPT);
+    CHECK_CONTAINS(msg, "a key of");
+    memcpy(b, st, len);
+    put64(b + 16 + 56, 100); /* a key announced, its bytes missing */
+    reseal(b, len);
+    CHECK_RC(restore_into(spec, 0, 3, b, len, msg), FERRY_ECORRUPT);
+    CHECK_CONTAINS(msg, "cut short");
+    /* a TFRecord stream's state, and this one given to a TFRecord stream */
+    test_make_dir("resume-wds-bad-tfr");
+    write_tfr("t.tfrecord", 10, 1, 0, 0);
+    char tspec[700];
+    snprintf(tspec, sizeof tspec, "tfrecord:%s/t.tfrecord,stream=1,raw=1", test_dir);
+    size_t tlen = save_after(tspec, 0, 1, 3, b);
+    CHECK_RC(restore_into(tspec, 0, 1, st, len, msg), FERRY_ECORRUPT);
+    CHECK_CONTAINS(msg, "not saved by a TFRecord stream");
+    test_remove_dir();
+    test_make_dir("resume-wds-bad");
+    CHECK_RC(restore_into(spec, 0, 3, b, tlen, msg), FERRY_ECORRUPT);
+    CHECK_CONTAINS(msg, "not saved by a wds stream");
+    /* fetch of a pos that names nothing */
+    src s;
+    ferry_stream_iter *it;
+    rec r;
+    src_open(&s, spec, 0, 0);
+    CHECK_OK(ferry_stream_open(s.st, 0, 1, 0, &it));
+    ferry_pos p = {0, 9, 0, 0};
+    fetch_rec(&s, it, &p, &r);
+    CHECK_EQ(r.rc, FERRY_ERANGE);
+    p.a = 1;
+    p.b = 100;
+    fetch_rec(&s, it, &p, &r);
+    CHECK_EQ(r.rc, FERRY_ERANGE);
+    CHECK_CONTAINS(ferry_last_errmsg(), "not a header's offset");
+    p.b = 512 << 12;
+    fetch_rec(&s, it, &p, &r);
+    CHECK_EQ(r.rc, FERRY_ERANGE);
+    CHECK_CONTAINS(ferry_last_errmsg(), "the tar ends at");
+    p.b = 512; /* the data of the first member: not a header */
+    fetch_rec(&s, it, &p, &r);
+    CHECK(r.rc < 0);
     p.b = 0;
     fetch_rec(&s, it, &p, &r); /* and the next fetch reads again */
     CHECK_EQ(r.rc, 0);

@@ -936,13 +936,15 @@ static int st_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
     uint64_t v[6];
     int rc;
     (void)ctx;
-    for (int i = 0; i < 6; i++)
-        if ((rc = ferry_state_get_u64(r, &v[i])) < 0)
-            return rc;
-    uint64_t pos = v[1], file = v[2], size = v[3], off = v[4], record = v[5];
+    if ((rc = ferry_state_get_u64(r, &v[0])) < 0)
+        return rc;
     if (v[0] != TFR_STATE_TAG)
         return ferry__err(FERRY_ECORRUPT,
                           "tfrecord stream: the state was not saved by a TFRecord stream");
+    for (int i = 1; i < 6; i++)
+        if ((rc = ferry_state_get_u64(r, &v[i])) < 0)
+            return rc;
+    uint64_t pos = v[1], file = v[2], size = v[3], off = v[4], record = v[5];
     if (pos < it->pos || (pos - it->pos) % it->step ||
         (pos != it->pos && pos - it->step >= t->files.n))
         return ferry__err(FERRY_ECORRUPT,

@@ -23,9 +23,10 @@ typedef struct ferry__tar_member {
     const char *name; /* NUL-terminated, valid until the next ferry__tar_next */
     size_t name_len;
     uint64_t size;
-    uint64_t header_off; /* offset of its (first) header in the (decompressed) stream */
-    uint64_t data_off;   /* offset of its data */
-    uint64_t index;      /* position among the archive's headers, for messages */
+    uint64_t header_off;  /* offset of its (first) header in the (decompressed) stream */
+    uint64_t data_off;    /* offset of its data */
+    uint64_t index;       /* position among the archive's headers, for messages */
+    uint64_t first_index; /* the same for its first header (at header_off) */
 } ferry__tar_member;
 
 typedef struct ferry__tar {

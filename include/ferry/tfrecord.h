@@ -99,8 +99,8 @@ FERRY_API int ferry_dataset_tfrecord(ferry_dataset **out, const char *location,
  * and fetches by seeking; gzip cannot seek, so resuming a gzip shard decodes it
  * from its start up to the position, and fetch decodes forward from the sample it
  * fetched last (from the file's start when pos is before it): fetches in ascending
- * (file, offset) order, as a shuffle buffer's restore makes them, cost one pass
- * over each file. */
+ * (file, offset) order cost one pass over each file, and each fetch of an earlier
+ * place than the last one's decodes the file again from its start. */
 FERRY_API int ferry_stream_tfrecord(ferry_stream **out, const char *location,
                                     const ferry_tfrecord_opts *o, uint64_t seed);
 

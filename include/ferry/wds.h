@@ -73,8 +73,9 @@ FERRY_API int ferry_dataset_wds(ferry_dataset **out, const char *location, const
  * error, if any. A plain tar resumes and fetches by seeking; gzip cannot seek, so
  * resuming a gzip shard decodes it from its start up to the position, and fetch
  * decodes forward from the sample it fetched last (from the tar's start when pos is
- * before it): fetches in ascending (tar, offset) order, as a shuffle buffer's
- * restore makes them, cost one pass over each tar. */
+ * before it): fetches in ascending (tar, offset) order cost one pass over each
+ * tar, and each fetch of an earlier place than the last one's decodes the tar again
+ * from its start. */
 FERRY_API int ferry_stream_wds(ferry_stream **out, const char *location, const ferry_wds_opts *o,
                                uint64_t seed);
 

@@ -737,3 +737,37 @@ TEST(wds_bad_states)
     src_close(&s);
     test_remove_dir();
 }
+
+TEST(wds_image_pipeline)
+{
+    /* decoded and randomly cropped images over a gzipped tar: a restored (or
+     * fetched) sample is the same tensor, its draws keyed by its pos */
+#define JPEGS FERRY_SHARED_DIR "/testdata/jpeg/valid"
+    test_need_shared(JPEGS "/jd_jpg-progressive.jpg");
+    test_make_dir("resume-wds-jpeg");
+    static const char *files[] = {"jd_jpg-progressive.jpg", "jd_jpg-size-17x17.jpg",
+                                  "jd_jpg-gray.jpg"};
+    tarbuf t = {calloc(1, 1 << 21), 0};
+    for (int i = 0; i < 12; i++) {
+        char p[512], name[64], c[4];
+        snprintf(p, sizeof p, "%s/%s", JPEGS, files[i % 3]);
+        size_t n;
+        unsigned char *b = test_read_file(p, &n);
+        snprintf(name, sizeof name, "img%02d.jpg", i);
+        member(&t, name, b, n, 0);
+        snprintf(name, sizeof name, "img%02d.cls", i);
+        snprintf(c, sizeof c, "%d", i % 10);
+        member(&t, name, c, strlen(c), 0);
+        free(b);
+    }
+    memset(t.p + t.n, 0, 1024);
+    t.n += 1024;
+    char path[512], spec[700];
+    test_path("jpegs.tar.gz", path);
+    gzFile g = gzopen(path, "wb");
+    CHECK(g && gzwrite(g, t.p, (unsigned)t.n) == (int)t.n && gzclose(g) == Z_OK);
+    free(t.p);
+    snprintf(spec, sizeof spec, "wds:%s,pipeline=train,size=16", path);
+    CHECK_U64(check_resume(spec, 1, 3, 1), 12);
+    test_remove_dir();
+}

@@ -824,10 +824,11 @@ static int st_open(void *self, uint64_t shard, uint64_t nshards, uint64_t epoch,
 }
 
 /* raw: a small window, so that large records are read from the file straight
- * into the sample (ferry__tfr_next_into) */
-static int open_reader(const tfr *t, ferry__tfr_reader *rd, const char *path)
+ * into the sample (ferry__tfr_next_into); for fetch too, where each fetch away from
+ * the last one reads a window (a gzip file's is 256 KiB whatever is asked) */
+static int open_reader(const tfr *t, ferry__tfr_reader *rd, const char *path, bool fetch)
 {
-    size_t window = t->o.raw ? (size_t)16 << 10 : 0;
+    size_t window = t->o.raw || fetch ? (size_t)16 << 10 : 0;
     return ferry__tfr_open(rd, path, path, t->o.compression, t->o.max_record, window);
 }
 
@@ -870,7 +871,7 @@ static int st_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
         uint64_t file = ferry_permutation_at(&it->order, it->pos);
         const char *path = t->files.paths[file];
         if (!it->open) {
-            if ((rc = open_reader(t, &it->rd, path)) < 0) {
+            if ((rc = open_reader(t, &it->rd, path, false)) < 0) {
                 it->pos += it->step;
                 return rc;
             }
@@ -981,7 +982,7 @@ static int st_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
                           "tfrecord stream: the state names record %llu at offset %llu of %s: "
                           "more records than fit there",
                           (unsigned long long)record, (unsigned long long)off, path);
-    if ((rc = open_reader(t, &it->rd, path)) < 0)
+    if ((rc = open_reader(t, &it->rd, path, false)) < 0)
         return rc;
     it->open = true; /* closed by st_close, also after an error */
     it->pos = pos;
@@ -1018,7 +1019,7 @@ static int st_fetch(void *iter, const ferry_pos *pos, ferry_sample *out, ferry_c
         it->fr_open = false;
     }
     if (!it->fr_open) {
-        if ((rc = open_reader(t, &it->fr, path)) < 0)
+        if ((rc = open_reader(t, &it->fr, path, true)) < 0)
             return rc;
         it->fr_open = true;
         it->fr_file = pos->a;

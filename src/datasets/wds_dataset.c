@@ -148,7 +148,7 @@ static int scan(wds *w, uint32_t k, uint64_t limit)
 {
     const char *path = w->files.paths[k];
     ferry__tar tar;
-    int rc = ferry__tar_open(&tar, path, path, FERRY__GZ_AUTO, 0);
+    int rc = ferry__tar_open(&tar, path, path, FERRY__GZ_AUTO, 0, 0);
     if (rc < 0)
         return rc;
     char *key = ferry__malloc(FERRY__TAR_MAX_NAME + 1);
@@ -494,6 +494,9 @@ typedef struct wds_iter {
 
 /* ws_sample: a sample without every field, passed over (missing=skip) */
 #define WS_SKIPPED 2
+/* fetch's read window: each fetch away from the last one reads at least this much
+ * (a gzipped tar's is 256 KiB whatever is asked) */
+#define FETCH_WINDOW ((size_t)16 << 10)
 
 static int ws_open(void *self, uint64_t shard, uint64_t nshards, uint64_t epoch, void **iter)
 {
@@ -656,8 +659,8 @@ static int ws_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
         uint64_t file = ferry_permutation_at(&it->order, it->pos);
         const char *path = w->files.paths[file];
         if (!it->rd.open) {
-            if ((rc = ferry__tar_open(&it->rd.tar, path, path, FERRY__GZ_AUTO, w->o.max_member)) <
-                0) {
+            if ((rc = ferry__tar_open(&it->rd.tar, path, path, FERRY__GZ_AUTO, w->o.max_member,
+                                      0)) < 0) {
                 it->pos += it->step;
                 return rc;
             }
@@ -786,7 +789,7 @@ static int ws_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
                           "headers before) of %s: not a place in a tar",
                           (unsigned long long)off, (unsigned long long)pending,
                           (unsigned long long)headers, path);
-    if ((rc = ferry__tar_open(&c->tar, path, path, FERRY__GZ_AUTO, w->o.max_member)) < 0)
+    if ((rc = ferry__tar_open(&c->tar, path, path, FERRY__GZ_AUTO, w->o.max_member, 0)) < 0)
         return rc;
     c->open = true; /* closed by ws_close, also after an error */
     it->pos = pos;
@@ -827,7 +830,8 @@ static int ws_fetch(void *iter, const ferry_pos *pos, ferry_sample *out, ferry_c
     if (c->open && it->fr_file != pos->a)
         ws_reader_close(c);
     if (!c->open) {
-        if ((rc = ferry__tar_open(&c->tar, path, path, FERRY__GZ_AUTO, w->o.max_member)) < 0)
+        if ((rc = ferry__tar_open(&c->tar, path, path, FERRY__GZ_AUTO, w->o.max_member,
+                                  FETCH_WINDOW)) < 0)
             return rc;
         c->open = true;
         it->fr_file = pos->a;

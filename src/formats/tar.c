@@ -83,11 +83,11 @@ int ferry__tar_header(const uint8_t *h, char *type, uint64_t *size, char *name, 
 }
 
 int ferry__tar_open(ferry__tar *t, const char *path, const char *name, int compression,
-                    uint64_t max_data)
+                    uint64_t max_data, size_t window)
 {
     memset(t, 0, sizeof *t);
     t->max_data = max_data;
-    return ferry__seqread_open(&t->r, path, name, compression, WINDOW);
+    return ferry__seqread_open(&t->r, path, name, compression, window ? window : WINDOW);
 }
 
 void ferry__tar_close(ferry__tar *t)

@@ -42,8 +42,10 @@ typedef struct ferry__tar {
     ferry__tar_member cur;
 } ferry__tar;
 
+/* window: bytes of the read window (0: 1 MiB); a reader that seeks from sample to
+ * sample wants a small one. */
 int ferry__tar_open(ferry__tar *t, const char *path, const char *name, int compression,
-                    uint64_t max_data);
+                    uint64_t max_data, size_t window);
 void ferry__tar_close(ferry__tar *t);
 /* The next regular file member; FERRY_END after the last (two zero blocks, or the
  * end of the file on a block boundary). */

@@ -172,12 +172,22 @@ static void check_shard(src *s, uint64_t shard, uint64_t nshards, uint64_t epoch
 }
 
 /* fetch(pos) of every sample gives it again: in order (one pass over a gzip file),
- * backwards and interleaved with next() on the same iterator. */
+ * from an iterator of another shard and epoch, backwards, and interleaved with
+ * next() on the same iterator. */
 static void check_fetch(src *s, uint64_t shard, uint64_t nshards, uint64_t epoch, const rec *all,
                         size_t n)
 {
     ferry_stream_iter *it;
     rec r;
+    /* from another shard's iterator, of another epoch (pos says which) */
+    CHECK_OK(ferry_stream_open(s->st, (shard + 1) % nshards, nshards, epoch + 1, &it));
+    for (size_t i = 0; i < n; i++)
+        if (all[i].rc == 0) {
+            fetch_rec(s, it, &all[i].pos, &r);
+            CHECK(same(&r, &all[i]));
+            free(r.b);
+        }
+    ferry_stream_close(it);
     CHECK_OK(ferry_stream_open(s->st, shard, nshards, epoch, &it));
     for (size_t i = 0; i < n; i++)
         if (all[i].rc == 0) {

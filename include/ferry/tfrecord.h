@@ -88,7 +88,19 @@ FERRY_API int ferry_dataset_tfrecord(ferry_dataset **out, const char *location,
  * ferry_stream_records does), and each file is read front to back. A broken frame
  * (a bad length CRC, a truncated record) ends its file with an error that says
  * the rest of the file is not read; a bad data CRC or a record that does not
- * decode is an error for that record only. */
+ * decode is an error for that record only.
+ *
+ * The stream is resumable (ferry_stream_save/restore/fetch, ferry/dataset.h). A
+ * sample's pos: a = its file (index among the files in name order), b = its
+ * record's offset in the file (in the decompressed bytes of a gzip file), c = its
+ * record number in the file. An iterator's state is 48 bytes: the place in the
+ * epoch's file order and the file there, the open file's size (a file that changed
+ * since is refused), the reader's offset and record number. A plain file resumes
+ * and fetches by seeking; gzip cannot seek, so resuming a gzip shard decodes it
+ * from its start up to the position, and fetch decodes forward from the sample it
+ * fetched last (from the file's start when pos is before it): fetches in ascending
+ * (file, offset) order cost one pass over each file, and each fetch of an earlier
+ * place than the last one's decodes the file again from its start. */
 FERRY_API int ferry_stream_tfrecord(ferry_stream **out, const char *location,
                                     const ferry_tfrecord_opts *o, uint64_t seed);
 

@@ -61,7 +61,21 @@ FERRY_API int ferry_dataset_wds(ferry_dataset **out, const char *location, const
 /* A stream over the same tars, gzipped or not: the shard order is shuffled each
  * epoch (seed, epoch), stream shard k of n reads every n-th tar of that order,
  * each front to back. A broken archive (a bad header, data past its end) ends its
- * tar with an error that says the rest is not read. */
+ * tar with an error that says the rest is not read.
+ *
+ * The stream is resumable (ferry_stream_save/restore/fetch, ferry/dataset.h). A
+ * sample's pos: a = its tar (index among the tars in name order), b = the offset
+ * of its first member's first header in the tar (in the decompressed bytes of a
+ * gzipped tar), c = that header's number in the tar. An iterator's state is 64
+ * bytes (the place in the epoch's tar order and the tar there, the open tar's size:
+ * a tar that changed since is refused, the reader's offset, bytes still to pass
+ * and header count), plus the key whose members are being passed over after an
+ * error, if any. A plain tar resumes and fetches by seeking; gzip cannot seek, so
+ * resuming a gzip shard decodes it from its start up to the position, and fetch
+ * decodes forward from the sample it fetched last (from the tar's start when pos is
+ * before it): fetches in ascending (tar, offset) order cost one pass over each
+ * tar, and each fetch of an earlier place than the last one's decodes the tar again
+ * from its start. */
 FERRY_API int ferry_stream_wds(ferry_stream **out, const char *location, const ferry_wds_opts *o,
                                uint64_t seed);
 

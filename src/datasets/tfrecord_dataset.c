@@ -800,9 +800,13 @@ int ferry_dataset_tfrecord(ferry_dataset **out, const char *location, const ferr
 typedef struct tfr_iter {
     const tfr *t;
     ferry_permutation order;
-    uint64_t pos, step;
+    uint64_t pos, step, shard;
     ferry__tfr_reader rd;
     bool open;
+    /* fetch: a reader of its own, opened on the file it last read */
+    ferry__tfr_reader fr;
+    bool fr_open;
+    uint64_t fr_file;
 } tfr_iter;
 
 static int st_open(void *self, uint64_t shard, uint64_t nshards, uint64_t epoch, void **iter)
@@ -813,10 +817,39 @@ static int st_open(void *self, uint64_t shard, uint64_t nshards, uint64_t epoch,
         return ferry__err(FERRY_ENOMEM, "tfrecord stream: out of memory");
     it->t = t;
     ferry_permutation_init(&it->order, t->files.n, t->seed, epoch);
-    it->pos = shard;
+    it->pos = it->shard = shard;
     it->step = nshards;
     *iter = it;
     return 0;
+}
+
+/* raw: a small window, so that large records are read from the file straight
+ * into the sample (ferry__tfr_next_into); for fetch too, where each fetch away from
+ * the last one reads a window (a gzip file's is 256 KiB whatever is asked) */
+static int open_reader(const tfr *t, ferry__tfr_reader *rd, const char *path, bool fetch)
+{
+    size_t window = t->o.raw || fetch ? (size_t)16 << 10 : 0;
+    return ferry__tfr_open(rd, path, path, t->o.compression, t->o.max_record, window);
+}
+
+/* The record at rd's position into out: 0, FERRY_END, or an error (rd->broken
+ * when the framing is lost). *off: the record's offset. */
+static inline int read_record(const tfr *t, ferry__tfr_reader *rd, const char *path,
+                              ferry_sample *out, uint64_t *off)
+{
+    const uint8_t *d = NULL;
+    size_t n;
+    uint64_t rec = rd->record;
+    int rc;
+    if (t->o.raw) { /* straight into the sample */
+        rc = ferry__tfr_next_into(rd, out->data[0], (size_t)t->fields[0].shape[0], &n, off);
+        if (rc == 0)
+            out->length[0] = (int64_t)n;
+        return rc;
+    }
+    if ((rc = ferry__tfr_next(rd, &d, &n, off, 1)) != 0)
+        return rc;
+    return decode(t, d, n, out, path, rec, *off);
 }
 
 static void end_file(tfr_iter *it)
@@ -831,33 +864,28 @@ static int st_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
     tfr_iter *it = iter;
     const tfr *t = it->t;
     int rc;
+    (void)ctx;
     for (;;) {
         if (it->pos >= t->files.n)
             return FERRY_END;
-        const char *path = t->files.paths[ferry_permutation_at(&it->order, it->pos)];
+        uint64_t file = ferry_permutation_at(&it->order, it->pos);
+        const char *path = t->files.paths[file];
         if (!it->open) {
-            /* raw: a small window, so that large records are read from the file
-             * straight into the sample (ferry__tfr_next_into) */
-            size_t window = t->o.raw ? (size_t)16 << 10 : 0;
-            if ((rc = ferry__tfr_open(&it->rd, path, path, t->o.compression, t->o.max_record,
-                                      window)) < 0) {
+            if ((rc = open_reader(t, &it->rd, path, false)) < 0) {
                 it->pos += it->step;
                 return rc;
             }
             it->open = true;
         }
-        const uint8_t *d = NULL;
-        size_t n;
         uint64_t off, rec = it->rd.record;
-        if (t->o.raw) /* straight into the sample */
-            rc = ferry__tfr_next_into(&it->rd, out->data[0], (size_t)t->fields[0].shape[0], &n,
-                                      &off);
-        else
-            rc = ferry__tfr_next(&it->rd, &d, &n, &off, 1);
+        rc = read_record(t, &it->rd, path, out, &off);
         if (rc == FERRY_END) {
             end_file(it);
             continue;
         }
+        out->pos.a = file;
+        out->pos.b = off;
+        out->pos.c = rec;
         if (rc < 0 && it->rd.broken) {
             /* the framing is lost: nothing after this point can be trusted */
             char msg[FERRY_ERRMSG_MAX];
@@ -865,13 +893,9 @@ static int st_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
             end_file(it);
             return ferry__err(rc, "%s", msg);
         }
-        if (rc < 0) /* this record only (a bad data CRC, too long for its field) */
-            return rc;
-        if (t->o.raw) {
-            out->length[0] = (int64_t)n;
-            return 0;
-        }
-        return decode(t, d, n, out, path, rec, off);
+        /* else 0, or an error for this record only (a bad data CRC, too long for its
+         * field, does not decode) */
+        return rc;
     }
 }
 
@@ -880,11 +904,150 @@ static void st_close(void *iter)
     tfr_iter *it = iter;
     if (it->open)
         ferry__tfr_close(&it->rd);
+    if (it->fr_open)
+        ferry__tfr_close(&it->fr);
     ferry__free(it);
 }
 
-static const ferry_stream_vtable stream_vtable = {st_open, st_next, st_close, tfr_destroy,
-                                                  NULL,    NULL,    NULL};
+/* Position. A sample's pos: a = its file (index in the file list, in name order),
+ * b = its record's offset in the file (in the decompressed bytes of a gzip file),
+ * c = its record number in the file. The state (48 bytes): a tag, the position in
+ * the epoch's file order, the file there (a check), the size of the open file (0:
+ * none open), and the reader's offset and record number in it. */
+#define TFR_STATE_TAG 0x3130525446595246ull /* "FRYFTR01" */
+
+static int st_save(void *iter, ferry_state *w)
+{
+    tfr_iter *it = iter;
+    const tfr *t = it->t;
+    ferry_state_put_u64(w, TFR_STATE_TAG);
+    ferry_state_put_u64(w, it->pos);
+    ferry_state_put_u64(w, it->pos < t->files.n ? ferry_permutation_at(&it->order, it->pos)
+                                                : UINT64_MAX);
+    ferry_state_put_u64(w, it->open ? it->rd.r.f.size : 0);
+    ferry_state_put_u64(w, it->open ? it->rd.r.off : 0);
+    ferry_state_put_u64(w, it->open ? it->rd.record : 0);
+    return 0;
+}
+
+static int st_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
+{
+    tfr_iter *it = iter;
+    const tfr *t = it->t;
+    uint64_t v[6];
+    int rc;
+    (void)ctx;
+    if ((rc = ferry_state_get_u64(r, &v[0])) < 0)
+        return rc;
+    if (v[0] != TFR_STATE_TAG)
+        return ferry__err(FERRY_ECORRUPT,
+                          "tfrecord stream: the state was not saved by a TFRecord stream");
+    for (int i = 1; i < 6; i++)
+        if ((rc = ferry_state_get_u64(r, &v[i])) < 0)
+            return rc;
+    uint64_t pos = v[1], file = v[2], size = v[3], off = v[4], record = v[5];
+    if (pos < it->pos || (pos - it->pos) % it->step ||
+        (pos != it->pos && pos - it->step >= t->files.n))
+        return ferry__err(FERRY_ECORRUPT,
+                          "tfrecord stream: the state is at file %llu of the epoch's order, not "
+                          "one of stream shard %llu of %llu (%zu files)",
+                          (unsigned long long)pos, (unsigned long long)it->shard,
+                          (unsigned long long)it->step, t->files.n);
+    if (pos >= t->files.n) {
+        if (file != UINT64_MAX || size || off || record)
+            return ferry__err(FERRY_ECORRUPT, "tfrecord stream: the state is past the last file "
+                                              "but names a position in one");
+        it->pos = pos;
+        return 0;
+    }
+    uint64_t want = ferry_permutation_at(&it->order, pos);
+    const char *path = t->files.paths[want];
+    if (file != want)
+        return ferry__err(FERRY_ECORRUPT,
+                          "tfrecord stream: the state's file %llu of the epoch's order is file "
+                          "%llu, here it is %llu (%s): another file list, seed or epoch",
+                          (unsigned long long)pos, (unsigned long long)file,
+                          (unsigned long long)want, path);
+    if (size == 0) {
+        if (off || record)
+            return ferry__err(FERRY_ECORRUPT,
+                              "tfrecord stream: the state names offset %llu, record %llu of %s "
+                              "with no file open",
+                              (unsigned long long)off, (unsigned long long)record, path);
+        it->pos = pos;
+        return 0;
+    }
+    if (record > off / FERRY__TFR_OVERHEAD)
+        return ferry__err(FERRY_ECORRUPT,
+                          "tfrecord stream: the state names record %llu at offset %llu of %s: "
+                          "more records than fit there",
+                          (unsigned long long)record, (unsigned long long)off, path);
+    if ((rc = open_reader(t, &it->rd, path, false)) < 0)
+        return rc;
+    it->open = true; /* closed by st_close, also after an error */
+    it->pos = pos;
+    if (it->rd.r.f.size != size)
+        return ferry__err(FERRY_ECORRUPT,
+                          "tfrecord stream: %s is %llu bytes, %llu when the state was saved "
+                          "(the file changed)",
+                          path, (unsigned long long)it->rd.r.f.size, (unsigned long long)size);
+    uint64_t at;
+    if ((rc = ferry__seqread_seek(&it->rd.r, off, &at)) < 0)
+        return rc;
+    if (at != off)
+        return ferry__err(FERRY_ECORRUPT,
+                          "tfrecord stream: the state names offset %llu of %s, which ends at "
+                          "%llu%s",
+                          (unsigned long long)off, path, (unsigned long long)at,
+                          it->rd.r.gzip ? " (decompressed)" : "");
+    it->rd.record = record;
+    return 0;
+}
+
+static int st_fetch(void *iter, const ferry_pos *pos, ferry_sample *out, ferry_ctx *ctx)
+{
+    tfr_iter *it = iter;
+    const tfr *t = it->t;
+    int rc;
+    (void)ctx;
+    if (pos->a >= t->files.n)
+        return ferry__err(FERRY_ERANGE, "tfrecord stream: no file %llu (%zu files)",
+                          (unsigned long long)pos->a, t->files.n);
+    const char *path = t->files.paths[pos->a];
+    if (it->fr_open && it->fr_file != pos->a) {
+        ferry__tfr_close(&it->fr);
+        it->fr_open = false;
+    }
+    if (!it->fr_open) {
+        if ((rc = open_reader(t, &it->fr, path, true)) < 0)
+            return rc;
+        it->fr_open = true;
+        it->fr_file = pos->a;
+    }
+    /* forward from the last fetch; a gzip file decodes from its start to go back */
+    uint64_t at, off;
+    if ((rc = ferry__seqread_seek(&it->fr.r, pos->b, &at)) < 0) {
+        ferry__tfr_close(&it->fr); /* the decoder is spent: the next fetch opens the file again */
+        it->fr_open = false;
+        return rc;
+    }
+    it->fr.record = pos->c;
+    it->fr.broken = false;
+    rc = at == pos->b ? read_record(t, &it->fr, path, out, &off) : FERRY_END;
+    if (rc < 0 && it->fr.broken) {
+        ferry__tfr_close(&it->fr);
+        it->fr_open = false;
+    }
+    if (rc == FERRY_END)
+        return ferry__err(FERRY_ERANGE,
+                          "%s: no record %llu at offset %llu%s: the file ends at %llu", path,
+                          (unsigned long long)pos->c, (unsigned long long)pos->b,
+                          it->fr.r.gzip ? " (decompressed)" : "", (unsigned long long)at);
+    return rc;
+}
+
+static const ferry_stream_vtable stream_vtable = {st_open, st_next,    st_close, tfr_destroy,
+                                                  st_save, st_restore, st_fetch};
 
 int ferry_stream_tfrecord(ferry_stream **out, const char *location, const ferry_tfrecord_opts *o,
                           uint64_t seed)

@@ -148,7 +148,7 @@ static int scan(wds *w, uint32_t k, uint64_t limit)
 {
     const char *path = w->files.paths[k];
     ferry__tar tar;
-    int rc = ferry__tar_open(&tar, path, path, FERRY__GZ_AUTO, 0);
+    int rc = ferry__tar_open(&tar, path, path, FERRY__GZ_AUTO, 0, 0);
     if (rc < 0)
         return rc;
     char *key = ferry__malloc(FERRY__TAR_MAX_NAME + 1);
@@ -471,19 +471,32 @@ int ferry_dataset_wds(ferry_dataset **out, const char *location, const ferry_wds
 
 /* ---- Stream ---- */
 
-typedef struct wds_iter {
-    const wds *w;
-    ferry_permutation order;
-    uint64_t pos, step;
+/* A reader of one tar, a sample at a time. */
+typedef struct ws_reader {
     ferry__tar tar;
     bool open, peeked;
-    ferry__tar_member m;
+    ferry__tar_member m;               /* peeked: the first member of the next sample */
     char key[FERRY__TAR_MAX_NAME + 1]; /* the sample being read */
     size_t key_len;
     char drop[FERRY__TAR_MAX_NAME + 1]; /* members of this key are passed over (after an error) */
     size_t drop_len;
     bool dropping;
+} ws_reader;
+
+typedef struct wds_iter {
+    const wds *w;
+    ferry_permutation order;
+    uint64_t pos, step, shard;
+    ws_reader rd;
+    ws_reader fr; /* fetch's own, on file fr_file */
+    uint64_t fr_file;
 } wds_iter;
+
+/* ws_sample: a sample without every field, passed over (missing=skip) */
+#define WS_SKIPPED 2
+/* fetch's read window: each fetch away from the last one reads at least this much
+ * (a gzipped tar's is 256 KiB whatever is asked) */
+#define FETCH_WINDOW ((size_t)16 << 10)
 
 static int ws_open(void *self, uint64_t shard, uint64_t nshards, uint64_t epoch, void **iter)
 {
@@ -493,17 +506,22 @@ static int ws_open(void *self, uint64_t shard, uint64_t nshards, uint64_t epoch,
         return ferry__err(FERRY_ENOMEM, "wds stream: out of memory");
     it->w = w;
     ferry_permutation_init(&it->order, w->files.n, w->seed, epoch);
-    it->pos = shard;
+    it->pos = it->shard = shard;
     it->step = nshards;
     *iter = it;
     return 0;
 }
 
+static void ws_reader_close(ws_reader *c)
+{
+    if (c->open)
+        ferry__tar_close(&c->tar);
+    c->open = c->peeked = c->dropping = false;
+}
+
 static void ws_end_file(wds_iter *it)
 {
-    if (it->open)
-        ferry__tar_close(&it->tar);
-    it->open = it->peeked = it->dropping = false;
+    ws_reader_close(&it->rd);
     it->pos += it->step;
 }
 
@@ -518,45 +536,114 @@ static int ws_broken(wds_iter *it, int rc)
 }
 
 /* An error inside a sample: the rest of its members are passed over. */
-static int ws_drop(wds_iter *it, int rc)
+static int ws_drop(ws_reader *c, int rc)
 {
-    memcpy(it->drop, it->key, it->key_len);
-    it->drop_len = it->key_len;
-    it->dropping = true;
+    memcpy(c->drop, c->key, c->key_len);
+    c->drop_len = c->key_len;
+    c->dropping = true;
     return rc;
 }
 
-static int ws_member(wds_iter *it, int k, ferry_sample *out, const char *path, int *broken)
+static int ws_member(const wds *w, ws_reader *c, int k, ferry_sample *out, const char *path,
+                     int *broken)
 {
-    const wds *w = it->w;
     const uint8_t *p;
     int rc;
     if (w->cls[k]) {
-        if (it->m.size > CLS_MAX)
+        if (c->m.size > CLS_MAX)
             return ferry__err(FERRY_ECORRUPT, "%s: member %s at offset %llu: .cls of %llu bytes",
-                              path, it->m.name, (unsigned long long)it->m.header_off,
-                              (unsigned long long)it->m.size);
-        if ((rc = ferry__tar_data(&it->tar, &p)) < 0)
+                              path, c->m.name, (unsigned long long)c->m.header_off,
+                              (unsigned long long)c->m.size);
+        if ((rc = ferry__tar_data(&c->tar, &p)) < 0)
             return *broken = 1, rc;
         int64_t v;
         char name[FERRY__TAR_MAX_NAME + 1];
-        snprintf(name, sizeof name, "%.*s", (int)it->key_len, it->key);
-        if ((rc = parse_cls(path, name, p, (size_t)it->m.size, &v)) < 0)
+        snprintf(name, sizeof name, "%.*s", (int)c->key_len, c->key);
+        if ((rc = parse_cls(path, name, p, (size_t)c->m.size, &v)) < 0)
             return rc;
         memcpy(out->data[k], &v, sizeof v);
         return 0;
     }
-    if (it->m.size > (uint64_t)w->fields[k].shape[0])
+    if (c->m.size > (uint64_t)w->fields[k].shape[0])
         return ferry__err(FERRY_EOVERFLOW,
                           "%s: member %s at offset %llu: %llu bytes, over the bound of .%s (%lld, "
                           "the largest in the first samples; give max=)",
-                          path, it->m.name, (unsigned long long)it->m.header_off,
-                          (unsigned long long)it->m.size, w->fields[k].name,
+                          path, c->m.name, (unsigned long long)c->m.header_off,
+                          (unsigned long long)c->m.size, w->fields[k].name,
                           (long long)w->fields[k].shape[0]);
-    if ((rc = ferry__tar_data(&it->tar, &p)) < 0)
+    if ((rc = ferry__tar_data(&c->tar, &p)) < 0)
         return *broken = 1, rc;
-    memcpy(out->data[k], p, (size_t)it->m.size);
-    out->length[k] = (int64_t)it->m.size;
+    memcpy(out->data[k], p, (size_t)c->m.size);
+    out->length[k] = (int64_t)c->m.size;
+    return 0;
+}
+
+/* The next sample of c's tar into out: 0, FERRY_END (no member left), WS_SKIPPED
+ * (it lacks a field and skip_missing), or an error (*broken: the tar cannot be read
+ * on). *hoff and *hidx: the offset and header number of its first header. */
+static int ws_sample(const wds *w, ws_reader *c, const char *path, bool skip_missing,
+                     ferry_sample *out, uint64_t *hoff, uint64_t *hidx, int *broken)
+{
+    uint64_t have = 1;
+    bool started = false;
+    int rc;
+    for (;;) {
+        if (!c->peeked) {
+            rc = ferry__tar_next(&c->tar, &c->m);
+            if (rc == FERRY_END)
+                break;
+            if (rc < 0)
+                return *broken = 1, rc;
+            c->peeked = true;
+        }
+        size_t kl;
+        const char *ext;
+        if ((rc = split(path, &c->m, &kl, &ext)) < 0) {
+            c->peeked = false;
+            return started ? ws_drop(c, rc) : rc; /* the sample it was in is lost */
+        }
+        if (c->dropping && kl == c->drop_len && !memcmp(c->m.name, c->drop, kl)) {
+            c->peeked = false;
+            continue;
+        }
+        c->dropping = false;
+        if (started && (kl != c->key_len || memcmp(c->m.name, c->key, kl)))
+            break; /* the next sample begins: keep its member for the next call */
+        if (!started) {
+            memcpy(c->key, c->m.name, kl);
+            c->key_len = kl;
+            *hoff = c->m.header_off;
+            *hidx = c->m.first_index;
+            started = true;
+        }
+        c->peeked = false;
+        int k = 1;
+        while (k < w->nfields && strcmp(w->fields[k].name, ext))
+            k++;
+        if (k == w->nfields)
+            continue; /* not a chosen field */
+        if (have & ((uint64_t)1 << k))
+            return ws_drop(c, ferry__err(FERRY_ECORRUPT,
+                                         "%s: member %s at offset %llu: sample %.*s has a .%s "
+                                         "already",
+                                         path, c->m.name, (unsigned long long)c->m.header_off,
+                                         (int)c->key_len, c->key, ext));
+        if ((rc = ws_member(w, c, k, out, path, broken)) < 0)
+            return *broken ? rc : ws_drop(c, rc);
+        have |= (uint64_t)1 << k;
+    }
+    if (!started)
+        return FERRY_END;
+    if (have != all_fields(w))
+        return skip_missing ? WS_SKIPPED : missing_error(w, path, c->key, c->key_len, *hoff, have);
+    if (c->key_len > (uint64_t)w->fields[0].shape[0])
+        return ferry__err(FERRY_EOVERFLOW,
+                          "%s: sample %.*s at offset %llu: a key of %zu bytes, over the bound "
+                          "of __key__ (%lld, the longest in the first samples)",
+                          path, (int)c->key_len, c->key, (unsigned long long)*hoff, c->key_len,
+                          (long long)w->fields[0].shape[0]);
+    memcpy(out->data[0], c->key, c->key_len);
+    out->length[0] = (int64_t)c->key_len;
     return 0;
 }
 
@@ -569,93 +656,217 @@ static int ws_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
     for (;;) {
         if (it->pos >= w->files.n)
             return FERRY_END;
-        const char *path = w->files.paths[ferry_permutation_at(&it->order, it->pos)];
-        if (!it->open) {
-            if ((rc = ferry__tar_open(&it->tar, path, path, FERRY__GZ_AUTO, w->o.max_member)) < 0) {
+        uint64_t file = ferry_permutation_at(&it->order, it->pos);
+        const char *path = w->files.paths[file];
+        if (!it->rd.open) {
+            if ((rc = ferry__tar_open(&it->rd.tar, path, path, FERRY__GZ_AUTO, w->o.max_member,
+                                      0)) < 0) {
                 it->pos += it->step;
                 return rc;
             }
-            it->open = true;
+            it->rd.open = true;
         }
-        uint64_t have = 1, hoff = 0;
-        bool started = false;
-        for (;;) {
-            if (!it->peeked) {
-                rc = ferry__tar_next(&it->tar, &it->m);
-                if (rc == FERRY_END)
-                    break;
-                if (rc < 0)
-                    return ws_broken(it, rc);
-                it->peeked = true;
-            }
-            size_t kl;
-            const char *ext;
-            if ((rc = split(path, &it->m, &kl, &ext)) < 0) {
-                it->peeked = false;
-                return started ? ws_drop(it, rc) : rc; /* the sample it was in is lost */
-            }
-            if (it->dropping && kl == it->drop_len && !memcmp(it->m.name, it->drop, kl)) {
-                it->peeked = false;
-                continue;
-            }
-            it->dropping = false;
-            if (started && (kl != it->key_len || memcmp(it->m.name, it->key, kl)))
-                break; /* the next sample begins: keep its member for the next call */
-            if (!started) {
-                memcpy(it->key, it->m.name, kl);
-                it->key_len = kl;
-                hoff = it->m.header_off;
-                started = true;
-            }
-            it->peeked = false;
-            int k = 1;
-            while (k < w->nfields && strcmp(w->fields[k].name, ext))
-                k++;
-            if (k == w->nfields)
-                continue; /* not a chosen field */
-            if (have & ((uint64_t)1 << k))
-                return ws_drop(it,
-                               ferry__err(FERRY_ECORRUPT,
-                                          "%s: member %s at offset %llu: sample %.*s has a .%s "
-                                          "already",
-                                          path, it->m.name, (unsigned long long)it->m.header_off,
-                                          (int)it->key_len, it->key, ext));
-            int broken = 0;
-            if ((rc = ws_member(it, k, out, path, &broken)) < 0)
-                return broken ? ws_broken(it, rc) : ws_drop(it, rc);
-            have |= (uint64_t)1 << k;
-        }
-        if (!started) {
+        uint64_t hoff = 0, hidx = 0;
+        int broken = 0;
+        rc = ws_sample(w, &it->rd, path, w->o.missing == FERRY_WDS_MISSING_SKIP, out, &hoff, &hidx,
+                       &broken);
+        if (rc == FERRY_END) {
             ws_end_file(it);
             continue;
         }
-        if (have != all_fields(w)) {
-            if (w->o.missing == FERRY_WDS_MISSING_SKIP)
-                continue;
-            return missing_error(w, path, it->key, it->key_len, hoff, have);
-        }
-        if (it->key_len > (uint64_t)w->fields[0].shape[0])
-            return ferry__err(FERRY_EOVERFLOW,
-                              "%s: sample %.*s at offset %llu: a key of %zu bytes, over the bound "
-                              "of __key__ (%lld, the longest in the first samples)",
-                              path, (int)it->key_len, it->key, (unsigned long long)hoff,
-                              it->key_len, (long long)w->fields[0].shape[0]);
-        memcpy(out->data[0], it->key, it->key_len);
-        out->length[0] = (int64_t)it->key_len;
-        return 0;
+        if (rc == WS_SKIPPED)
+            continue;
+        if (rc < 0 && broken)
+            return ws_broken(it, rc);
+        out->pos.a = file;
+        out->pos.b = hoff;
+        out->pos.c = hidx;
+        return rc;
     }
 }
 
 static void ws_close(void *iter)
 {
     wds_iter *it = iter;
-    if (it->open)
-        ferry__tar_close(&it->tar);
+    ws_reader_close(&it->rd);
+    ws_reader_close(&it->fr);
     ferry__free(it);
 }
 
-static const ferry_stream_vtable wds_stream_vtable = {ws_open, ws_next, ws_close, wds_destroy,
-                                                      NULL,    NULL,    NULL};
+/* Position. A sample's pos: a = its tar (index among the tars in name order), b =
+ * the offset of its first member's (first) header in the tar (in the decompressed
+ * bytes of a gzipped tar), c = that header's number in the tar (as messages count
+ * them). The state: a tag, the place in the epoch's tar order and the tar there (a
+ * check), the open tar's size (0: none open), the offset the reader goes on from,
+ * the member bytes it has still to pass there, its header count, and the key whose
+ * members are being passed over after an error (its length + 1, 0: none; then its
+ * bytes): 64 bytes, plus that key's bytes while one is passed over. */
+#define WDS_STATE_TAG 0x3130534457595246ull /* "FRYWDS01" */
+
+static int ws_save(void *iter, ferry_state *s)
+{
+    wds_iter *it = iter;
+    const wds *w = it->w;
+    const ws_reader *c = &it->rd;
+    uint64_t off = 0, pending = 0, headers = 0;
+    if (c->open && c->peeked) { /* again from the header of the member it holds */
+        off = c->m.header_off;
+        headers = c->m.first_index;
+    } else if (c->open) {
+        off = c->tar.r.off;
+        pending = c->tar.pending;
+        headers = c->tar.headers;
+    }
+    ferry_state_put_u64(s, WDS_STATE_TAG);
+    ferry_state_put_u64(s, it->pos);
+    ferry_state_put_u64(s, it->pos < w->files.n ? ferry_permutation_at(&it->order, it->pos)
+                                                : UINT64_MAX);
+    ferry_state_put_u64(s, c->open ? c->tar.r.f.size : 0);
+    ferry_state_put_u64(s, off);
+    ferry_state_put_u64(s, pending);
+    ferry_state_put_u64(s, headers);
+    ferry_state_put_u64(s, c->open && c->dropping ? c->drop_len + 1 : 0);
+    if (c->open && c->dropping)
+        ferry_state_put(s, c->drop, c->drop_len);
+    return 0;
+}
+
+static int ws_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
+{
+    wds_iter *it = iter;
+    const wds *w = it->w;
+    ws_reader *c = &it->rd;
+    uint64_t v[8];
+    int rc;
+    (void)ctx;
+    if ((rc = ferry_state_get_u64(r, &v[0])) < 0)
+        return rc;
+    if (v[0] != WDS_STATE_TAG)
+        return ferry__err(FERRY_ECORRUPT, "wds stream: the state was not saved by a wds stream");
+    for (int i = 1; i < 8; i++)
+        if ((rc = ferry_state_get_u64(r, &v[i])) < 0)
+            return rc;
+    uint64_t pos = v[1], file = v[2], size = v[3], off = v[4], pending = v[5], headers = v[6],
+             drop = v[7];
+    if (pos < it->pos || (pos - it->pos) % it->step ||
+        (pos != it->pos && pos - it->step >= w->files.n))
+        return ferry__err(FERRY_ECORRUPT,
+                          "wds stream: the state is at tar %llu of the epoch's order, not one of "
+                          "stream shard %llu of %llu (%zu tars)",
+                          (unsigned long long)pos, (unsigned long long)it->shard,
+                          (unsigned long long)it->step, w->files.n);
+    if (drop > FERRY__TAR_MAX_NAME + 1)
+        return ferry__err(FERRY_ECORRUPT, "wds stream: the state names a key of %llu bytes",
+                          (unsigned long long)drop - 1);
+    if (drop && (rc = ferry_state_get(r, c->drop, (size_t)drop - 1)) < 0)
+        return rc;
+    if (pos >= w->files.n) {
+        if (file != UINT64_MAX || size || off || pending || headers || drop)
+            return ferry__err(FERRY_ECORRUPT, "wds stream: the state is past the last tar but "
+                                              "names a position in one");
+        it->pos = pos;
+        return 0;
+    }
+    uint64_t want = ferry_permutation_at(&it->order, pos);
+    const char *path = w->files.paths[want];
+    if (file != want)
+        return ferry__err(FERRY_ECORRUPT,
+                          "wds stream: the state's tar %llu of the epoch's order is tar %llu, "
+                          "here it is %llu (%s): another file list, seed or epoch",
+                          (unsigned long long)pos, (unsigned long long)file,
+                          (unsigned long long)want, path);
+    if (size == 0) {
+        if (off || pending || headers || drop)
+            return ferry__err(FERRY_ECORRUPT,
+                              "wds stream: the state names offset %llu of %s with no tar open",
+                              (unsigned long long)off, path);
+        it->pos = pos;
+        return 0;
+    }
+    if (off % 512 || pending % 512 || pending > ((uint64_t)1 << 62) + 512 || headers > off / 512)
+        return ferry__err(FERRY_ECORRUPT,
+                          "wds stream: the state names offset %llu (%llu bytes to pass, %llu "
+                          "headers before) of %s: not a place in a tar",
+                          (unsigned long long)off, (unsigned long long)pending,
+                          (unsigned long long)headers, path);
+    if ((rc = ferry__tar_open(&c->tar, path, path, FERRY__GZ_AUTO, w->o.max_member, 0)) < 0)
+        return rc;
+    c->open = true; /* closed by ws_close, also after an error */
+    it->pos = pos;
+    if (c->tar.r.f.size != size)
+        return ferry__err(FERRY_ECORRUPT,
+                          "wds stream: %s is %llu bytes, %llu when the state was saved (the tar "
+                          "changed)",
+                          path, (unsigned long long)c->tar.r.f.size, (unsigned long long)size);
+    uint64_t at;
+    if ((rc = ferry__seqread_seek(&c->tar.r, off, &at)) < 0)
+        return rc;
+    if (at != off)
+        return ferry__err(FERRY_ECORRUPT,
+                          "wds stream: the state names offset %llu of %s, which ends at %llu%s",
+                          (unsigned long long)off, path, (unsigned long long)at,
+                          c->tar.r.gzip ? " (decompressed)" : "");
+    c->tar.pending = pending;
+    c->tar.headers = headers;
+    c->dropping = drop != 0;
+    c->drop_len = drop ? (size_t)drop - 1 : 0;
+    return 0;
+}
+
+static int ws_fetch(void *iter, const ferry_pos *pos, ferry_sample *out, ferry_ctx *ctx)
+{
+    wds_iter *it = iter;
+    const wds *w = it->w;
+    ws_reader *c = &it->fr;
+    int rc;
+    (void)ctx;
+    if (pos->a >= w->files.n)
+        return ferry__err(FERRY_ERANGE, "wds stream: no tar %llu (%zu tars)",
+                          (unsigned long long)pos->a, w->files.n);
+    const char *path = w->files.paths[pos->a];
+    if (pos->b % 512)
+        return ferry__err(FERRY_ERANGE, "%s: no sample at offset %llu: not a header's offset", path,
+                          (unsigned long long)pos->b);
+    if (c->open && it->fr_file != pos->a)
+        ws_reader_close(c);
+    if (!c->open) {
+        if ((rc = ferry__tar_open(&c->tar, path, path, FERRY__GZ_AUTO, w->o.max_member,
+                                  FETCH_WINDOW)) < 0)
+            return rc;
+        c->open = true;
+        it->fr_file = pos->a;
+    }
+    c->dropping = false;
+    if (!c->peeked || c->m.header_off != pos->b) {
+        /* the sample after the last fetched one is there already; else forward from
+         * it (a gzipped tar decodes from its start to go back) */
+        uint64_t at;
+        if ((rc = ferry__seqread_seek(&c->tar.r, pos->b, &at)) < 0) {
+            ws_reader_close(c); /* the decoder is spent: the next fetch opens the tar again */
+            return rc;
+        }
+        c->peeked = false;
+        c->tar.pending = 0;
+        c->tar.headers = pos->c;
+        c->tar.have_long = c->tar.have_pax_size = false;
+        if (at != pos->b)
+            return ferry__err(FERRY_ERANGE, "%s: no sample at offset %llu%s: the tar ends at %llu",
+                              path, (unsigned long long)pos->b,
+                              c->tar.r.gzip ? " (decompressed)" : "", (unsigned long long)at);
+    }
+    uint64_t hoff = 0, hidx = 0;
+    int broken = 0;
+    rc = ws_sample(w, c, path, false, out, &hoff, &hidx, &broken);
+    if (rc == FERRY_END)
+        return ferry__err(FERRY_ERANGE, "%s: no sample at offset %llu%s: the tar ends there", path,
+                          (unsigned long long)pos->b, c->tar.r.gzip ? " (decompressed)" : "");
+    if (rc < 0 && broken)
+        ws_reader_close(c);
+    return rc;
+}
+
+static const ferry_stream_vtable wds_stream_vtable = {ws_open, ws_next,    ws_close, wds_destroy,
+                                                      ws_save, ws_restore, ws_fetch};
 
 int ferry_stream_wds(ferry_stream **out, const char *location, const ferry_wds_opts *o,
                      uint64_t seed)

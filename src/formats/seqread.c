@@ -329,3 +329,41 @@ int ferry__seqread_read(ferry__seqread *r, void *dst, size_t n, size_t *got)
     *got = done;
     return 0;
 }
+
+int ferry__seqread_seek(ferry__seqread *r, uint64_t off, uint64_t *at)
+{
+    uint64_t skipped;
+    int rc;
+    if (off < r->off) {
+        uint64_t back = r->off - off;
+        if (back <= r->pos) {
+            /* still in the window */
+            r->pos -= (size_t)back;
+            r->off = off;
+            *at = off;
+            return 0;
+        }
+        r->pos = r->end = 0;
+        if (!r->gzip) {
+            r->file_off = r->off = off;
+            r->eof = off >= r->f.size;
+            *at = off;
+            return 0;
+        }
+        /* gzip: decode again from the start */
+        r->file_off = r->off = 0;
+        r->eof = r->member_end = false;
+#ifdef FERRY_HAVE_ISAL
+        isal_inflate_reset(r->isal);
+        r->isal->crc_flag = ISAL_GZIP;
+        r->isal->avail_in = 0;
+#else
+        inflateReset(&r->z);
+        r->z.avail_in = 0;
+#endif
+    }
+    if ((rc = ferry__seqread_skip(r, off - r->off, &skipped)) < 0)
+        return rc;
+    *at = r->off;
+    return 0;
+}

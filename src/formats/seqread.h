@@ -59,5 +59,11 @@ int ferry__seqread_read(ferry__seqread *r, void *dst, size_t n, size_t *got);
 /* Moves past n bytes. For a file read as it is, bytes past the window are not read at
  * all (a seek). *skipped < n only at the end of the stream. */
 int ferry__seqread_skip(ferry__seqread *r, uint64_t n, uint64_t *skipped);
+/* Moves to stream offset off, forward or back, as if off bytes had been read from
+ * the start: for a file read as it is, a seek (no bytes read where the window does
+ * not hold them); for a gzip file, forward by decoding up to off, back by decoding
+ * again from the file's start (gzip cannot seek). *at < off only when the stream
+ * is shorter (it is then at its end). Errors as ferry__seqread_need. */
+int ferry__seqread_seek(ferry__seqread *r, uint64_t off, uint64_t *at);
 
 #endif

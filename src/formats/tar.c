@@ -83,11 +83,11 @@ int ferry__tar_header(const uint8_t *h, char *type, uint64_t *size, char *name, 
 }
 
 int ferry__tar_open(ferry__tar *t, const char *path, const char *name, int compression,
-                    uint64_t max_data)
+                    uint64_t max_data, size_t window)
 {
     memset(t, 0, sizeof *t);
     t->max_data = max_data;
-    return ferry__seqread_open(&t->r, path, name, compression, WINDOW);
+    return ferry__seqread_open(&t->r, path, name, compression, window ? window : WINDOW);
 }
 
 void ferry__tar_close(ferry__tar *t)
@@ -149,7 +149,7 @@ int ferry__tar_next(ferry__tar *t, ferry__tar_member *m)
     int rc;
     uint64_t skipped;
     size_t got;
-    uint64_t first_hoff = UINT64_MAX;
+    uint64_t first_hoff = UINT64_MAX, first_hno = 0;
     for (;;) {
         if (t->pending) {
             if ((rc = ferry__seqread_skip(&t->r, t->pending, &skipped)) < 0)
@@ -161,8 +161,10 @@ int ferry__tar_next(ferry__tar *t, ferry__tar_member *m)
             t->pending = 0;
         }
         uint64_t hoff = t->r.off, hno = t->headers;
-        if (first_hoff == UINT64_MAX)
+        if (first_hoff == UINT64_MAX) {
             first_hoff = hoff;
+            first_hno = hno;
+        }
         if ((rc = ferry__seqread_need(&t->r, BLOCK, &got)) < 0)
             return rc;
         if (got == 0 && !t->have_long && !t->have_pax_size)
@@ -257,6 +259,7 @@ int ferry__tar_next(ferry__tar *t, ferry__tar_member *m)
         t->cur.header_off = first_hoff;
         t->cur.data_off = hoff + BLOCK;
         t->cur.index = hno;
+        t->cur.first_index = first_hno;
         t->pending = padded;
         *m = t->cur;
         return 0;

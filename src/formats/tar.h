@@ -23,9 +23,10 @@ typedef struct ferry__tar_member {
     const char *name; /* NUL-terminated, valid until the next ferry__tar_next */
     size_t name_len;
     uint64_t size;
-    uint64_t header_off; /* offset of its (first) header in the (decompressed) stream */
-    uint64_t data_off;   /* offset of its data */
-    uint64_t index;      /* position among the archive's headers, for messages */
+    uint64_t header_off;  /* offset of its (first) header in the (decompressed) stream */
+    uint64_t data_off;    /* offset of its data */
+    uint64_t index;       /* position among the archive's headers, for messages */
+    uint64_t first_index; /* the same for its first header (at header_off) */
 } ferry__tar_member;
 
 typedef struct ferry__tar {
@@ -41,8 +42,10 @@ typedef struct ferry__tar {
     ferry__tar_member cur;
 } ferry__tar;
 
+/* window: bytes of the read window (0: 1 MiB); a reader that seeks from sample to
+ * sample wants a small one. */
 int ferry__tar_open(ferry__tar *t, const char *path, const char *name, int compression,
-                    uint64_t max_data);
+                    uint64_t max_data, size_t window);
 void ferry__tar_close(ferry__tar *t);
 /* The next regular file member; FERRY_END after the last (two zero blocks, or the
  * end of the file on a block boundary). */

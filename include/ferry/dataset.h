@@ -197,7 +197,9 @@ FERRY_API void ferry_stream_close(ferry_stream_iter *it);
 
 /* ---- Stream positions: saving an iterator and resuming it ----
  * 1 when every stream of the chain has save, restore and fetch (the built-in file
- * streams do, over uncompressed files; the decorators do when their inner does).
+ * streams do: records, TFRecord, WebDataset and CSV; a compressed file is resumed
+ * by decoding it from its start up to the position, as it cannot seek; the
+ * decorators do when their inner does).
  * A stream that is not resumable is resumed by the loader by reading its samples
  * again from the start of the epoch (ferry/loader.h). */
 FERRY_API int ferry_stream_resumable(const ferry_stream *st);

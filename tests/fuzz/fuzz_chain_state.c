@@ -1,8 +1,7 @@
 /*
  * Fuzz target: the saved positions of a decorator chain and of a stream loader,
  * which a resume reads as untrusted input (the file streams' own positions have
- * fuzz_stream_state.c). The
- * first byte picks the reader:
+ * fuzz_stream_state.c). The first byte picks the reader:
  *   0: a stream iterator's state (ferry_stream_restore), the rest being its body;
  *      the target puts the header (magic, version, checksum, length) in front.
  *   1: a stream loader's state (ferry_loader_state_resume), the rest being the

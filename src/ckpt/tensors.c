@@ -925,8 +925,10 @@ cleanup:
 
 /* The selected tensors will be read (by the CRC check or the caller): ask the
  * kernel for them ahead, in runs of adjacent tensors (one call when all are
- * selected), and for nothing else. */
-static void advise_selected(const ferry_tensors *t, bool populate)
+ * selected), and for nothing else. The pages are not mapped here: faults taken by
+ * the CRC threads, a few pages at a time and on every thread at once, cost less
+ * than mapping them all from one thread first (MADV_POPULATE_READ). */
+static void advise_selected(const ferry_tensors *t)
 {
     long page = sysconf(_SC_PAGESIZE);
     uint64_t pg = page > 0 ? (uint64_t)page : 4096;
@@ -939,14 +941,7 @@ static void advise_selected(const ferry_tensors *t, bool populate)
         a -= a % pg;
         if (b <= a)
             continue;
-        void *p = (uint8_t *)t->map.data + a;
-#ifdef MADV_POPULATE_READ
-        /* read now anyway (the CRCs): map the pages in one call rather than a
-         * fault each few pages */
-        if (populate && madvise(p, (size_t)(b - a), MADV_POPULATE_READ) == 0)
-            continue;
-#endif
-        madvise(p, (size_t)(b - a), MADV_WILLNEED);
+        madvise((uint8_t *)t->map.data + a, (size_t)(b - a), MADV_WILLNEED);
     }
 }
 
@@ -982,7 +977,7 @@ static int open_bytes(ferry_tensors *t, const ferry_tensors_opts *o)
     bool check = !(o->flags & FERRY_TENSORS_NO_VERIFY);
     unsigned threads = default_threads(o->threads);
     if (t->map.data)
-        advise_selected(t, check && !(o->flags & FERRY_TENSORS_COPY));
+        advise_selected(t);
     if (o->flags & FERRY_TENSORS_COPY) {
         size_t total = 0;
         for (size_t i = 0; i < t->nsel; i++) {

@@ -18,7 +18,11 @@
 #define JSON_MAX_DEPTH 64
 #define VERIFY_PIECE ((uint64_t)32 << 20) /* bytes of one CRC job */
 #define DEFAULT_CHUNK ((uint64_t)16 << 20)
-#define WRITE_PIECE ((size_t)1 << 20) /* bytes checksummed then written in one go */
+/* Bytes checksummed then written in one go, at file offsets that are multiples of
+ * it: the page cache of kernels with large folios (XFS, ext4 since Linux 6.16)
+ * then holds the file in 2 MiB folios, which a reader's mapping takes one at a
+ * time (a single entry each) rather than in 4 KiB pages. */
+#define WRITE_PIECE ((uint64_t)2 << 20)
 
 /* ---- dtypes ---- */
 
@@ -1229,7 +1233,8 @@ static void save_job(void *p, size_t i, unsigned worker)
         uint64_t to = c->data_start + wt->begin + jb->off;
         rc = 0;
         for (uint64_t at = 0; at < jb->len && rc == 0;) {
-            size_t k = jb->len - at < WRITE_PIECE ? (size_t)(jb->len - at) : WRITE_PIECE;
+            uint64_t room = WRITE_PIECE - (to + at) % WRITE_PIECE; /* to the next multiple */
+            size_t k = (size_t)(jb->len - at < room ? jb->len - at : room);
             if (c->crc)
                 crc = ferry_crc32c(crc, src + at, k);
             rc = ferry__atomic_pwrite_mt(c->w, src + at, k, to + at);
@@ -1426,16 +1431,22 @@ int ferry_tensors_save(const char *path, const ferry_tensor_src *src, size_t n,
         FERRY_FAIL(FERRY_EOVERFLOW, "%s: a %zu-byte header is over the %llu bytes readers accept",
                    path, h.n, (unsigned long long)FERRY_TENSORS_DEFAULT_MAX_HEADER);
 
-    /* jobs: large tensors in chunks written straight from the caller's memory,
+    /* jobs: large tensors in chunks written straight from the caller's memory
+     * (ending at file offsets that are multiples of WRITE_PIECE, where chunks allow),
      * runs of small ones gathered into one write */
+    uint64_t data_start = 8 + h.n;
     size_t nj = 0, capj = 0;
     for (size_t i = 0; i < n;) {
-        if (!grow((void **)&jl, &capj, nj + (size_t)(ts[i].nbytes / chunk) + 2, sizeof *jl))
+        if (!grow((void **)&jl, &capj, nj + (size_t)(ts[i].nbytes / (chunk / 2)) + 3, sizeof *jl))
             FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", path);
         if (ts[i].nbytes >= chunk / 2) {
             uint64_t off = 0;
             do {
-                uint64_t len = ts[i].nbytes - off < chunk ? ts[i].nbytes - off : chunk;
+                uint64_t len = chunk;
+                if (chunk >= 2 * WRITE_PIECE)
+                    len -= (data_start + ts[i].begin + off) % WRITE_PIECE;
+                if (len > ts[i].nbytes - off)
+                    len = ts[i].nbytes - off;
                 jl[nj++] = (wjob){i, 1, off, len, 0};
                 off += len;
             } while (off < ts[i].nbytes);
@@ -1452,7 +1463,6 @@ int ferry_tensors_save(const char *path, const ferry_tensor_src *src, size_t n,
     }
 
     FERRY_TRY(ferry__atomic_open(&w, path));
-    uint64_t data_start = 8 + h.n;
     FERRY_TRY(ferry__atomic_reserve(&w, data_start + data_len));
     save_ctx c = {.w = &w,
                   .ts = ts,

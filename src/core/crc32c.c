@@ -1,6 +1,7 @@
 /*
- * CRC-32C (Castagnoli): the SSE4.2 instruction where the CPU has it, else
- * slicing-by-8 tables.
+ * CRC-32C (Castagnoli): carry-less multiply folding on CPUs with AVX-512 and
+ * VPCLMULQDQ (buffers of 256 bytes and more: crc_clmul below), else the SSE4.2
+ * instruction where the CPU has it, else slicing-by-8 tables; chosen at run time.
  *
  * The instruction has a latency of three cycles and a throughput of one, so one
  * dependent chain runs at a third of its speed. Large buffers are cut into three

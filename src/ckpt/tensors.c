@@ -575,21 +575,24 @@ static int cmp_offset_entry(const void *a, const void *b)
     return 0;
 }
 
+/* The value of a hex digit; 0 for any other byte as well. */
+static const uint8_t hex_digit[256] = {
+    ['0'] = 0,  ['1'] = 1,  ['2'] = 2,  ['3'] = 3,  ['4'] = 4,  ['5'] = 5,  ['6'] = 6,  ['7'] = 7,
+    ['8'] = 8,  ['9'] = 9,  ['a'] = 10, ['b'] = 11, ['c'] = 12, ['d'] = 13, ['e'] = 14, ['f'] = 15,
+    ['A'] = 10, ['B'] = 11, ['C'] = 12, ['D'] = 13, ['E'] = 14, ['F'] = 15,
+};
+
+/* The 8 hex digits at s (the caller checks what follows them). */
 static bool parse_hex32(const char *s, uint32_t *out)
 {
     uint32_t v = 0;
     for (int i = 0; i < 8; i++) {
-        char c = s[i];
-        int h = c >= '0' && c <= '9'   ? c - '0'
-                : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                       : -1;
-        if (h < 0)
+        unsigned char c = (unsigned char)s[i];
+        uint32_t h = hex_digit[c];
+        if (h == 0 && c != '0')
             return false;
-        v = v << 4 | (uint32_t)h;
+        v = v << 4 | h;
     }
-    if (s[8])
-        return false;
     *out = v;
     return true;
 }
@@ -703,10 +706,8 @@ static int check_header(ferry_tensors *t, uint64_t data_len, entry ***by_off_out
                        "for each of the %zu tensors",
                        t->label, FERRY_TENSORS_CRC_KEY, len, n);
         for (size_t i = 0; i < n; i++) {
-            char hex[9];
-            memcpy(hex, crcs + 9 * i, 8);
-            hex[8] = 0;
-            if ((i + 1 < n && crcs[9 * i + 8] != ',') || !parse_hex32(hex, &by_off[i]->info.crc))
+            if ((i + 1 < n && crcs[9 * i + 8] != ',') ||
+                !parse_hex32(crcs + 9 * i, &by_off[i]->info.crc))
                 FERRY_FAIL(FERRY_ECORRUPT,
                            "%s: tensor \"%s\": its stored CRC (number %zu in "
                            "__metadata__ \"%s\") is not 8 hex digits and a comma",
@@ -972,6 +973,9 @@ static int open_bytes(ferry_tensors *t, const ferry_tensors_opts *o)
     t->data_start = 8 + n;
     t->arena_cap = (size_t)n + 1;
     t->arena = ferry__malloc(t->arena_cap);
+    /* Room for as many tensors as the header can hold, so that the arrays are not
+     * moved while they fill: a tensor takes at least MIN_TENSOR_JSON bytes of it
+     * (more than that would only cost a move). */
     if (!t->arena)
         FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory for a %llu-byte header", t->label,
                    (unsigned long long)n);

@@ -17,6 +17,7 @@
 
 #define JSON_MAX_DEPTH 64
 #define VERIFY_PIECE ((uint64_t)32 << 20) /* bytes of one CRC job */
+#define VERIFY_RUN ((uint64_t)4 << 20)    /* tensors smaller than this are checked in runs */
 #define DEFAULT_CHUNK ((uint64_t)16 << 20)
 /* Bytes checksummed then written in one go, at file offsets that are multiples of
  * it: the page cache of kernels with large folios (XFS, ext4 since Linux 6.16)
@@ -735,15 +736,18 @@ cleanup:
 /* ---- CRC checks and copies, on several threads ---- */
 
 typedef struct piece {
-    size_t tensor; /* index in sel */
-    uint64_t off, len;
-    uint32_t crc;
+    size_t first, count; /* tensors in sel: a run of small ones, or one (part) */
+    uint64_t off, len;   /* part: the bytes [off, off + len) of tensor first */
+    bool part;
+    uint32_t crc; /* of a part */
 } piece;
 
 typedef struct verify_ctx {
     const ferry_tensors *t;
     piece *pieces;
     const ferry_tensor_info *src; /* copy: the mapped tensors (NULL: only CRCs) */
+    bool check;
+    uint32_t *got; /* the CRCs of tensors in runs */
     jobs j;
 } verify_ctx;
 
@@ -751,14 +755,23 @@ static void verify_job(void *p, size_t i, unsigned worker)
 {
     verify_ctx *c = p;
     piece *pc = &c->pieces[i];
-    const ferry_tensor_info *ti = &c->t->sel[pc->tensor];
-    if (!pc->len)
+    (void)worker;
+    if (pc->part) {
+        const ferry_tensor_info *ti = &c->t->sel[pc->first];
+        if (c->src)
+            memcpy((uint8_t *)ti->data + pc->off, (const uint8_t *)c->src[pc->first].data + pc->off,
+                   pc->len);
+        if (c->check && ti->has_crc)
+            pc->crc = ferry_crc32c(0, (const uint8_t *)ti->data + pc->off, pc->len);
         return;
-    if (c->src)
-        memcpy((uint8_t *)ti->data + pc->off, (const uint8_t *)c->src[pc->tensor].data + pc->off,
-               pc->len);
-    if (ti->has_crc)
-        pc->crc = ferry_crc32c(0, (const uint8_t *)ti->data + pc->off, pc->len);
+    }
+    for (size_t k = pc->first; k < pc->first + pc->count; k++) {
+        const ferry_tensor_info *ti = &c->t->sel[k];
+        if (c->src && ti->nbytes)
+            memcpy((uint8_t *)ti->data, c->src[k].data, ti->nbytes);
+        if (c->check && ti->has_crc)
+            c->got[k] = ti->nbytes ? ferry_crc32c(0, ti->data, ti->nbytes) : 0;
+    }
 }
 
 static int crc_mismatch(const ferry_tensors *t, const ferry_tensor_info *ti, uint32_t got)
@@ -770,50 +783,88 @@ static int crc_mismatch(const ferry_tensors *t, const ferry_tensor_info *ti, uin
                       (unsigned long long)ti->nbytes, got);
 }
 
+/* The jobs of copy_and_verify: tensors of VERIFY_RUN bytes and more in parts of
+ * VERIFY_PIECE, smaller ones in runs of about VERIFY_RUN bytes. Fills pieces when
+ * not NULL; returns how many there are. */
+static size_t plan_pieces(const ferry_tensors *t, bool copy, bool check, piece *pieces,
+                          uint64_t *total)
+{
+    size_t np = 0;
+    *total = 0;
+    for (size_t i = 0; i < t->nsel;) {
+        const ferry_tensor_info *ti = &t->sel[i];
+        if (!copy && !(check && ti->has_crc)) {
+            i++;
+            continue;
+        }
+        if (ti->nbytes >= VERIFY_RUN) {
+            uint64_t off = 0;
+            do {
+                uint64_t len = ti->nbytes - off < VERIFY_PIECE ? ti->nbytes - off : VERIFY_PIECE;
+                if (pieces)
+                    pieces[np] = (piece){i, 1, off, len, true, 0};
+                np++;
+                off += len;
+            } while (off < ti->nbytes);
+            *total += ti->nbytes;
+            i++;
+            continue;
+        }
+        size_t first = i;
+        uint64_t bytes = 0;
+        for (; i < t->nsel && bytes < VERIFY_RUN; i++) {
+            if (!copy && !(check && t->sel[i].has_crc))
+                continue;
+            if (t->sel[i].nbytes >= VERIFY_RUN)
+                break;
+            bytes += t->sel[i].nbytes;
+        }
+        if (pieces)
+            pieces[np] = (piece){first, i - first, 0, bytes, false, 0};
+        np++;
+        *total += bytes;
+    }
+    return np;
+}
+
 /* Copies (when src) and checks the selected tensors' CRCs (when check). */
 static int copy_and_verify(ferry_tensors *t, const ferry_tensor_info *src, bool check,
                            unsigned threads)
 {
     int rc = 0;
-    size_t np = 0;
     piece *pieces = NULL;
-    for (size_t i = 0; i < t->nsel; i++)
-        if (src || (check && t->sel[i].has_crc))
-            np += t->sel[i].nbytes ? (size_t)((t->sel[i].nbytes - 1) / VERIFY_PIECE + 1) : 1;
+    uint32_t *got = NULL;
+    uint64_t total;
+    size_t np = plan_pieces(t, src != NULL, check, NULL, &total);
     if (!np)
         return 0;
     pieces = ferry__malloc(np * sizeof *pieces);
-    if (!pieces)
-        return ferry__err(FERRY_ENOMEM, "%s: out of memory", t->label);
-    size_t k = 0;
-    for (size_t i = 0; i < t->nsel; i++) {
-        if (!src && !(check && t->sel[i].has_crc))
-            continue;
-        uint64_t off = 0;
-        do {
-            uint64_t len =
-                t->sel[i].nbytes - off < VERIFY_PIECE ? t->sel[i].nbytes - off : VERIFY_PIECE;
-            pieces[k++] = (piece){i, off, len, 0};
-            off += len;
-        } while (off < t->sel[i].nbytes);
-    }
+    got = ferry__malloc(t->nsel * sizeof *got);
+    if (!pieces || !got)
+        FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", t->label);
+    plan_pieces(t, src != NULL, check, pieces, &total);
     /* a thread for each 16 MiB at most: starting one costs more than checking less */
-    uint64_t total = 0;
-    for (size_t p = 0; p < np; p++)
-        total += pieces[p].len;
     if ((uint64_t)threads > total / (16u << 20) + 1)
         threads = (unsigned)(total / (16u << 20) + 1);
-    verify_ctx c = {.t = t, .pieces = pieces, .src = src};
+    verify_ctx c = {.t = t, .pieces = pieces, .src = src, .check = check, .got = got};
     c.j.n = np;
     c.j.fn = verify_job;
     c.j.ctx = &c;
     FERRY_TRY(jobs_run(&c.j, threads));
     if (check) {
+        /* in file order, so that the first bad tensor is the one named */
         for (size_t p = 0; p < np;) {
-            const ferry_tensor_info *ti = &t->sel[pieces[p].tensor];
+            if (!pieces[p].part) {
+                for (size_t k = pieces[p].first; k < pieces[p].first + pieces[p].count; k++)
+                    if (t->sel[k].has_crc && got[k] != t->sel[k].crc)
+                        FERRY_FAIL(crc_mismatch(t, &t->sel[k], got[k]), "%s", ferry_last_errmsg());
+                p++;
+                continue;
+            }
+            const ferry_tensor_info *ti = &t->sel[pieces[p].first];
             uint32_t crc = pieces[p].crc;
             size_t q = p + 1;
-            for (; q < np && pieces[q].tensor == pieces[p].tensor; q++)
+            for (; q < np && pieces[q].part && pieces[q].first == pieces[p].first; q++)
                 crc = crc_combine(crc, pieces[q].crc, pieces[q].len);
             if (ti->has_crc && crc != ti->crc)
                 FERRY_FAIL(crc_mismatch(t, ti, crc), "%s", ferry_last_errmsg());
@@ -822,6 +873,7 @@ static int copy_and_verify(ferry_tensors *t, const ferry_tensor_info *src, bool 
     }
 cleanup:
     ferry__free(pieces);
+    ferry__free(got);
     return rc;
 }
 

@@ -289,11 +289,11 @@ static size_t index_find(const name_index *ix, const char *name, name_of_fn name
 
 /* ---- the handle ---- */
 
-typedef struct entry {
-    ferry_tensor_info info;
+/* Where the header puts a tensor (beside its ferry_tensor_info in all). */
+typedef struct span {
     uint64_t begin, end; /* in the data section */
     size_t shape_at;     /* index of its first dimension in shapes */
-} entry;
+} span;
 
 struct ferry_tensors {
     char *label; /* the path, for messages */
@@ -305,11 +305,14 @@ struct ferry_tensors {
     size_t arena_used, arena_cap;
     int64_t *shapes;
     size_t nshapes, cap_shapes;
-    entry *all;
-    size_t nall, cap_all;
+    ferry_tensor_info *all; /* every tensor, in header order */
+    span *spans;            /* beside all */
+    size_t nall, cap_all, cap_spans;
     const char **meta_keys, **meta_vals;
     size_t nmeta, cap_meta;
-    ferry_tensor_info *sel; /* selected, in file order */
+    /* selected, in file order: all itself when that is every tensor (the usual
+     * case, which then costs no copy) */
+    ferry_tensor_info *sel;
     size_t nsel;
     name_index names; /* of sel, by name after renaming */
     uint64_t hash_key;
@@ -319,7 +322,7 @@ struct ferry_tensors {
 
 static const char *entry_name(const void *ctx, size_t i)
 {
-    return ((const ferry_tensors *)ctx)->all[i].info.file_name;
+    return ((const ferry_tensors *)ctx)->all[i].file_name;
 }
 
 static const char *sel_name(const void *ctx, size_t i)
@@ -340,10 +343,12 @@ void ferry_tensors_free(ferry_tensors *t)
     ferry__free(t->label);
     ferry__free(t->arena);
     ferry__free(t->shapes);
+    if (t->sel != t->all)
+        ferry__free(t->sel);
     ferry__free(t->all);
+    ferry__free(t->spans);
     ferry__free(t->meta_keys);
     ferry__free(t->meta_vals);
-    ferry__free(t->sel);
     ferry__free(t->names.slots);
     ferry__free(t->renamed);
     ferry__aligned_free(t->copy);
@@ -442,10 +447,10 @@ static int parse_tensor(parser *ps, const char *name)
 {
     ferry_tensors *t = ps->t;
     ferry__json *j = &ps->j;
-    entry e;
-    memset(&e, 0, sizeof e);
-    e.info.name = e.info.file_name = name;
-    e.shape_at = t->nshapes;
+    ferry_tensor_info info;
+    memset(&info, 0, sizeof info);
+    info.name = info.file_name = name;
+    span sp = {0, 0, t->nshapes};
     bool have_dtype = false, have_shape = false, have_offsets = false;
     if (!ferry__json_eat(j, '{'))
         return ferry__err(FERRY_ECORRUPT,
@@ -468,8 +473,8 @@ static int parse_tensor(parser *ps, const char *name)
                 have_dtype = true;
                 if (!str_at_end(ps, &v, &vn))
                     return json_error(ps, "bad dtype");
-                e.info.dtype = ferry_st_dtype_from_name(v);
-                if (e.info.dtype == FERRY_ST_INVALID)
+                info.dtype = ferry_st_dtype_from_name(v);
+                if (info.dtype == FERRY_ST_INVALID)
                     return ferry__err(FERRY_ECORRUPT, "%s: tensor \"%s\": unknown dtype \"%s\"",
                                       t->label, name, v);
             } else if (kn == 5 && !memcmp(k, "shape", 5)) {
@@ -488,7 +493,7 @@ static int parse_tensor(parser *ps, const char *name)
                             return ferry__err(FERRY_ECORRUPT,
                                               "%s: tensor \"%s\": dimension %llu too large",
                                               t->label, name, (unsigned long long)d);
-                        if (e.info.ndim == FERRY_TENSORS_MAX_DIMS)
+                        if (info.ndim == FERRY_TENSORS_MAX_DIMS)
                             return ferry__err(FERRY_ECORRUPT,
                                               "%s: tensor \"%s\": more than %d dimensions",
                                               t->label, name, FERRY_TENSORS_MAX_DIMS);
@@ -496,7 +501,7 @@ static int parse_tensor(parser *ps, const char *name)
                                   sizeof *t->shapes))
                             return ferry__err(FERRY_ENOMEM, "%s: out of memory", t->label);
                         t->shapes[t->nshapes++] = (int64_t)d;
-                        e.info.ndim++;
+                        info.ndim++;
                         if (ferry__json_eat(j, ','))
                             continue;
                         if (ferry__json_eat(j, ']'))
@@ -509,8 +514,8 @@ static int parse_tensor(parser *ps, const char *name)
                     return ferry__err(FERRY_ECORRUPT, "%s: tensor \"%s\": data_offsets given twice",
                                       t->label, name);
                 have_offsets = true;
-                if (!ferry__json_eat(j, '[') || !ferry__json_u64(j, &e.begin) ||
-                    !ferry__json_eat(j, ',') || !ferry__json_u64(j, &e.end) ||
+                if (!ferry__json_eat(j, '[') || !ferry__json_u64(j, &sp.begin) ||
+                    !ferry__json_eat(j, ',') || !ferry__json_u64(j, &sp.end) ||
                     !ferry__json_eat(j, ']'))
                     return json_error(ps, "data_offsets is not [BEGIN, END]");
             } else if (!ferry__json_skip(j)) {
@@ -528,9 +533,11 @@ static int parse_tensor(parser *ps, const char *name)
                           !have_dtype   ? "dtype"
                           : !have_shape ? "shape"
                                         : "data_offsets");
-    if (!grow((void **)&t->all, &t->cap_all, t->nall + 1, sizeof *t->all))
+    if (!grow((void **)&t->all, &t->cap_all, t->nall + 1, sizeof *t->all) ||
+        !grow((void **)&t->spans, &t->cap_spans, t->nall + 1, sizeof *t->spans))
         return ferry__err(FERRY_ENOMEM, "%s: out of memory", t->label);
-    t->all[t->nall++] = e;
+    t->spans[t->nall] = sp;
+    t->all[t->nall++] = info;
     return 0;
 }
 
@@ -566,9 +573,10 @@ static int parse_json(ferry_tensors *t, const uint8_t *hdr, size_t n)
     return 0;
 }
 
-static int cmp_offset_entry(const void *a, const void *b)
+/* Orders indexes of tensors by where their bytes lie (arg: the spans). */
+static int cmp_offset(const void *a, const void *b, void *arg)
 {
-    const entry *x = *(entry *const *)a, *y = *(entry *const *)b;
+    const span *sp = arg, *x = &sp[*(const size_t *)a], *y = &sp[*(const size_t *)b];
     if (x->begin != y->begin)
         return x->begin < y->begin ? -1 : 1;
     if (x->end != y->end)
@@ -599,13 +607,13 @@ static bool parse_hex32(const char *s, uint32_t *out)
 }
 
 /* Checks what the header says against itself and the file. On success
- * *by_off_out holds the entries in file order and *ix_out indexes them by name
+ * *by_off_out holds the indexes of the tensors in file order and *ix_out indexes them by name
  * (the caller frees both). */
-static int check_header(ferry_tensors *t, uint64_t data_len, entry ***by_off_out,
+static int check_header(ferry_tensors *t, uint64_t data_len, size_t **by_off_out,
                         name_index *ix_out)
 {
     int rc = 0;
-    entry **by_off = NULL;
+    size_t *by_off = NULL;
     const char **keys = NULL;
     name_index ix = {0}, mix = {0};
     size_t n = t->nall, dup;
@@ -614,69 +622,70 @@ static int check_header(ferry_tensors *t, uint64_t data_len, entry ***by_off_out
         FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", t->label);
     bool sorted = true;
     for (size_t i = 0; i < n; i++) {
-        entry *e = &t->all[i];
-        e->info.shape = e->info.ndim ? t->shapes + e->shape_at : NULL;
+        ferry_tensor_info *e = &t->all[i];
+        const span *sp = &t->spans[i];
+        e->shape = e->ndim ? t->shapes + sp->shape_at : NULL;
         uint64_t numel = 1;
-        for (int d = 0; d < e->info.ndim; d++)
-            if (__builtin_mul_overflow(numel, (uint64_t)e->info.shape[d], &numel))
+        for (int d = 0; d < e->ndim; d++)
+            if (__builtin_mul_overflow(numel, (uint64_t)e->shape[d], &numel))
                 FERRY_FAIL(FERRY_ECORRUPT,
                            "%s: tensor \"%s\": the shape's element count "
                            "overflows",
-                           t->label, e->info.name);
-        e->info.numel = numel;
+                           t->label, e->name);
+        e->numel = numel;
         uint64_t nbytes;
-        if (!byte_count(e->info.dtype, numel, &nbytes))
+        if (!byte_count(e->dtype, numel, &nbytes))
             FERRY_FAIL(FERRY_ECORRUPT,
                        "%s: tensor \"%s\": %llu elements of %s do not fill "
                        "whole bytes",
-                       t->label, e->info.name, (unsigned long long)numel,
-                       ferry_st_dtype_name(e->info.dtype));
-        if (e->end < e->begin)
+                       t->label, e->name, (unsigned long long)numel, ferry_st_dtype_name(e->dtype));
+        if (sp->end < sp->begin)
             FERRY_FAIL(FERRY_ECORRUPT,
                        "%s: tensor \"%s\": data_offsets [%llu, %llu] end before "
                        "they begin",
-                       t->label, e->info.name, (unsigned long long)e->begin,
-                       (unsigned long long)e->end);
-        if (e->end - e->begin != nbytes)
+                       t->label, e->name, (unsigned long long)sp->begin,
+                       (unsigned long long)sp->end);
+        if (sp->end - sp->begin != nbytes)
             FERRY_FAIL(FERRY_ECORRUPT,
                        "%s: tensor \"%s\": data_offsets [%llu, %llu] hold %llu "
                        "bytes, but %s of %llu elements takes %llu",
-                       t->label, e->info.name, (unsigned long long)e->begin,
-                       (unsigned long long)e->end, (unsigned long long)(e->end - e->begin),
-                       ferry_st_dtype_name(e->info.dtype), (unsigned long long)numel,
+                       t->label, e->name, (unsigned long long)sp->begin,
+                       (unsigned long long)sp->end, (unsigned long long)(sp->end - sp->begin),
+                       ferry_st_dtype_name(e->dtype), (unsigned long long)numel,
                        (unsigned long long)nbytes);
-        if (e->end > data_len)
+        if (sp->end > data_len)
             FERRY_FAIL(FERRY_ECORRUPT,
                        "%s: tensor \"%s\": data_offsets [%llu, %llu] past the end "
                        "of the data (%llu bytes)",
-                       t->label, e->info.name, (unsigned long long)e->begin,
-                       (unsigned long long)e->end, (unsigned long long)data_len);
-        e->info.nbytes = nbytes;
-        e->info.offset = t->data_start + e->begin;
-        e->info.data = nbytes ? t->base + e->info.offset : NULL;
-        by_off[i] = e;
-        if (i && cmp_offset_entry(&by_off[i - 1], &by_off[i]) > 0)
+                       t->label, e->name, (unsigned long long)sp->begin,
+                       (unsigned long long)sp->end, (unsigned long long)data_len);
+        e->nbytes = nbytes;
+        e->offset = t->data_start + sp->begin;
+        e->data = nbytes ? t->base + e->offset : NULL;
+        by_off[i] = i;
+        if (i && cmp_offset(&by_off[i - 1], &by_off[i], t->spans) > 0)
             sorted = false;
     }
     if (!index_build(&ix, n, entry_name, t, t->hash_key, &dup))
         FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", t->label);
     if (dup != SIZE_MAX)
         FERRY_FAIL(FERRY_ECORRUPT, "%s: tensor \"%s\" appears twice", t->label,
-                   t->all[dup].info.file_name);
+                   t->all[dup].file_name);
     if (!sorted) /* files are usually written in order */
-        qsort(by_off, n, sizeof *by_off, cmp_offset_entry);
+        qsort_r(by_off, n, sizeof *by_off, cmp_offset, t->spans);
     uint64_t at = 0;
     for (size_t i = 0; i < n; i++) {
-        entry *e = by_off[i];
-        if (e->begin != at)
+        const ferry_tensor_info *e = &t->all[by_off[i]];
+        const span *sp = &t->spans[by_off[i]];
+        if (sp->begin != at)
             FERRY_FAIL(FERRY_ECORRUPT,
                        "%s: tensor \"%s\": data_offsets [%llu, %llu] %s the "
                        "previous tensor's end at %llu (tensors must be contiguous and not "
                        "overlap)",
-                       t->label, e->info.name, (unsigned long long)e->begin,
-                       (unsigned long long)e->end, e->begin < at ? "overlap" : "leave a gap after",
-                       (unsigned long long)at);
-        at = e->end;
+                       t->label, e->name, (unsigned long long)sp->begin,
+                       (unsigned long long)sp->end,
+                       sp->begin < at ? "overlap" : "leave a gap after", (unsigned long long)at);
+        at = sp->end;
     }
     if (at != data_len)
         FERRY_FAIL(FERRY_ECORRUPT,
@@ -708,12 +717,12 @@ static int check_header(ferry_tensors *t, uint64_t data_len, entry ***by_off_out
                        t->label, FERRY_TENSORS_CRC_KEY, len, n);
         for (size_t i = 0; i < n; i++) {
             if ((i + 1 < n && crcs[9 * i + 8] != ',') ||
-                !parse_hex32(crcs + 9 * i, &by_off[i]->info.crc))
+                !parse_hex32(crcs + 9 * i, &t->all[by_off[i]].crc))
                 FERRY_FAIL(FERRY_ECORRUPT,
                            "%s: tensor \"%s\": its stored CRC (number %zu in "
                            "__metadata__ \"%s\") is not 8 hex digits and a comma",
-                           t->label, by_off[i]->info.name, i, FERRY_TENSORS_CRC_KEY);
-            by_off[i]->info.has_crc = 1;
+                           t->label, t->all[by_off[i]].name, i, FERRY_TENSORS_CRC_KEY);
+            t->all[by_off[i]].has_crc = 1;
         }
     }
     if (!index_build(&mix, nkeys, meta_key, keys, t->hash_key, &dup))
@@ -891,15 +900,14 @@ int ferry_tensors_verify(const ferry_tensors *t, size_t i)
 
 /* ---- selection and renaming ---- */
 
-static int select_and_rename(ferry_tensors *t, entry **by_off, const name_index *ix,
+static int select_and_rename(ferry_tensors *t, const size_t *by_off, const name_index *ix,
                              const ferry_tensors_opts *o)
 {
     int rc = 0;
     size_t n = t->nall, dup;
     bool *keep = NULL;
     keep = ferry__calloc(n ? n : 1, sizeof *keep);
-    t->sel = ferry__calloc(n ? n : 1, sizeof *t->sel);
-    if (!keep || !t->sel)
+    if (!keep)
         FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", t->label);
     if (o->names) {
         for (size_t i = 0; i < o->nnames; i++) {
@@ -916,10 +924,21 @@ static int select_and_rename(ferry_tensors *t, entry **by_off, const name_index 
             keep[i] = true;
     }
     size_t plen = o->prefix ? strlen(o->prefix) : 0;
-    for (size_t i = 0; i < n; i++) {
-        entry *e = by_off[i];
-        if (keep[e - t->all] && (!plen || !strncmp(e->info.file_name, o->prefix, plen)))
-            t->sel[t->nsel++] = e->info;
+    bool every = !o->names && !plen;
+    for (size_t i = 0; i < n && every; i++)
+        every = by_off[i] == i;
+    if (every) {
+        t->sel = t->all;
+        t->nsel = n;
+    } else {
+        t->sel = ferry__calloc(n ? n : 1, sizeof *t->sel);
+        if (!t->sel)
+            FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", t->label);
+        for (size_t i = 0; i < n; i++) {
+            const ferry_tensor_info *e = &t->all[by_off[i]];
+            if (keep[by_off[i]] && (!plen || !strncmp(e->file_name, o->prefix, plen)))
+                t->sel[t->nsel++] = *e;
+        }
     }
     size_t strip = o->strip_prefix ? strlen(o->strip_prefix) : 0;
     size_t add = o->add_prefix ? strlen(o->add_prefix) : 0;
@@ -954,8 +973,8 @@ static int select_and_rename(ferry_tensors *t, entry **by_off, const name_index 
         for (size_t i = 0; i < n; i++)
             pos[i] = SKIP;
         for (size_t i = 0, k = 0; i < n; i++)
-            if (k < t->nsel && by_off[i]->info.file_name == t->sel[k].file_name)
-                pos[by_off[i] - t->all] = k++;
+            if (k < t->nsel && t->all[by_off[i]].file_name == t->sel[k].file_name)
+                pos[by_off[i]] = k++;
         t->names.mask = ix->mask;
         for (size_t h = 0; h <= ix->mask; h++) {
             size_t e = ix->slots[h];
@@ -1005,7 +1024,7 @@ static void advise_selected(const ferry_tensors *t)
 static int open_bytes(ferry_tensors *t, const ferry_tensors_opts *o)
 {
     int rc = 0;
-    entry **by_off = NULL;
+    size_t *by_off = NULL;
     name_index ix = {0};
     uint64_t max_header = o->max_header ? o->max_header : FERRY_TENSORS_DEFAULT_MAX_HEADER;
     if (t->size < 8)

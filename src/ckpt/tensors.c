@@ -218,11 +218,13 @@ static int jobs_run(jobs *j, unsigned threads)
  * that collide on purpose. */
 
 typedef struct name_index {
-    size_t *slots; /* index + 1; 0 = empty; SKIP = a name not selected (probing goes on) */
+    uint32_t *slots; /* index + 1; 0 = empty; SKIP = a name not selected (probing goes on) */
     size_t mask;
 } name_index;
 
-#define SKIP SIZE_MAX
+#define SKIP UINT32_MAX
+/* The most names an index holds (a header of the default limit holds 2 million). */
+#define MAX_NAMES ((size_t)UINT32_MAX - 1)
 
 typedef const char *(*name_of_fn)(const void *ctx, size_t i);
 
@@ -248,6 +250,8 @@ static bool index_build(name_index *ix, size_t n, name_of_fn name_of, const void
                         size_t *dup)
 {
     size_t cap = 16;
+    if (n > MAX_NAMES)
+        return false;
     while (cap < 2 * n)
         cap *= 2;
     ix->slots = ferry__calloc(cap, sizeof *ix->slots);
@@ -267,7 +271,7 @@ static bool index_build(name_index *ix, size_t n, name_of_fn name_of, const void
             h = (h + 1) & ix->mask;
         }
         if (!ix->slots[h])
-            ix->slots[h] = i + 1;
+            ix->slots[h] = (uint32_t)(i + 1);
     }
     return true;
 }
@@ -617,6 +621,9 @@ static int check_header(ferry_tensors *t, uint64_t data_len, size_t **by_off_out
     const char **keys = NULL;
     name_index ix = {0}, mix = {0};
     size_t n = t->nall, dup;
+    if (n > MAX_NAMES || t->nmeta > MAX_NAMES)
+        FERRY_FAIL(FERRY_ECORRUPT, "%s: %zu tensors and %zu metadata keys: more than %zu", t->label,
+                   n, t->nmeta, MAX_NAMES);
     by_off = ferry__malloc((n ? n : 1) * sizeof *by_off);
     if (!by_off)
         FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", t->label);
@@ -900,7 +907,7 @@ int ferry_tensors_verify(const ferry_tensors *t, size_t i)
 
 /* ---- selection and renaming ---- */
 
-static int select_and_rename(ferry_tensors *t, const size_t *by_off, const name_index *ix,
+static int select_and_rename(ferry_tensors *t, const size_t *by_off, name_index *ix,
                              const ferry_tensors_opts *o)
 {
     int rc = 0;
@@ -962,25 +969,26 @@ static int select_and_rename(ferry_tensors *t, const size_t *by_off, const name_
         }
     }
     if (!strip && !add) {
-        /* the names are the file's, already indexed and unique: map the slots from
-         * entries to their places in sel (or SKIP) */
-        size_t *pos = ferry__malloc((n ? n : 1) * sizeof *pos);
-        t->names.slots = ferry__malloc((ix->mask + 1) * sizeof *t->names.slots);
-        if (!pos || !t->names.slots) {
+        /* the names are the file's, already indexed and unique: the index is
+         * taken over, its slots mapped from tensors to their places in sel (or
+         * SKIP); when sel is all, they are those places already */
+        if (t->sel != t->all) {
+            uint32_t *pos = ferry__malloc((n ? n : 1) * sizeof *pos);
+            if (!pos)
+                FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", t->label);
+            for (size_t i = 0; i < n; i++)
+                pos[i] = SKIP;
+            for (size_t i = 0, k = 0; i < n; i++)
+                if (k < t->nsel && t->all[by_off[i]].file_name == t->sel[k].file_name)
+                    pos[by_off[i]] = (uint32_t)k++;
+            for (size_t h = 0; h <= ix->mask; h++) {
+                uint32_t e = ix->slots[h];
+                ix->slots[h] = !e ? 0 : pos[e - 1] == SKIP ? SKIP : pos[e - 1] + 1;
+            }
             ferry__free(pos);
-            FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", t->label);
         }
-        for (size_t i = 0; i < n; i++)
-            pos[i] = SKIP;
-        for (size_t i = 0, k = 0; i < n; i++)
-            if (k < t->nsel && t->all[by_off[i]].file_name == t->sel[k].file_name)
-                pos[by_off[i]] = k++;
-        t->names.mask = ix->mask;
-        for (size_t h = 0; h <= ix->mask; h++) {
-            size_t e = ix->slots[h];
-            t->names.slots[h] = !e ? 0 : pos[e - 1] == SKIP ? SKIP : pos[e - 1] + 1;
-        }
-        ferry__free(pos);
+        t->names = *ix;
+        ix->slots = NULL;
         goto cleanup;
     }
     if (!index_build(&t->names, t->nsel, sel_name, t, t->hash_key, &dup))

@@ -75,6 +75,15 @@ ferry_st_dtype ferry_st_dtype_from_name(const char *name)
     return FERRY_ST_INVALID;
 }
 
+/* The dtype named by the n bytes at s (not NUL-terminated). */
+static ferry_st_dtype dtype_from_bytes(const char *s, size_t n)
+{
+    for (int i = 1; n && i < FERRY_ST_DTYPE_COUNT; i++)
+        if (dtypes[i].name[0] == s[0] && !strncmp(dtypes[i].name, s, n) && !dtypes[i].name[n])
+            return (ferry_st_dtype)i;
+    return FERRY_ST_INVALID;
+}
+
 unsigned ferry_st_dtype_bits(ferry_st_dtype dt)
 {
     return dtype_ok(dt) ? dtypes[dt].bits : 0;
@@ -462,26 +471,49 @@ static int parse_tensor(parser *ps, const char *name)
                           (unsigned long long)(8 + ferry__json_offset(j)), name);
     if (!ferry__json_eat(j, '}')) {
         for (;;) {
-            char *k;
-            size_t kn;
-            if (!str_at_end(ps, &k, &kn))
-                return json_error(ps, "bad key in a tensor");
+            /* the keys as writers put them, matched in place; others decoded */
+            enum { OTHER, DTYPE, SHAPE, OFFSETS } key;
+            if (ferry__json_match(j, "\"dtype\"", 7)) {
+                key = DTYPE;
+            } else if (ferry__json_match(j, "\"shape\"", 7)) {
+                key = SHAPE;
+            } else if (ferry__json_match(j, "\"data_offsets\"", 14)) {
+                key = OFFSETS;
+            } else {
+                char *k;
+                size_t kn;
+                if (!str_at_end(ps, &k, &kn))
+                    return json_error(ps, "bad key in a tensor");
+                key = kn == 5 && !memcmp(k, "dtype", 5)            ? DTYPE
+                      : kn == 5 && !memcmp(k, "shape", 5)          ? SHAPE
+                      : kn == 12 && !memcmp(k, "data_offsets", 12) ? OFFSETS
+                                                                   : OTHER;
+            }
             if (!ferry__json_eat(j, ':'))
                 return json_error(ps, "':' expected");
-            if (kn == 5 && !memcmp(k, "dtype", 5)) {
-                char *v;
-                size_t vn;
+            if (key == DTYPE) {
                 if (have_dtype)
                     return ferry__err(FERRY_ECORRUPT, "%s: tensor \"%s\": dtype given twice",
                                       t->label, name);
                 have_dtype = true;
-                if (!str_at_end(ps, &v, &vn))
-                    return json_error(ps, "bad dtype");
-                info.dtype = ferry_st_dtype_from_name(v);
-                if (info.dtype == FERRY_ST_INVALID)
-                    return ferry__err(FERRY_ECORRUPT, "%s: tensor \"%s\": unknown dtype \"%s\"",
-                                      t->label, name, v);
-            } else if (kn == 5 && !memcmp(k, "shape", 5)) {
+                const char *pv;
+                size_t vn;
+                if (ferry__json_plain(j, &pv, &vn, 16)) {
+                    info.dtype = dtype_from_bytes(pv, vn);
+                    if (info.dtype == FERRY_ST_INVALID)
+                        return ferry__err(FERRY_ECORRUPT,
+                                          "%s: tensor \"%s\": unknown dtype \"%.*s\"", t->label,
+                                          name, (int)vn, pv);
+                } else {
+                    char *v;
+                    if (!str_at_end(ps, &v, &vn))
+                        return json_error(ps, "bad dtype");
+                    info.dtype = ferry_st_dtype_from_name(v);
+                    if (info.dtype == FERRY_ST_INVALID)
+                        return ferry__err(FERRY_ECORRUPT, "%s: tensor \"%s\": unknown dtype \"%s\"",
+                                          t->label, name, v);
+                }
+            } else if (key == SHAPE) {
                 if (have_shape)
                     return ferry__err(FERRY_ECORRUPT, "%s: tensor \"%s\": shape given twice",
                                       t->label, name);
@@ -513,7 +545,7 @@ static int parse_tensor(parser *ps, const char *name)
                         return json_error(ps, "',' or ']' expected in a shape");
                     }
                 }
-            } else if (kn == 12 && !memcmp(k, "data_offsets", 12)) {
+            } else if (key == OFFSETS) {
                 if (have_offsets)
                     return ferry__err(FERRY_ECORRUPT, "%s: tensor \"%s\": data_offsets given twice",
                                       t->label, name);

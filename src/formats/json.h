@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef struct ferry__json {
     const char *start, *p, *end;
@@ -47,6 +48,42 @@ static inline bool ferry__json_eat(ferry__json *j, char c)
     j->p++;
     return true;
 }
+/* Skips whitespace; true when the next bytes are the n bytes of s, which are then
+ * consumed: a fast path for a token the caller expects, such as a key with its
+ * quotes ("\"dtype\""), which the caller reads in full when this fails. */
+static inline bool ferry__json_match(ferry__json *j, const char *s, size_t n)
+{
+    ferry__json_ws(j);
+    if ((size_t)(j->end - j->p) < n || memcmp(j->p, s, n) != 0)
+        return false;
+    j->p += n;
+    return true;
+}
+
+/* Skips whitespace; a string of at most max bytes of printable ASCII without
+ * escapes: its bytes in place in *s, *n, and true. Anything else (a longer string,
+ * one with escapes or other bytes, another value) is false, with nothing consumed
+ * but the whitespace: the caller then reads it with ferry__json_string. */
+static inline bool ferry__json_plain(ferry__json *j, const char **s, size_t *n, size_t max)
+{
+    ferry__json_ws(j);
+    const char *p = j->p;
+    if (p >= j->end || *p != '"')
+        return false;
+    for (size_t i = 1; i <= max + 1 && i < (size_t)(j->end - p); i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (c == '"') {
+            *s = p + 1;
+            *n = i - 1;
+            j->p = p + i + 1;
+            return true;
+        }
+        if (c < 0x20 || c >= 0x7f || c == '\\')
+            return false;
+    }
+    return false;
+}
+
 /* Skips whitespace; true at the end of the input. */
 bool ferry__json_at_end(ferry__json *j);
 /* A string: unescaped into out (at most cap bytes, then a NUL), its length in

@@ -78,9 +78,14 @@ ferry_st_dtype ferry_st_dtype_from_name(const char *name)
 /* The dtype named by the n bytes at s (not NUL-terminated). */
 static ferry_st_dtype dtype_from_bytes(const char *s, size_t n)
 {
-    for (int i = 1; n && i < FERRY_ST_DTYPE_COUNT; i++)
-        if (dtypes[i].name[0] == s[0] && !strncmp(dtypes[i].name, s, n) && !dtypes[i].name[n])
+    for (int i = 1; i < FERRY_ST_DTYPE_COUNT; i++) {
+        const char *nm = dtypes[i].name;
+        size_t k = 0;
+        while (k < n && nm[k] == s[k]) /* stops at the name's NUL too */
+            k++;
+        if (k == n && !nm[k])
             return (ferry_st_dtype)i;
+    }
     return FERRY_ST_INVALID;
 }
 

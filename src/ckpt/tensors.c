@@ -1112,7 +1112,8 @@ static int open_bytes(ferry_tensors *t, const ferry_tensors_opts *o)
         ferry_tensor_info *src = ferry__malloc((t->nsel ? t->nsel : 1) * sizeof *src);
         if (!src)
             FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", t->label);
-        memcpy(src, t->sel, t->nsel * sizeof *src);
+        if (t->nsel) /* sel is NULL in a file of no tensors */
+            memcpy(src, t->sel, t->nsel * sizeof *src);
         t->copy = total ? ferry__aligned_alloc(total) : NULL;
         if (total && !t->copy) {
             ferry__free(src);

@@ -685,6 +685,24 @@ TEST(hostile_headers)
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},}", 4, "bad tensor name"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"u\":tru}}", 4,
          "bad value"},
+        /* keys and dtypes written with escapes or spaces read as the plain ones */
+        {"{\"a\":{\"d\\u0074ype\":\"F\\u00332\",\"sh\\u0061pe\":[2],\"data_\\u006fffsets\":[0,8]}}",
+         8, NULL},
+        {"{ \"a\" : { \"dtype\" : \"F32\" , \"shape\" : [ 2 ] , \"data_offsets\" : [ 0 , 8 ] } }",
+         8, NULL},
+        {"{\"a\":{\"dtype\":\"F\\u00331\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8,
+         "unknown dtype \"F31\""},
+        {"{\"a\":{\"dtype\":\"F3\xc3\xa9\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8,
+         "unknown dtype \"F3\xc3\xa9\""},
+        {"{\"a\":{\"dtype\":\"F32F32F32F32F32F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8,
+         "unknown dtype \"F32F32F32F32F32F32\""},
+        {"{\"a\":{\"dtype\":\"\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "unknown dtype \"\""},
+        {"{\"a\":{\"dtypes\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "no dtype"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[01],\"data_offsets\":[0,4]}}", 4, "leading zero"},
+        {"{\"a\":{\"dtype\":\"U8\",\"shape\":[9000000000000000000],\"data_offsets\":[0,4]}}", 4,
+         "9000000000000000000 elements of U8 overflow a 64-bit byte count"},
+        {"{\"a\":{\"dtype\":\"U8\",\"shape\":[12345678901234567890],\"data_offsets\":[0,4]}}", 4,
+         "dimension 12345678901234567890 too large"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         uint8_t data[16] = {0};

@@ -679,10 +679,10 @@ static int check_header(ferry_tensors *t, uint64_t data_len, size_t **by_off_out
         e->numel = numel;
         uint64_t nbytes;
         if (!byte_count(e->dtype, numel, &nbytes))
-            FERRY_FAIL(FERRY_ECORRUPT,
-                       "%s: tensor \"%s\": %llu elements of %s do not fill "
-                       "whole bytes",
-                       t->label, e->name, (unsigned long long)numel, ferry_st_dtype_name(e->dtype));
+            FERRY_FAIL(FERRY_ECORRUPT, "%s: tensor \"%s\": %llu elements of %s %s", t->label,
+                       e->name, (unsigned long long)numel, ferry_st_dtype_name(e->dtype),
+                       numel > UINT64_MAX / dtypes[e->dtype].bits ? "overflow a 64-bit byte count"
+                                                                  : "do not fill whole bytes");
         if (sp->end < sp->begin)
             FERRY_FAIL(FERRY_ECORRUPT,
                        "%s: tensor \"%s\": data_offsets [%llu, %llu] end before "

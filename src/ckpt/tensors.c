@@ -19,14 +19,7 @@
 #define VERIFY_PIECE ((uint64_t)32 << 20) /* bytes of one CRC job */
 #define VERIFY_RUN ((uint64_t)4 << 20)    /* tensors smaller than this are checked in runs */
 #define DEFAULT_CHUNK ((uint64_t)16 << 20)
-/* Bytes checksummed then written in one go, at file offsets that are multiples of
- * it: the page cache of kernels with large folios (XFS, ext4 since Linux 6.16)
- * then holds the file in whole 1 MiB folios, which a reader's mapping faults in
- * with fewer, larger steps than the split folios of unaligned writes. 2 MiB
- * pieces (folios a mapping takes with a single entry) loaded a little faster but
- * made saving several times slower once memory was fragmented: the kernel then
- * works to assemble each 2 MiB folio. */
-#define WRITE_PIECE ((uint64_t)1 << 20)
+#define WRITE_PIECE ((size_t)1 << 20) /* bytes checksummed then written in one go */
 
 /* ---- dtypes ---- */
 
@@ -1357,8 +1350,7 @@ static void save_job(void *p, size_t i, unsigned worker)
         uint64_t to = c->data_start + wt->begin + jb->off;
         rc = 0;
         for (uint64_t at = 0; at < jb->len && rc == 0;) {
-            uint64_t room = WRITE_PIECE - (to + at) % WRITE_PIECE; /* to the next multiple */
-            size_t k = (size_t)(jb->len - at < room ? jb->len - at : room);
+            size_t k = jb->len - at < WRITE_PIECE ? (size_t)(jb->len - at) : WRITE_PIECE;
             if (c->crc)
                 crc = ferry_crc32c(crc, src + at, k);
             rc = ferry__atomic_pwrite_mt(c->w, src + at, k, to + at);
@@ -1555,22 +1547,16 @@ int ferry_tensors_save(const char *path, const ferry_tensor_src *src, size_t n,
         FERRY_FAIL(FERRY_EOVERFLOW, "%s: a %zu-byte header is over the %llu bytes readers accept",
                    path, h.n, (unsigned long long)FERRY_TENSORS_DEFAULT_MAX_HEADER);
 
-    /* jobs: large tensors in chunks written straight from the caller's memory
-     * (ending at file offsets that are multiples of WRITE_PIECE, where chunks allow),
+    /* jobs: large tensors in chunks written straight from the caller's memory,
      * runs of small ones gathered into one write */
-    uint64_t data_start = 8 + h.n;
     size_t nj = 0, capj = 0;
     for (size_t i = 0; i < n;) {
-        if (!grow((void **)&jl, &capj, nj + (size_t)(ts[i].nbytes / (chunk / 2)) + 3, sizeof *jl))
+        if (!grow((void **)&jl, &capj, nj + (size_t)(ts[i].nbytes / chunk) + 2, sizeof *jl))
             FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", path);
         if (ts[i].nbytes >= chunk / 2) {
             uint64_t off = 0;
             do {
-                uint64_t len = chunk;
-                if (chunk >= 2 * WRITE_PIECE)
-                    len -= (data_start + ts[i].begin + off) % WRITE_PIECE;
-                if (len > ts[i].nbytes - off)
-                    len = ts[i].nbytes - off;
+                uint64_t len = ts[i].nbytes - off < chunk ? ts[i].nbytes - off : chunk;
                 jl[nj++] = (wjob){i, 1, off, len, 0};
                 off += len;
             } while (off < ts[i].nbytes);
@@ -1587,6 +1573,7 @@ int ferry_tensors_save(const char *path, const ferry_tensor_src *src, size_t n,
     }
 
     FERRY_TRY(ferry__atomic_open(&w, path));
+    uint64_t data_start = 8 + h.n;
     FERRY_TRY(ferry__atomic_reserve(&w, data_start + data_len));
     save_ctx c = {.w = &w,
                   .ts = ts,

@@ -202,6 +202,43 @@ TEST(crc32c_hardware_matches_table)
     free(buf);
 }
 
+TEST(crc32c_clmul_matches_table)
+{
+    if (!ferry__crc32c_clmul_available())
+        SKIP("no AVX-512 carry-less multiply (VPCLMULQDQ): the instruction's version serves");
+    size_t cap = 70001 + 64;
+    uint8_t *buf = malloc(cap);
+    fill_random(buf, cap, 11);
+    for (size_t len = 0; len <= 1100; len++)
+        for (size_t start = 0; start < 64; start += len < 300 ? 1 : 13) {
+            uint32_t a = ferry__crc32c_sw(0, buf + start, len);
+            uint32_t b = ferry__crc32c_clmul(0, buf + start, len);
+            if (a != b)
+                test_fail(__FILE__, __LINE__, "len %zu start %zu: table %08x, clmul %08x", len,
+                          start, a, b);
+            CHECK_U64(ferry__crc32c_clmul(0xdeadbeefu, buf + start, len),
+                      ferry__crc32c_sw(0xdeadbeefu, buf + start, len));
+        }
+    /* around the 256-, 64- and 16-byte steps */
+    static const size_t big[] = {4095, 4096, 4097, 4111,  4112, 4159,
+                                 4160, 4351, 4352, 65535, 65536};
+    for (size_t k = 0; k < sizeof big / sizeof big[0]; k++)
+        for (size_t start = 0; start < 8; start += 3)
+            CHECK_U64(ferry__crc32c_clmul(0, buf + start, big[k]),
+                      ferry__crc32c_sw(0, buf + start, big[k]));
+    /* all ones and all zeros (the starting CRC folded into the first bytes) */
+    memset(buf, 0xff, 4096);
+    CHECK_U64(ferry__crc32c_clmul(0, buf, 4096), ferry__crc32c_sw(0, buf, 4096));
+    memset(buf, 0, 4096);
+    CHECK_U64(ferry__crc32c_clmul(0, buf, 4096), ferry__crc32c_sw(0, buf, 4096));
+    fill_random(buf, cap, 12);
+    uint32_t whole = ferry__crc32c_sw(0, buf, 70001);
+    for (size_t cut = 0; cut <= 70001; cut += 997)
+        CHECK_U64(ferry__crc32c_clmul(ferry__crc32c_clmul(0, buf, cut), buf + cut, 70001 - cut),
+                  whole);
+    free(buf);
+}
+
 static double gbps(crc_fn crc, const uint8_t *p, size_t n, uint32_t *out)
 {
     double best = 1e30;
@@ -226,6 +263,11 @@ TEST(crc32c_throughput_64mib)
     if (ferry__crc32c_hw_available()) {
         double hw = gbps(ferry__crc32c_hw, p, n, &b);
         printf("crc32c hardware: %.2f GB/s\n", hw);
+        CHECK_U64(a, b);
+    }
+    if (ferry__crc32c_clmul_available()) {
+        double cl = gbps(ferry__crc32c_clmul, p, n, &b);
+        printf("crc32c clmul:    %.2f GB/s\n", cl);
         CHECK_U64(a, b);
     }
     CHECK_U64(ferry_crc32c(0, p, n), a);

@@ -183,6 +183,72 @@ TEST(chunked_threads)
     test_remove_dir();
 }
 
+/* Tensors of several chunks, and many small ones: saved in parts at their final
+ * offsets by several threads, checked in parts and in runs at open. */
+TEST(large_tensors_in_parts)
+{
+    test_make_dir("tensors_parts");
+    char path[512];
+    test_path("parts.safetensors", path);
+    enum { N = 52 };
+    size_t sizes[N];
+    uint8_t *bufs[N];
+    int64_t shapes[N];
+    char names[N][16];
+    ferry_tensor_src src[N];
+    for (int i = 0; i < N; i++) {
+        sizes[i] = i == 0   ? ((size_t)37 << 20) + 12
+                   : i == 1 ? (size_t)5 << 20
+                            : (size_t)i * 999 * 4;
+        bufs[i] = malloc(sizes[i]);
+        fill(bufs[i], sizes[i], (uint32_t)i + 3);
+        shapes[i] = (int64_t)sizes[i] / 4;
+        snprintf(names[i], sizeof names[i], "t%02d", i);
+        src[i] = (ferry_tensor_src){names[i], FERRY_ST_F32, 1, &shapes[i], bufs[i]};
+    }
+    ferry_tensors_save_opts so = {.threads = 3};
+    CHECK_OK(ferry_tensors_save(path, src, N, &so));
+    for (int copy = 0; copy < 2; copy++) {
+        ferry_tensors_opts lo = {.threads = 3, .flags = copy ? FERRY_TENSORS_COPY : 0};
+        ferry_tensors *t;
+        CHECK_OK(ferry_tensors_open(&t, path, &lo));
+        for (int i = 0; i < N; i++) {
+            const ferry_tensor_info *ti = ferry_tensors_find(t, names[i]);
+            CHECK(ti && ti->nbytes == sizes[i]);
+            CHECK(memcmp(ti->data, bufs[i], sizes[i]) == 0);
+            CHECK_EQ(ti->crc, ferry_crc32c(0, bufs[i], sizes[i]));
+        }
+        ferry_tensors_free(t);
+    }
+    /* one byte changed in the middle of the large tensor, then in a small one
+     * among many: the message names the tensor */
+    ferry_tensors *t;
+    CHECK_OK(ferry_tensors_open(&t, path, NULL));
+    uint64_t at_big = ferry_tensors_find(t, "t00")->offset + ((uint64_t)20 << 20) + 5;
+    uint64_t at_small = ferry_tensors_find(t, "t27")->offset + 100;
+    ferry_tensors_free(t);
+    size_t n;
+    unsigned char *b = test_read_file(path, &n);
+    static const char *const bad[] = {"tensor \"t00\"", "tensor \"t27\""};
+    for (int k = 0; k < 2; k++) {
+        uint64_t at = k ? at_small : at_big;
+        b[at] ^= 1;
+        test_write_file(path, b, n);
+        ferry_tensors_opts lo = {.threads = 2};
+        CHECK_RC(ferry_tensors_open(&t, path, &lo), FERRY_ECORRUPT);
+        CHECK_CONTAINS(ferry_last_errmsg(), bad[k]);
+        CHECK_CONTAINS(ferry_last_errmsg(), "CRC mismatch");
+        lo.flags = FERRY_TENSORS_COPY;
+        CHECK_RC(ferry_tensors_open(&t, path, &lo), FERRY_ECORRUPT);
+        CHECK_CONTAINS(ferry_last_errmsg(), bad[k]);
+        b[at] ^= 1;
+    }
+    free(b);
+    for (int i = 0; i < N; i++)
+        free(bufs[i]);
+    test_remove_dir();
+}
+
 static void save_abc(const char *path)
 {
     static float a[4] = {1, 2, 3, 4}, b[2] = {5, 6}, c[3] = {7, 8, 9};
@@ -619,6 +685,24 @@ TEST(hostile_headers)
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},}", 4, "bad tensor name"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"u\":tru}}", 4,
          "bad value"},
+        /* keys and dtypes written with escapes or spaces read as the plain ones */
+        {"{\"a\":{\"d\\u0074ype\":\"F\\u00332\",\"sh\\u0061pe\":[2],\"data_\\u006fffsets\":[0,8]}}",
+         8, NULL},
+        {"{ \"a\" : { \"dtype\" : \"F32\" , \"shape\" : [ 2 ] , \"data_offsets\" : [ 0 , 8 ] } }",
+         8, NULL},
+        {"{\"a\":{\"dtype\":\"F\\u00331\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8,
+         "unknown dtype \"F31\""},
+        {"{\"a\":{\"dtype\":\"F3\xc3\xa9\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8,
+         "unknown dtype \"F3\xc3\xa9\""},
+        {"{\"a\":{\"dtype\":\"F32F32F32F32F32F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8,
+         "unknown dtype \"F32F32F32F32F32F32\""},
+        {"{\"a\":{\"dtype\":\"\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "unknown dtype \"\""},
+        {"{\"a\":{\"dtypes\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "no dtype"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[01],\"data_offsets\":[0,4]}}", 4, "leading zero"},
+        {"{\"a\":{\"dtype\":\"U8\",\"shape\":[9000000000000000000],\"data_offsets\":[0,4]}}", 4,
+         "9000000000000000000 elements of U8 overflow a 64-bit byte count"},
+        {"{\"a\":{\"dtype\":\"U8\",\"shape\":[12345678901234567890],\"data_offsets\":[0,4]}}", 4,
+         "dimension 12345678901234567890 too large"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         uint8_t data[16] = {0};

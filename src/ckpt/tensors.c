@@ -17,6 +17,7 @@
 
 #define JSON_MAX_DEPTH 64
 #define VERIFY_PIECE ((uint64_t)32 << 20) /* bytes of one CRC job */
+#define VERIFY_RUN ((uint64_t)4 << 20)    /* tensors smaller than this are checked in runs */
 #define DEFAULT_CHUNK ((uint64_t)16 << 20)
 #define WRITE_PIECE ((size_t)1 << 20) /* bytes checksummed then written in one go */
 
@@ -67,6 +68,20 @@ ferry_st_dtype ferry_st_dtype_from_name(const char *name)
         if (dtypes[i].name[0] == name[0] && dtypes[i].name[1] == name[1] &&
             !strcmp(dtypes[i].name + 1, name + 1))
             return (ferry_st_dtype)i;
+    return FERRY_ST_INVALID;
+}
+
+/* The dtype named by the n bytes at s (not NUL-terminated). */
+static ferry_st_dtype dtype_from_bytes(const char *s, size_t n)
+{
+    for (int i = 1; i < FERRY_ST_DTYPE_COUNT; i++) {
+        const char *nm = dtypes[i].name;
+        size_t k = 0;
+        while (k < n && nm[k] == s[k]) /* stops at the name's NUL too */
+            k++;
+        if (k == n && !nm[k])
+            return (ferry_st_dtype)i;
+    }
     return FERRY_ST_INVALID;
 }
 
@@ -213,11 +228,13 @@ static int jobs_run(jobs *j, unsigned threads)
  * that collide on purpose. */
 
 typedef struct name_index {
-    size_t *slots; /* index + 1; 0 = empty; SKIP = a name not selected (probing goes on) */
+    uint32_t *slots; /* index + 1; 0 = empty; SKIP = a name not selected (probing goes on) */
     size_t mask;
 } name_index;
 
-#define SKIP SIZE_MAX
+#define SKIP UINT32_MAX
+/* The most names an index holds (a header of the default limit holds 2 million). */
+#define MAX_NAMES ((size_t)UINT32_MAX - 1)
 
 typedef const char *(*name_of_fn)(const void *ctx, size_t i);
 
@@ -243,6 +260,8 @@ static bool index_build(name_index *ix, size_t n, name_of_fn name_of, const void
                         size_t *dup)
 {
     size_t cap = 16;
+    if (n > MAX_NAMES)
+        return false;
     while (cap < 2 * n)
         cap *= 2;
     ix->slots = ferry__calloc(cap, sizeof *ix->slots);
@@ -262,7 +281,7 @@ static bool index_build(name_index *ix, size_t n, name_of_fn name_of, const void
             h = (h + 1) & ix->mask;
         }
         if (!ix->slots[h])
-            ix->slots[h] = i + 1;
+            ix->slots[h] = (uint32_t)(i + 1);
     }
     return true;
 }
@@ -284,11 +303,11 @@ static size_t index_find(const name_index *ix, const char *name, name_of_fn name
 
 /* ---- the handle ---- */
 
-typedef struct entry {
-    ferry_tensor_info info;
+/* Where the header puts a tensor (beside its ferry_tensor_info in all). */
+typedef struct span {
     uint64_t begin, end; /* in the data section */
     size_t shape_at;     /* index of its first dimension in shapes */
-} entry;
+} span;
 
 struct ferry_tensors {
     char *label; /* the path, for messages */
@@ -300,11 +319,14 @@ struct ferry_tensors {
     size_t arena_used, arena_cap;
     int64_t *shapes;
     size_t nshapes, cap_shapes;
-    entry *all;
-    size_t nall, cap_all;
+    ferry_tensor_info *all; /* every tensor, in header order */
+    span *spans;            /* beside all */
+    size_t nall, cap_all, cap_spans;
     const char **meta_keys, **meta_vals;
     size_t nmeta, cap_meta;
-    ferry_tensor_info *sel; /* selected, in file order */
+    /* selected, in file order: all itself when that is every tensor (the usual
+     * case, which then costs no copy) */
+    ferry_tensor_info *sel;
     size_t nsel;
     name_index names; /* of sel, by name after renaming */
     uint64_t hash_key;
@@ -314,7 +336,7 @@ struct ferry_tensors {
 
 static const char *entry_name(const void *ctx, size_t i)
 {
-    return ((const ferry_tensors *)ctx)->all[i].info.file_name;
+    return ((const ferry_tensors *)ctx)->all[i].file_name;
 }
 
 static const char *sel_name(const void *ctx, size_t i)
@@ -335,10 +357,12 @@ void ferry_tensors_free(ferry_tensors *t)
     ferry__free(t->label);
     ferry__free(t->arena);
     ferry__free(t->shapes);
+    if (t->sel != t->all)
+        ferry__free(t->sel);
     ferry__free(t->all);
+    ferry__free(t->spans);
     ferry__free(t->meta_keys);
     ferry__free(t->meta_vals);
-    ferry__free(t->sel);
     ferry__free(t->names.slots);
     ferry__free(t->renamed);
     ferry__aligned_free(t->copy);
@@ -437,10 +461,10 @@ static int parse_tensor(parser *ps, const char *name)
 {
     ferry_tensors *t = ps->t;
     ferry__json *j = &ps->j;
-    entry e;
-    memset(&e, 0, sizeof e);
-    e.info.name = e.info.file_name = name;
-    e.shape_at = t->nshapes;
+    ferry_tensor_info info;
+    memset(&info, 0, sizeof info);
+    info.name = info.file_name = name;
+    span sp = {0, 0, t->nshapes};
     bool have_dtype = false, have_shape = false, have_offsets = false;
     if (!ferry__json_eat(j, '{'))
         return ferry__err(FERRY_ECORRUPT,
@@ -448,26 +472,49 @@ static int parse_tensor(parser *ps, const char *name)
                           (unsigned long long)(8 + ferry__json_offset(j)), name);
     if (!ferry__json_eat(j, '}')) {
         for (;;) {
-            char *k;
-            size_t kn;
-            if (!str_at_end(ps, &k, &kn))
-                return json_error(ps, "bad key in a tensor");
+            /* the keys as writers put them, matched in place; others decoded */
+            enum { OTHER, DTYPE, SHAPE, OFFSETS } key;
+            if (ferry__json_match(j, "\"dtype\"", 7)) {
+                key = DTYPE;
+            } else if (ferry__json_match(j, "\"shape\"", 7)) {
+                key = SHAPE;
+            } else if (ferry__json_match(j, "\"data_offsets\"", 14)) {
+                key = OFFSETS;
+            } else {
+                char *k;
+                size_t kn;
+                if (!str_at_end(ps, &k, &kn))
+                    return json_error(ps, "bad key in a tensor");
+                key = kn == 5 && !memcmp(k, "dtype", 5)            ? DTYPE
+                      : kn == 5 && !memcmp(k, "shape", 5)          ? SHAPE
+                      : kn == 12 && !memcmp(k, "data_offsets", 12) ? OFFSETS
+                                                                   : OTHER;
+            }
             if (!ferry__json_eat(j, ':'))
                 return json_error(ps, "':' expected");
-            if (kn == 5 && !memcmp(k, "dtype", 5)) {
-                char *v;
-                size_t vn;
+            if (key == DTYPE) {
                 if (have_dtype)
                     return ferry__err(FERRY_ECORRUPT, "%s: tensor \"%s\": dtype given twice",
                                       t->label, name);
                 have_dtype = true;
-                if (!str_at_end(ps, &v, &vn))
-                    return json_error(ps, "bad dtype");
-                e.info.dtype = ferry_st_dtype_from_name(v);
-                if (e.info.dtype == FERRY_ST_INVALID)
-                    return ferry__err(FERRY_ECORRUPT, "%s: tensor \"%s\": unknown dtype \"%s\"",
-                                      t->label, name, v);
-            } else if (kn == 5 && !memcmp(k, "shape", 5)) {
+                const char *pv;
+                size_t vn;
+                if (ferry__json_plain(j, &pv, &vn, 16)) {
+                    info.dtype = dtype_from_bytes(pv, vn);
+                    if (info.dtype == FERRY_ST_INVALID)
+                        return ferry__err(FERRY_ECORRUPT,
+                                          "%s: tensor \"%s\": unknown dtype \"%.*s\"", t->label,
+                                          name, (int)vn, pv);
+                } else {
+                    char *v;
+                    if (!str_at_end(ps, &v, &vn))
+                        return json_error(ps, "bad dtype");
+                    info.dtype = ferry_st_dtype_from_name(v);
+                    if (info.dtype == FERRY_ST_INVALID)
+                        return ferry__err(FERRY_ECORRUPT, "%s: tensor \"%s\": unknown dtype \"%s\"",
+                                          t->label, name, v);
+                }
+            } else if (key == SHAPE) {
                 if (have_shape)
                     return ferry__err(FERRY_ECORRUPT, "%s: tensor \"%s\": shape given twice",
                                       t->label, name);
@@ -483,7 +530,7 @@ static int parse_tensor(parser *ps, const char *name)
                             return ferry__err(FERRY_ECORRUPT,
                                               "%s: tensor \"%s\": dimension %llu too large",
                                               t->label, name, (unsigned long long)d);
-                        if (e.info.ndim == FERRY_TENSORS_MAX_DIMS)
+                        if (info.ndim == FERRY_TENSORS_MAX_DIMS)
                             return ferry__err(FERRY_ECORRUPT,
                                               "%s: tensor \"%s\": more than %d dimensions",
                                               t->label, name, FERRY_TENSORS_MAX_DIMS);
@@ -491,7 +538,7 @@ static int parse_tensor(parser *ps, const char *name)
                                   sizeof *t->shapes))
                             return ferry__err(FERRY_ENOMEM, "%s: out of memory", t->label);
                         t->shapes[t->nshapes++] = (int64_t)d;
-                        e.info.ndim++;
+                        info.ndim++;
                         if (ferry__json_eat(j, ','))
                             continue;
                         if (ferry__json_eat(j, ']'))
@@ -499,13 +546,13 @@ static int parse_tensor(parser *ps, const char *name)
                         return json_error(ps, "',' or ']' expected in a shape");
                     }
                 }
-            } else if (kn == 12 && !memcmp(k, "data_offsets", 12)) {
+            } else if (key == OFFSETS) {
                 if (have_offsets)
                     return ferry__err(FERRY_ECORRUPT, "%s: tensor \"%s\": data_offsets given twice",
                                       t->label, name);
                 have_offsets = true;
-                if (!ferry__json_eat(j, '[') || !ferry__json_u64(j, &e.begin) ||
-                    !ferry__json_eat(j, ',') || !ferry__json_u64(j, &e.end) ||
+                if (!ferry__json_eat(j, '[') || !ferry__json_u64(j, &sp.begin) ||
+                    !ferry__json_eat(j, ',') || !ferry__json_u64(j, &sp.end) ||
                     !ferry__json_eat(j, ']'))
                     return json_error(ps, "data_offsets is not [BEGIN, END]");
             } else if (!ferry__json_skip(j)) {
@@ -523,9 +570,11 @@ static int parse_tensor(parser *ps, const char *name)
                           !have_dtype   ? "dtype"
                           : !have_shape ? "shape"
                                         : "data_offsets");
-    if (!grow((void **)&t->all, &t->cap_all, t->nall + 1, sizeof *t->all))
+    if (!grow((void **)&t->all, &t->cap_all, t->nall + 1, sizeof *t->all) ||
+        !grow((void **)&t->spans, &t->cap_spans, t->nall + 1, sizeof *t->spans))
         return ferry__err(FERRY_ENOMEM, "%s: out of memory", t->label);
-    t->all[t->nall++] = e;
+    t->spans[t->nall] = sp;
+    t->all[t->nall++] = info;
     return 0;
 }
 
@@ -561,9 +610,10 @@ static int parse_json(ferry_tensors *t, const uint8_t *hdr, size_t n)
     return 0;
 }
 
-static int cmp_offset_entry(const void *a, const void *b)
+/* Orders indexes of tensors by where their bytes lie (arg: the spans). */
+static int cmp_offset(const void *a, const void *b, void *arg)
 {
-    const entry *x = *(entry *const *)a, *y = *(entry *const *)b;
+    const span *sp = arg, *x = &sp[*(const size_t *)a], *y = &sp[*(const size_t *)b];
     if (x->begin != y->begin)
         return x->begin < y->begin ? -1 : 1;
     if (x->end != y->end)
@@ -571,104 +621,111 @@ static int cmp_offset_entry(const void *a, const void *b)
     return 0;
 }
 
+/* The value of a hex digit; 0 for any other byte as well. */
+static const uint8_t hex_digit[256] = {
+    ['0'] = 0,  ['1'] = 1,  ['2'] = 2,  ['3'] = 3,  ['4'] = 4,  ['5'] = 5,  ['6'] = 6,  ['7'] = 7,
+    ['8'] = 8,  ['9'] = 9,  ['a'] = 10, ['b'] = 11, ['c'] = 12, ['d'] = 13, ['e'] = 14, ['f'] = 15,
+    ['A'] = 10, ['B'] = 11, ['C'] = 12, ['D'] = 13, ['E'] = 14, ['F'] = 15,
+};
+
+/* The 8 hex digits at s (the caller checks what follows them). */
 static bool parse_hex32(const char *s, uint32_t *out)
 {
     uint32_t v = 0;
     for (int i = 0; i < 8; i++) {
-        char c = s[i];
-        int h = c >= '0' && c <= '9'   ? c - '0'
-                : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                       : -1;
-        if (h < 0)
+        unsigned char c = (unsigned char)s[i];
+        uint32_t h = hex_digit[c];
+        if (h == 0 && c != '0')
             return false;
-        v = v << 4 | (uint32_t)h;
+        v = v << 4 | h;
     }
-    if (s[8])
-        return false;
     *out = v;
     return true;
 }
 
 /* Checks what the header says against itself and the file. On success
- * *by_off_out holds the entries in file order and *ix_out indexes them by name
+ * *by_off_out holds the indexes of the tensors in file order and *ix_out indexes them by name
  * (the caller frees both). */
-static int check_header(ferry_tensors *t, uint64_t data_len, entry ***by_off_out,
+static int check_header(ferry_tensors *t, uint64_t data_len, size_t **by_off_out,
                         name_index *ix_out)
 {
     int rc = 0;
-    entry **by_off = NULL;
+    size_t *by_off = NULL;
     const char **keys = NULL;
     name_index ix = {0}, mix = {0};
     size_t n = t->nall, dup;
+    if (n > MAX_NAMES || t->nmeta > MAX_NAMES)
+        FERRY_FAIL(FERRY_ECORRUPT, "%s: %zu tensors and %zu metadata keys: more than %zu", t->label,
+                   n, t->nmeta, MAX_NAMES);
     by_off = ferry__malloc((n ? n : 1) * sizeof *by_off);
     if (!by_off)
         FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", t->label);
     bool sorted = true;
     for (size_t i = 0; i < n; i++) {
-        entry *e = &t->all[i];
-        e->info.shape = e->info.ndim ? t->shapes + e->shape_at : NULL;
+        ferry_tensor_info *e = &t->all[i];
+        const span *sp = &t->spans[i];
+        e->shape = e->ndim ? t->shapes + sp->shape_at : NULL;
         uint64_t numel = 1;
-        for (int d = 0; d < e->info.ndim; d++)
-            if (__builtin_mul_overflow(numel, (uint64_t)e->info.shape[d], &numel))
+        for (int d = 0; d < e->ndim; d++)
+            if (__builtin_mul_overflow(numel, (uint64_t)e->shape[d], &numel))
                 FERRY_FAIL(FERRY_ECORRUPT,
                            "%s: tensor \"%s\": the shape's element count "
                            "overflows",
-                           t->label, e->info.name);
-        e->info.numel = numel;
+                           t->label, e->name);
+        e->numel = numel;
         uint64_t nbytes;
-        if (!byte_count(e->info.dtype, numel, &nbytes))
-            FERRY_FAIL(FERRY_ECORRUPT,
-                       "%s: tensor \"%s\": %llu elements of %s do not fill "
-                       "whole bytes",
-                       t->label, e->info.name, (unsigned long long)numel,
-                       ferry_st_dtype_name(e->info.dtype));
-        if (e->end < e->begin)
+        if (!byte_count(e->dtype, numel, &nbytes))
+            FERRY_FAIL(FERRY_ECORRUPT, "%s: tensor \"%s\": %llu elements of %s %s", t->label,
+                       e->name, (unsigned long long)numel, ferry_st_dtype_name(e->dtype),
+                       numel > UINT64_MAX / dtypes[e->dtype].bits ? "overflow a 64-bit byte count"
+                                                                  : "do not fill whole bytes");
+        if (sp->end < sp->begin)
             FERRY_FAIL(FERRY_ECORRUPT,
                        "%s: tensor \"%s\": data_offsets [%llu, %llu] end before "
                        "they begin",
-                       t->label, e->info.name, (unsigned long long)e->begin,
-                       (unsigned long long)e->end);
-        if (e->end - e->begin != nbytes)
+                       t->label, e->name, (unsigned long long)sp->begin,
+                       (unsigned long long)sp->end);
+        if (sp->end - sp->begin != nbytes)
             FERRY_FAIL(FERRY_ECORRUPT,
                        "%s: tensor \"%s\": data_offsets [%llu, %llu] hold %llu "
                        "bytes, but %s of %llu elements takes %llu",
-                       t->label, e->info.name, (unsigned long long)e->begin,
-                       (unsigned long long)e->end, (unsigned long long)(e->end - e->begin),
-                       ferry_st_dtype_name(e->info.dtype), (unsigned long long)numel,
+                       t->label, e->name, (unsigned long long)sp->begin,
+                       (unsigned long long)sp->end, (unsigned long long)(sp->end - sp->begin),
+                       ferry_st_dtype_name(e->dtype), (unsigned long long)numel,
                        (unsigned long long)nbytes);
-        if (e->end > data_len)
+        if (sp->end > data_len)
             FERRY_FAIL(FERRY_ECORRUPT,
                        "%s: tensor \"%s\": data_offsets [%llu, %llu] past the end "
                        "of the data (%llu bytes)",
-                       t->label, e->info.name, (unsigned long long)e->begin,
-                       (unsigned long long)e->end, (unsigned long long)data_len);
-        e->info.nbytes = nbytes;
-        e->info.offset = t->data_start + e->begin;
-        e->info.data = nbytes ? t->base + e->info.offset : NULL;
-        by_off[i] = e;
-        if (i && cmp_offset_entry(&by_off[i - 1], &by_off[i]) > 0)
+                       t->label, e->name, (unsigned long long)sp->begin,
+                       (unsigned long long)sp->end, (unsigned long long)data_len);
+        e->nbytes = nbytes;
+        e->offset = t->data_start + sp->begin;
+        e->data = nbytes ? t->base + e->offset : NULL;
+        by_off[i] = i;
+        if (i && cmp_offset(&by_off[i - 1], &by_off[i], t->spans) > 0)
             sorted = false;
     }
     if (!index_build(&ix, n, entry_name, t, t->hash_key, &dup))
         FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", t->label);
     if (dup != SIZE_MAX)
         FERRY_FAIL(FERRY_ECORRUPT, "%s: tensor \"%s\" appears twice", t->label,
-                   t->all[dup].info.file_name);
+                   t->all[dup].file_name);
     if (!sorted) /* files are usually written in order */
-        qsort(by_off, n, sizeof *by_off, cmp_offset_entry);
+        qsort_r(by_off, n, sizeof *by_off, cmp_offset, t->spans);
     uint64_t at = 0;
     for (size_t i = 0; i < n; i++) {
-        entry *e = by_off[i];
-        if (e->begin != at)
+        const ferry_tensor_info *e = &t->all[by_off[i]];
+        const span *sp = &t->spans[by_off[i]];
+        if (sp->begin != at)
             FERRY_FAIL(FERRY_ECORRUPT,
                        "%s: tensor \"%s\": data_offsets [%llu, %llu] %s the "
                        "previous tensor's end at %llu (tensors must be contiguous and not "
                        "overlap)",
-                       t->label, e->info.name, (unsigned long long)e->begin,
-                       (unsigned long long)e->end, e->begin < at ? "overlap" : "leave a gap after",
-                       (unsigned long long)at);
-        at = e->end;
+                       t->label, e->name, (unsigned long long)sp->begin,
+                       (unsigned long long)sp->end,
+                       sp->begin < at ? "overlap" : "leave a gap after", (unsigned long long)at);
+        at = sp->end;
     }
     if (at != data_len)
         FERRY_FAIL(FERRY_ECORRUPT,
@@ -699,15 +756,13 @@ static int check_header(ferry_tensors *t, uint64_t data_len, entry ***by_off_out
                        "for each of the %zu tensors",
                        t->label, FERRY_TENSORS_CRC_KEY, len, n);
         for (size_t i = 0; i < n; i++) {
-            char hex[9];
-            memcpy(hex, crcs + 9 * i, 8);
-            hex[8] = 0;
-            if ((i + 1 < n && crcs[9 * i + 8] != ',') || !parse_hex32(hex, &by_off[i]->info.crc))
+            if ((i + 1 < n && crcs[9 * i + 8] != ',') ||
+                !parse_hex32(crcs + 9 * i, &t->all[by_off[i]].crc))
                 FERRY_FAIL(FERRY_ECORRUPT,
                            "%s: tensor \"%s\": its stored CRC (number %zu in "
                            "__metadata__ \"%s\") is not 8 hex digits and a comma",
-                           t->label, by_off[i]->info.name, i, FERRY_TENSORS_CRC_KEY);
-            by_off[i]->info.has_crc = 1;
+                           t->label, t->all[by_off[i]].name, i, FERRY_TENSORS_CRC_KEY);
+            t->all[by_off[i]].has_crc = 1;
         }
     }
     if (!index_build(&mix, nkeys, meta_key, keys, t->hash_key, &dup))
@@ -730,15 +785,18 @@ cleanup:
 /* ---- CRC checks and copies, on several threads ---- */
 
 typedef struct piece {
-    size_t tensor; /* index in sel */
-    uint64_t off, len;
-    uint32_t crc;
+    size_t first, count; /* tensors in sel: a run of small ones, or one (part) */
+    uint64_t off, len;   /* part: the bytes [off, off + len) of tensor first */
+    bool part;
+    uint32_t crc; /* of a part */
 } piece;
 
 typedef struct verify_ctx {
     const ferry_tensors *t;
     piece *pieces;
     const ferry_tensor_info *src; /* copy: the mapped tensors (NULL: only CRCs) */
+    bool check;
+    uint32_t *got; /* the CRCs of tensors in runs */
     jobs j;
 } verify_ctx;
 
@@ -746,14 +804,23 @@ static void verify_job(void *p, size_t i, unsigned worker)
 {
     verify_ctx *c = p;
     piece *pc = &c->pieces[i];
-    const ferry_tensor_info *ti = &c->t->sel[pc->tensor];
-    if (!pc->len)
+    (void)worker;
+    if (pc->part) {
+        const ferry_tensor_info *ti = &c->t->sel[pc->first];
+        if (c->src)
+            memcpy((uint8_t *)ti->data + pc->off, (const uint8_t *)c->src[pc->first].data + pc->off,
+                   pc->len);
+        if (c->check && ti->has_crc)
+            pc->crc = ferry_crc32c(0, (const uint8_t *)ti->data + pc->off, pc->len);
         return;
-    if (c->src)
-        memcpy((uint8_t *)ti->data + pc->off, (const uint8_t *)c->src[pc->tensor].data + pc->off,
-               pc->len);
-    if (ti->has_crc)
-        pc->crc = ferry_crc32c(0, (const uint8_t *)ti->data + pc->off, pc->len);
+    }
+    for (size_t k = pc->first; k < pc->first + pc->count; k++) {
+        const ferry_tensor_info *ti = &c->t->sel[k];
+        if (c->src && ti->nbytes)
+            memcpy((uint8_t *)ti->data, c->src[k].data, ti->nbytes);
+        if (c->check && ti->has_crc)
+            c->got[k] = ti->nbytes ? ferry_crc32c(0, ti->data, ti->nbytes) : 0;
+    }
 }
 
 static int crc_mismatch(const ferry_tensors *t, const ferry_tensor_info *ti, uint32_t got)
@@ -765,50 +832,88 @@ static int crc_mismatch(const ferry_tensors *t, const ferry_tensor_info *ti, uin
                       (unsigned long long)ti->nbytes, got);
 }
 
+/* The jobs of copy_and_verify: tensors of VERIFY_RUN bytes and more in parts of
+ * VERIFY_PIECE, smaller ones in runs of about VERIFY_RUN bytes. Fills pieces when
+ * not NULL; returns how many there are. */
+static size_t plan_pieces(const ferry_tensors *t, bool copy, bool check, piece *pieces,
+                          uint64_t *total)
+{
+    size_t np = 0;
+    *total = 0;
+    for (size_t i = 0; i < t->nsel;) {
+        const ferry_tensor_info *ti = &t->sel[i];
+        if (!copy && !(check && ti->has_crc)) {
+            i++;
+            continue;
+        }
+        if (ti->nbytes >= VERIFY_RUN) {
+            uint64_t off = 0;
+            do {
+                uint64_t len = ti->nbytes - off < VERIFY_PIECE ? ti->nbytes - off : VERIFY_PIECE;
+                if (pieces)
+                    pieces[np] = (piece){i, 1, off, len, true, 0};
+                np++;
+                off += len;
+            } while (off < ti->nbytes);
+            *total += ti->nbytes;
+            i++;
+            continue;
+        }
+        size_t first = i;
+        uint64_t bytes = 0;
+        for (; i < t->nsel && bytes < VERIFY_RUN; i++) {
+            if (!copy && !(check && t->sel[i].has_crc))
+                continue;
+            if (t->sel[i].nbytes >= VERIFY_RUN)
+                break;
+            bytes += t->sel[i].nbytes;
+        }
+        if (pieces)
+            pieces[np] = (piece){first, i - first, 0, bytes, false, 0};
+        np++;
+        *total += bytes;
+    }
+    return np;
+}
+
 /* Copies (when src) and checks the selected tensors' CRCs (when check). */
 static int copy_and_verify(ferry_tensors *t, const ferry_tensor_info *src, bool check,
                            unsigned threads)
 {
     int rc = 0;
-    size_t np = 0;
     piece *pieces = NULL;
-    for (size_t i = 0; i < t->nsel; i++)
-        if (src || (check && t->sel[i].has_crc))
-            np += t->sel[i].nbytes ? (size_t)((t->sel[i].nbytes - 1) / VERIFY_PIECE + 1) : 1;
+    uint32_t *got = NULL;
+    uint64_t total;
+    size_t np = plan_pieces(t, src != NULL, check, NULL, &total);
     if (!np)
         return 0;
     pieces = ferry__malloc(np * sizeof *pieces);
-    if (!pieces)
-        return ferry__err(FERRY_ENOMEM, "%s: out of memory", t->label);
-    size_t k = 0;
-    for (size_t i = 0; i < t->nsel; i++) {
-        if (!src && !(check && t->sel[i].has_crc))
-            continue;
-        uint64_t off = 0;
-        do {
-            uint64_t len =
-                t->sel[i].nbytes - off < VERIFY_PIECE ? t->sel[i].nbytes - off : VERIFY_PIECE;
-            pieces[k++] = (piece){i, off, len, 0};
-            off += len;
-        } while (off < t->sel[i].nbytes);
-    }
+    got = ferry__malloc(t->nsel * sizeof *got);
+    if (!pieces || !got)
+        FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", t->label);
+    plan_pieces(t, src != NULL, check, pieces, &total);
     /* a thread for each 16 MiB at most: starting one costs more than checking less */
-    uint64_t total = 0;
-    for (size_t p = 0; p < np; p++)
-        total += pieces[p].len;
     if ((uint64_t)threads > total / (16u << 20) + 1)
         threads = (unsigned)(total / (16u << 20) + 1);
-    verify_ctx c = {.t = t, .pieces = pieces, .src = src};
+    verify_ctx c = {.t = t, .pieces = pieces, .src = src, .check = check, .got = got};
     c.j.n = np;
     c.j.fn = verify_job;
     c.j.ctx = &c;
     FERRY_TRY(jobs_run(&c.j, threads));
     if (check) {
+        /* in file order, so that the first bad tensor is the one named */
         for (size_t p = 0; p < np;) {
-            const ferry_tensor_info *ti = &t->sel[pieces[p].tensor];
+            if (!pieces[p].part) {
+                for (size_t k = pieces[p].first; k < pieces[p].first + pieces[p].count; k++)
+                    if (t->sel[k].has_crc && got[k] != t->sel[k].crc)
+                        FERRY_FAIL(crc_mismatch(t, &t->sel[k], got[k]), "%s", ferry_last_errmsg());
+                p++;
+                continue;
+            }
+            const ferry_tensor_info *ti = &t->sel[pieces[p].first];
             uint32_t crc = pieces[p].crc;
             size_t q = p + 1;
-            for (; q < np && pieces[q].tensor == pieces[p].tensor; q++)
+            for (; q < np && pieces[q].part && pieces[q].first == pieces[p].first; q++)
                 crc = crc_combine(crc, pieces[q].crc, pieces[q].len);
             if (ti->has_crc && crc != ti->crc)
                 FERRY_FAIL(crc_mismatch(t, ti, crc), "%s", ferry_last_errmsg());
@@ -817,6 +922,7 @@ static int copy_and_verify(ferry_tensors *t, const ferry_tensor_info *src, bool 
     }
 cleanup:
     ferry__free(pieces);
+    ferry__free(got);
     return rc;
 }
 
@@ -834,15 +940,14 @@ int ferry_tensors_verify(const ferry_tensors *t, size_t i)
 
 /* ---- selection and renaming ---- */
 
-static int select_and_rename(ferry_tensors *t, entry **by_off, const name_index *ix,
+static int select_and_rename(ferry_tensors *t, const size_t *by_off, name_index *ix,
                              const ferry_tensors_opts *o)
 {
     int rc = 0;
     size_t n = t->nall, dup;
     bool *keep = NULL;
     keep = ferry__calloc(n ? n : 1, sizeof *keep);
-    t->sel = ferry__calloc(n ? n : 1, sizeof *t->sel);
-    if (!keep || !t->sel)
+    if (!keep)
         FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", t->label);
     if (o->names) {
         for (size_t i = 0; i < o->nnames; i++) {
@@ -859,10 +964,21 @@ static int select_and_rename(ferry_tensors *t, entry **by_off, const name_index 
             keep[i] = true;
     }
     size_t plen = o->prefix ? strlen(o->prefix) : 0;
-    for (size_t i = 0; i < n; i++) {
-        entry *e = by_off[i];
-        if (keep[e - t->all] && (!plen || !strncmp(e->info.file_name, o->prefix, plen)))
-            t->sel[t->nsel++] = e->info;
+    bool every = !o->names && !plen;
+    for (size_t i = 0; i < n && every; i++)
+        every = by_off[i] == i;
+    if (every) {
+        t->sel = t->all;
+        t->nsel = n;
+    } else {
+        t->sel = ferry__calloc(n ? n : 1, sizeof *t->sel);
+        if (!t->sel)
+            FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", t->label);
+        for (size_t i = 0; i < n; i++) {
+            const ferry_tensor_info *e = &t->all[by_off[i]];
+            if (keep[by_off[i]] && (!plen || !strncmp(e->file_name, o->prefix, plen)))
+                t->sel[t->nsel++] = *e;
+        }
     }
     size_t strip = o->strip_prefix ? strlen(o->strip_prefix) : 0;
     size_t add = o->add_prefix ? strlen(o->add_prefix) : 0;
@@ -886,25 +1002,26 @@ static int select_and_rename(ferry_tensors *t, entry **by_off, const name_index 
         }
     }
     if (!strip && !add) {
-        /* the names are the file's, already indexed and unique: map the slots from
-         * entries to their places in sel (or SKIP) */
-        size_t *pos = ferry__malloc((n ? n : 1) * sizeof *pos);
-        t->names.slots = ferry__malloc((ix->mask + 1) * sizeof *t->names.slots);
-        if (!pos || !t->names.slots) {
+        /* the names are the file's, already indexed and unique: the index is
+         * taken over, its slots mapped from tensors to their places in sel (or
+         * SKIP); when sel is all, they are those places already */
+        if (t->sel != t->all) {
+            uint32_t *pos = ferry__malloc((n ? n : 1) * sizeof *pos);
+            if (!pos)
+                FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", t->label);
+            for (size_t i = 0; i < n; i++)
+                pos[i] = SKIP;
+            for (size_t i = 0, k = 0; i < n; i++)
+                if (k < t->nsel && t->all[by_off[i]].file_name == t->sel[k].file_name)
+                    pos[by_off[i]] = (uint32_t)k++;
+            for (size_t h = 0; h <= ix->mask; h++) {
+                uint32_t e = ix->slots[h];
+                ix->slots[h] = !e ? 0 : pos[e - 1] == SKIP ? SKIP : pos[e - 1] + 1;
+            }
             ferry__free(pos);
-            FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", t->label);
         }
-        for (size_t i = 0; i < n; i++)
-            pos[i] = SKIP;
-        for (size_t i = 0, k = 0; i < n; i++)
-            if (k < t->nsel && by_off[i]->info.file_name == t->sel[k].file_name)
-                pos[by_off[i] - t->all] = k++;
-        t->names.mask = ix->mask;
-        for (size_t h = 0; h <= ix->mask; h++) {
-            size_t e = ix->slots[h];
-            t->names.slots[h] = !e ? 0 : pos[e - 1] == SKIP ? SKIP : pos[e - 1] + 1;
-        }
-        ferry__free(pos);
+        t->names = *ix;
+        ix->slots = NULL;
         goto cleanup;
     }
     if (!index_build(&t->names, t->nsel, sel_name, t, t->hash_key, &dup))
@@ -925,8 +1042,10 @@ cleanup:
 
 /* The selected tensors will be read (by the CRC check or the caller): ask the
  * kernel for them ahead, in runs of adjacent tensors (one call when all are
- * selected), and for nothing else. */
-static void advise_selected(const ferry_tensors *t, bool populate)
+ * selected), and for nothing else. The pages are not mapped here: faults taken by
+ * the CRC threads, a few pages at a time and on every thread at once, cost less
+ * than mapping them all from one thread first (MADV_POPULATE_READ). */
+static void advise_selected(const ferry_tensors *t)
 {
     long page = sysconf(_SC_PAGESIZE);
     uint64_t pg = page > 0 ? (uint64_t)page : 4096;
@@ -939,21 +1058,14 @@ static void advise_selected(const ferry_tensors *t, bool populate)
         a -= a % pg;
         if (b <= a)
             continue;
-        void *p = (uint8_t *)t->map.data + a;
-#ifdef MADV_POPULATE_READ
-        /* read now anyway (the CRCs): map the pages in one call rather than a
-         * fault each few pages */
-        if (populate && madvise(p, (size_t)(b - a), MADV_POPULATE_READ) == 0)
-            continue;
-#endif
-        madvise(p, (size_t)(b - a), MADV_WILLNEED);
+        madvise((uint8_t *)t->map.data + a, (size_t)(b - a), MADV_WILLNEED);
     }
 }
 
 static int open_bytes(ferry_tensors *t, const ferry_tensors_opts *o)
 {
     int rc = 0;
-    entry **by_off = NULL;
+    size_t *by_off = NULL;
     name_index ix = {0};
     uint64_t max_header = o->max_header ? o->max_header : FERRY_TENSORS_DEFAULT_MAX_HEADER;
     if (t->size < 8)
@@ -973,6 +1085,9 @@ static int open_bytes(ferry_tensors *t, const ferry_tensors_opts *o)
     t->data_start = 8 + n;
     t->arena_cap = (size_t)n + 1;
     t->arena = ferry__malloc(t->arena_cap);
+    /* Room for as many tensors as the header can hold, so that the arrays are not
+     * moved while they fill: a tensor takes at least MIN_TENSOR_JSON bytes of it
+     * (more than that would only cost a move). */
     if (!t->arena)
         FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory for a %llu-byte header", t->label,
                    (unsigned long long)n);
@@ -982,7 +1097,7 @@ static int open_bytes(ferry_tensors *t, const ferry_tensors_opts *o)
     bool check = !(o->flags & FERRY_TENSORS_NO_VERIFY);
     unsigned threads = default_threads(o->threads);
     if (t->map.data)
-        advise_selected(t, check && !(o->flags & FERRY_TENSORS_COPY));
+        advise_selected(t);
     if (o->flags & FERRY_TENSORS_COPY) {
         size_t total = 0;
         for (size_t i = 0; i < t->nsel; i++) {
@@ -993,7 +1108,8 @@ static int open_bytes(ferry_tensors *t, const ferry_tensors_opts *o)
         ferry_tensor_info *src = ferry__malloc((t->nsel ? t->nsel : 1) * sizeof *src);
         if (!src)
             FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", t->label);
-        memcpy(src, t->sel, t->nsel * sizeof *src);
+        if (t->nsel) /* sel is NULL in a file of no tensors */
+            memcpy(src, t->sel, t->nsel * sizeof *src);
         t->copy = total ? ferry__aligned_alloc(total) : NULL;
         if (total && !t->copy) {
             ferry__free(src);

@@ -126,5 +126,10 @@ uint32_t ferry__crc32c_sw(uint32_t crc, const void *data, size_t n);
 int ferry__crc32c_hw_available(void);
 /* The instruction's version; falls back to the tables without it. */
 uint32_t ferry__crc32c_hw(uint32_t crc, const void *data, size_t n);
+/* 1 when the CPU has AVX-512 with the carry-less multiply (VPCLMULQDQ). */
+int ferry__crc32c_clmul_available(void);
+/* The carry-less multiply version (from 256 bytes; the instruction's below);
+ * falls back to the instruction's, then the tables, without it. */
+uint32_t ferry__crc32c_clmul(uint32_t crc, const void *data, size_t n);
 
 #endif /* FERRY_INTERNAL_H */

@@ -27,24 +27,7 @@ static bool fail(ferry__json *j, const char *why)
 
 static void ws(ferry__json *j)
 {
-    while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r'))
-        j->p++;
-}
-
-bool ferry__json_eat(ferry__json *j, char c)
-{
-    ws(j);
-    if (j->p < j->end && *j->p == c) {
-        j->p++;
-        return true;
-    }
-    return false;
-}
-
-bool ferry__json_peek(ferry__json *j, char c)
-{
-    ws(j);
-    return j->p < j->end && *j->p == c;
+    ferry__json_ws(j);
 }
 
 bool ferry__json_at_end(ferry__json *j)
@@ -140,6 +123,19 @@ static size_t put_utf8(char *o, uint32_t cp)
     return 4;
 }
 
+#define ONES 0x0101010101010101ull
+#define HIGHS 0x8080808080808080ull
+
+/* The high bit set in each byte of w (read little-endian) that a string cannot
+ * hold as it is ('"', '\\', a control character, a non-ASCII byte); the lowest set
+ * bit is exact (the bits above it may be false alarms, carries of the
+ * subtraction). */
+static inline uint64_t special8(uint64_t w)
+{
+    uint64_t q = w ^ (ONES * '"'), b = w ^ (ONES * '\\');
+    return (((q - ONES) & ~q) | ((b - ONES) & ~b) | ((w - ONES * 0x20) & ~w) | w) & HIGHS;
+}
+
 bool ferry__json_string(ferry__json *j, char *out, size_t cap, size_t *len)
 {
     size_t n = 0;
@@ -147,8 +143,18 @@ bool ferry__json_string(ferry__json *j, char *out, size_t cap, size_t *len)
     if (!ferry__json_eat(j, '"'))
         return fail(j, "a string expected");
     for (;;) {
-        /* a run of plain ASCII at once */
+        /* a run of plain ASCII at once, eight bytes a step while they are plain */
         const char *run = j->p;
+        while (j->end - j->p >= 8) {
+            uint64_t w;
+            memcpy(&w, j->p, 8);
+            uint64_t stop = special8(w);
+            if (stop) {
+                j->p += __builtin_ctzll(stop) / 8;
+                break;
+            }
+            j->p += 8;
+        }
         while (j->p < j->end) {
             unsigned char a = (unsigned char)*j->p;
             if (a < 0x20 || a >= 0x80 || a == '"' || a == '\\')
@@ -255,6 +261,10 @@ bool ferry__json_u64(ferry__json *j, uint64_t *v)
         return fail(j, "a non-negative integer expected");
     if (*j->p == '0' && j->end - j->p > 1 && j->p[1] >= '0' && j->p[1] <= '9')
         return fail(j, "leading zero in a number");
+    /* 19 digits cannot overflow: no checks for them */
+    const char *fast = j->end - j->p > 19 ? j->p + 19 : j->end;
+    while (j->p < fast && (unsigned)(*j->p - '0') <= 9)
+        x = x * 10 + (uint64_t)(*j->p++ - '0');
     while (j->p < j->end && *j->p >= '0' && *j->p <= '9') {
         if (__builtin_mul_overflow(x, 10, &x) || __builtin_add_overflow(x, *j->p - '0', &x)) {
             j->p = s;

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef struct ferry__json {
     const char *start, *p, *end;
@@ -21,10 +22,68 @@ typedef struct ferry__json {
 void ferry__json_init(ferry__json *j, const void *data, size_t n, int max_depth);
 /* The offset of the reader from the start (for messages). */
 size_t ferry__json_offset(const ferry__json *j);
+/* Skips whitespace. */
+static inline void ferry__json_ws(ferry__json *j)
+{
+    while (j->p < j->end && (unsigned char)*j->p <= ' ' &&
+           (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r'))
+        j->p++;
+}
+
+/* Skips whitespace; true when the next byte is c (not consumed). Inline: a
+ * header of 10,000 tensors asks a quarter of a million times. */
+static inline bool ferry__json_peek(ferry__json *j, char c)
+{
+    if (j->p < j->end && *j->p == c && c != ' ' && c != '\t' && c != '\n' && c != '\r')
+        return true; /* no whitespace before it: the common case */
+    ferry__json_ws(j);
+    return j->p < j->end && *j->p == c;
+}
+
 /* Skips whitespace; true when the next byte is c, which is then consumed. */
-bool ferry__json_eat(ferry__json *j, char c);
-/* Skips whitespace; true when the next byte is c (not consumed). */
-bool ferry__json_peek(ferry__json *j, char c);
+static inline bool ferry__json_eat(ferry__json *j, char c)
+{
+    if (!ferry__json_peek(j, c))
+        return false;
+    j->p++;
+    return true;
+}
+/* Skips whitespace; true when the next bytes are the n bytes of s, which are then
+ * consumed: a fast path for a token the caller expects, such as a key with its
+ * quotes ("\"dtype\""), which the caller reads in full when this fails. */
+static inline bool ferry__json_match(ferry__json *j, const char *s, size_t n)
+{
+    ferry__json_ws(j);
+    if ((size_t)(j->end - j->p) < n || memcmp(j->p, s, n) != 0)
+        return false;
+    j->p += n;
+    return true;
+}
+
+/* Skips whitespace; a string of at most max bytes of printable ASCII without
+ * escapes: its bytes in place in *s, *n, and true. Anything else (a longer string,
+ * one with escapes or other bytes, another value) is false, with nothing consumed
+ * but the whitespace: the caller then reads it with ferry__json_string. */
+static inline bool ferry__json_plain(ferry__json *j, const char **s, size_t *n, size_t max)
+{
+    ferry__json_ws(j);
+    const char *p = j->p;
+    if (p >= j->end || *p != '"')
+        return false;
+    for (size_t i = 1; i <= max + 1 && i < (size_t)(j->end - p); i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (c == '"') {
+            *s = p + 1;
+            *n = i - 1;
+            j->p = p + i + 1;
+            return true;
+        }
+        if (c < 0x20 || c >= 0x7f || c == '\\')
+            return false;
+    }
+    return false;
+}
+
 /* Skips whitespace; true at the end of the input. */
 bool ferry__json_at_end(ferry__json *j);
 /* A string: unescaped into out (at most cap bytes, then a NUL), its length in

@@ -217,9 +217,16 @@ static int make_parts(void)
     /* 7: empty */
     t.n = 0;
     write_part(7, &t);
+    /* 8: xz, which the stream refuses (an error, then the next part) */
+    t.n = 0;
+    put(&t,
+        "\xfd"
+        "7zXZ\0\0\0",
+        8);
+    write_part(8, &t);
     free(t.p);
     free(z.p);
-    return 8;
+    return 9;
 }
 
 static ferry_stream *open_csv(const char *dir, int header)
@@ -367,6 +374,7 @@ TEST(resume_at_every_call_of_every_shard)
     }
     CHECK_EQ(longs, 3);
     CHECK_EQ(ends, 2);
+    CHECK_CONTAINS(all.e[all.n - 2].msg, "part-00008: the file is xz-compressed");
     /* pos: the part, the offset and the 1-based line of each row */
     CHECK_U64(all.e[0].pos.a, 0);
     CHECK_U64(all.e[0].pos.b, strlen("a,b\n# the second header line\n"));
@@ -500,12 +508,23 @@ TEST(fetch_reads_every_row_again_in_any_order)
     CHECK_RC(ev.rc, FERRY_ECORRUPT);
     CHECK(!strcmp(ev.msg, all.e[5].msg));
     CHECK_CONTAINS(ev.msg, "part-00000: line 8, column 2");
-    /* positions that are no line of the stream */
+    /* positions that are no line of the stream: behind the fetch reader, and just
+     * ahead of it, in what it has read already */
     ferry_pos p = all.e[rows[3]].pos;
     p.b += 1;
     fetch_event(it, ctx, &p, &ev);
     CHECK_RC(ev.rc, FERRY_ERANGE);
     CHECK_CONTAINS(ev.msg, "no line starts at offset");
+    for (size_t from = 0; from < 2; from++) { /* a plain part, a gzip part */
+        size_t i = from ? row_in(&all, 1) : 0;
+        fetch_event(it, ctx, &all.e[i].pos, &ev);
+        same_event(&ev, &all.e[i], "fetch", i);
+        p = all.e[i + 2].pos;
+        p.b += 1;
+        fetch_event(it, ctx, &p, &ev);
+        CHECK_RC(ev.rc, FERRY_ERANGE);
+        CHECK_CONTAINS(ev.msg, "no line starts at offset");
+    }
     p = all.e[row_in(&all, 2)].pos; /* in a zstd part */
     p.b = 1ull << 40;
     fetch_event(it, ctx, &p, &ev);
@@ -516,10 +535,10 @@ TEST(fetch_reads_every_row_again_in_any_order)
     p.b += 2;
     fetch_event(it, ctx, &p, &ev);
     CHECK_RC(ev.rc, FERRY_ERANGE);
-    p.a = 8;
+    p.a = 9;
     fetch_event(it, ctx, &p, &ev);
     CHECK_RC(ev.rc, FERRY_ERANGE);
-    CHECK_CONTAINS(ev.msg, "of 8 parts");
+    CHECK_CONTAINS(ev.msg, "of 9 parts");
     p = all.e[rows[3]].pos;
     p.c = 0;
     fetch_event(it, ctx, &p, &ev);
@@ -615,9 +634,9 @@ TEST(states_that_do_not_fit_are_errors)
         const char *msg;
     } bad[] = {
         {W_TAG, 7, "not a CSV stream's position"},
-        {W_NPARTS, 9, "saved over 9 part files"},
+        {W_NPARTS, 10, "saved over 10 part files"},
         {W_NSHARDS, 4, "one of 4 shards, this iterator is shard 1 of 3"},
-        {W_PART, 2, "names part 2, which shard 1 of 3 (of 8 parts) does not hold"},
+        {W_PART, 2, "names part 2, which shard 1 of 3 (of 9 parts) does not hold"},
         {W_PART, 10, "names part 10"},
         {W_PART, UINT64_MAX, "does not hold"}, /* the end, with a part open */
         {W_OPEN, 2, "(damaged)"},

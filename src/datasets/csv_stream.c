@@ -1,7 +1,10 @@
 /*
  * A stream over a directory of numeric CSV part files (part-00000, part-00001, ...):
  * shard k of n reads the parts i with i % n == k, line by line through one buffer
- * per open shard, and parses each row straight into the sample's fields.
+ * per open shard, and parses each row straight into the sample's fields. A row's
+ * position is its part and the decoded offset of its line: saving an iterator
+ * keeps the next line's, a restore opens that part there (decoding a compressed
+ * one up to it), and fetch reads one line again with a second reader.
  */
 #include "csv_internal.h"
 #include "../io/io.h"
@@ -184,9 +187,7 @@ static void csv_close(void *iter)
         return;
     reader_free(it->fr);
     ferry__free(it->fr);
-    ferry__zread_free(&it->r.sr);
-    ferry__free(it->r.buf);
-    ferry__free(it->r.path);
+    reader_free(&it->r);
     ferry__free(it->col_dst);
     ferry__free(it);
 }

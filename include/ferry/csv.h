@@ -126,7 +126,24 @@ FERRY_API size_t ferry_csv_count_columns(const char *line, size_t len, char deli
  * (skipped)"): it is passed over to its end, and the next call goes on with the
  * line after it. A failed read (FERRY_EIO) or damaged compressed data
  * (FERRY_ECORRUPT) ends that part file; the next call goes on with the next part
- * of the shard. */
+ * of the shard.
+ *
+ * The stream is resumable (ferry_stream_save / ferry_stream_restore, ferry/dataset.h):
+ * a row's pos is a = its part number, b = the byte offset of its line in the
+ * (decoded) part file, c = its 1-based line number. A shard's state is 72 bytes
+ * (the next line's part, offset and line number, the header lines still to pass
+ * over, and the settings it must be restored under: header, the number of parts
+ * and of shards); a state that does not fit the stream, the shard or the files
+ * (a part the shard does not read, an offset past the end of the file or inside a
+ * line) is FERRY_ECORRUPT saying so, a different header FERRY_EINVAL. A restore
+ * opens the part and goes on at the offset: bad rows, long lines and damaged
+ * files after it give what they gave the saved iterator. A plain part is read from
+ * the offset. Compressed files cannot seek: resuming inside a compressed part
+ * decodes it from its start up to the position. ferry_stream_fetch reads one row
+ * again by its own reader (a second buffer of about FERRY_CSV_MAX_LINE, made on
+ * the first fetch), left after the row: rows fetched in the order of (part,
+ * offset) read and decode each part once; a fetch behind the last one in a
+ * compressed part decodes that part again from its start. */
 typedef struct ferry_csv_opts {
     const char *dir;     /* the directory (required) */
     const char *prefix;  /* of part file names; default (and NULL) "part-" */

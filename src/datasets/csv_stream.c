@@ -1,7 +1,10 @@
 /*
  * A stream over a directory of numeric CSV part files (part-00000, part-00001, ...):
  * shard k of n reads the parts i with i % n == k, line by line through one buffer
- * per open shard, and parses each row straight into the sample's fields.
+ * per open shard, and parses each row straight into the sample's fields. A row's
+ * position is its part and the decoded offset of its line: saving an iterator
+ * keeps the next line's, a restore opens that part there (decoding a compressed
+ * one up to it), and fetch reads one line again with a second reader.
  */
 #include "csv_internal.h"
 #include "../io/io.h"
@@ -41,6 +44,8 @@ typedef struct {
     ferry__zread sr; /* sr.open when a file is open */
     char *buf;
     size_t start, end; /* unread bytes: buf[start .. end) */
+    uint64_t buf_off;  /* the decoded file offset of buf[0] */
+    size_t chunk;      /* bytes per read when smaller than the buffer (0: the buffer) */
     bool eof;
     bool broken;   /* a failed read or damaged compressed data: the file ends here */
     uint64_t line; /* lines handed out so far: the last one's 1-based number */
@@ -65,6 +70,7 @@ static int reader_open(reader *r, const csv_source *src, uint64_t part)
 {
     part_name(src, part, r->path, src->path_cap);
     r->start = r->end = 0;
+    r->buf_off = 0;
     r->eof = false;
     r->broken = false;
     r->line = 0;
@@ -80,6 +86,8 @@ static void reader_close(reader *r)
 static int reader_fill(reader *r)
 {
     size_t want = READ_CAP - r->end, got;
+    if (r->chunk && want > r->chunk)
+        want = r->chunk;
     int rc = ferry__zread_read(&r->sr, r->buf + r->end, want, &got);
     if (rc < 0) {
         r->broken = true;
@@ -121,12 +129,14 @@ static int reader_line(reader *r, const char **line, size_t *len)
             return 0;
         if (r->start > 0) {
             memmove(r->buf, b, avail);
+            r->buf_off += r->start;
             r->start = 0;
             r->end = avail;
         }
         if (r->end == READ_CAP) { /* a full buffer and no newline: pass over the line */
             r->line++;
             for (;;) {
+                r->buf_off += r->end;
                 r->start = r->end = 0;
                 int rc = reader_fill(r);
                 if (rc < 0)
@@ -137,6 +147,7 @@ static int reader_line(reader *r, const char **line, size_t *len)
                     return long_line(r);
                 }
                 if (r->eof) {
+                    r->buf_off += r->end;
                     r->end = 0;
                     return long_line(r);
                 }
@@ -156,16 +167,27 @@ typedef struct {
     uint64_t header_left; /* header lines still to pass over in this part */
     reader r;
     void **col_dst; /* [ncols] */
+    reader *fr;     /* fetch's own reader, made on the first fetch */
+    uint64_t fr_part;
 } csv_iter;
+
+static void reader_free(reader *r)
+{
+    if (!r)
+        return;
+    ferry__zread_free(&r->sr);
+    ferry__free(r->buf);
+    ferry__free(r->path);
+}
 
 static void csv_close(void *iter)
 {
     csv_iter *it = iter;
     if (!it)
         return;
-    ferry__zread_free(&it->r.sr);
-    ferry__free(it->r.buf);
-    ferry__free(it->r.path);
+    reader_free(it->fr);
+    ferry__free(it->fr);
+    reader_free(&it->r);
     ferry__free(it->col_dst);
     ferry__free(it);
 }
@@ -198,6 +220,27 @@ static void next_part(csv_iter *it)
     it->part = it->part + it->step < it->part ? UINT64_MAX : it->part + it->step;
 }
 
+/* Parses the line r just gave into out's fields. */
+static int parse_line(csv_iter *it, const reader *r, const char *line, size_t len,
+                      ferry_sample *out)
+{
+    const csv_source *src = it->src;
+    const size_t ncols = src->ncols;
+    void **dst = it->col_dst;
+    for (size_t c = 0; c < ncols; c++)
+        if (src->col_field[c] != NO_FIELD)
+            dst[c] = (char *)out->data[src->col_field[c]] + src->col_off[c];
+    ferry_csv_error e;
+    int rc = ferry_csv_parse_row(src->parser, line, len, dst, &e);
+    if (rc < 0) {
+        char msg[FERRY_ERRMSG_MAX];
+        ferry__err_copy(msg);
+        return ferry__err(rc, "%s: line %llu%s%s", r->path, (unsigned long long)r->line,
+                          e.column ? ", " : ": ", msg);
+    }
+    return 0;
+}
+
 static int csv_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
 {
     (void)ctx;
@@ -222,8 +265,12 @@ static int csv_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
             it->header_left--;
             continue;
         }
-        if (rc == 1)
+        if (rc == 1) {
+            out->pos.a = it->part;
+            out->pos.b = it->r.buf_off + (uint64_t)(line - it->r.buf);
+            out->pos.c = it->r.line;
             break;
+        }
         if (rc < 0 && !it->r.broken)
             return rc; /* a bad line is one bad row: the next call reads the next line */
         /* the end of the file, or a read that failed: go on with the next part */
@@ -231,20 +278,7 @@ static int csv_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
         if (rc < 0)
             return rc;
     }
-    const size_t ncols = src->ncols;
-    void **dst = it->col_dst;
-    for (size_t c = 0; c < ncols; c++)
-        if (src->col_field[c] != NO_FIELD)
-            dst[c] = (char *)out->data[src->col_field[c]] + src->col_off[c];
-    ferry_csv_error e;
-    rc = ferry_csv_parse_row(src->parser, line, len, dst, &e);
-    if (rc < 0) {
-        char msg[FERRY_ERRMSG_MAX];
-        ferry__err_copy(msg);
-        return ferry__err(rc, "%s: line %llu%s%s", it->r.path, (unsigned long long)it->r.line,
-                          e.column ? ", " : ": ", msg);
-    }
-    return 0;
+    return parse_line(it, &it->r, line, len, out);
 }
 
 static void csv_destroy(void *self)
@@ -261,8 +295,217 @@ static void csv_destroy(void *self)
     ferry__free(src);
 }
 
-static const ferry_stream_vtable csv_vtable = {csv_open, csv_next, csv_close, csv_destroy,
-                                               NULL,     NULL,     NULL};
+/* ---- Saving and resuming ----
+ * The state (72 bytes per shard): a tag, the header setting, the count of part
+ * files and the count of shards it was saved with, the part (UINT64_MAX once the shard is done),
+ * whether that part is open, and if so the decoded offset of its next line, the lines read from it
+ * and the header lines still to pass over. A sample's pos: a = its part, b = the decoded offset of
+ * its line's first byte, c = the line's 1-based number. */
+#define CSV_STATE_TAG 0x3174726170767363ull /* "csvpart1" */
+#define FETCH_CHUNK ((size_t)64 << 10)
+
+enum { GOTO_OK, GOTO_PAST_END, GOTO_NOT_LINE };
+
+/* Positions r (open) at decoded offset off, which must start a line (0, or a
+ * "\n" before it) or, with end_ok, be the end of the data: GOTO_OK; GOTO_PAST_END
+ * or GOTO_NOT_LINE when it is not; or the error of a read on the way (a
+ * compressed file is decoded up to off, from its start when off is behind). */
+static int reader_goto(reader *r, uint64_t off, bool end_ok)
+{
+    r->start = r->end = 0;
+    r->buf_off = off;
+    r->eof = false;
+    r->broken = false;
+    if (off == 0)
+        return ferry__zread_seek(&r->sr, 0);
+    int rc = ferry__zread_seek(&r->sr, off - 1);
+    if (rc < 0)
+        return rc;
+    if (r->sr.pos != off - 1)
+        return GOTO_PAST_END;
+    char c;
+    size_t got;
+    if ((rc = ferry__zread_read(&r->sr, &c, 1, &got)) < 0)
+        return rc;
+    if (got == 0)
+        return GOTO_PAST_END;
+    if (c == '\n')
+        return GOTO_OK;
+    if (end_ok) { /* after a last line without "\n", or a long line passed over */
+        if ((rc = ferry__zread_read(&r->sr, &c, 1, &got)) < 0)
+            return rc;
+        if (got == 0)
+            return GOTO_OK;
+    }
+    return GOTO_NOT_LINE;
+}
+
+static int csv_save(void *iter, ferry_state *w)
+{
+    csv_iter *it = iter;
+    const csv_source *src = it->src;
+    bool open = it->r.sr.open;
+    ferry_state_put_u64(w, CSV_STATE_TAG);
+    ferry_state_put_u64(w, src->header);
+    ferry_state_put_u64(w, src->nparts);
+    ferry_state_put_u64(w, it->step);
+    ferry_state_put_u64(w, open || it->part < src->nparts ? it->part : UINT64_MAX);
+    ferry_state_put_u64(w, open);
+    ferry_state_put_u64(w, open ? it->r.buf_off + it->r.start : 0);
+    ferry_state_put_u64(w, open ? it->r.line : 0);
+    ferry_state_put_u64(w, open ? it->header_left : 0);
+    return 0;
+}
+
+static int csv_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
+{
+    (void)ctx;
+    csv_iter *it = iter;
+    const csv_source *src = it->src;
+    uint64_t v[9];
+    for (int i = 0; i < 9; i++) {
+        int rc = ferry_state_get_u64(r, &v[i]);
+        if (rc < 0)
+            return rc;
+    }
+    uint64_t header = v[1], nparts = v[2], nshards = v[3], part = v[4], open = v[5], off = v[6],
+             line = v[7], left = v[8];
+    const uint64_t shard = it->part;
+    if (v[0] != CSV_STATE_TAG)
+        return ferry__err(FERRY_ECORRUPT,
+                          "csv stream: the state is not a CSV stream's position (saved by "
+                          "another stream?)");
+    if (header != src->header)
+        return ferry__err(FERRY_EINVAL,
+                          "csv stream: the state was saved with header=%llu, this stream has "
+                          "header=%llu",
+                          (unsigned long long)header, (unsigned long long)src->header);
+    if (nparts != src->nparts)
+        return ferry__err(FERRY_ECORRUPT,
+                          "csv stream: the state was saved over %llu part files, \"%s\" has %llu",
+                          (unsigned long long)nparts, src->dir, (unsigned long long)src->nparts);
+    if (nshards != it->step)
+        return ferry__err(FERRY_ECORRUPT,
+                          "csv stream: the state is a position in one of %llu shards, this "
+                          "iterator is shard %llu of %llu",
+                          (unsigned long long)nshards, (unsigned long long)shard,
+                          (unsigned long long)it->step);
+    if (open > 1 || (part == UINT64_MAX ? open != 0
+                                        : part >= src->nparts || part < shard ||
+                                              part % it->step != shard % it->step))
+        return ferry__err(FERRY_ECORRUPT,
+                          "csv stream: the state names part %llu%s, which shard %llu of %llu (of "
+                          "%llu parts) does not hold",
+                          (unsigned long long)part, open > 1 ? " (damaged)" : "",
+                          (unsigned long long)shard, (unsigned long long)it->step,
+                          (unsigned long long)src->nparts);
+    if (!open) {
+        if (off || line || left)
+            return ferry__err(FERRY_ECORRUPT,
+                              "csv stream: the state is damaged (a line position in part %llu, "
+                              "which is not open)",
+                              (unsigned long long)part);
+        it->part = part;
+        return 0;
+    }
+    if (left > src->header || line > off || line + left < src->header)
+        return ferry__err(FERRY_ECORRUPT,
+                          "csv stream: the state is damaged (part %llu: %llu lines read to offset "
+                          "%llu, %llu header lines of %llu left)",
+                          (unsigned long long)part, (unsigned long long)line,
+                          (unsigned long long)off, (unsigned long long)left,
+                          (unsigned long long)src->header);
+    it->part = part;
+    int rc = reader_open(&it->r, src, part);
+    if (rc >= 0)
+        rc = reader_goto(&it->r, off, true);
+    if (rc < 0) {
+        reader_close(&it->r);
+        return ferry__err_prefix(rc, "csv stream: resuming at offset %llu of part %llu",
+                                 (unsigned long long)off, (unsigned long long)part);
+    }
+    if (rc != GOTO_OK) {
+        rc = ferry__err(FERRY_ECORRUPT,
+                        "csv stream: %s: the state's offset %llu is %s (the file changed, or the "
+                        "state is another stream's)",
+                        it->r.path, (unsigned long long)off,
+                        rc == GOTO_PAST_END ? "past the end of the file"
+                                            : "not the start of a line");
+        reader_close(&it->r);
+        return rc;
+    }
+    it->r.line = line;
+    it->header_left = left;
+    return 0;
+}
+
+/* A line read again by a reader of its own, left after that line: fetches in the
+ * order of (part, offset) read each part once (and decode it once when compressed;
+ * going back in a compressed part decodes it again from its start). */
+static int csv_fetch(void *iter, const ferry_pos *pos, ferry_sample *out, ferry_ctx *ctx)
+{
+    (void)ctx;
+    csv_iter *it = iter;
+    const csv_source *src = it->src;
+    int rc;
+    if (pos->a >= src->nparts || pos->c == 0 || pos->c - 1 > pos->b)
+        return ferry__err(FERRY_ERANGE,
+                          "csv stream: no line %llu at offset %llu of part %llu (of %llu parts)",
+                          (unsigned long long)pos->c, (unsigned long long)pos->b,
+                          (unsigned long long)pos->a, (unsigned long long)src->nparts);
+    if (!it->fr) {
+        reader *f = ferry__calloc(1, sizeof *f);
+        if (f) {
+            f->buf = ferry__malloc(READ_CAP);
+            f->path = ferry__malloc(src->path_cap);
+            f->chunk = FETCH_CHUNK;
+        }
+        if (!f || !f->buf || !f->path) {
+            reader_free(f);
+            ferry__free(f);
+            return ferry__err(FERRY_ENOMEM, "csv stream: out of memory for a read buffer");
+        }
+        it->fr = f;
+    }
+    reader *r = it->fr;
+    if (!r->sr.open || it->fr_part != pos->a) {
+        if ((rc = reader_open(r, src, pos->a)) < 0) {
+            reader_close(r);
+            return rc;
+        }
+        it->fr_part = pos->a;
+    }
+    uint64_t in = pos->b - r->buf_off; /* within the buffer: no read */
+    if (!r->broken && pos->b > r->buf_off && in < r->end && r->buf[in - 1] == '\n') {
+        r->start = (size_t)in;
+    } else {
+        rc = reader_goto(r, pos->b, false);
+        if (rc < 0) {
+            reader_close(r);
+            return rc;
+        }
+        if (rc != GOTO_OK) {
+            rc = ferry__err(FERRY_ERANGE, "csv stream: %s: no line starts at offset %llu%s",
+                            r->path, (unsigned long long)pos->b,
+                            rc == GOTO_PAST_END ? " (past the end of the file)" : "");
+            reader_close(r);
+            return rc;
+        }
+    }
+    r->line = pos->c - 1;
+    const char *line;
+    size_t len;
+    rc = reader_line(r, &line, &len);
+    if (rc == 0)
+        return ferry__err(FERRY_ERANGE, "csv stream: %s: no line at offset %llu (the end)", r->path,
+                          (unsigned long long)pos->b);
+    if (rc < 0)
+        return rc;
+    return parse_line(it, r, line, len, out);
+}
+
+static const ferry_stream_vtable csv_vtable = {csv_open, csv_next,    csv_close, csv_destroy,
+                                               csv_save, csv_restore, csv_fetch};
 
 /* ---- Finding the parts ---- */
 

@@ -100,6 +100,7 @@ int ferry__zread_open(ferry__zread *r, const char *path)
     r->path = path;
     r->codec = PLAIN;
     r->off = 0;
+    r->pos = 0;
     r->broken = r->done = false;
     r->err_rc = 0;
     r->err_msg[0] = 0;
@@ -185,11 +186,11 @@ static int read_gzip(ferry__zread *r, uint8_t *dst, size_t want, size_t *got)
         int rc = refill(r);
         if (rc < 0)
             return rc;
-        if (r->in_pos == r->in_len) { /* no more input */
-            if (!r->member_end)
-                return ferry__err(FERRY_ECORRUPT,
-                                  "%s: the gzip stream ends early (truncated at offset %llu)",
-                                  r->path, (unsigned long long)r->off);
+        /* No more input: the end after a whole member; else the decoder may still
+         * hold output (a match cut short by a full buffer), and once it has none
+         * the stream was cut short. */
+        bool drain = r->in_pos == r->in_len;
+        if (drain && r->member_end) {
             r->done = true;
             break;
         }
@@ -208,6 +209,10 @@ static int read_gzip(ferry__zread *r, uint8_t *dst, size_t want, size_t *got)
         r->in_pos = r->in_len - r->zs->avail_in;
         n += room - r->zs->avail_out;
         *got = n;
+        if (drain && room == r->zs->avail_out && z != Z_STREAM_END)
+            return ferry__err(FERRY_ECORRUPT,
+                              "%s: the gzip stream ends early (truncated at offset %llu)", r->path,
+                              (unsigned long long)r->off);
         if (z == Z_STREAM_END)
             r->member_end = true;
         else if (z == Z_MEM_ERROR)
@@ -277,8 +282,37 @@ int ferry__zread_read(ferry__zread *r, void *dst, size_t want, size_t *got)
         r->broken = true;
         r->err_rc = rc;
         ferry__err_copy(r->err_msg);
+        r->pos += *got;
         if (*got > 0)
             return 0;
+        return rc;
     }
+    r->pos += *got;
     return rc;
+}
+
+int ferry__zread_seek(ferry__zread *r, uint64_t off)
+{
+    int rc;
+    if (r->broken || (r->codec != PLAIN && off < r->pos)) {
+        /* path is the caller's, borrowed until the reading ends: open keeps it */
+        if ((rc = ferry__zread_open(r, r->path)) < 0)
+            return rc;
+    }
+    if (r->codec == PLAIN) {
+        r->off = r->pos = off;
+        r->done = false;
+        return 0;
+    }
+    uint8_t drop[16384];
+    while (r->pos < off && !r->done) {
+        uint64_t left = off - r->pos;
+        size_t got;
+        if ((rc = ferry__zread_read(r, drop, left < sizeof drop ? (size_t)left : sizeof drop,
+                                    &got)) < 0)
+            return rc;
+        if (got == 0 && !r->broken)
+            break;
+    }
+    return 0;
 }

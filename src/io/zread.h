@@ -2,7 +2,7 @@
  * Sequential reads of a file that may be compressed: gzip (any number of
  * members) and zstd (any number of frames) are found by their magic bytes and
  * decoded on the fly; anything else is read as it is. For streams that read a
- * file once from its start (CSV part files).
+ * file from its start (CSV part files), and go forward in it (ferry__zread_seek).
  */
 #ifndef FERRY_IO_ZREAD_H
 #define FERRY_IO_ZREAD_H
@@ -28,6 +28,7 @@ typedef struct ferry__zread {
     const char *path; /* borrowed from the caller of open */
     int codec;
     uint64_t off; /* file offset of the next raw read */
+    uint64_t pos; /* decoded offset of the next byte read: what reads have given */
     bool broken, done, open;
     uint8_t *in; /* compressed input; kept across opens */
     size_t in_pos, in_len;
@@ -52,6 +53,15 @@ int ferry__zread_open(ferry__zread *r, const char *path);
  * read, FERRY_ECORRUPT on a damaged or truncated compressed stream (naming the
  * file and the offset in it); after an error the reader gives nothing more. */
 int ferry__zread_read(ferry__zread *r, void *dst, size_t want, size_t *got);
+/* Goes to decoded offset off: the next read starts with the byte there. A plain
+ * file only sets the offset (no read: past the end, reads give nothing). A
+ * compressed one cannot seek: off at or past r->pos decodes and drops the bytes
+ * up to it; off behind r->pos reopens the file and decodes it from its start up
+ * to off (the cost of going back). 0 with r->pos == off; 0 with r->pos < off
+ * when the decoded data ends before off (the reader is at its end); or the error
+ * of a read before off (the reader is then broken). A broken reader is reopened
+ * first. */
+int ferry__zread_seek(ferry__zread *r, uint64_t off);
 /* "gzip", "zstd" or NULL (plain). */
 const char *ferry__zread_compression(const ferry__zread *r);
 /* Closes the file; the buffers stay for the next open. */

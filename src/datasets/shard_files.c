@@ -94,3 +94,36 @@ void ferry__shard_files_free(ferry__shard_files *s)
     s->paths = NULL;
     s->n = 0;
 }
+
+int ferry__shard_files_place(const ferry__shard_files *f, const ferry_permutation *order,
+                             const char *who, const char *unit, uint64_t shard, uint64_t step,
+                             uint64_t now, uint64_t place, uint64_t file, bool open, bool names,
+                             const char **path)
+{
+    *path = NULL;
+    if (place < now || (place - now) % step || (place != now && place - step >= f->n))
+        return ferry__err(FERRY_ECORRUPT,
+                          "%s: the state is at %s %llu of the epoch's order, not one of stream "
+                          "shard %llu of %llu (%zu %ss)",
+                          who, unit, (unsigned long long)place, (unsigned long long)shard,
+                          (unsigned long long)step, f->n, unit);
+    if (place >= f->n) {
+        if (file != UINT64_MAX || open || names)
+            return ferry__err(FERRY_ECORRUPT,
+                              "%s: the state is past the last %s but names a position in one", who,
+                              unit);
+        return 0;
+    }
+    uint64_t want = ferry_permutation_at(order, place);
+    if (file != want)
+        return ferry__err(FERRY_ECORRUPT,
+                          "%s: the state's %s %llu of the epoch's order is %s %llu, here it is "
+                          "%llu (%s): another file list, seed or epoch",
+                          who, unit, (unsigned long long)place, unit, (unsigned long long)file,
+                          (unsigned long long)want, f->paths[want]);
+    if (!open && names)
+        return ferry__err(FERRY_ECORRUPT, "%s: the state names a position in %s with no %s open",
+                          who, f->paths[want], unit);
+    *path = f->paths[want];
+    return 0;
+}

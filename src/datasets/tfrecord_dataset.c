@@ -946,34 +946,12 @@ static int st_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
         if ((rc = ferry_state_get_u64(r, &v[i])) < 0)
             return rc;
     uint64_t pos = v[1], file = v[2], size = v[3], off = v[4], record = v[5];
-    if (pos < it->pos || (pos - it->pos) % it->step ||
-        (pos != it->pos && pos - it->step >= t->files.n))
-        return ferry__err(FERRY_ECORRUPT,
-                          "tfrecord stream: the state is at file %llu of the epoch's order, not "
-                          "one of stream shard %llu of %llu (%zu files)",
-                          (unsigned long long)pos, (unsigned long long)it->shard,
-                          (unsigned long long)it->step, t->files.n);
-    if (pos >= t->files.n) {
-        if (file != UINT64_MAX || size || off || record)
-            return ferry__err(FERRY_ECORRUPT, "tfrecord stream: the state is past the last file "
-                                              "but names a position in one");
-        it->pos = pos;
-        return 0;
-    }
-    uint64_t want = ferry_permutation_at(&it->order, pos);
-    const char *path = t->files.paths[want];
-    if (file != want)
-        return ferry__err(FERRY_ECORRUPT,
-                          "tfrecord stream: the state's file %llu of the epoch's order is file "
-                          "%llu, here it is %llu (%s): another file list, seed or epoch",
-                          (unsigned long long)pos, (unsigned long long)file,
-                          (unsigned long long)want, path);
-    if (size == 0) {
-        if (off || record)
-            return ferry__err(FERRY_ECORRUPT,
-                              "tfrecord stream: the state names offset %llu, record %llu of %s "
-                              "with no file open",
-                              (unsigned long long)off, (unsigned long long)record, path);
+    const char *path;
+    if ((rc = ferry__shard_files_place(&t->files, &it->order, "tfrecord stream", "file", it->shard,
+                                       it->step, it->pos, pos, file, size != 0, off || record,
+                                       &path)) < 0)
+        return rc;
+    if (!path || size == 0) {
         it->pos = pos;
         return 0;
     }

@@ -748,38 +748,17 @@ static int ws_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
             return rc;
     uint64_t pos = v[1], file = v[2], size = v[3], off = v[4], pending = v[5], headers = v[6],
              drop = v[7];
-    if (pos < it->pos || (pos - it->pos) % it->step ||
-        (pos != it->pos && pos - it->step >= w->files.n))
-        return ferry__err(FERRY_ECORRUPT,
-                          "wds stream: the state is at tar %llu of the epoch's order, not one of "
-                          "stream shard %llu of %llu (%zu tars)",
-                          (unsigned long long)pos, (unsigned long long)it->shard,
-                          (unsigned long long)it->step, w->files.n);
     if (drop > FERRY__TAR_MAX_NAME + 1)
         return ferry__err(FERRY_ECORRUPT, "wds stream: the state names a key of %llu bytes",
                           (unsigned long long)drop - 1);
     if (drop && (rc = ferry_state_get(r, c->drop, (size_t)drop - 1)) < 0)
         return rc;
-    if (pos >= w->files.n) {
-        if (file != UINT64_MAX || size || off || pending || headers || drop)
-            return ferry__err(FERRY_ECORRUPT, "wds stream: the state is past the last tar but "
-                                              "names a position in one");
-        it->pos = pos;
-        return 0;
-    }
-    uint64_t want = ferry_permutation_at(&it->order, pos);
-    const char *path = w->files.paths[want];
-    if (file != want)
-        return ferry__err(FERRY_ECORRUPT,
-                          "wds stream: the state's tar %llu of the epoch's order is tar %llu, "
-                          "here it is %llu (%s): another file list, seed or epoch",
-                          (unsigned long long)pos, (unsigned long long)file,
-                          (unsigned long long)want, path);
-    if (size == 0) {
-        if (off || pending || headers || drop)
-            return ferry__err(FERRY_ECORRUPT,
-                              "wds stream: the state names offset %llu of %s with no tar open",
-                              (unsigned long long)off, path);
+    const char *path;
+    if ((rc = ferry__shard_files_place(&w->files, &it->order, "wds stream", "tar", it->shard,
+                                       it->step, it->pos, pos, file, size != 0,
+                                       off || pending || headers || drop, &path)) < 0)
+        return rc;
+    if (!path || size == 0) {
         it->pos = pos;
         return 0;
     }

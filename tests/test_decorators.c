@@ -95,8 +95,8 @@ static void script_destroy(void *self)
     free(s);
 }
 
-static const ferry_stream_vtable script_vt = {script_open, script_next, script_close,
-                                              script_destroy, NULL, NULL, NULL};
+static const ferry_stream_vtable script_vt = {
+    script_open, script_next, script_close, script_destroy, NULL, NULL, NULL};
 
 static ferry_stream *scripted(uint64_t n, uint64_t break_every, uint64_t fail_every, int *destroyed)
 {
@@ -237,7 +237,8 @@ static trace read_shard(ferry_stream *st, uint64_t shard, uint64_t nshards, uint
             }
         }
     }
-    CHECK_RC(ferry_stream_next(it, &(ferry_sample){nf, data, len, {0}}, ctx), FERRY_END); /* stays */
+    CHECK_RC(ferry_stream_next(it, &(ferry_sample){nf, data, len, {0}}, ctx),
+             FERRY_END); /* stays */
     ferry_stream_close(it);
     ferry_ctx_free(ctx);
     for (int f = 0; f < nf; f++) {
@@ -1090,7 +1091,8 @@ static int never_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
     return FERRY_ENOTSUP;
 }
 static void never_close(void *iter) {}
-static const ferry_stream_vtable never_vt = {never_open, never_next, never_close, NULL, NULL, NULL, NULL};
+static const ferry_stream_vtable never_vt = {never_open, never_next, never_close, NULL,
+                                             NULL,       NULL,       NULL};
 
 static ferry_stream *big_schema(int64_t bytes)
 {
@@ -1185,7 +1187,8 @@ static int liar_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
     out->length[0] = 5;
     return 0;
 }
-static const ferry_stream_vtable liar_vt = {liar_open, liar_next, script_close, NULL, NULL, NULL, NULL};
+static const ferry_stream_vtable liar_vt = {liar_open, liar_next, script_close, NULL,
+                                            NULL,      NULL,      NULL};
 
 static int64_t zero_key(const ferry_sample *s, const ferry_field *fields, void *arg)
 {

@@ -431,8 +431,8 @@ static int counter_fetch(void *iter, const ferry_pos *pos, ferry_sample *out, fe
     return 0;
 }
 
-static const ferry_stream_vtable counter_vt = {counter_open,  counter_next,    counter_close, NULL,
-                                               counter_save,  counter_restore, counter_fetch};
+static const ferry_stream_vtable counter_vt = {counter_open, counter_next,    counter_close, NULL,
+                                               counter_save, counter_restore, counter_fetch};
 
 static ferry_stream *counted(counter *c)
 {

@@ -188,11 +188,11 @@ FERRY_API int ferry_loader_start(ferry_loader *l, uint64_t epoch, uint64_t first
  * thread, every sample its shards gave since the epoch began.
  *
  * Size: ferry_loader_state_size(l) bytes: 100 for a map-style loader; for a
- * stream loader, which changes as batches are read, 112, plus per stream shard 32 and its position (16 bytes, plus each stream's own: 8
- * to 32 for a file cursor, 24 per decorator plus 32 per buffered sample for a
- * shuffle buffer or a group-batch; see ferry/stream.h), plus per batch read ahead
- * 36 bytes and 32 per sample (at most prefetch batches). A shuffle buffer of
- * 10,000 samples is about 320 KB per shard.
+ * stream loader, which changes as batches are read, 112, plus per stream shard 32 and its position
+ * (16 bytes, plus each stream's own: 8 to 32 for a file cursor, 24 per decorator plus 32 per
+ * buffered sample for a shuffle buffer or a group-batch; see ferry/stream.h), plus per batch read
+ * ahead 36 bytes and 32 per sample (at most prefetch batches). A shuffle buffer of 10,000 samples
+ * is about 320 KB per shard.
  *
  * Errors: FERRY_EOVERFLOW when cap is too small (*len then says how much is
  * needed; it can change by the next call, as workers read ahead); FERRY_ENOTSUP

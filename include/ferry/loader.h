@@ -196,13 +196,14 @@ FERRY_API int ferry_loader_start(ferry_loader *l, uint64_t epoch, uint64_t first
  *
  * Errors: FERRY_EOVERFLOW when cap is too small (*len then says how much is
  * needed; it can change by the next call, as workers read ahead); FERRY_ENOTSUP
- * for a loader in completion order (no position). Resume: FERRY_ECORRUPT for a damaged or
- * truncated blob; FERRY_EINVAL naming the setting for a state saved with another
- * batch_size, seed, drop_last, rank, world_size or stream_shards, or from another
- * source (told apart by the schema and, map-style, the length, and for a stream by
- * each decorator's kind and settings; two sources with the same schema and length
- * are not), or when a buffered sample read again does not match (a group key
- * that changed: the source changed since); FERRY_ENOTSUP for another version.
+ * for a loader in completion order (no position); FERRY_ESTATE for a resumable
+ * stream loader whose epoch an error or a cancel stopped after its shards had
+ * read ahead (those batches are gone: start an epoch first). Resume: FERRY_ECORRUPT for a damaged
+ * or truncated blob; FERRY_EINVAL naming the setting for a state saved with another batch_size,
+ * seed, drop_last, rank, world_size or stream_shards, or from another source (told apart by the
+ * schema and, map-style, the length, and for a stream by each decorator's kind and settings; two
+ * sources with the same schema and length are not), or when a buffered sample read again does not
+ * match (a group key that changed: the source changed since); FERRY_ENOTSUP for another version.
  * Then the loader is as after a failed ferry_loader_start. */
 FERRY_API size_t ferry_loader_state_size(const ferry_loader *l);
 FERRY_API int ferry_loader_state_save(ferry_loader *l, void *buf, size_t cap, size_t *len);

@@ -2201,6 +2201,12 @@ static int state_build(ferry_loader *l, ferry_state *w)
 {
     int rc = 0;
     bool resumable = l->st && l->st->resumable;
+    if (resumable && l->over && l->next_sched > l->done_next)
+        return ferry__err(FERRY_ESTATE,
+                          "loader state: epoch %llu was stopped at batch %llu (an error or a "
+                          "cancel ended it) and the batches its stream shards had read ahead are "
+                          "gone, so there is no position to save; start an epoch first",
+                          (unsigned long long)l->epoch, (unsigned long long)l->done_next);
     if (resumable) {
         l->pausing++;
         for (;;) {

@@ -9,6 +9,7 @@
 #include "ferry/ferry.h"
 #include "harness.h"
 #include "core/internal.h" /* ferry__test_fail_alloc */
+#include "device/ring.h"   /* the ring of device buffers */
 
 #include <dlfcn.h>
 #include <stdint.h>
@@ -22,7 +23,19 @@ typedef struct fake_cuda_state {
     uint64_t live_bytes;
 } fake_cuda_state;
 
+typedef struct fake_cuda_sim {
+    long query_steps;
+    long streams_live, events_live, allocs_live, copies, copies_unpinned, host_overwritten, reads,
+        waits, sim_errors, max_allocs;
+    uint64_t alloc_bytes;
+} fake_cuda_sim;
+
 static void (*fake_reset)(int devices, int init_result, long fail_register);
+static void (*fake_sim_reset)(long query_steps);
+static void (*fake_sim_get)(fake_cuda_sim *out);
+static long (*fake_progress)(long n);
+static int (*fake_read)(void *stream, unsigned long long p, size_t n, uint64_t *out);
+static void *(*fake_stream_new)(void);
 static void (*fake_get)(fake_cuda_state *out);
 static int (*fake_is_registered)(const void *p, size_t n);
 
@@ -36,9 +49,23 @@ static void use_fake(int devices, int init_result, long fail_register)
     *(void **)&fake_reset = dlsym(lib, "fake_cuda_reset");
     *(void **)&fake_get = dlsym(lib, "fake_cuda_get");
     *(void **)&fake_is_registered = dlsym(lib, "fake_cuda_is_registered");
-    CHECK(fake_reset && fake_get && fake_is_registered);
+    *(void **)&fake_sim_reset = dlsym(lib, "fake_cuda_sim_reset");
+    *(void **)&fake_sim_get = dlsym(lib, "fake_cuda_sim_get");
+    *(void **)&fake_progress = dlsym(lib, "fake_cuda_progress");
+    *(void **)&fake_read = dlsym(lib, "fake_cuda_read");
+    *(void **)&fake_stream_new = dlsym(lib, "fake_cuda_stream_new");
+    CHECK(fake_reset && fake_get && fake_is_registered && fake_sim_reset && fake_sim_get &&
+          fake_progress && fake_read && fake_stream_new);
     fake_reset(devices, init_result, fail_register);
+    fake_sim_reset(0); /* queues advance only when a call must see work done */
     dlclose(lib);
+}
+
+static fake_cuda_sim sim(void)
+{
+    fake_cuda_sim s;
+    fake_sim_get(&s);
+    return s;
 }
 
 static fake_cuda_state fake(void)
@@ -493,4 +520,168 @@ TEST(out_of_memory_leaves_nothing_locked)
     CHECK_EQ(fake().ctx_refs, 0);
     CHECK_EQ(fake().errors, 0);
     ferry_dataset_free(ds);
+}
+
+/* ---- The ring of device buffers, against the stand-in's queues ---- */
+
+static uint64_t fnv(const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+/* A consumer takes a buffer on its stream, queues a kernel that reads it, and
+ * gives it back before the kernel has run; the next copy into the same buffer
+ * must wait for that kernel. The queues run only at the end, so a copy that did
+ * not wait would show the second batch's bytes to the first kernel. */
+TEST(ring_reuses_a_buffer_only_after_the_consumers_work)
+{
+    use_fake(1, 0, 0);
+    ferry_device *d;
+    CHECK_OK(ferry_device_open(&d, "cuda"));
+    ferry__dring *r;
+    enum { N = 8192 };
+    CHECK_OK(ferry__dring_create(&r, d, N, 1));
+    void *stream = fake_stream_new();
+    uint8_t *host[3];
+    uint64_t want[3], got[3] = {0};
+    for (int k = 0; k < 3; k++) {
+        CHECK_OK(ferry_device_host_alloc(d, N, (void **)&host[k]));
+        memset(host[k], 'a' + k, N);
+        want[k] = fnv(host[k], N);
+    }
+    for (int k = 0; k < 3; k++) {
+        ferry__dbuf *b;
+        CHECK_OK(ferry__dring_copy(r, host[k], N, &b));
+        CHECK(!ferry__dbuf_copied(b)); /* nothing has run yet */
+        CHECK_OK(ferry__dbuf_use(b, stream));
+        CHECK_OK(ferry__dbuf_use(b, stream)); /* a second use of one stream: one wait more */
+        CHECK_EQ(fake_read(stream, ferry__dbuf_ptr(b), N, &got[k]), 0);
+        ferry__dbuf_unref(b);
+        if (k == 0)
+            fake_progress(1 << 20); /* copy 0's events are read back when it is reused */
+    }
+    CHECK(fake_progress(1 << 20) > 0);
+    for (int k = 0; k < 3; k++)
+        CHECK_U64(got[k], want[k]);
+    CHECK_EQ(sim().host_overwritten, 0);
+    CHECK_EQ(sim().copies, 3);
+    CHECK_EQ(sim().copies_unpinned, 0);
+    CHECK_EQ(sim().max_allocs, 1);
+    ferry__dring_stats st;
+    ferry__dring_stats_get(r, &st);
+    CHECK_U64(st.copies, 3);
+    CHECK_U64(st.bytes, 3 * N);
+    /* copy 1 was reused before its events had run: its figures are not counted */
+    CHECK(st.timed == 2 && st.copy_ns > 0 && st.exposed_ns <= st.copy_ns);
+    CHECK_U64(st.device_bytes, N);
+    ferry__dring_free(r);
+    for (int k = 0; k < 3; k++)
+        ferry_device_host_free(d, host[k], N);
+    CHECK_EQ(sim().allocs_live, 0);
+    CHECK_EQ(sim().events_live, 0);
+    CHECK_EQ(sim().streams_live, 1); /* the test's own stream */
+    CHECK_EQ(sim().sim_errors, 0);
+    CHECK_EQ(fake().errors, 0);
+    CHECK_EQ(fake().ctx_refs, 0);
+}
+
+/* The stand-in catches what the ring guards against: a consumer that reads on a
+ * stream it did not declare gets no such guarantee, and the kernel sees the next
+ * batch's bytes. (Shows that the test above can fail.) */
+TEST(ring_without_the_consumers_stream_is_caught_by_the_stand_in)
+{
+    use_fake(1, 0, 0);
+    ferry_device *d;
+    CHECK_OK(ferry_device_open(&d, "cuda"));
+    ferry__dring *r;
+    enum { N = 4096 };
+    CHECK_OK(ferry__dring_create(&r, d, N, 1));
+    void *stream = fake_stream_new();
+    uint8_t *host;
+    CHECK_OK(ferry_device_host_alloc(d, N, (void **)&host));
+    memset(host, 'x', N);
+    uint64_t want = fnv(host, N), got = 0;
+    ferry__dbuf *b;
+    CHECK_OK(ferry__dring_copy(r, host, N, &b));
+    CHECK_OK(ferry__dbuf_wait_copied(b));
+    CHECK_EQ(fake_read(stream, ferry__dbuf_ptr(b), N, &got), 0); /* not declared */
+    ferry__dbuf_unref(b);
+    memset(host, 'y', N);
+    CHECK_OK(ferry__dring_copy(r, host, N, &b));
+    CHECK_OK(ferry__dbuf_wait_copied(b)); /* the copy ran before the kernel */
+    fake_progress(1 << 20);
+    CHECK(got != want);
+    ferry__dbuf_unref(b);
+    ferry__dring_free(r);
+    ferry_device_host_free(d, host, N);
+    CHECK_EQ(sim().sim_errors, 0);
+}
+
+/* A host buffer may be refilled once the copy's event has completed: the ring
+ * says when, and the stand-in checks that the copy read the bytes as queued. All
+ * buffers held is FERRY_ESTATE; buffers outlive the ring's owner. */
+TEST(ring_limits_buffers_and_outlives_its_owner)
+{
+    use_fake(1, 0, 0);
+    ferry_device *d;
+    CHECK_OK(ferry_device_open(&d, "cuda:0"));
+    ferry__dring *r;
+    enum { N = 1000 };
+    CHECK_OK(ferry__dring_create(&r, d, N, 2));
+    uint8_t *host;
+    CHECK_OK(ferry_device_host_alloc(d, N, (void **)&host));
+    ferry__dbuf *b[3];
+    memset(host, 1, N);
+    CHECK_OK(ferry__dring_copy(r, host, N, &b[0]));
+    CHECK(!ferry__dbuf_copied(b[0]));
+    CHECK_OK(ferry__dbuf_wait_copied(b[0]));
+    CHECK(ferry__dbuf_copied(b[0]));
+    memset(host, 2, N); /* after the copy's event: allowed */
+    CHECK_OK(ferry__dring_copy(r, host, N - 1, &b[1]));
+    CHECK_RC(ferry__dring_copy(r, host, N, &b[2]), FERRY_ESTATE);
+    CHECK_CONTAINS(ferry_last_errmsg(), "all 2 device buffers");
+    CHECK_RC(ferry__dring_copy(r, host, N + 1, &b[2]), FERRY_EINVAL);
+    ferry__dbuf_ref(b[1]); /* a tensor viewing it */
+    ferry__dbuf_unref(b[1]);
+    ferry__dring_free(r); /* the owner goes; b[0] and b[1] are still in use */
+    CHECK_EQ(sim().allocs_live, 2);
+    ferry__dbuf_unref(b[0]);
+    CHECK_EQ(sim().allocs_live, 2);
+    ferry__dbuf_release(b[1]); /* the last: the ring goes with it */
+    CHECK_EQ(sim().allocs_live, 0);
+    CHECK_EQ(sim().events_live, 0);
+    CHECK_EQ(sim().streams_live, 0);
+    CHECK_EQ(sim().host_overwritten, 0);
+    ferry_device_host_free(d, host, N);
+    CHECK_EQ(sim().sim_errors, 0);
+    CHECK_EQ(fake().errors, 0);
+    CHECK_EQ(fake().ctx_refs, 0);
+}
+
+/* Fences: recorded on the streams given (or the legacy stream), done once their
+ * events have run, waited for by the host on those events alone. */
+TEST(fences_wait_for_the_streams_that_used_the_memory)
+{
+    use_fake(1, 0, 0);
+    ferry_device *d;
+    CHECK_OK(ferry_device_open(&d, "cuda"));
+    void *s[2] = {fake_stream_new(), fake_stream_new()};
+    ferry__fence f = {0};
+    CHECK(ferry__fence_done(d, &f));
+    CHECK_OK(ferry__fence_record(d, &f, s, 2));
+    CHECK(!ferry__fence_done(d, &f));
+    CHECK_OK(ferry__fence_wait(d, &f));
+    CHECK(ferry__fence_done(d, &f));
+    CHECK_OK(ferry__fence_record(d, &f, NULL, 0)); /* the legacy default stream */
+    CHECK_EQ(f.n, 1);
+    fake_progress(100);
+    CHECK(ferry__fence_done(d, &f));
+    ferry__fence_clear(d, &f);
+    CHECK_EQ(sim().events_live, 0);
+    ferry_device_free(d);
+    CHECK_EQ(sim().sim_errors, 0);
 }

@@ -107,6 +107,7 @@ struct ferry__dbuf {
     unsigned refs; /* under r->m */
     CUevent start, copied, handed;
     bool timing; /* a copy whose figures are not read back yet */
+    size_t n;    /* its bytes */
     bool handed_set;
     ferry__fence fence; /* its last users' work, waited for before the next copy */
     void **streams;     /* the streams that used it while held */
@@ -284,6 +285,7 @@ static void harvest(ferry__dring *r, ferry__dbuf *b)
             r->st.exposed_ns += (uint64_t)((double)(late < ms ? late : ms) * 1e6);
     }
     r->st.timed++;
+    r->st.timed_bytes += b->n;
     b->timing = false;
 }
 
@@ -336,6 +338,7 @@ int ferry__dring_copy(ferry__dring *r, const void *src, size_t n, ferry__dbuf **
             b->nstreams = 0;
             b->handed_set = false;
             b->timing = true;
+            b->n = n;
             r->live++;
             r->st.copies++;
             r->st.bytes += n;

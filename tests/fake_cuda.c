@@ -783,3 +783,23 @@ API void *fake_cuda_stream_new(void)
     pthread_mutex_unlock(&m);
     return s;
 }
+
+/* Device memory and a copy queued on a stream by a test, as a consumer's own
+ * code would (no context needed). */
+API unsigned long long fake_cuda_alloc(size_t n)
+{
+    ctx_depth++;
+    unsigned long long p = 0;
+    if (cuMemAlloc_v2(&p, n) != SUCCESS)
+        p = 0;
+    ctx_depth--;
+    return p;
+}
+
+API int fake_cuda_copy(void *s, unsigned long long dst, const void *src, size_t n)
+{
+    ctx_depth++;
+    int r = cuMemcpyHtoDAsync_v2(dst, src, n, s);
+    ctx_depth--;
+    return r;
+}

@@ -36,6 +36,8 @@ static void (*fake_sim_get)(fake_cuda_sim *out);
 static long (*fake_progress)(long n);
 static int (*fake_read)(void *stream, unsigned long long p, size_t n, uint64_t *out);
 static void *(*fake_stream_new)(void);
+static unsigned long long (*fake_alloc)(size_t n);
+static int (*fake_copy)(void *s, unsigned long long dst, const void *src, size_t n);
 static void (*fake_get)(fake_cuda_state *out);
 static int (*fake_is_registered)(const void *p, size_t n);
 
@@ -54,8 +56,10 @@ static void use_fake(int devices, int init_result, long fail_register)
     *(void **)&fake_progress = dlsym(lib, "fake_cuda_progress");
     *(void **)&fake_read = dlsym(lib, "fake_cuda_read");
     *(void **)&fake_stream_new = dlsym(lib, "fake_cuda_stream_new");
+    *(void **)&fake_alloc = dlsym(lib, "fake_cuda_alloc");
+    *(void **)&fake_copy = dlsym(lib, "fake_cuda_copy");
     CHECK(fake_reset && fake_get && fake_is_registered && fake_sim_reset && fake_sim_get &&
-          fake_progress && fake_read && fake_stream_new);
+          fake_progress && fake_read && fake_stream_new && fake_alloc && fake_copy);
     fake_reset(devices, init_result, fail_register);
     fake_sim_reset(0); /* queues advance only when a call must see work done */
     dlclose(lib);
@@ -209,11 +213,10 @@ TEST(driver_without_devices_is_enotsup_naming_the_cause)
     CHECK_RC(ferry_loader_create(&l, ds, &o), FERRY_ENOTSUP);
     check_has(ferry_last_errmsg(),
               "\"cuda:2\" asked, and the driver sees 2 devices (cuda:0 .. cuda:1)");
-    /* a device that exists: delivery there is not in this version, and says so */
+    /* a device that exists: batches are delivered there */
     o.device = "cuda:1";
-    CHECK_RC(ferry_loader_create(&l, ds, &o), FERRY_ENOTSUP);
-    check_has(ferry_last_errmsg(), "device \"cuda:1\": batches delivered in device memory are not "
-                                   "in this version");
+    CHECK_OK(ferry_loader_create(&l, ds, &o));
+    ferry_loader_free(l);
     CHECK_EQ(fake().ctx_refs, 0);
     CHECK_EQ(fake().live, 0);
     CHECK_EQ(fake().errors, 0);
@@ -684,4 +687,186 @@ TEST(fences_wait_for_the_streams_that_used_the_memory)
     CHECK_EQ(sim().events_live, 0);
     ferry_device_free(d);
     CHECK_EQ(sim().sim_errors, 0);
+}
+
+/* ---- Delivery on the device, through the loader ---- */
+
+typedef struct field_sums {
+    uint64_t sum[4];
+} field_sums;
+
+/* The FNV hash of each field (and lengths) of every batch, from a host loader. */
+static uint32_t host_sums(ferry_dataset *ds, ferry_loader_opts o, field_sums *out, uint32_t cap)
+{
+    o.device = NULL;
+    o.pin_memory = 0;
+    ferry_loader *l;
+    ferry_batch *b;
+    uint32_t n = 0;
+    CHECK_OK(ferry_loader_create(&l, ds, &o));
+    while (ferry_loader_next(l, &b) == 0) {
+        CHECK(n < cap);
+        int k = 0;
+        for (int f = 0; f < ferry_batch_nfields(b); f++) {
+            ferry_tensor t;
+            CHECK_OK(ferry_batch_field(b, f, &t));
+            out[n].sum[k++] = fnv(t.data, ferry_tensor_nbytes(&t));
+            if (ferry_batch_field_info(b, f)->variable) {
+                CHECK_OK(ferry_batch_lengths(b, f, &t));
+                out[n].sum[k++] = fnv(t.data, ferry_tensor_nbytes(&t));
+            }
+        }
+        ferry_batch_release(b);
+        n++;
+    }
+    ferry_loader_free(l);
+    return n;
+}
+
+/* Every batch on the device holds the host batch's bytes, read by a consumer's
+ * kernel that runs long after the batch and its tensors were given back: with
+ * two device buffers taking turns, each copy waited for the kernels before it. */
+TEST(device_batches_hold_the_host_bytes_and_wait_for_the_consumer)
+{
+    ferry_dataset *ds = synthetic(300, 24, 5);
+    for (uint32_t workers = 0; workers <= 2; workers += 2) {
+        use_fake(1, 0, 0);
+        ferry_loader_opts o = pinned(16, workers, 4);
+        o.pin_memory = 0;
+        o.shuffle = 1;
+        o.seed = 3;
+        o.device = "cuda";
+        o.device_buffers = 2;
+        field_sums want[32], got[32];
+        memset(got, 0, sizeof got);
+        uint32_t n = host_sums(ds, o, want, 32);
+        void *stream = fake_stream_new();
+        ferry_loader *l;
+        ferry_batch *b;
+        CHECK_OK(ferry_loader_create(&l, ds, &o));
+        uint32_t k = 0;
+        while (ferry_loader_next(l, &b) == 0) {
+            CHECK(k < n);
+            CHECK_EQ(ferry_batch_device(b), 0);
+            CHECK(ferry_batch_event(b) != NULL);
+            CHECK_OK(ferry_batch_record_stream(b, stream));
+            int j = 0;
+            ferry_tensor t[4];
+            for (int f = 0; f < ferry_batch_nfields(b); f++) {
+                CHECK_OK(ferry_batch_export(b, f, 0, &t[j]));
+                CHECK(!fake_is_registered(t[j].data, 1)); /* device memory, not the block */
+                CHECK_EQ(fake_read(stream, (uintptr_t)t[j].data, ferry_tensor_nbytes(&t[j]),
+                                   &got[k].sum[j]),
+                         0);
+                j++;
+                if (ferry_batch_field_info(b, f)->variable) {
+                    CHECK_OK(ferry_batch_export(b, f, 1, &t[j]));
+                    CHECK_EQ(fake_read(stream, (uintptr_t)t[j].data, ferry_tensor_nbytes(&t[j]),
+                                       &got[k].sum[j]),
+                             0);
+                    j++;
+                }
+            }
+            ferry_batch_release(b);
+            for (int i = 0; i < j; i++)
+                ferry_tensor_release(&t[i]);
+            k++;
+        }
+        CHECK_EQ(k, n);
+        fake_progress(1 << 24);
+        for (uint32_t i = 0; i < n; i++)
+            for (int j = 0; j < 3; j++)
+                CHECK_U64(got[i].sum[j], want[i].sum[j]);
+        ferry_loader_stats s;
+        CHECK_OK(ferry_loader_stats_get(l, &s));
+        CHECK_U64(s.copies, n);
+        CHECK(s.device_bytes > 0 && s.copy_bytes >= s.device_bytes);
+        CHECK(s.copies_timed > 0 && s.copy_ns > 0);
+        ferry_loader_free(l);
+        CHECK(sim().max_allocs >= 1 && sim().max_allocs <= 2 && sim().copies > 2);
+        CHECK_EQ(sim().allocs_live, 0);
+        CHECK_EQ(sim().host_overwritten, 0);
+        CHECK_EQ(sim().copies_unpinned, 0);
+        CHECK_EQ(sim().sim_errors, 0);
+        CHECK_EQ(fake().errors, 0);
+        CHECK_EQ(fake().live, 0);
+        CHECK_EQ(fake().ctx_refs, 0);
+    }
+    ferry_dataset_free(ds);
+}
+
+/* All device buffers held: FERRY_ESTATE, saying so, and the epoch goes on once
+ * one is released. Tensors outlive the loader with their device memory. */
+TEST(device_buffers_bound_device_memory_and_outlive_the_loader)
+{
+    use_fake(1, 0, 0);
+    ferry_dataset *ds = synthetic(64, 16, 0);
+    ferry_loader_opts o = pinned(8, 2, 4);
+    o.pin_memory = 0;
+    o.device = "cuda:0";
+    o.device_buffers = 2;
+    ferry_loader *l;
+    ferry_batch *b[3];
+    CHECK_OK(ferry_loader_create(&l, ds, &o));
+    CHECK_OK(ferry_loader_next(l, &b[0]));
+    CHECK_OK(ferry_loader_next(l, &b[1]));
+    CHECK_RC(ferry_loader_next(l, &b[2]), FERRY_ESTATE);
+    check_has(ferry_loader_errmsg(l), "all 2 device buffers hold batches");
+    ferry_tensor keep;
+    CHECK_OK(ferry_batch_export(b[0], 0, 0, &keep));
+    ferry_batch_release(b[0]);
+    CHECK_RC(ferry_loader_next(l, &b[2]), FERRY_ESTATE); /* the tensor holds its buffer */
+    ferry_batch_release(b[1]);
+    CHECK_OK(ferry_loader_next(l, &b[2]));
+    ferry_batch_release(b[2]);
+    ferry_loader_free(l);
+    CHECK_EQ(sim().allocs_live, 2); /* the tensor's buffer and the ring's other one */
+    ferry_tensor_release(&keep);
+    CHECK_EQ(sim().allocs_live, 0);
+    CHECK_EQ(sim().events_live, 0);
+    CHECK_EQ(sim().streams_live, 0);
+    CHECK_EQ(sim().sim_errors, 0);
+    CHECK_EQ(fake().live, 0);
+    CHECK_EQ(fake().ctx_refs, 0);
+    ferry_dataset_free(ds);
+}
+
+/* pin_memory: the caller copies a batch asynchronously on its stream, which runs
+ * late, and gives the batch back at once. With the stream recorded, the buffer
+ * is refilled only after that copy; the legacy default stream's fence alone does
+ * not cover another stream, and the stand-in sees the refill overwrite the
+ * bytes before the copy reads them. */
+TEST(pinned_buffers_are_refilled_only_after_the_recorded_streams)
+{
+    ferry_dataset *ds = synthetic(64, 4000, 0);
+    for (int record = 1; record >= 0; record--) {
+        use_fake(1, 0, 0);
+        ferry_loader_opts o = pinned(4, 0, 1); /* one buffer: each batch refills it */
+        void *stream = fake_stream_new();
+        ferry_loader *l;
+        ferry_batch *b;
+        CHECK_OK(ferry_loader_create(&l, ds, &o));
+        unsigned long long dst = fake_alloc(16000);
+        CHECK(dst != 0);
+        int batches = 0;
+        while (ferry_loader_next(l, &b) == 0) {
+            ferry_tensor t;
+            CHECK_OK(ferry_batch_field(b, 0, &t));
+            CHECK_EQ(fake_copy(stream, dst, t.data, ferry_tensor_nbytes(&t)), 0);
+            if (record)
+                CHECK_OK(ferry_batch_record_stream(b, stream));
+            ferry_batch_release(b);
+            batches++;
+        }
+        CHECK_EQ(batches, 16);
+        fake_progress(1 << 24);
+        if (record)
+            CHECK_EQ(sim().host_overwritten, 0);
+        else
+            CHECK(sim().host_overwritten > 0);
+        ferry_loader_free(l);
+        CHECK_EQ(sim().sim_errors, 0);
+        CHECK_EQ(fake().live, 0);
+    }
+    ferry_dataset_free(ds);
 }

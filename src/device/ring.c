@@ -350,6 +350,14 @@ int ferry__dring_copy(ferry__dring *r, const void *src, size_t n, ferry__dbuf **
     return rc;
 }
 
+bool ferry__dring_full(ferry__dring *r)
+{
+    pthread_mutex_lock(&r->m);
+    bool full = !r->free && r->n == r->max;
+    pthread_mutex_unlock(&r->m);
+    return full;
+}
+
 uint64_t ferry__dbuf_ptr(const ferry__dbuf *b)
 {
     return b->ptr;

@@ -71,6 +71,9 @@ ferry_device *ferry__dring_device(const ferry__dring *r);
  * (cuMemAlloc, cuMemcpyHtoDAsync, ...). */
 int ferry__dring_copy(ferry__dring *r, const void *src, size_t n, ferry__dbuf **out);
 
+/* Whether every buffer is in use (a copy now would be FERRY_ESTATE). */
+bool ferry__dring_full(ferry__dring *r);
+
 /* The buffer's device address and the event recorded after its copy. */
 uint64_t ferry__dbuf_ptr(const ferry__dbuf *b);
 void *ferry__dbuf_event(const ferry__dbuf *b);
@@ -91,6 +94,7 @@ void ferry__dbuf_release(void *owner);
 typedef struct ferry__dring_stats {
     uint64_t copies, bytes;
     uint64_t timed;        /* copies whose events have been read back */
+    uint64_t timed_bytes;  /* their bytes */
     uint64_t copy_ns;      /* their time on the copy engine */
     uint64_t exposed_ns;   /* the part of it after the consumer's stream reached the batch */
     uint64_t device_bytes; /* device memory the ring holds now */

@@ -40,6 +40,8 @@ static void block_free(block *k)
             k->l->pinned_bytes -= k->l->blk_bytes + 64;
         } else
             ferry__free(k->mem_base);
+        if (k->l->dev)
+            ferry__fence_clear(k->l->dev, &k->fence);
         ferry__free(k->dirty);
         ferry__free(k);
     }
@@ -162,6 +164,7 @@ void ferry__loader_destroy(ferry_loader *l)
         block_free(k);
     }
     ferry_device_free(l->dev);
+    ferry__dring_free(l->ring); /* device tensors still alive keep it */
     for (uint32_t i = 0; l->bufs && i < l->nbufs; i++)
         ferry__free(l->bufs[i].pos);
     ferry__loader_free_replay(l);
@@ -205,6 +208,21 @@ void ferry__block_retire(ferry_loader *l, block *k)
 void ferry__loader_recycle(ferry_loader *l, ferry_batch *b)
 {
     block *k = b->blk;
+    if (b->dbuf) {
+        /* the block may be refilled only once the copy has read it (a copy is
+         * done by the time its batch comes back, but the host must know it) */
+        if (!ferry__dbuf_copied(b->dbuf) && ferry__dbuf_wait_copied(b->dbuf) < 0)
+            ferry__err_clear();
+        ferry__dbuf_unref(b->dbuf); /* its tensors keep the device buffer */
+        b->dbuf = NULL;
+    } else if (l->dev && b->held && k) {
+        /* pin_memory: the caller may have queued an asynchronous copy from it;
+         * the block is refilled only after the work on those streams (or on the
+         * legacy default stream) queued before this moment */
+        if (ferry__fence_record(l->dev, &k->fence, b->streams, b->nstreams) < 0)
+            ferry__err_clear();
+    }
+    b->nstreams = 0;
     if (k && atomic_load(&k->refs) > 1) {
         /* tensors still view it: they keep the block (and, through it, the
          * loader's memory); the batch takes another when next scheduled */
@@ -428,6 +446,9 @@ static ferry_batch *schedule(ferry_loader *l)
         }
         attach(l, b, k);
     }
+    if (l->dev && b->blk->fence.n && !ferry__fence_done(l->dev, &b->blk->fence) &&
+        ferry__fence_wait(l->dev, &b->blk->fence) < 0)
+        ferry__err_clear(); /* a driver that fails here has nothing left to wait for */
     l->free_list = b->next_free;
     l->nfree--;
     b->epoch = l->epoch;

@@ -144,13 +144,15 @@ int ferry_batch_record_stream(ferry_batch *b, void *stream)
         return ferry__dbuf_use(b->dbuf, stream);
     if (!b->l->dev)
         return 0;
-    /* pin_memory: kept for the fence that ferry_batch_release records */
-    for (uint32_t i = 0; i < b->nstreams; i++)
-        if (b->streams[i] == stream)
+    /* pin_memory: kept with the block for the fence recorded when its last
+     * reference goes (the batch's, or a tensor's) */
+    block *k = b->blk;
+    for (uint32_t i = 0; i < k->nstreams; i++)
+        if (k->streams[i] == stream)
             return 0;
-    if (b->nstreams == FERRY_BATCH_STREAMS)
+    if (k->nstreams == FERRY_BATCH_STREAMS)
         return ferry__err(FERRY_ERANGE, "batch: more than %d streams recorded",
                           FERRY_BATCH_STREAMS);
-    b->streams[b->nstreams++] = stream;
+    k->streams[k->nstreams++] = stream;
     return 0;
 }

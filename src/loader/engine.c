@@ -40,8 +40,12 @@ static void block_free(block *k)
             k->l->pinned_bytes -= k->l->blk_bytes + 64;
         } else
             ferry__free(k->mem_base);
-        if (k->l->dev)
+        if (k->l->dev) {
+            /* memory a queued copy may still read is not unmapped under it */
+            if (k->fence.n && ferry__fence_wait(k->l->dev, &k->fence) < 0)
+                ferry__err_clear();
             ferry__fence_clear(k->l->dev, &k->fence);
+        }
         ferry__free(k->dirty);
         ferry__free(k);
     }
@@ -189,8 +193,19 @@ void ferry__loader_destroy(ferry_loader *l)
 }
 
 /* Keeps a block no one uses as a spare, or frees it. Under m. */
+/* pin_memory: the block's last reference has gone. The caller may have queued
+ * an asynchronous copy from it: it is refilled only after the work on the
+ * streams it recorded (or, where none, the legacy default stream) queued by now. */
+static void fence_block(ferry_loader *l, block *k)
+{
+    if (l->dev && !l->ring && ferry__fence_record(l->dev, &k->fence, k->streams, k->nstreams) < 0)
+        ferry__err_clear();
+    k->nstreams = 0;
+}
+
 void ferry__block_retire(ferry_loader *l, block *k)
 {
+    fence_block(l, k);
     /* as many spares as the pool has buffers (as the budget allows): a steady
      * loop then never frees and allocates again, and memory stays within twice
      * the pool plus what the caller's tensors hold */
@@ -215,14 +230,9 @@ void ferry__loader_recycle(ferry_loader *l, ferry_batch *b)
             ferry__err_clear();
         ferry__dbuf_unref(b->dbuf); /* its tensors keep the device buffer */
         b->dbuf = NULL;
-    } else if (l->dev && b->held && k) {
-        /* pin_memory: the caller may have queued an asynchronous copy from it;
-         * the block is refilled only after the work on those streams (or on the
-         * legacy default stream) queued before this moment */
-        if (ferry__fence_record(l->dev, &k->fence, b->streams, b->nstreams) < 0)
-            ferry__err_clear();
+    } else if (k && b->held && atomic_load(&k->refs) == 1) {
+        fence_block(l, k); /* it stays with the batch: its last reference */
     }
-    b->nstreams = 0;
     if (k && atomic_load(&k->refs) > 1) {
         /* tensors still view it: they keep the block (and, through it, the
          * loader's memory); the batch takes another when next scheduled */

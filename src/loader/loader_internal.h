@@ -43,7 +43,7 @@
 enum { SLOT_PENDING = 0, SLOT_OK = 1, SLOT_FAILED = 2 };
 
 /* The memory of one batch: see "Memory" above. */
-/* The streams a batch can record (ferry_batch_record_stream) */
+/* The streams a pinned block can record (ferry_batch_record_stream) */
 #define FERRY_BATCH_STREAMS 8
 
 typedef struct block {
@@ -55,8 +55,11 @@ typedef struct block {
      * v-th variable field may be nonzero; past them it is all zeros */
     size_t *dirty;
     struct block *next_spare;
-    /* pin_memory: the work queued on the streams that used it when its batch was
-     * released (an asynchronous copy from it); it is refilled only after that */
+    /* pin_memory: the streams the caller recorded as using it (an asynchronous
+     * copy from it), and, once its last reference went, the fence of the work
+     * they had queued by then: it is refilled only after that */
+    void *streams[FERRY_BATCH_STREAMS];
+    uint32_t nstreams;
     ferry__fence fence;
 } block;
 
@@ -104,9 +107,6 @@ struct ferry_batch {
     char fail_msg[FERRY_ERRMSG_MAX];
     /* device: the device buffer its block was copied into (NULL until it was) */
     ferry__dbuf *dbuf;
-    /* pin_memory: the streams the caller recorded as using the block */
-    void *streams[FERRY_BATCH_STREAMS];
-    uint32_t nstreams;
     /* memory: the block's bytes; NULL blk until the batch is next scheduled */
     block *blk;
     size_t *dirty; /* the block's */

@@ -224,6 +224,11 @@ ferry_device *ferry__dring_device(const ferry__dring *r)
     return r->dv;
 }
 
+void *ferry__dring_stream(const ferry__dring *r)
+{
+    return r->stream;
+}
+
 void ferry__dring_free(ferry__dring *r)
 {
     if (!r)

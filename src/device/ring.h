@@ -64,6 +64,9 @@ int ferry__dring_create(ferry__dring **out, ferry_device *dv, size_t bytes, uint
 /* The owner's release: buffers in use stay valid until given back. NULL: no-op. */
 void ferry__dring_free(ferry__dring *r);
 ferry_device *ferry__dring_device(const ferry__dring *r);
+/* The ring's stream (a CUstream): a fence recorded on it is done once the
+ * copies queued so far are. */
+void *ferry__dring_stream(const ferry__dring *r);
 
 /* Copies n (<= bytes) bytes from src into a free device buffer, *out (one
  * reference, the caller's). FERRY_ESTATE when all max buffers are in use (the

@@ -35,17 +35,17 @@
 static void block_free(block *k)
 {
     if (k) {
-        if (k->l->dev && k->mem_base) {
-            ferry_device_host_free(k->l->dev, k->mem_base, k->l->blk_bytes + 64);
-            k->l->pinned_bytes -= k->l->blk_bytes + 64;
-        } else
-            ferry__free(k->mem_base);
         if (k->l->dev) {
             /* memory a queued copy may still read is not unmapped under it */
             if (k->fence.n && ferry__fence_wait(k->l->dev, &k->fence) < 0)
                 ferry__err_clear();
             ferry__fence_clear(k->l->dev, &k->fence);
         }
+        if (k->l->dev && k->mem_base) {
+            ferry_device_host_free(k->l->dev, k->mem_base, k->l->blk_bytes + 64);
+            k->l->pinned_bytes -= k->l->blk_bytes + 64;
+        } else
+            ferry__free(k->mem_base);
         ferry__free(k->dirty);
         ferry__free(k);
     }
@@ -160,8 +160,20 @@ void ferry__loader_free_replay(ferry_loader *l)
 void ferry__loader_destroy(ferry_loader *l)
 {
     if (l->bufs)
-        for (uint32_t i = 0; i < l->nbufs; i++)
-            block_free(l->bufs[i].blk);
+        for (uint32_t i = 0; i < l->nbufs; i++) {
+            ferry_batch *b = &l->bufs[i];
+            /* a batch copied ahead but never handed out: its block is not freed
+             * under the copy (block_free waits for the fence) */
+            if (b->dbuf && b->blk) {
+                void *stream = ferry__dring_stream(l->ring);
+                if (ferry__fence_record(l->dev, &b->blk->fence, &stream, 1) < 0 ||
+                    ferry__fence_wait(l->dev, &b->blk->fence) < 0)
+                    ferry__err_clear();
+            }
+            if (b->dbuf)
+                ferry__dbuf_unref(b->dbuf);
+            block_free(b->blk);
+        }
     while (l->spare) {
         block *k = l->spare;
         l->spare = k->next_spare;
@@ -224,10 +236,16 @@ void ferry__loader_recycle(ferry_loader *l, ferry_batch *b)
 {
     block *k = b->blk;
     if (b->dbuf) {
-        /* the block may be refilled only once the copy has read it (a copy is
-         * done by the time its batch comes back, but the host must know it) */
-        if (!ferry__dbuf_copied(b->dbuf) && ferry__dbuf_wait_copied(b->dbuf) < 0)
+        /* the block may be refilled only once the copy has read it: a fence on
+         * ferry's stream, which the refill waits for (the host waits only if the
+         * copy is still running then; Python gives a batch back as soon as its
+         * tensors are made, before its copy has run) */
+        void *stream = ferry__dring_stream(l->ring);
+        if (k && ferry__fence_record(l->dev, &k->fence, &stream, 1) < 0) {
             ferry__err_clear();
+            if (ferry__dbuf_wait_copied(b->dbuf) < 0)
+                ferry__err_clear();
+        }
         ferry__dbuf_unref(b->dbuf); /* its tensors keep the device buffer */
         b->dbuf = NULL;
     } else if (k && b->held && atomic_load(&k->refs) == 1) {

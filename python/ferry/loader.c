@@ -82,8 +82,11 @@ static void loader_free_now(LoaderObject *self)
     if (self->py)
         atomic_store(&self->py->loader, NULL);
     int rc;
-    Py_BEGIN_ALLOW_THREADS rc = ferry_loader_free_within(l, 5000);
-    Py_END_ALLOW_THREADS if (rc == FERRY_ETIMEDOUT) Py_INCREF(self->source);
+    Py_BEGIN_ALLOW_THREADS
+    rc = ferry_loader_free_within(l, 5000);
+    Py_END_ALLOW_THREADS
+    if (rc == FERRY_ETIMEDOUT)
+        Py_INCREF(self->source);
 }
 
 static void loader_close(LoaderObject *self)
@@ -97,7 +100,8 @@ static void loader_close(LoaderObject *self)
             return;
         }
         while (self->busy) {
-            Py_BEGIN_ALLOW_THREADS struct timespec ts = {0, 1000000};
+            Py_BEGIN_ALLOW_THREADS
+            struct timespec ts = {0, 1000000};
             nanosleep(&ts, NULL);
             Py_END_ALLOW_THREADS
         }
@@ -277,10 +281,11 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     }
     int rc;
     ferry_loader *l = NULL;
-    Py_BEGIN_ALLOW_THREADS rc = src->ds ? ferry_loader_create(&l, src->ds, &o)
-                                        : ferry_loader_create_stream(&l, src->st, &o);
-    Py_END_ALLOW_THREADS if (rc < 0)
-    {
+    Py_BEGIN_ALLOW_THREADS
+    rc = src->ds ? ferry_loader_create(&l, src->ds, &o)
+                 : ferry_loader_create_stream(&l, src->st, &o);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
         PyObject *exc = self->init_exc;
         self->init_exc = NULL;
         fpy_raise_last(rc);
@@ -309,9 +314,10 @@ static PyObject *loader_start(PyObject *op, PyObject *args)
     if (!enter_busy(self, "ferry: the loader is in use by another thread"))
         return NULL;
     int rc;
-    Py_BEGIN_ALLOW_THREADS rc = ferry_loader_start(self->l, epoch, first);
-    Py_END_ALLOW_THREADS if (leave_busy(self))
-    {
+    Py_BEGIN_ALLOW_THREADS
+    rc = ferry_loader_start(self->l, epoch, first);
+    Py_END_ALLOW_THREADS
+    if (leave_busy(self)) {
         check_open(self); /* closed meanwhile: "the loader is closed" */
         return NULL;
     }
@@ -429,8 +435,11 @@ static PyObject *loader_next(PyObject *op, PyObject *args)
     int rc;
     uint64_t deadline = timeout > 0 ? ferry_now_ns() + (uint64_t)(timeout * 1e9) : 0;
     for (;;) {
-        Py_BEGIN_ALLOW_THREADS rc = ferry_loader_next(self->l, &b);
-        Py_END_ALLOW_THREADS if (rc != FERRY_ETIMEDOUT || !self->poll || self->closing) break;
+        Py_BEGIN_ALLOW_THREADS
+        rc = ferry_loader_next(self->l, &b);
+        Py_END_ALLOW_THREADS
+        if (rc != FERRY_ETIMEDOUT || !self->poll || self->closing)
+            break;
         /* the short wait the loader was made with ran out: look at signals
          * (Ctrl-C), then at the caller's own timeout */
         if (PyErr_CheckSignals() < 0) {
@@ -519,9 +528,10 @@ static PyObject *loader_state_save(PyObject *op, PyObject *unused)
     char *buf = NULL;
     size_t len = 0;
     int rc;
-    Py_BEGIN_ALLOW_THREADS rc = state_into(self->l, &buf, &len);
-    Py_END_ALLOW_THREADS if (leave_busy(self))
-    {
+    Py_BEGIN_ALLOW_THREADS
+    rc = state_into(self->l, &buf, &len);
+    Py_END_ALLOW_THREADS
+    if (leave_busy(self)) {
         free(buf);
         check_open(self); /* closed meanwhile: "the loader is closed" */
         return NULL;
@@ -543,9 +553,10 @@ static PyObject *loader_state_resume(PyObject *op, PyObject *args)
     if (!enter_busy(self, "ferry: the loader is in use by another thread"))
         return NULL;
     int rc;
-    Py_BEGIN_ALLOW_THREADS rc = ferry_loader_state_resume(self->l, buf, (size_t)len);
-    Py_END_ALLOW_THREADS if (leave_busy(self))
-    {
+    Py_BEGIN_ALLOW_THREADS
+    rc = ferry_loader_state_resume(self->l, buf, (size_t)len);
+    Py_END_ALLOW_THREADS
+    if (leave_busy(self)) {
         check_open(self); /* closed meanwhile: "the loader is closed" */
         return NULL;
     }

@@ -1,6 +1,8 @@
 /*
  * Shared pieces of the ferry command. The command is the only part of ferry that
- * prints or exits.
+ * prints or exits. The cli_ helpers live in util.c (cli_print_record and
+ * cli_print_options in print.c), each command cmd_NAME in its own file, and
+ * main.c only dispatches.
  */
 #ifndef FERRY_CLI_H
 #define FERRY_CLI_H
@@ -35,6 +37,9 @@ void cli_progress_end(cli_progress *p);
  * EXIT_USAGE. Call from the '?' (default) case, with the command's options. */
 struct option;
 int cli_bad_option(const char *cmd, char **argv, const struct option *opts);
+
+/* The closest of names[0..n) to s, if close enough to be a typo of it; else NULL. */
+const char *cli_closest(const char *s, const char *const *names, size_t n);
 
 /* Writes s as a JSON string (quoted, escaped). */
 void cli_json_string(FILE *f, const char *s);

@@ -1,8 +1,9 @@
 /*
  * Shared pieces of the ferry command. The command is the only part of ferry that
- * prints or exits. The cli_ helpers live in util.c (cli_print_record and
- * cli_print_options in print.c), each command cmd_NAME in its own file, and
- * main.c only dispatches.
+ * prints or exits. main.c only dispatches; each command lives in its own file
+ * (with what it lends the others: cli_folder_note in classes.c,
+ * cli_is_safetensors in tensors.c); the record printer is print.c, and the other
+ * cli_ helpers are util.c, which calls no other file of the command.
  */
 #ifndef FERRY_CLI_H
 #define FERRY_CLI_H

@@ -84,6 +84,9 @@ PyObject *fpy_tensor_new(ferry_tensor *t, int readonly);
 /* *t (taking its reference) as a torch tensor, a NumPy array or a raw Tensor
  * (OUT_*); readonly applies to NumPy arrays. */
 PyObject *fpy_export_tensor(ferry_tensor *t, int output, int readonly);
+/* A device batch's tensor (CUDA memory of device `device`) as a torch tensor on
+ * that device, through a DLPack capsule; takes t's reference. */
+PyObject *fpy_export_device_tensor(ferry_tensor *t, int device);
 /* The ferry dtype of a buffer's format and itemsize; NULL, or why there is none. */
 const char *fpy_format_dtype(const char *fmt, size_t itemsize, ferry_dtype *out);
 

@@ -25,6 +25,7 @@ typedef struct {
     PyObject *names[FERRY_MAX_FIELDS];
     PyObject *len_names[FERRY_MAX_FIELDS];
     PyObject *init_exc; /* what worker_init_fn raised */
+    PyObject *stream_fn; /* () -> the consumer's CUDA stream (an int) or None, or NULL */
 } LoaderObject;
 
 PyTypeObject *fpy_loader_type;
@@ -141,6 +142,7 @@ static void loader_dealloc(PyObject *self)
     Py_XDECREF(o->source);
     Py_XDECREF(o->sampler);
     Py_XDECREF(o->worker_init);
+    Py_XDECREF(o->stream_fn);
     Py_XDECREF(o->init_exc);
     for (int f = 0; f < FERRY_MAX_FIELDS; f++) {
         Py_XDECREF(o->names[f]);
@@ -205,18 +207,23 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
                              "prefetch",   "shuffle",       "seed",        "sampler",
                              "in_order",   "on_error",      "skip_budget", "worker_init",
                              "output",     "tuple_batch",   "poll_ms",     "rank",
-                             "world_size", "stream_shards", "pin_memory",  NULL};
+                             "world_size", "stream_shards", "pin_memory",  "device",
+                             "device_buffers", "stream_fn", NULL};
     PyObject *source, *sampler = Py_None, *worker_init = Py_None;
     unsigned int batch_size = 1, num_workers = 0, prefetch = 0, stream_shards = 0;
     int drop_last = 0, shuffle = 0, in_order = 1, on_error = 0, output = OUT_TORCH, tuple_batch = 0;
     int pin_memory = 0;
+    const char *device = NULL;
+    unsigned int device_buffers = 0;
+    PyObject *stream_fn = Py_None;
     unsigned long long seed = 0, skip_budget = 0;
     long long poll_ms = 0, rank = -1, world = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!|IpIIpKOpiKOipLLLIp", kwlist, fpy_source_type,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!|IpIIpKOpiKOipLLLIpzIO", kwlist, fpy_source_type,
                                      &source, &batch_size, &drop_last, &num_workers, &prefetch,
                                      &shuffle, &seed, &sampler, &in_order, &on_error, &skip_budget,
                                      &worker_init, &output, &tuple_batch, &poll_ms, &rank, &world,
-                                     &stream_shards, &pin_memory))
+                                     &stream_shards, &pin_memory, &device, &device_buffers,
+                                     &stream_fn))
         return NULL;
     if (sampler != Py_None && !PyObject_TypeCheck(sampler, fpy_sampler_type)) {
         PyErr_SetString(PyExc_TypeError, "sampler must be a ferry sampler");
@@ -241,6 +248,7 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     self->source = Py_NewRef(source);
     self->sampler = sampler == Py_None ? NULL : Py_NewRef(sampler);
     self->worker_init = worker_init == Py_None ? NULL : Py_NewRef(worker_init);
+    self->stream_fn = stream_fn == Py_None ? NULL : Py_NewRef(stream_fn);
     self->py = src->py;
     self->output = output;
     self->tuple_batch = tuple_batch;
@@ -275,6 +283,8 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     o.rank = rank;
     o.world_size = world;
     o.pin_memory = pin_memory;
+    o.device = device;
+    o.device_buffers = device_buffers;
     if (self->worker_init) {
         o.worker_init = call_worker_init;
         o.worker_init_arg = self;
@@ -336,15 +346,36 @@ static PyObject *make_batch(LoaderObject *self, ferry_batch *b)
     int nv = 0;
     PyObject *batch = NULL, *lens = NULL, *idx = NULL;
     ferry_tensor t;
+    int dev = ferry_batch_device(b);
+    if (self->stream_fn) {
+        /* the consumer's stream: a device batch's copy is ordered before its work
+         * there, and a buffer (device, or pinned host) is reused only after that
+         * work, up to when the tensors go */
+        PyObject *r = PyObject_CallNoArgs(self->stream_fn);
+        if (!r)
+            goto fail;
+        void *stream = r == Py_None ? NULL : PyLong_AsVoidPtr(r);
+        int none = r == Py_None;
+        Py_DECREF(r);
+        if (PyErr_Occurred())
+            goto fail;
+        int rc = none && dev < 0 ? 0 : ferry_batch_record_stream(b, stream);
+        if (rc < 0) {
+            fpy_raise_last(rc);
+            goto fail;
+        }
+    }
     for (int f = 0; f < self->nfields; f++) {
         if (ferry_batch_export(b, f, 0, &t) < 0 ||
-            !(vals[nv] = fpy_export_tensor(&t, self->output, 0)))
+            !(vals[nv] = dev >= 0 ? fpy_export_device_tensor(&t, dev)
+                                  : fpy_export_tensor(&t, self->output, 0)))
             goto fail;
         keys[nv++] = self->names[f];
         if (!self->variable[f])
             continue;
         if (ferry_batch_export(b, f, 1, &t) < 0 ||
-            !(vals[nv] = fpy_export_tensor(&t, self->output, 0)))
+            !(vals[nv] = dev >= 0 ? fpy_export_device_tensor(&t, dev)
+                                  : fpy_export_tensor(&t, self->output, 0)))
             goto fail;
         keys[nv++] = self->len_names[f];
     }
@@ -655,6 +686,13 @@ static PyObject *loader_stats(PyObject *op, PyObject *unused)
     }
     STAT("skipped_samples", named);
     STAT("pinned_bytes", PyLong_FromUnsignedLongLong(s.pinned_bytes));
+    STAT("copies", PyLong_FromUnsignedLongLong(s.copies));
+    STAT("copy_bytes", PyLong_FromUnsignedLongLong(s.copy_bytes));
+    STAT("device_bytes", PyLong_FromUnsignedLongLong(s.device_bytes));
+    STAT("copies_timed", PyLong_FromUnsignedLongLong(s.copies_timed));
+    STAT("copy_bytes_timed", PyLong_FromUnsignedLongLong(s.copy_bytes_timed));
+    STAT("copy_s", PyFloat_FromDouble((double)s.copy_ns / 1e9));
+    STAT("copy_exposed_s", PyFloat_FromDouble((double)s.copy_exposed_ns / 1e9));
     return d;
 }
 

@@ -188,7 +188,7 @@ static void dl_capsule_destructor(PyObject *cap)
 
 /* DLPack export: wraps *t (taking its reference) in a DLPack capsule, legacy or
  * versioned. Every DLTensor this module hands out is filled here. */
-static PyObject *dlpack_export(ferry_tensor *t, int versioned, int readonly)
+static PyObject *dlpack_export(ferry_tensor *t, int versioned, int readonly, int device)
 {
     dl_export *e = calloc(1, sizeof *e);
     if (!e) {
@@ -209,8 +209,8 @@ static PyObject *dlpack_export(ferry_tensor *t, int versioned, int readonly)
         e->strides[d] = e->t.strides[d] / (int64_t)es;
     }
     dl->data = e->t.data;
-    dl->device.device_type = kDLCPU;
-    dl->device.device_id = 0;
+    dl->device.device_type = device < 0 ? kDLCPU : kDLCUDA;
+    dl->device.device_id = device < 0 ? 0 : device;
     dl->ndim = e->t.ndim;
     dl->shape = e->shape;
     dl->strides = e->strides;
@@ -264,7 +264,7 @@ static PyObject *tensor_dlpack(PyObject *self, PyObject *args, PyObject *kw)
     TensorObject *o = (TensorObject *)self;
     ferry_tensor t;
     tensor_share(o, &t);
-    return dlpack_export(&t, versioned, o->readonly);
+    return dlpack_export(&t, versioned, o->readonly, -1);
 }
 
 static PyObject *tensor_dlpack_device(PyObject *self, PyObject *unused)
@@ -428,7 +428,7 @@ PyObject *fpy_export_tensor(ferry_tensor *t, int output, int readonly)
 {
     ferry_dtype dt = t->dtype;
     if (output == OUT_TORCH && !torch_via_numpy(dt)) {
-        PyObject *cap = dlpack_export(t, 0, 0);
+        PyObject *cap = dlpack_export(t, 0, 0, -1);
         if (!cap)
             return NULL;
         PyObject *r = PyObject_CallFunctionObjArgs(fpy_from_dlpack, cap, NULL);
@@ -459,5 +459,20 @@ PyObject *fpy_export_tensor(ferry_tensor *t, int output, int readonly)
         }
         return tt;
     }
+    return r;
+}
+
+PyObject *fpy_export_device_tensor(ferry_tensor *t, int device)
+{
+    /* torch takes every dtype from DLPack on a device (no NumPy detour there) */
+    ferry_dtype dt = t->dtype;
+    PyObject *cap = dlpack_export(t, 0, 0, device);
+    if (!cap)
+        return NULL;
+    PyObject *r = PyObject_CallFunctionObjArgs(fpy_from_dlpack, cap, NULL);
+    Py_DECREF(cap);
+    if (!r && !PyErr_Occurred())
+        PyErr_Format(PyExc_TypeError, "this torch cannot take %s tensors on a device",
+                     ferry_dtype_name(dt));
     return r;
 }

@@ -24,7 +24,7 @@ typedef struct {
     int variable[FERRY_MAX_FIELDS];
     PyObject *names[FERRY_MAX_FIELDS];
     PyObject *len_names[FERRY_MAX_FIELDS];
-    PyObject *init_exc; /* what worker_init_fn raised */
+    PyObject *init_exc;  /* what worker_init_fn raised */
     PyObject *stream_fn; /* () -> the consumer's CUDA stream (an int) or None, or NULL */
 } LoaderObject;
 
@@ -203,12 +203,12 @@ static PyObject *raise_loader(LoaderObject *self, int rc)
  *        rank, world_size, stream_shards) */
 static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"source",     "batch_size",    "drop_last",   "num_workers",
-                             "prefetch",   "shuffle",       "seed",        "sampler",
-                             "in_order",   "on_error",      "skip_budget", "worker_init",
-                             "output",     "tuple_batch",   "poll_ms",     "rank",
-                             "world_size", "stream_shards", "pin_memory",  "device",
-                             "device_buffers", "stream_fn", NULL};
+    static char *kwlist[] = {"source",         "batch_size",    "drop_last",   "num_workers",
+                             "prefetch",       "shuffle",       "seed",        "sampler",
+                             "in_order",       "on_error",      "skip_budget", "worker_init",
+                             "output",         "tuple_batch",   "poll_ms",     "rank",
+                             "world_size",     "stream_shards", "pin_memory",  "device",
+                             "device_buffers", "stream_fn",     NULL};
     PyObject *source, *sampler = Py_None, *worker_init = Py_None;
     unsigned int batch_size = 1, num_workers = 0, prefetch = 0, stream_shards = 0;
     int drop_last = 0, shuffle = 0, in_order = 1, on_error = 0, output = OUT_TORCH, tuple_batch = 0;
@@ -218,12 +218,11 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     PyObject *stream_fn = Py_None;
     unsigned long long seed = 0, skip_budget = 0;
     long long poll_ms = 0, rank = -1, world = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!|IpIIpKOpiKOipLLLIpzIO", kwlist, fpy_source_type,
-                                     &source, &batch_size, &drop_last, &num_workers, &prefetch,
-                                     &shuffle, &seed, &sampler, &in_order, &on_error, &skip_budget,
-                                     &worker_init, &output, &tuple_batch, &poll_ms, &rank, &world,
-                                     &stream_shards, &pin_memory, &device, &device_buffers,
-                                     &stream_fn))
+    if (!PyArg_ParseTupleAndKeywords(
+            args, kw, "O!|IpIIpKOpiKOipLLLIpzIO", kwlist, fpy_source_type, &source, &batch_size,
+            &drop_last, &num_workers, &prefetch, &shuffle, &seed, &sampler, &in_order, &on_error,
+            &skip_budget, &worker_init, &output, &tuple_batch, &poll_ms, &rank, &world,
+            &stream_shards, &pin_memory, &device, &device_buffers, &stream_fn))
         return NULL;
     if (sampler != Py_None && !PyObject_TypeCheck(sampler, fpy_sampler_type)) {
         PyErr_SetString(PyExc_TypeError, "sampler must be a ferry sampler");

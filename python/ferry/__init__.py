@@ -451,6 +451,10 @@ class Dataset:
             raise IndexError("index %d is outside a dataset of %d samples" % (i, n))
         return _read(self._src, i)
 
+    def __reduce__(self):
+        # pickle (multiprocessing's 'spawn' workers): opened again by its text
+        return (Dataset, (self.source,))
+
     def __repr__(self):
         return "ferry.Dataset(%r)" % (self.source,)
 

@@ -5,6 +5,7 @@
  */
 #include "_ferry.h"
 
+#include <pthread.h>
 #include <time.h>
 
 typedef struct {
@@ -26,6 +27,7 @@ typedef struct {
     PyObject *len_names[FERRY_MAX_FIELDS];
     PyObject *init_exc;  /* what worker_init_fn raised */
     PyObject *stream_fn; /* () -> the consumer's CUDA stream (an int) or None, or NULL */
+    unsigned forks;      /* `forks` when the loader was made */
 } LoaderObject;
 
 PyTypeObject *fpy_loader_type;
@@ -33,8 +35,29 @@ PyObject *fpy_batch_type;
 PyObject *fpy_tuple_type;
 static PyObject *g_str_epoch, *g_str_number, *g_str_size, *g_str_idx, *g_str_lengths;
 
+/* Forks this process descends through since the module was loaded. A loader
+ * made before a fork belongs to the parent: its workers are not in the child,
+ * and its mutexes may have been held by them at the fork. The child must not
+ * touch it, not even to free it (its close only forgets it); the handler only
+ * counts, which is safe in a child of a threaded process. */
+static volatile unsigned forks;
+
+static void after_fork_child(void)
+{
+    forks++;
+}
+
+static bool other_process(const LoaderObject *self)
+{
+    return self->forks != forks;
+}
+
 int fpy_loader_init(void)
 {
+    if (pthread_atfork(NULL, NULL, after_fork_child) != 0) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot register the fork handler");
+        return -1;
+    }
     g_str_epoch = PyUnicode_InternFromString("epoch");
     g_str_number = PyUnicode_InternFromString("number");
     g_str_size = PyUnicode_InternFromString("size");
@@ -94,6 +117,11 @@ static void loader_close(LoaderObject *self)
 {
     if (!self->l)
         return;
+    if (other_process(self)) {
+        self->l = NULL; /* the parent's: left as it is */
+        self->busy = 0;
+        return;
+    }
     if (self->busy) {
         ferry_loader_cancel(self->l);
         if (self->busy_thread == PyThread_get_thread_ident()) {
@@ -155,6 +183,11 @@ static void loader_dealloc(PyObject *self)
 
 static int check_open(LoaderObject *self)
 {
+    if (self->l && other_process(self)) {
+        fpy_raise_rc(FERRY_ESTATE, "ferry: this loader was created in another process: create "
+                                   "one after fork");
+        return -1;
+    }
     if (self->l)
         return 0;
     PyErr_SetString(PyExc_ValueError, "the loader is closed");
@@ -309,6 +342,7 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         return NULL;
     }
     self->l = l;
+    self->forks = forks;
     if (self->py)
         atomic_store(&self->py->loader, l);
     return (PyObject *)self;
@@ -598,7 +632,7 @@ static PyObject *loader_state_resume(PyObject *op, PyObject *args)
 static PyObject *loader_cancel(PyObject *op, PyObject *unused)
 {
     LoaderObject *self = (LoaderObject *)op;
-    if (self->l)
+    if (self->l && !other_process(self))
         ferry_loader_cancel(self->l);
     Py_RETURN_NONE;
 }
@@ -698,7 +732,8 @@ static PyObject *loader_stats(PyObject *op, PyObject *unused)
 static PyObject *loader_errmsg(PyObject *op, void *unused)
 {
     LoaderObject *self = (LoaderObject *)op;
-    return PyUnicode_FromString(self->l ? ferry_loader_errmsg(self->l) : "");
+    return PyUnicode_FromString(self->l && !other_process(self) ? ferry_loader_errmsg(self->l)
+                                                                : "");
 }
 
 static PyObject *loader_closed(PyObject *op, void *unused)

@@ -335,6 +335,28 @@ TEST(copy_outlives_file)
     test_remove_dir();
 }
 
+/* A file cut short while it is open: verify (a read of the mapping) is an error
+ * naming it, not a SIGBUS. */
+TEST(a_file_cut_short_under_verify_is_an_error)
+{
+    test_make_dir("tensors_cut");
+    char path[512];
+    test_path("big.safetensors", path);
+    static float big[1 << 18];
+    int64_t shape = 1 << 18;
+    ferry_tensor_src src[] = {{"w", FERRY_ST_F32, 1, &shape, big}};
+    CHECK_OK(ferry_tensors_save(path, src, 1, NULL));
+    ferry_tensors *t;
+    ferry_tensors_opts o = {.flags = FERRY_TENSORS_NO_VERIFY};
+    CHECK_OK(ferry_tensors_open(&t, path, &o));
+    CHECK_EQ(truncate(path, 4096), 0);
+    CHECK_RC(ferry_tensors_verify(t, 0), FERRY_EIO);
+    CHECK_CONTAINS(ferry_last_errmsg(), path);
+    CHECK_CONTAINS(ferry_last_errmsg(), "tensor \"w\": the file was cut short while it was read");
+    ferry_tensors_free(t);
+    test_remove_dir();
+}
+
 TEST(crc_mismatch)
 {
     test_make_dir("tensors_crc");

@@ -1607,6 +1607,7 @@ int ferry_tensors_save(const char *path, const ferry_tensor_src *src, size_t n,
             jl[nj - 1].count = 1;
     }
 
+    ferry__atomic_remove_stale(path); /* what a killed save left */
     FERRY_TRY(ferry__atomic_open(&w, path));
     uint64_t data_start = 8 + h.n;
     FERRY_TRY(ferry__atomic_reserve(&w, data_start + data_len));

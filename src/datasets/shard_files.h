@@ -32,8 +32,4 @@ int ferry__shard_files_place(const ferry__shard_files *f, const ferry_permutatio
                              uint64_t now, uint64_t place, uint64_t file, bool open, bool names,
                              const char **path);
 
-/* The kinds over file shards, opened from a parsed description. */
-int ferry__tfrecord_open_spec(ferry_dataset **ds, ferry_stream **st, ferry__spec *s);
-int ferry__wds_open_spec(ferry_dataset **ds, ferry_stream **st, ferry__spec *s);
-
 #endif

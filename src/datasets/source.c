@@ -98,35 +98,25 @@ int ferry_source_open(const char *spec, ferry_dataset **ds, ferry_stream **st)
                         s->kind);
     else if (rc == 0)
         rc = k->open(ds, st, s);
-    if (rc == 0 && images) {
-        if (!*ds && ip.mode != FERRY_PIPELINE_NONE) {
-            ferry_stream *inner = *st;
-            *st = NULL;
-            rc = ferry_stream_images(st, inner, image_field, &ip);
-        } else if (!*ds) {
-            ferry_stream_free(*st);
-            *st = NULL;
-            rc = ferry__err(FERRY_EINVAL, "source %s: pipeline=none needs a map-style source",
-                            s->kind);
-        } else {
-            ferry_dataset *inner = *ds;
-            *ds = NULL;
-            rc = ferry_dataset_images(ds, inner, image_field, &ip, 1);
-        }
+    /* the decorators take the inner one, also when they fail */
+    if (rc == 0 && images && *ds)
+        rc = ferry_dataset_images(ds, *ds, image_field, &ip, 1);
+    else if (rc == 0 && images && ip.mode != FERRY_PIPELINE_NONE)
+        rc = ferry_stream_images(st, *st, image_field, &ip);
+    else if (rc == 0 && images) {
+        ferry_stream_free(*st);
+        *st = NULL;
+        rc = ferry__err(FERRY_EINVAL, "source %s: pipeline=none needs a map-style source", s->kind);
     }
-    if (rc == 0 && shuffle_buffer) {
-        if (!*ds && st && *st) {
-            ferry_stream *inner = *st;
-            *st = NULL;
-            rc = ferry_stream_shuffle(st, inner, (size_t)shuffle_buffer, shuffle_seed);
-        } else {
-            ferry_dataset_free(*ds);
-            *ds = NULL;
-            rc = ferry__err(FERRY_EINVAL,
-                            "source %s: shuffle= is for streams; a map-style source is shuffled "
-                            "by the loader (the shuffle option, ferry bench --shuffle)",
-                            s->kind);
-        }
+    if (rc == 0 && shuffle_buffer && !*ds)
+        rc = ferry_stream_shuffle(st, *st, (size_t)shuffle_buffer, shuffle_seed);
+    else if (rc == 0 && shuffle_buffer) {
+        ferry_dataset_free(*ds);
+        *ds = NULL;
+        rc = ferry__err(FERRY_EINVAL,
+                        "source %s: shuffle= is for streams; a map-style source is shuffled by "
+                        "the loader (the shuffle option, ferry bench --shuffle)",
+                        s->kind);
     }
     ferry__free(s);
     return rc;

@@ -3,6 +3,7 @@
  * resume that puts a loader back there.
  */
 #include "loader_internal.h"
+#include "../core/bytes.h"
 #include "ferry/records.h" /* ferry_crc32c, for the state blob */
 
 #include <string.h>
@@ -26,28 +27,6 @@
 #define STATE_MAGIC "ferry-ls"
 #define STATE_VERSION 2u
 #define STATE_HEAD 96u
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
-}
 
 /* Under m: the batches are taken in order; follow the rotation as schedule() and
  * publish() did for them. */
@@ -76,14 +55,14 @@ static int get_u32(ferry_state *r, uint32_t *v)
 {
     uint8_t b[4];
     int rc = ferry_state_get(r, b, 4);
-    *v = rc < 0 ? 0 : get32(b);
+    *v = rc < 0 ? 0 : ferry__load_le32(b);
     return rc;
 }
 
 static void put_u32(ferry_state *w, uint32_t v)
 {
     uint8_t b[4];
-    put32(b, v);
+    ferry__store_le32(b, v);
     ferry_state_put(w, b, 4);
 }
 
@@ -129,7 +108,7 @@ int ferry__loader_restore_shards(ferry_loader *l, uint64_t epoch)
 {
     int rc = 0;
     ferry_state r = {.in = l->resuming + STATE_HEAD, .n = l->resuming_len - STATE_HEAD - 4};
-    uint32_t version = get32(l->resuming + 8);
+    uint32_t version = ferry__load_le32(l->resuming + 8);
     ferry_ctx *ctx = &l->inline_worker.ctx;
     ctx->epoch = epoch;
     uint8_t *mem = NULL;
@@ -285,20 +264,20 @@ static int state_build(ferry_loader *l, ferry_state *w)
     }
     uint8_t head[STATE_HEAD];
     memcpy(head, STATE_MAGIC, 8);
-    put32(head + 8, STATE_VERSION);
-    put32(head + 12, l->st ? 2 : 1);
-    put64(head + 16, source_id(l));
-    put64(head + 24, l->o.batch_size);
-    put64(head + 32, l->o.seed);
-    put32(head + 40, l->o.drop_last ? 1 : 0);
-    put32(head + 44, l->st ? l->nshards : 0);
-    put64(head + 48, (uint64_t)l->o.world_size);
-    put64(head + 56, (uint64_t)l->o.rank);
-    put64(head + 64, l->epoch);
-    put64(head + 72, l->done_next);
-    put64(head + 80, l->epoch_skipped);
-    put32(head + 88, l->st ? l->done_cursor : 0);
-    put32(head + 92, l->st ? l->done_live : 0);
+    ferry__store_le32(head + 8, STATE_VERSION);
+    ferry__store_le32(head + 12, l->st ? 2 : 1);
+    ferry__store_le64(head + 16, source_id(l));
+    ferry__store_le64(head + 24, l->o.batch_size);
+    ferry__store_le64(head + 32, l->o.seed);
+    ferry__store_le32(head + 40, l->o.drop_last ? 1 : 0);
+    ferry__store_le32(head + 44, l->st ? l->nshards : 0);
+    ferry__store_le64(head + 48, (uint64_t)l->o.world_size);
+    ferry__store_le64(head + 56, (uint64_t)l->o.rank);
+    ferry__store_le64(head + 64, l->epoch);
+    ferry__store_le64(head + 72, l->done_next);
+    ferry__store_le64(head + 80, l->epoch_skipped);
+    ferry__store_le32(head + 88, l->st ? l->done_cursor : 0);
+    ferry__store_le32(head + 92, l->st ? l->done_live : 0);
     ferry_state_put(w, head, sizeof head);
     ferry_state pw = {.grow = true};
     for (uint32_t s = 0; l->st && s < l->nshards; s++) {
@@ -388,7 +367,7 @@ int ferry_loader_state_save(ferry_loader *l, void *buf, size_t cap, size_t *len)
         rc = ferry__err(FERRY_EOVERFLOW, "loader state: %zu bytes needed, %zu given", need, cap);
     if (rc == 0) {
         memcpy(buf, w.buf, w.len);
-        put32((uint8_t *)buf + w.len, ferry_crc32c(0, buf, w.len));
+        ferry__store_le32((uint8_t *)buf + w.len, ferry_crc32c(0, buf, w.len));
     }
     ferry__free(w.buf);
     return ferry__loader_set_errmsg(l, rc);
@@ -410,37 +389,39 @@ int ferry_loader_state_resume(ferry_loader *l, const void *buf, size_t n)
     ferry__err_clear();
     if (!buf || n < STATE_HEAD + 4 || memcmp(p, STATE_MAGIC, 8) != 0)
         FERRY_FAIL(FERRY_ECORRUPT, "loader state: %zu bytes that are not a ferry loader state", n);
-    uint32_t version = get32(p + 8), nsh = get32(p + 44);
+    uint32_t version = ferry__load_le32(p + 8), nsh = ferry__load_le32(p + 44);
     if (version != STATE_VERSION && version != 1)
         FERRY_FAIL(FERRY_ENOTSUP, "loader state: version %u, this library reads versions 1 to %u",
                    version, STATE_VERSION);
     uint32_t crc = ferry_crc32c(0, p, n - 4);
-    if (crc != get32(p + n - 4))
+    if (crc != ferry__load_le32(p + n - 4))
         FERRY_FAIL(FERRY_ECORRUPT,
                    "loader state: CRC mismatch (stored %08x, computed %08x): "
                    "the state is damaged",
-                   get32(p + n - 4), crc);
-    if (get32(p + 12) != (l->st ? 2u : 1u))
+                   ferry__load_le32(p + n - 4), crc);
+    if (ferry__load_le32(p + 12) != (l->st ? 2u : 1u))
         FERRY_FAIL(FERRY_EINVAL, "loader state: saved from a %s loader, this one is %s",
-                   get32(p + 12) == 2 ? "stream" : "map-style", l->st ? "a stream" : "map-style");
-    if (get64(p + 16) != source_id(l))
+                   ferry__load_le32(p + 12) == 2 ? "stream" : "map-style",
+                   l->st ? "a stream" : "map-style");
+    if (ferry__load_le64(p + 16) != source_id(l))
         FERRY_FAIL(FERRY_EINVAL, "loader state: saved from another source (its schema%s differ)",
                    l->ds ? " or length" : "");
-    STATE_SAME("batch_size", get64(p + 24), l->o.batch_size);
-    STATE_SAME("seed", get64(p + 32), l->o.seed);
-    STATE_SAME("drop_last", get32(p + 40), l->o.drop_last ? 1 : 0);
-    if ((int64_t)get64(p + 48) != l->o.world_size || (int64_t)get64(p + 56) != l->o.rank)
+    STATE_SAME("batch_size", ferry__load_le64(p + 24), l->o.batch_size);
+    STATE_SAME("seed", ferry__load_le64(p + 32), l->o.seed);
+    STATE_SAME("drop_last", ferry__load_le32(p + 40), l->o.drop_last ? 1 : 0);
+    if ((int64_t)ferry__load_le64(p + 48) != l->o.world_size ||
+        (int64_t)ferry__load_le64(p + 56) != l->o.rank)
         FERRY_FAIL(FERRY_EINVAL,
                    "loader state: saved with rank %lld of world_size %lld, this loader has "
                    "rank %lld of %lld",
-                   (long long)get64(p + 56), (long long)get64(p + 48), (long long)l->o.rank,
-                   (long long)l->o.world_size);
+                   (long long)ferry__load_le64(p + 56), (long long)ferry__load_le64(p + 48),
+                   (long long)l->o.rank, (long long)l->o.world_size);
     STATE_SAME("stream_shards", nsh, l->st ? l->nshards : 0);
     if (!l->st && n != STATE_HEAD + 4)
         FERRY_FAIL(FERRY_ECORRUPT, "loader state: %zu bytes, a map-style state has %u", n,
                    STATE_HEAD + 4);
     /* the rotation as of the batches handed out; the rest is read by the restore */
-    uint32_t cursor = get32(p + 88), live = get32(p + 92), ended = 0;
+    uint32_t cursor = ferry__load_le32(p + 88), live = ferry__load_le32(p + 92), ended = 0;
     ferry_state r = {.in = p + STATE_HEAD, .n = n - STATE_HEAD - 4};
     for (uint32_t s = 0; s < nsh; s++) {
         uint64_t calls, e, e2 = 0, plen = 0;
@@ -472,10 +453,10 @@ int ferry_loader_state_resume(ferry_loader *l, const void *buf, size_t n)
     l->done_live = live;
     l->resuming = p;
     l->resuming_len = n;
-    rc = ferry__loader_start_locked(l, get64(p + 64), get64(p + 72));
+    rc = ferry__loader_start_locked(l, ferry__load_le64(p + 64), ferry__load_le64(p + 72));
     l->resuming = NULL;
     if (rc == 0)
-        l->epoch_skipped = get64(p + 80);
+        l->epoch_skipped = ferry__load_le64(p + 80);
 cleanup:
     if (locked)
         pthread_mutex_unlock(&l->m);

@@ -182,59 +182,6 @@ int ferry_stream_resumable(const ferry_stream *st)
     return st && st->resumable;
 }
 
-void ferry_state_put(ferry_state *w, const void *p, size_t n)
-{
-    if (n == 0)
-        return;
-    if (w->len + n > w->cap && w->grow && !w->nomem) {
-        size_t cap = w->cap ? w->cap : 256;
-        while (cap < w->len + n)
-            cap *= 2;
-        uint8_t *b = ferry__realloc(w->buf, cap);
-        if (b) {
-            w->buf = b;
-            w->cap = cap;
-        } else {
-            w->nomem = true;
-        }
-    }
-    if (w->len + n <= w->cap)
-        memcpy(w->buf + w->len, p, n);
-    w->len += n;
-}
-
-void ferry_state_put_u64(ferry_state *w, uint64_t v)
-{
-    uint8_t b[8];
-    for (int i = 0; i < 8; i++)
-        b[i] = (uint8_t)(v >> (8 * i));
-    ferry_state_put(w, b, 8);
-}
-
-int ferry_state_get(ferry_state *r, void *p, size_t n)
-{
-    if (n > r->n - r->off)
-        return ferry__err(FERRY_ECORRUPT,
-                          "stream state: cut short (%zu bytes wanted at offset %zu of %zu)", n,
-                          r->off, r->n);
-    if (n)
-        memcpy(p, r->in + r->off, n);
-    r->off += n;
-    return 0;
-}
-
-int ferry_state_get_u64(ferry_state *r, uint64_t *v)
-{
-    uint8_t b[8];
-    int rc = ferry_state_get(r, b, 8);
-    if (rc < 0)
-        return rc;
-    *v = 0;
-    for (int i = 0; i < 8; i++)
-        *v |= (uint64_t)b[i] << (8 * i);
-    return 0;
-}
-
 int ferry_stream_save_to(ferry_stream_iter *it, ferry_state *w)
 {
     if (!it->st->resumable)

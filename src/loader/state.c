@@ -51,52 +51,6 @@ void ferry__loader_note_done(ferry_loader *l, ferry_batch *b)
     }
 }
 
-static int get_u32(ferry_state *r, uint32_t *v)
-{
-    uint8_t b[4];
-    int rc = ferry_state_get(r, b, 4);
-    *v = rc < 0 ? 0 : ferry__load_le32(b);
-    return rc;
-}
-
-static void put_u32(ferry_state *w, uint32_t v)
-{
-    uint8_t b[4];
-    ferry__store_le32(b, v);
-    ferry_state_put(w, b, 4);
-}
-
-/* Samples' places: four little-endian u64 each (on a little-endian machine, the
- * bytes of ferry_pos). */
-#define POS_LE (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ && sizeof(ferry_pos) == 32)
-
-static void put_places(ferry_state *w, const ferry_pos *pos, uint32_t n)
-{
-    if (POS_LE) {
-        ferry_state_put(w, pos, (size_t)n * sizeof *pos);
-        return;
-    }
-    for (uint32_t i = 0; i < n; i++) {
-        ferry_state_put_u64(w, pos[i].epoch);
-        ferry_state_put_u64(w, pos[i].a);
-        ferry_state_put_u64(w, pos[i].b);
-        ferry_state_put_u64(w, pos[i].c);
-    }
-}
-
-static int get_places(ferry_state *r, ferry_pos *pos, uint32_t n)
-{
-    if (POS_LE)
-        return ferry_state_get(r, pos, (size_t)n * sizeof *pos);
-    int rc = 0;
-    for (uint32_t i = 0; i < n && rc == 0; i++)
-        if ((rc = ferry_state_get_u64(r, &pos[i].epoch)) == 0 &&
-            (rc = ferry_state_get_u64(r, &pos[i].a)) == 0 &&
-            (rc = ferry_state_get_u64(r, &pos[i].b)) == 0)
-            rc = ferry_state_get_u64(r, &pos[i].c);
-    return rc;
-}
-
 /* Under m, from start_locked with the shards just opened: puts each shard where
  * the state (l->resuming, checked whole) says. A resumable stream restores each
  * shard's saved position (a shuffle buffer's samples are read again from their
@@ -165,9 +119,9 @@ int ferry__loader_restore_shards(ferry_loader *l, uint64_t epoch)
     l->cursor = l->done_cursor;
     if (version >= 2) {
         uint32_t cursor, live, npend;
-        FERRY_TRY(get_u32(&r, &cursor));
-        FERRY_TRY(get_u32(&r, &live));
-        FERRY_TRY(get_u32(&r, &npend));
+        FERRY_TRY(ferry__state_get_u32(&r, &cursor));
+        FERRY_TRY(ferry__state_get_u32(&r, &live));
+        FERRY_TRY(ferry__state_get_u32(&r, &npend));
         if (resumable) {
             l->live = live;
             l->cursor = cursor;
@@ -185,14 +139,14 @@ int ferry__loader_restore_shards(ferry_loader *l, uint64_t epoch)
             pending *e = &l->replay[k];
             l->nreplay = k + 1;
             uint32_t flags, rc32, mlen;
-            FERRY_TRY(get_u32(&r, &e->shard));
-            FERRY_TRY(get_u32(&r, &e->n));
-            FERRY_TRY(get_u32(&r, &e->skipped));
-            FERRY_TRY(get_u32(&r, &flags));
+            FERRY_TRY(ferry__state_get_u32(&r, &e->shard));
+            FERRY_TRY(ferry__state_get_u32(&r, &e->n));
+            FERRY_TRY(ferry__state_get_u32(&r, &e->skipped));
+            FERRY_TRY(ferry__state_get_u32(&r, &flags));
             FERRY_TRY(ferry_state_get_u64(&r, &e->calls));
-            FERRY_TRY(get_u32(&r, &rc32));
-            FERRY_TRY(get_u32(&r, &e->fail_slot));
-            FERRY_TRY(get_u32(&r, &mlen));
+            FERRY_TRY(ferry__state_get_u32(&r, &rc32));
+            FERRY_TRY(ferry__state_get_u32(&r, &e->fail_slot));
+            FERRY_TRY(ferry__state_get_u32(&r, &mlen));
             if (e->shard >= l->nshards || e->n > l->o.batch_size || flags > 3 ||
                 mlen >= sizeof e->fail_msg || ((flags & 2) && e->n == 0))
                 FERRY_FAIL(FERRY_ECORRUPT, "loader state: batch %u of those read is damaged", k);
@@ -205,7 +159,7 @@ int ferry__loader_restore_shards(ferry_loader *l, uint64_t epoch)
                 FERRY_FAIL(FERRY_ECORRUPT, "loader state: batch %u of those read is cut short", k);
             if (e->n && !(e->pos = ferry__malloc(e->n * sizeof *e->pos)))
                 FERRY_FAIL(FERRY_ENOMEM, "loader: out of memory");
-            FERRY_TRY(get_places(&r, e->pos, e->n));
+            FERRY_TRY(ferry__state_get_pos(&r, e->pos, e->n));
         }
     }
     if (r.off != r.n)
@@ -292,11 +246,11 @@ static int state_build(ferry_loader *l, ferry_state *w)
         ferry_state_put(w, pw.buf, pw.len);
     }
     if (l->st) {
-        put_u32(w, l->st ? l->cursor : 0);
-        put_u32(w, l->st ? l->live : 0);
+        ferry__state_put_u32(w, l->st ? l->cursor : 0);
+        ferry__state_put_u32(w, l->st ? l->live : 0);
         uint64_t inflight = resumable ? l->next_sched - l->done_next : 0;
         uint32_t queued = resumable ? l->nreplay - l->replay_head : 0;
-        put_u32(w, (uint32_t)(inflight + queued));
+        ferry__state_put_u32(w, (uint32_t)(inflight + queued));
         for (uint64_t k = 0; k < inflight + queued; k++) {
             const ferry_batch *b = NULL;
             const pending *e = NULL;
@@ -314,17 +268,17 @@ static int state_build(ferry_loader *l, ferry_state *w)
                   : e->last_failed;
             const char *msg = b ? b->fail_msg : e->fail_msg;
             size_t mlen = (b ? b->skipped : e->skipped) ? strlen(msg) : 0;
-            put_u32(w, b ? (uint32_t)b->shard : e->shard);
-            put_u32(w, n);
-            put_u32(w, b ? b->skipped : e->skipped);
-            put_u32(w,
-                    (uint32_t)(b ? b->shard_ended : e->shard_ended) | (uint32_t)last_failed << 1);
+            ferry__state_put_u32(w, b ? (uint32_t)b->shard : e->shard);
+            ferry__state_put_u32(w, n);
+            ferry__state_put_u32(w, b ? b->skipped : e->skipped);
+            ferry__state_put_u32(w, (uint32_t)(b ? b->shard_ended : e->shard_ended) |
+                                        (uint32_t)last_failed << 1);
             ferry_state_put_u64(w, b ? b->calls : e->calls);
-            put_u32(w, (uint32_t)(b ? b->fail_rc : e->fail_rc));
-            put_u32(w, b ? b->fail_slot : e->fail_slot);
-            put_u32(w, (uint32_t)mlen);
+            ferry__state_put_u32(w, (uint32_t)(b ? b->fail_rc : e->fail_rc));
+            ferry__state_put_u32(w, b ? b->fail_slot : e->fail_slot);
+            ferry__state_put_u32(w, (uint32_t)mlen);
             ferry_state_put(w, msg, mlen);
-            put_places(w, b ? b->pos : e->pos, n);
+            ferry__state_put_pos(w, b ? b->pos : e->pos, n);
         }
     }
     if (w->nomem || pw.nomem)

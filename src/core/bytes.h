@@ -11,51 +11,47 @@
 #include <string.h>
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-#define FERRY__LE16(v) __builtin_bswap16(v)
-#define FERRY__LE32(v) __builtin_bswap32(v)
-#define FERRY__LE64(v) __builtin_bswap64(v)
+#define FERRY__LE(bits, v) __builtin_bswap##bits(v)
 #else
-#define FERRY__LE16(v) (v)
-#define FERRY__LE32(v) (v)
-#define FERRY__LE64(v) (v)
+#define FERRY__LE(bits, v) (v)
 #endif
 
 static inline uint16_t ferry__load_le16(const void *p)
 {
     uint16_t v;
     memcpy(&v, p, sizeof v);
-    return FERRY__LE16(v);
+    return FERRY__LE(16, v);
 }
 
 static inline uint32_t ferry__load_le32(const void *p)
 {
     uint32_t v;
     memcpy(&v, p, sizeof v);
-    return FERRY__LE32(v);
+    return FERRY__LE(32, v);
 }
 
 static inline uint64_t ferry__load_le64(const void *p)
 {
     uint64_t v;
     memcpy(&v, p, sizeof v);
-    return FERRY__LE64(v);
+    return FERRY__LE(64, v);
 }
 
 static inline void ferry__store_le16(void *p, uint16_t v)
 {
-    v = FERRY__LE16(v);
+    v = FERRY__LE(16, v);
     memcpy(p, &v, sizeof v);
 }
 
 static inline void ferry__store_le32(void *p, uint32_t v)
 {
-    v = FERRY__LE32(v);
+    v = FERRY__LE(32, v);
     memcpy(p, &v, sizeof v);
 }
 
 static inline void ferry__store_le64(void *p, uint64_t v)
 {
-    v = FERRY__LE64(v);
+    v = FERRY__LE(64, v);
     memcpy(p, &v, sizeof v);
 }
 

@@ -30,9 +30,7 @@ void ferry_state_put(ferry_state *w, const void *p, size_t n)
 
 void ferry_state_put_u64(ferry_state *w, uint64_t v)
 {
-    uint8_t b[8];
-    ferry__store_le64(b, v);
-    ferry_state_put(w, b, 8);
+    ferry__state_put_u64s(w, &v, 1);
 }
 
 void ferry__state_put_u32(ferry_state *w, uint32_t v)
@@ -49,8 +47,10 @@ void ferry__state_put_u64s(ferry_state *w, const void *v, size_t n)
 #else
     for (size_t i = 0; i < n; i++) {
         uint64_t x;
+        uint8_t b[8];
         memcpy(&x, (const uint8_t *)v + 8 * i, 8);
-        ferry_state_put_u64(w, x);
+        ferry__store_le64(b, x);
+        ferry_state_put(w, b, 8);
     }
 #endif
 }
@@ -69,12 +69,7 @@ int ferry_state_get(ferry_state *r, void *p, size_t n)
 
 int ferry_state_get_u64(ferry_state *r, uint64_t *v)
 {
-    uint8_t b[8];
-    int rc = ferry_state_get(r, b, 8);
-    if (rc < 0)
-        return rc;
-    *v = ferry__load_le64(b);
-    return 0;
+    return ferry__state_get_u64s(r, v, 1);
 }
 
 int ferry__state_get_u32(ferry_state *r, uint32_t *v)
@@ -90,9 +85,7 @@ int ferry__state_get_u64s(ferry_state *r, void *v, size_t n)
     int rc = ferry_state_get(r, v, n > SIZE_MAX / 8 ? SIZE_MAX : n * 8);
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
     for (size_t i = 0; rc == 0 && i < n; i++) {
-        uint64_t x;
-        memcpy(&x, (uint8_t *)v + 8 * i, 8);
-        x = ferry__load_le64(&x);
+        uint64_t x = ferry__load_le64((uint8_t *)v + 8 * i);
         memcpy((uint8_t *)v + 8 * i, &x, 8);
     }
 #endif

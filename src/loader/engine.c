@@ -608,7 +608,7 @@ static void compact(ferry_loader *l, ferry_batch *b, uint32_t nslots)
  * accounted for (all of them, done or dropped). Outside m. */
 /* Adds a grain's time (dt) to w's counters: busy, and each stage the dataset
  * claimed, the rest as READ. Under m. */
-void ferry__loader_account(worker *w, uint64_t dt)
+static void account(worker *w, uint64_t dt)
 {
     uint64_t claimed = 0;
     w->busy_ns += dt;
@@ -753,8 +753,8 @@ __attribute__((noinline)) static void work(ferry_loader *l, ferry_batch *b, uint
  * for every sample (a sigsetjmp each). A file cut short under the reader fails
  * the sample in hand, with the dataset's message naming the file, and the grain
  * goes on with the next sample. */
-void ferry__loader_work_guarded(ferry_loader *l, ferry_batch *b, uint32_t first, uint32_t count,
-                                ferry_ctx *ctx, uint32_t *nfilled)
+static void work_guarded(ferry_loader *l, ferry_batch *b, uint32_t first, uint32_t count,
+                         ferry_ctx *ctx, uint32_t *nfilled)
 {
     if (b->shard >= 0) {
         work(l, b, first, count, ctx, nfilled, NULL);
@@ -829,7 +829,7 @@ static void publish(ferry_loader *l, ferry_batch *b, uint32_t nslots)
 
 /* Finishes a grain: counts it and, if it was the batch's last, prepares and
  * publishes the batch. Takes m. */
-void ferry__loader_finish_grain(ferry_loader *l, ferry_batch *b, uint32_t count, uint32_t nfilled)
+static void finish_grain(ferry_loader *l, ferry_batch *b, uint32_t count, uint32_t nfilled)
 {
     /* Read the size while this grain still pins the batch: once the count is in,
      * another worker may finish, publish and reschedule the buffer. */
@@ -850,7 +850,7 @@ void ferry__loader_finish_grain(ferry_loader *l, ferry_batch *b, uint32_t count,
 /* A worker that opens batch k tells the dataset which samples batch k + prefetch
  * will read: that batch comes next in this buffer, so its reads can be under way
  * while the pool drains. Outside m. */
-void ferry__loader_hint_ahead(ferry_loader *l, worker *w, const ferry_batch *b, uint32_t first)
+static void hint_ahead(ferry_loader *l, worker *w, const ferry_batch *b, uint32_t first)
 {
     if (first != 0 || !w->hint || b->shard >= 0 || l->ds->near_hints_only)
         return;
@@ -861,6 +861,25 @@ void ferry__loader_hint_ahead(ferry_loader *l, worker *w, const ferry_batch *b, 
     for (uint64_t i = 0; i < count; i++)
         w->hint[i] = ferry_sampler_at(l->sampler, pos + i);
     l->ds->vt->hint(l->ds->self, w->hint, (size_t)count, 0);
+}
+
+uint64_t ferry__loader_run_grain(ferry_loader *l, worker *w, ferry_batch *b, uint32_t first,
+                                 uint32_t count)
+{
+    l->busy_workers++;
+    pthread_mutex_unlock(&l->m);
+    uint64_t t0 = ferry_now_ns();
+    memset(w->ctx.stage_ns, 0, sizeof w->ctx.stage_ns);
+    hint_ahead(l, w, b, first);
+    uint32_t nfilled;
+    work_guarded(l, b, first, count, &w->ctx, &nfilled);
+    uint64_t dt = ferry_now_ns() - t0;
+    finish_grain(l, b, count, nfilled);
+    account(w, dt);
+    l->truncated += w->ctx.truncated;
+    w->ctx.truncated = 0;
+    l->busy_workers--;
+    return dt;
 }
 
 static void *worker_main_thread(void *arg);
@@ -916,23 +935,8 @@ static void *worker_main_thread(void *arg)
         /* another batch may be open for claiming: wake a peer */
         if (l->open_count && l->idle_workers)
             pthread_cond_signal(&l->work_cv);
-        l->busy_workers++;
-        pthread_mutex_unlock(&l->m);
-
-        uint64_t t0 = ferry_now_ns();
-        memset(w->ctx.stage_ns, 0, sizeof w->ctx.stage_ns);
-        ferry__loader_hint_ahead(l, w, b, first);
-        uint32_t nfilled;
-        ferry__loader_work_guarded(l, b, first, count, &w->ctx, &nfilled);
-        uint64_t dt = ferry_now_ns() - t0;
-
-        ferry__loader_finish_grain(l, b, count, nfilled);
-        uint64_t per = dt / (count ? count : 1);
+        uint64_t per = ferry__loader_run_grain(l, w, b, first, count) / (count ? count : 1);
         l->ns_per_sample = l->ns_per_sample ? (7 * l->ns_per_sample + per) / 8 : per + 1;
-        ferry__loader_account(w, dt);
-        l->truncated += w->ctx.truncated;
-        w->ctx.truncated = 0;
-        l->busy_workers--;
         if (l->busy_workers == 0)
             pthread_cond_broadcast(&l->ready_cv);
     }

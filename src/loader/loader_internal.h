@@ -217,15 +217,12 @@ void ferry__loader_free_replay(ferry_loader *l);
 void ferry__loader_stop_epoch(ferry_loader *l);
 int ferry__loader_start_locked(ferry_loader *l, uint64_t epoch, uint64_t first_batch);
 bool ferry__loader_sched_done(const ferry_loader *l);
-/* A grain's steps, as a worker takes them: claim (under m); the read-ahead hint
- * and the samples (outside m); finish_grain, which publishes a completed batch,
- * and account (under m). */
 ferry_batch *ferry__loader_claim(ferry_loader *l, uint32_t *first, uint32_t *count);
-void ferry__loader_hint_ahead(ferry_loader *l, worker *w, const ferry_batch *b, uint32_t first);
-void ferry__loader_work_guarded(ferry_loader *l, ferry_batch *b, uint32_t first, uint32_t count,
-                                ferry_ctx *ctx, uint32_t *nfilled);
-void ferry__loader_finish_grain(ferry_loader *l, ferry_batch *b, uint32_t count, uint32_t nfilled);
-void ferry__loader_account(worker *w, uint64_t dt);
+/* Runs a grain claimed under m: the samples outside m, then, under m again, the
+ * batch counted (and published when it was its last) and the time in w's
+ * counters. Returns under m, with the grain's time in ns. */
+uint64_t ferry__loader_run_grain(ferry_loader *l, worker *w, ferry_batch *b, uint32_t first,
+                                 uint32_t count);
 /* A worker's loop, for the pool. */
 void ferry__loader_worker_job(void *arg);
 

@@ -296,6 +296,7 @@ static void wait_workers_idle(ferry_loader *l)
         pthread_cond_wait(&l->ready_cv, &l->m);
 }
 
+/* Starts epoch at first_batch (where l->resuming says, when set). Under m. */
 int ferry__loader_start_locked(ferry_loader *l, uint64_t epoch, uint64_t first_batch)
 {
     int rc = 0;
@@ -863,6 +864,9 @@ static void hint_ahead(ferry_loader *l, worker *w, const ferry_batch *b, uint32_
     l->ds->vt->hint(l->ds->self, w->hint, (size_t)count, 0);
 }
 
+/* Runs a grain claimed under m: the samples outside m, then, under m again, the
+ * batch counted (and published when it was its last) and the time in w's
+ * counters. Returns under m, with the grain's time in ns. */
 uint64_t ferry__loader_run_grain(ferry_loader *l, worker *w, ferry_batch *b, uint32_t first,
                                  uint32_t count)
 {
@@ -882,14 +886,8 @@ uint64_t ferry__loader_run_grain(ferry_loader *l, worker *w, ferry_batch *b, uin
     return dt;
 }
 
-static void *worker_main_thread(void *arg);
-
+/* A worker's loop: a job of the pool, one per worker. */
 void ferry__loader_worker_job(void *arg)
-{
-    worker_main_thread(arg);
-}
-
-static void *worker_main_thread(void *arg)
 {
     worker *w = arg;
     ferry_loader *l = w->l;
@@ -944,5 +942,4 @@ static void *worker_main_thread(void *arg)
     pthread_mutex_unlock(&l->m);
     if (last)
         ferry__loader_destroy(l); /* free returned without this worker, and no batch is held */
-    return NULL;
 }

@@ -23,6 +23,7 @@ void ferry_loader_opts_default(ferry_loader_opts *o)
     o->skip_budget = FERRY_SKIP_BUDGET_DEFAULT;
 }
 
+/* Checks the options' bounds; stream_shards 0 becomes 1. */
 int ferry__loader_check_opts(ferry_loader_opts *o)
 {
     if (o->batch_size < 1 || o->batch_size > MAX_BATCH)

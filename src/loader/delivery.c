@@ -54,23 +54,44 @@ static int timeout_error(ferry_loader *l)
 }
 
 /* A ready batch to hand out, or NULL. Under m. */
-static ferry_batch *take_ready(ferry_loader *l)
+/* The batch take_ready would hand out next, or NULL. Under m. */
+static ferry_batch *peek_ready(const ferry_loader *l)
 {
-    if (l->o.order == FERRY_ORDER_COMPLETION) {
-        if (!l->ready_count)
-            return NULL;
-        ferry_batch *b = l->ready_q[l->ready_head];
-        l->ready_head = (l->ready_head + 1) % l->nbufs;
-        l->ready_count--;
-        return b;
-    }
+    if (l->o.order == FERRY_ORDER_COMPLETION)
+        return l->ready_count ? l->ready_q[l->ready_head] : NULL;
     if (l->next_deliver >= l->next_sched)
         return NULL;
     ferry_batch *b = l->by_number[l->next_deliver % l->nbufs];
     if (!b->ready || b->gen != atomic_load(&l->gen) || b->number != l->next_deliver)
         return NULL;
-    l->next_deliver++;
     return b;
+}
+
+static ferry_batch *take_ready(ferry_loader *l)
+{
+    ferry_batch *b = peek_ready(l);
+    if (!b)
+        return NULL;
+    if (l->o.order == FERRY_ORDER_COMPLETION) {
+        l->ready_head = (l->ready_head + 1) % l->nbufs;
+        l->ready_count--;
+    } else {
+        l->next_deliver++;
+    }
+    return b;
+}
+
+/* Device: copies the next ready batch while the consumer works on the one just
+ * handed out, if a device buffer is free. A failure is left for its delivery to
+ * report. Under m. */
+static void copy_ahead(ferry_loader *l)
+{
+    ferry_batch *b = peek_ready(l);
+    if (b && !b->dbuf && b->out_size && !ferry__dring_full(l->ring) &&
+        ferry__dring_copy(l->ring, b->blk->mem, l->blk_bytes, &b->dbuf) < 0) {
+        b->dbuf = NULL;
+        ferry__err_clear();
+    }
 }
 
 /* Runs one grain on the caller's thread (num_workers == 0). Under m, returns under m.
@@ -113,6 +134,18 @@ static int deliver(ferry_loader *l, ferry_batch *b, ferry_batch **out)
     if (b->out_size == 0 || (l->st && l->o.drop_last && b->out_size < l->o.batch_size)) {
         ferry__loader_recycle(l, b);
         return FERRY_END;
+    }
+    if (l->ring && !b->dbuf) {
+        /* the copy runs on ferry's stream; the consumer's stream waits for it
+         * (ferry_batch_record_stream), the host does not */
+        int rc = ferry__dring_copy(l->ring, b->blk->mem, l->blk_bytes, &b->dbuf);
+        if (rc < 0) {
+            b->dbuf = NULL;
+            rc = ferry__err_prefix(rc, "device \"%s\"", l->device_name);
+            ferry__loader_recycle(l, b);
+            ferry__loader_stop_epoch(l);
+            return rc;
+        }
     }
     b->held = true;
     atomic_store(&b->users, 1);
@@ -165,9 +198,21 @@ int ferry_loader_next(ferry_loader *l, ferry_batch **out)
             ferry__loader_stop_epoch(l);
             break;
         }
+        if (l->ring && ferry__dring_full(l->ring) && peek_ready(l) && !peek_ready(l)->dbuf) {
+            ferry__dring_stats ds;
+            ferry__dring_stats_get(l->ring, &ds);
+            rc = ferry__err(FERRY_ESTATE,
+                            "loader: all %llu device buffers hold batches or tensors not yet "
+                            "released; release one (and drop its tensors) before asking for the "
+                            "next, or raise device_buffers",
+                            (unsigned long long)(ds.device_bytes / l->blk_bytes));
+            break;
+        }
         ferry_batch *b = take_ready(l);
         if (b) {
             rc = deliver(l, b, out);
+            if (rc == 0 && l->ring)
+                copy_ahead(l);
             if (rc == FERRY_END && !l->over) {
                 /* an empty batch (every sample skipped) is progress: the timeout is for
                  * the wait on one batch, not on a run of empty ones */
@@ -270,6 +315,17 @@ int ferry_loader_stats_get(ferry_loader *l, ferry_loader_stats *s)
     s->num_workers = l->nworkers;
     s->prefetch = l->nbufs;
     s->pinned_bytes = l->pinned_bytes;
+    if (l->ring) {
+        ferry__dring_stats ds;
+        ferry__dring_stats_get(l->ring, &ds);
+        s->copies = ds.copies;
+        s->copy_bytes = ds.bytes;
+        s->device_bytes = ds.device_bytes;
+        s->copies_timed = ds.timed;
+        s->copy_bytes_timed = ds.timed_bytes;
+        s->copy_ns = ds.copy_ns;
+        s->copy_exposed_ns = ds.exposed_ns;
+    }
     for (uint32_t i = 0; i <= l->nworkers; i++) {
         /* with no workers, the consumer's thread did the work */
         const worker *w = i < l->nworkers ? &l->workers[i] : &l->inline_worker;

@@ -35,6 +35,12 @@
 static void block_free(block *k)
 {
     if (k) {
+        if (k->l->dev) {
+            /* memory a queued copy may still read is not unmapped under it */
+            if (k->fence.n && ferry__fence_wait(k->l->dev, &k->fence) < 0)
+                ferry__err_clear();
+            ferry__fence_clear(k->l->dev, &k->fence);
+        }
         if (k->l->dev && k->mem_base) {
             ferry_device_host_free(k->l->dev, k->mem_base, k->l->blk_bytes + 64);
             k->l->pinned_bytes -= k->l->blk_bytes + 64;
@@ -154,14 +160,27 @@ void ferry__loader_free_replay(ferry_loader *l)
 void ferry__loader_destroy(ferry_loader *l)
 {
     if (l->bufs)
-        for (uint32_t i = 0; i < l->nbufs; i++)
-            block_free(l->bufs[i].blk);
+        for (uint32_t i = 0; i < l->nbufs; i++) {
+            ferry_batch *b = &l->bufs[i];
+            /* a batch copied ahead but never handed out: its block is not freed
+             * under the copy (block_free waits for the fence) */
+            if (b->dbuf && b->blk) {
+                void *stream = ferry__dring_stream(l->ring);
+                if (ferry__fence_record(l->dev, &b->blk->fence, &stream, 1) < 0 ||
+                    ferry__fence_wait(l->dev, &b->blk->fence) < 0)
+                    ferry__err_clear();
+            }
+            if (b->dbuf)
+                ferry__dbuf_unref(b->dbuf);
+            block_free(b->blk);
+        }
     while (l->spare) {
         block *k = l->spare;
         l->spare = k->next_spare;
         block_free(k);
     }
     ferry_device_free(l->dev);
+    ferry__dring_free(l->ring); /* device tensors still alive keep it */
     for (uint32_t i = 0; l->bufs && i < l->nbufs; i++)
         ferry__free(l->bufs[i].pos);
     ferry__loader_free_replay(l);
@@ -186,8 +205,19 @@ void ferry__loader_destroy(ferry_loader *l)
 }
 
 /* Keeps a block no one uses as a spare, or frees it. Under m. */
+/* pin_memory: the block's last reference has gone. The caller may have queued
+ * an asynchronous copy from it: it is refilled only after the work on the
+ * streams it recorded (or, where none, the legacy default stream) queued by now. */
+static void fence_block(ferry_loader *l, block *k)
+{
+    if (l->dev && !l->ring && ferry__fence_record(l->dev, &k->fence, k->streams, k->nstreams) < 0)
+        ferry__err_clear();
+    k->nstreams = 0;
+}
+
 void ferry__block_retire(ferry_loader *l, block *k)
 {
+    fence_block(l, k);
     /* as many spares as the pool has buffers (as the budget allows): a steady
      * loop then never frees and allocates again, and memory stays within twice
      * the pool plus what the caller's tensors hold */
@@ -205,6 +235,22 @@ void ferry__block_retire(ferry_loader *l, block *k)
 void ferry__loader_recycle(ferry_loader *l, ferry_batch *b)
 {
     block *k = b->blk;
+    if (b->dbuf) {
+        /* the block may be refilled only once the copy has read it: a fence on
+         * ferry's stream, which the refill waits for (the host waits only if the
+         * copy is still running then; Python gives a batch back as soon as its
+         * tensors are made, before its copy has run) */
+        void *stream = ferry__dring_stream(l->ring);
+        if (k && ferry__fence_record(l->dev, &k->fence, &stream, 1) < 0) {
+            ferry__err_clear();
+            if (ferry__dbuf_wait_copied(b->dbuf) < 0)
+                ferry__err_clear();
+        }
+        ferry__dbuf_unref(b->dbuf); /* its tensors keep the device buffer */
+        b->dbuf = NULL;
+    } else if (k && b->held && atomic_load(&k->refs) == 1) {
+        fence_block(l, k); /* it stays with the batch: its last reference */
+    }
     if (k && atomic_load(&k->refs) > 1) {
         /* tensors still view it: they keep the block (and, through it, the
          * loader's memory); the batch takes another when next scheduled */
@@ -429,6 +475,9 @@ static ferry_batch *schedule(ferry_loader *l)
         }
         attach(l, b, k);
     }
+    if (l->dev && b->blk->fence.n && !ferry__fence_done(l->dev, &b->blk->fence) &&
+        ferry__fence_wait(l->dev, &b->blk->fence) < 0)
+        ferry__err_clear(); /* a driver that fails here has nothing left to wait for */
     l->free_list = b->next_free;
     l->nfree--;
     b->epoch = l->epoch;

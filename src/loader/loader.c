@@ -71,6 +71,7 @@ static int create(ferry_loader **out, ferry_dataset *ds, ferry_stream *st,
     FERRY_TRY(ferry__loader_check_budget(l));
     FERRY_TRY(ferry__loader_open_device(l));
     FERRY_TRY(ferry__loader_alloc_buffers(l, l->o.prefetch));
+    FERRY_TRY(ferry__loader_open_ring(l));
     ferry__ctx_init(&l->inline_worker.ctx, 0, o.seed, 0);
     bool hints = ds && ds->vt->hint;
     if (hints && !(l->inline_worker.hint = ferry__malloc(o.batch_size * sizeof(uint64_t))))

@@ -37,11 +37,15 @@
 
 #include "ferry/loader.h"
 #include "../datasets/dataset_internal.h"
-#include "ferry/device.h" /* pin_memory: page-locked blocks */
+#include "ferry/device.h"   /* pin_memory: page-locked blocks */
+#include "../device/ring.h" /* device: the ring of device buffers */
 
 enum { SLOT_PENDING = 0, SLOT_OK = 1, SLOT_FAILED = 2 };
 
 /* The memory of one batch: see "Memory" above. */
+/* The streams a pinned block can record (ferry_batch_record_stream) */
+#define FERRY_BATCH_STREAMS 8
+
 typedef struct block {
     atomic_uint refs; /* the batch it is attached to, and each exported tensor */
     ferry_loader *l;
@@ -51,6 +55,12 @@ typedef struct block {
      * v-th variable field may be nonzero; past them it is all zeros */
     size_t *dirty;
     struct block *next_spare;
+    /* pin_memory: the streams the caller recorded as using it (an asynchronous
+     * copy from it), and, once its last reference went, the fence of the work
+     * they had queued by then: it is refilled only after that */
+    void *streams[FERRY_BATCH_STREAMS];
+    uint32_t nstreams;
+    ferry__fence fence;
 } block;
 
 typedef struct shard {
@@ -95,6 +105,8 @@ struct ferry_batch {
     uint32_t fail_slot;
     int fail_rc;
     char fail_msg[FERRY_ERRMSG_MAX];
+    /* device: the device buffer its block was copied into (NULL until it was) */
+    ferry__dbuf *dbuf;
     /* memory: the block's bytes; NULL blk until the batch is next scheduled */
     block *blk;
     size_t *dirty; /* the block's */
@@ -193,6 +205,11 @@ struct ferry_loader {
     /* pin_memory: blocks are page-locked through dev; a block it failed to lock
      * (under m) */
     ferry_device *dev;
+    /* device: the ring that batches are copied into, and the device's ordinal
+     * (-1: batches stay in host memory) */
+    ferry__dring *ring;
+    int device;
+    char device_name[16];
     uint64_t pinned_bytes;
     int pin_rc;
     char pin_msg[FERRY_ERRMSG_MAX];
@@ -226,6 +243,7 @@ void ferry__loader_worker_job(void *arg);
 int ferry__loader_check_opts(ferry_loader_opts *o);
 int ferry__loader_check_budget(ferry_loader *l);
 int ferry__loader_open_device(ferry_loader *l);
+int ferry__loader_open_ring(ferry_loader *l);
 /* state.c */
 void ferry__loader_note_done(ferry_loader *l, ferry_batch *b);
 int ferry__loader_restore_shards(ferry_loader *l, uint64_t epoch);

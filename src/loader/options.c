@@ -12,6 +12,11 @@
 #define MAX_WORKERS 1024u
 #define MAX_PREFETCH 65536u
 #define MAX_SHARDS 65536u
+/* device: batches in device memory at once, by default: the one the consumer
+ * works on, the one before it (a Python loop holds it until the next arrives),
+ * one copied ahead, and one spare */
+#define DEVICE_BUFFERS 4u
+#define MAX_DEVICE_BUFFERS 65536u
 #define DEFAULT_BUDGET_DIVISOR 4 /* memory_budget 0: a quarter of physical memory */
 
 void ferry_loader_opts_default(ferry_loader_opts *o)
@@ -53,6 +58,9 @@ int ferry__loader_check_opts(ferry_loader_opts *o)
                           o->stream_shards, MAX_SHARDS);
     if (o->stream_shards == 0)
         o->stream_shards = 1;
+    if (o->device_buffers > MAX_DEVICE_BUFFERS)
+        return ferry__err(FERRY_EINVAL, "loader: device_buffers %u is outside [1, %u] (0 = %u)",
+                          o->device_buffers, MAX_DEVICE_BUFFERS, DEVICE_BUFFERS);
     return 0;
 }
 
@@ -183,20 +191,36 @@ int ferry__loader_open_device(ferry_loader *l)
 {
     const char *name = l->o.device && *l->o.device ? l->o.device : NULL;
     l->o.device = NULL; /* borrowed for the call only */
+    l->device = -1;
     if (name) {
         int kind, ordinal, rc;
         if ((rc = ferry_device_parse(name, &kind, &ordinal)) < 0)
             return ferry__err_prefix(rc, "loader");
         if (kind == FERRY_DEVICE_CPU)
             name = NULL;
-        else if ((rc = ferry_device_probe(name)) < 0)
-            return ferry__err_prefix(rc, "device \"%s\"", name);
-        else
-            return ferry__err(FERRY_ENOTSUP,
-                              "device \"%s\": batches delivered in device memory are not in this "
-                              "version; use pin_memory and copy each batch",
-                              name);
+        else {
+            /* batches are copied from page-locked blocks: pinned whatever pin_memory says */
+            if ((rc = ferry_device_open(&l->dev, name)) < 0)
+                return ferry__err_prefix(rc, "device \"%s\"", name);
+            l->device = ordinal;
+            snprintf(l->device_name, sizeof l->device_name, "%s", name);
+            return 0;
+        }
     }
     int rc = l->o.pin_memory ? ferry_device_open(&l->dev, name) : 0;
     return rc < 0 ? ferry__err_prefix(rc, "pin_memory") : 0;
+}
+
+/* The ring of device buffers, once the blocks' size is known. */
+int ferry__loader_open_ring(ferry_loader *l)
+{
+    if (l->device < 0)
+        return 0;
+    ferry_device *dv;
+    int rc = ferry_device_open(&dv, l->device_name);
+    if (rc == 0 &&
+        (rc = ferry__dring_create(&l->ring, dv, l->blk_bytes,
+                                  l->o.device_buffers ? l->o.device_buffers : DEVICE_BUFFERS)) < 0)
+        ferry_device_free(dv);
+    return rc < 0 ? ferry__err_prefix(rc, "device \"%s\"", l->device_name) : 0;
 }

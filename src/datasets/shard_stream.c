@@ -223,8 +223,8 @@ typedef struct shard_iter {
     const shard_src *s;
     ferry_permutation order;
     uint64_t place, step, shard; /* place: in the epoch's order of files */
-    bool open, fr_open;          /* rd open on the file at place; fr on fr_file */
-    uint64_t fr_file;
+    bool open, fr_open;          /* rd open on file, the one at place; fr on fr_file */
+    uint64_t file, fr_file;
     void *rd, *fr; /* the format's readers, after the iterator */
 } shard_iter;
 
@@ -281,6 +281,16 @@ static void end_file(shard_iter *it)
     it->place = it->place + it->step < it->place ? UINT64_MAX : it->place + it->step;
 }
 
+/* The framing is lost: nothing after this point of the file can be trusted. */
+static int broken_file(shard_iter *it, int rc)
+{
+    char msg[FERRY_ERRMSG_MAX];
+    snprintf(msg, sizeof msg, "%s; the rest of the %s is not read", ferry_last_errmsg(),
+             it->s->fmt->unit);
+    end_file(it);
+    return ferry__err(rc, "%s", msg);
+}
+
 static int sh_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
 {
     shard_iter *it = iter;
@@ -289,34 +299,27 @@ static int sh_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
     int rc;
     (void)ctx;
     for (;;) {
-        if (it->place >= s->files->n)
-            return FERRY_END;
-        uint64_t file = file_at(it, it->place);
-        const char *path = s->files->paths[file];
         if (!it->open) {
-            if ((rc = fmt->open(s->self, it->rd, path, false)) < 0) {
+            if (it->place >= s->files->n)
+                return FERRY_END;
+            it->file = file_at(it, it->place);
+            if ((rc = fmt->open(s->self, it->rd, s->files->paths[it->file], false)) < 0) {
                 end_file(it);
                 return rc;
             }
             it->open = true;
         }
         bool broken = false;
-        rc = fmt->next(s->self, it->rd, path, out, &broken);
+        rc = fmt->next(s->self, it->rd, s->files->paths[it->file], out, &broken);
         if (rc == FERRY_END) {
             end_file(it);
             continue;
         }
         if (rc == FERRY__SHARD_SKIP)
             continue;
-        out->pos.a = file;
-        if (rc < 0 && broken) {
-            /* the framing is lost: nothing after this point can be trusted */
-            char msg[FERRY_ERRMSG_MAX];
-            snprintf(msg, sizeof msg, "%s; the rest of the %s is not read", ferry_last_errmsg(),
-                     fmt->unit);
-            end_file(it);
-            return ferry__err(rc, "%s", msg);
-        }
+        out->pos.a = it->file;
+        if (rc < 0 && broken)
+            return broken_file(it, rc);
         /* else 0, or an error for this sample only: the next call reads the next */
         return rc;
     }
@@ -455,7 +458,8 @@ static int sh_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
         it->place = place;
         return 0;
     }
-    const char *path = s->files->paths[file_at(it, place)];
+    it->file = file_at(it, place);
+    const char *path = s->files->paths[it->file];
     if ((rc = fmt->open(s->self, it->rd, path, false)) < 0)
         return rc;
     it->open = true; /* closed by sh_close, also after an error */

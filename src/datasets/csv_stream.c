@@ -9,7 +9,6 @@
  */
 #include "csv_internal.h"
 #include "shard_stream.h"
-#include "../io/io.h"
 #include "../io/zread.h"
 
 #include <stdio.h>

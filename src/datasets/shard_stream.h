@@ -8,6 +8,8 @@
  *
  * A sample's pos: a = its file (index in the file list, in name order); b and c
  * are the format's (an offset in the file's decoded bytes and a count there).
+ * Threads: an iterator (with its two readers) is one thread's at a time; the
+ * format's self is shared by all of a stream's iterators and only read.
  */
 #ifndef FERRY_SHARD_STREAM_H
 #define FERRY_SHARD_STREAM_H
@@ -15,6 +17,7 @@
 #include "dataset_internal.h"
 #include "ferry/sampler.h"
 
+/* Paths owned by the list, freed by ferry__shard_files_free; at most 10^7. */
 typedef struct ferry__shard_files {
     char **paths;
     size_t n;

@@ -14,8 +14,11 @@ static PyObject *mod_index(PyObject *m, PyObject *args)
         return NULL;
     uint64_t lines = 0;
     int rc;
-    Py_BEGIN_ALLOW_THREADS rc = ferry_line_index_build(path, index_path, NULL, NULL, &lines);
-    Py_END_ALLOW_THREADS if (rc < 0) return fpy_raise_last(rc);
+    Py_BEGIN_ALLOW_THREADS
+    rc = ferry_line_index_build(path, index_path, NULL, NULL, &lines);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return fpy_raise_last(rc);
     return PyLong_FromUnsignedLongLong(lines);
 }
 
@@ -46,11 +49,12 @@ static PyObject *mod_pack(PyObject *m, PyObject *args)
     ferry_pack_result res;
     char err[1024] = "";
     int rc;
-    Py_BEGIN_ALLOW_THREADS rc = ferry_pack(src->ds, src->st, &po, &res);
+    Py_BEGIN_ALLOW_THREADS
+    rc = ferry_pack(src->ds, src->st, &po, &res);
     if (rc < 0)
         snprintf(err, sizeof err, "%s", ferry_last_errmsg());
-    Py_END_ALLOW_THREADS if (rc < 0)
-    {
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
         PyObject *exc = NULL;
         const char *p = strstr(err, "sample ");
         unsigned long long index;
@@ -135,8 +139,11 @@ static PyObject *mod_device_probe(PyObject *m, PyObject *args)
                      name);
         return NULL;
     }
-    Py_BEGIN_ALLOW_THREADS rc = ferry_device_probe(name);
-    Py_END_ALLOW_THREADS if (rc == 0) Py_RETURN_NONE;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ferry_device_probe(name);
+    Py_END_ALLOW_THREADS
+    if (rc == 0)
+        Py_RETURN_NONE;
     return PyUnicode_FromString(ferry_last_errmsg());
 }
 

@@ -24,7 +24,7 @@ typedef struct {
     int variable[FERRY_MAX_FIELDS];
     PyObject *names[FERRY_MAX_FIELDS];
     PyObject *len_names[FERRY_MAX_FIELDS];
-    PyObject *init_exc; /* what worker_init_fn raised */
+    PyObject *init_exc;  /* what worker_init_fn raised */
     PyObject *stream_fn; /* () -> the consumer's CUDA stream (an int) or None, or NULL */
 } LoaderObject;
 
@@ -83,8 +83,11 @@ static void loader_free_now(LoaderObject *self)
     if (self->py)
         atomic_store(&self->py->loader, NULL);
     int rc;
-    Py_BEGIN_ALLOW_THREADS rc = ferry_loader_free_within(l, 5000);
-    Py_END_ALLOW_THREADS if (rc == FERRY_ETIMEDOUT) Py_INCREF(self->source);
+    Py_BEGIN_ALLOW_THREADS
+    rc = ferry_loader_free_within(l, 5000);
+    Py_END_ALLOW_THREADS
+    if (rc == FERRY_ETIMEDOUT)
+        Py_INCREF(self->source);
 }
 
 static void loader_close(LoaderObject *self)
@@ -98,7 +101,8 @@ static void loader_close(LoaderObject *self)
             return;
         }
         while (self->busy) {
-            Py_BEGIN_ALLOW_THREADS struct timespec ts = {0, 1000000};
+            Py_BEGIN_ALLOW_THREADS
+            struct timespec ts = {0, 1000000};
             nanosleep(&ts, NULL);
             Py_END_ALLOW_THREADS
         }
@@ -199,12 +203,12 @@ static PyObject *raise_loader(LoaderObject *self, int rc)
  *        rank, world_size, stream_shards) */
 static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"source",     "batch_size",    "drop_last",   "num_workers",
-                             "prefetch",   "shuffle",       "seed",        "sampler",
-                             "in_order",   "on_error",      "skip_budget", "worker_init",
-                             "output",     "tuple_batch",   "poll_ms",     "rank",
-                             "world_size", "stream_shards", "pin_memory",  "device",
-                             "device_buffers", "stream_fn", NULL};
+    static char *kwlist[] = {"source",         "batch_size",    "drop_last",   "num_workers",
+                             "prefetch",       "shuffle",       "seed",        "sampler",
+                             "in_order",       "on_error",      "skip_budget", "worker_init",
+                             "output",         "tuple_batch",   "poll_ms",     "rank",
+                             "world_size",     "stream_shards", "pin_memory",  "device",
+                             "device_buffers", "stream_fn",     NULL};
     PyObject *source, *sampler = Py_None, *worker_init = Py_None;
     unsigned int batch_size = 1, num_workers = 0, prefetch = 0, stream_shards = 0;
     int drop_last = 0, shuffle = 0, in_order = 1, on_error = 0, output = OUT_TORCH, tuple_batch = 0;
@@ -214,12 +218,11 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     PyObject *stream_fn = Py_None;
     unsigned long long seed = 0, skip_budget = 0;
     long long poll_ms = 0, rank = -1, world = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!|IpIIpKOpiKOipLLLIpzIO", kwlist, fpy_source_type,
-                                     &source, &batch_size, &drop_last, &num_workers, &prefetch,
-                                     &shuffle, &seed, &sampler, &in_order, &on_error, &skip_budget,
-                                     &worker_init, &output, &tuple_batch, &poll_ms, &rank, &world,
-                                     &stream_shards, &pin_memory, &device, &device_buffers,
-                                     &stream_fn))
+    if (!PyArg_ParseTupleAndKeywords(
+            args, kw, "O!|IpIIpKOpiKOipLLLIpzIO", kwlist, fpy_source_type, &source, &batch_size,
+            &drop_last, &num_workers, &prefetch, &shuffle, &seed, &sampler, &in_order, &on_error,
+            &skip_budget, &worker_init, &output, &tuple_batch, &poll_ms, &rank, &world,
+            &stream_shards, &pin_memory, &device, &device_buffers, &stream_fn))
         return NULL;
     if (sampler != Py_None && !PyObject_TypeCheck(sampler, fpy_sampler_type)) {
         PyErr_SetString(PyExc_TypeError, "sampler must be a ferry sampler");
@@ -287,10 +290,11 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     }
     int rc;
     ferry_loader *l = NULL;
-    Py_BEGIN_ALLOW_THREADS rc = src->ds ? ferry_loader_create(&l, src->ds, &o)
-                                        : ferry_loader_create_stream(&l, src->st, &o);
-    Py_END_ALLOW_THREADS if (rc < 0)
-    {
+    Py_BEGIN_ALLOW_THREADS
+    rc = src->ds ? ferry_loader_create(&l, src->ds, &o)
+                 : ferry_loader_create_stream(&l, src->st, &o);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
         PyObject *exc = self->init_exc;
         self->init_exc = NULL;
         fpy_raise_last(rc);
@@ -319,9 +323,10 @@ static PyObject *loader_start(PyObject *op, PyObject *args)
     if (!enter_busy(self, "ferry: the loader is in use by another thread"))
         return NULL;
     int rc;
-    Py_BEGIN_ALLOW_THREADS rc = ferry_loader_start(self->l, epoch, first);
-    Py_END_ALLOW_THREADS if (leave_busy(self))
-    {
+    Py_BEGIN_ALLOW_THREADS
+    rc = ferry_loader_start(self->l, epoch, first);
+    Py_END_ALLOW_THREADS
+    if (leave_busy(self)) {
         check_open(self); /* closed meanwhile: "the loader is closed" */
         return NULL;
     }
@@ -460,8 +465,11 @@ static PyObject *loader_next(PyObject *op, PyObject *args)
     int rc;
     uint64_t deadline = timeout > 0 ? ferry_now_ns() + (uint64_t)(timeout * 1e9) : 0;
     for (;;) {
-        Py_BEGIN_ALLOW_THREADS rc = ferry_loader_next(self->l, &b);
-        Py_END_ALLOW_THREADS if (rc != FERRY_ETIMEDOUT || !self->poll || self->closing) break;
+        Py_BEGIN_ALLOW_THREADS
+        rc = ferry_loader_next(self->l, &b);
+        Py_END_ALLOW_THREADS
+        if (rc != FERRY_ETIMEDOUT || !self->poll || self->closing)
+            break;
         /* the short wait the loader was made with ran out: look at signals
          * (Ctrl-C), then at the caller's own timeout */
         if (PyErr_CheckSignals() < 0) {
@@ -550,9 +558,10 @@ static PyObject *loader_state_save(PyObject *op, PyObject *unused)
     char *buf = NULL;
     size_t len = 0;
     int rc;
-    Py_BEGIN_ALLOW_THREADS rc = state_into(self->l, &buf, &len);
-    Py_END_ALLOW_THREADS if (leave_busy(self))
-    {
+    Py_BEGIN_ALLOW_THREADS
+    rc = state_into(self->l, &buf, &len);
+    Py_END_ALLOW_THREADS
+    if (leave_busy(self)) {
         free(buf);
         check_open(self); /* closed meanwhile: "the loader is closed" */
         return NULL;
@@ -574,9 +583,10 @@ static PyObject *loader_state_resume(PyObject *op, PyObject *args)
     if (!enter_busy(self, "ferry: the loader is in use by another thread"))
         return NULL;
     int rc;
-    Py_BEGIN_ALLOW_THREADS rc = ferry_loader_state_resume(self->l, buf, (size_t)len);
-    Py_END_ALLOW_THREADS if (leave_busy(self))
-    {
+    Py_BEGIN_ALLOW_THREADS
+    rc = ferry_loader_state_resume(self->l, buf, (size_t)len);
+    Py_END_ALLOW_THREADS
+    if (leave_busy(self)) {
         check_open(self); /* closed meanwhile: "the loader is closed" */
         return NULL;
     }

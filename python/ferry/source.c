@@ -107,10 +107,12 @@ static PyObject *source_read(PyObject *self, PyObject *args)
     ferry_sample smp = {n, data, len, {0}};
     ferry_ctx *ctx = NULL;
     int rc;
-    Py_BEGIN_ALLOW_THREADS rc = ferry_ctx_create(&ctx, 0, 0);
+    Py_BEGIN_ALLOW_THREADS
+    rc = ferry_ctx_create(&ctx, 0, 0);
     if (rc == 0)
         rc = ferry_dataset_get(s->ds, i, &smp, ctx);
-    Py_END_ALLOW_THREADS PyObject *r = NULL;
+    Py_END_ALLOW_THREADS
+    PyObject *r = NULL;
     if (rc < 0) {
         PyObject *exc = s->py ? fpy_take_exception(s->py, i) : NULL;
         fpy_raise_last(rc);
@@ -184,9 +186,10 @@ PyObject *fpy_mod_open_source(PyObject *m, PyObject *args)
     if (!s)
         return NULL;
     int rc;
-    Py_BEGIN_ALLOW_THREADS rc = ferry_source_open(spec, &s->ds, &s->st);
-    Py_END_ALLOW_THREADS if (rc < 0)
-    {
+    Py_BEGIN_ALLOW_THREADS
+    rc = ferry_source_open(spec, &s->ds, &s->st);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
         Py_DECREF(s);
         return fpy_raise_last(rc);
     }

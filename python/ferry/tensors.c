@@ -121,14 +121,16 @@ PyObject *fpy_mod_load_tensors(PyObject *m, PyObject *args)
     }
     atomic_init(&h->refs, 1);
     int rc;
-    Py_BEGIN_ALLOW_THREADS rc = map_private(path, &h->map, &h->maplen);
+    Py_BEGIN_ALLOW_THREADS
+    rc = map_private(path, &h->map, &h->maplen);
     if (rc == 0)
         rc = ferry_tensors_open_memory(&h->t, h->map, h->maplen, path, &o);
     if (rc == 0 && copy && h->map) {
         munmap(h->map, h->maplen); /* the handle holds copies */
         h->map = NULL;
     }
-    Py_END_ALLOW_THREADS free(nv);
+    Py_END_ALLOW_THREADS
+    free(nv);
     Py_XDECREF(keep);
     if (rc < 0) {
         tensors_unref(h);
@@ -359,9 +361,13 @@ PyObject *fpy_mod_save_tensors(PyObject *m, PyObject *args)
     o.no_crc = !crc;
     o.threads = threads;
     int rc;
-    Py_BEGIN_ALLOW_THREADS rc = ferry_tensors_save(path, src, (size_t)n, &o);
-    Py_END_ALLOW_THREADS if (rc < 0) fpy_raise_last(rc);
-    else r = Py_NewRef(Py_None);
+    Py_BEGIN_ALLOW_THREADS
+    rc = ferry_tensors_save(path, src, (size_t)n, &o);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        fpy_raise_last(rc);
+    else
+        r = Py_NewRef(Py_None);
 done:
     for (Py_ssize_t i = 0; have && i < n; i++)
         if (have[i])

@@ -1,12 +1,7 @@
 /*
- * The registry of source kinds: "kind:location,key=value,..." (split by spec.c)
- * opened by its kind's opener, found in the table below. The CLI, the Python
- * module and pipeline descriptions all come through here.
- *
- * Adding a kind is a file and a row: the file defines a ferry__opener (declared
- * in spec.h) beside the kind's dataset or stream, the row names it here with the
- * kind's flags. The order of the rows is the order of the "known" list that an
- * unknown kind's message prints.
+ * The registry of source kinds: "kind:location,key=value,..." split by spec.c and
+ * opened by its kind's opener from the table below (the order of its rows is that
+ * of the "known" list). Adding a kind is a file with its opener, and a row.
  */
 #include "spec.h"
 #include "ferry/pipeline.h"

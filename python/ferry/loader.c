@@ -605,6 +605,26 @@ static PyObject *loader_state_save(PyObject *op, PyObject *unused)
     return r;
 }
 
+/* The library's check of a saved state, as state_resume makes it (loader/state.c). */
+int ferry__loader_state_check(const ferry_loader *l, const void *buf, size_t n, uint64_t *epoch,
+                              uint64_t *first);
+
+/* state_check(bytes) -> (epoch, next batch): what state_resume would refuse, raised
+ * now, without touching the loader */
+static PyObject *loader_state_check(PyObject *op, PyObject *args)
+{
+    LoaderObject *self = (LoaderObject *)op;
+    const char *buf;
+    Py_ssize_t len;
+    uint64_t epoch, first;
+    if (!PyArg_ParseTuple(args, "y#", &buf, &len) || check_open(self) < 0)
+        return NULL;
+    int rc = ferry__loader_state_check(self->l, buf, (size_t)len, &epoch, &first);
+    if (rc < 0)
+        return fpy_raise_last(rc);
+    return Py_BuildValue("(KK)", (unsigned long long)epoch, (unsigned long long)first);
+}
+
 /* state_resume(bytes): continues where the state says (a stream restores its
  * shards' positions, or reads them again up to there, on this thread) */
 static PyObject *loader_state_resume(PyObject *op, PyObject *args)
@@ -648,7 +668,12 @@ static Py_ssize_t loader_len(PyObject *op)
     LoaderObject *self = (LoaderObject *)op;
     if (check_open(self) < 0)
         return -1;
-    return (Py_ssize_t)ferry_loader_len(self->l);
+    uint64_t n = ferry_loader_len(self->l);
+    if (n > (uint64_t)PY_SSIZE_T_MAX) { /* a stream's: not known */
+        PyErr_SetString(PyExc_TypeError, "a stream loader has no length");
+        return -1;
+    }
+    return (Py_ssize_t)n;
 }
 
 #define STAT(key, expr)                                                                            \
@@ -747,6 +772,7 @@ static PyMethodDef loader_methods[] = {
     {"cancel", loader_cancel, METH_NOARGS, "cancel(): a waiting next() returns at once"},
     {"state_save", loader_state_save, METH_NOARGS, "state_save() -> bytes"},
     {"state_resume", loader_state_resume, METH_VARARGS, "state_resume(bytes)"},
+    {"state_check", loader_state_check, METH_VARARGS, "state_check(bytes) -> (epoch, batch)"},
     {"close", loader_close_m, METH_NOARGS, "close(): stops the workers"},
     {"stats", loader_stats, METH_NOARGS, "stats() -> dict"},
     {NULL}};

@@ -474,6 +474,32 @@ def test_stream_state_resumes_exactly(tmp_path):
         ferry.DataLoader(src, batch_size=8).load_state_dict(state)
 
 
+def test_a_damaged_stream_state_is_refused_when_loaded(tmp_path):
+    d = tmp_path / "csv"
+    d.mkdir()
+    (d / "part-00000").write_text("".join("%d,%d\n" % (i, i % 7) for i in range(200)))
+    src = "csv:%s" % d
+    dl = ferry.DataLoader(src, batch_size=7, output="numpy")
+    it = iter(dl)
+    head = [next(it) for _ in range(3)]
+    state = dl.state_dict()
+    rest = list(it)
+    again = ferry.DataLoader(src, batch_size=7, output="numpy")
+    blob = bytearray.fromhex(state["stream"])
+    blob[len(blob) // 2] ^= 1
+    with pytest.raises(ValueError, match="'stream' entry is refused: .*CRC mismatch"):
+        again.load_state_dict(dict(state, stream=blob.hex()))
+    # batches=0 with a stream entry: checked too, not ignored
+    with pytest.raises(ValueError, match="at epoch 0, batch 3; the state says epoch 0, batch 0"):
+        again.load_state_dict(dict(state, batches=0))
+    with pytest.raises(ValueError, match="CRC mismatch"):
+        again.load_state_dict(dict(state, batches=0, stream=blob.hex()))
+    again.load_state_dict(state)  # nothing was changed by the refusals
+    got = list(again)
+    assert len(head) + len(got) == len(head) + len(rest)
+    assert all(np.array_equal(a[k], b[k]) for a, b in zip(got, rest) for k in a)
+
+
 def test_streams_refuse_shuffle_and_have_no_len(tmp_path):
     d = tmp_path / "csv"
     d.mkdir()

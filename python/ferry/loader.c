@@ -544,9 +544,13 @@ static PyObject *loader_next(PyObject *op, PyObject *args)
         Py_RETURN_NONE;
     if (rc < 0) {
         if (rc == FERRY_ETIMEDOUT && self->poll) {
+            /* the loader's own wait was the short poll: say the caller's */
             char msg[1024];
-            snprintf(msg, sizeof msg, "no batch within timeout=%g s: %s", timeout,
-                     ferry_loader_errmsg(self->l));
+            const char *m = ferry_loader_errmsg(self->l), *w = strstr(m, " waiting for batch");
+            if (w && !strncmp(m, "loader: timed out after ", 24))
+                m = w + 1;
+            snprintf(msg, sizeof msg, "no batch within timeout=%g s: %s%s", timeout,
+                     m == ferry_loader_errmsg(self->l) ? "" : "loader: ", m);
             return fpy_raise_rc(rc, msg);
         }
         return raise_loader(self, rc);

@@ -300,6 +300,23 @@ def test_timeout():
     dl.close()
 
 
+def test_the_timeout_message_says_the_callers_timeout():
+    dl = ferry.DataLoader("synthetic:10,sleep_us=2000000", batch_size=10, num_workers=1,
+                          timeout=0.5)
+    with pytest.raises(ferry.TimeoutError) as e:
+        next(iter(dl))
+    assert "no batch within timeout=0.5 s: loader: waiting for batch 0" in str(e.value)
+    assert " ms" not in str(e.value)  # not the internal poll's 100 ms
+    dl.close()
+
+
+def test_internal_types_cannot_be_made_empty():
+    # their objects come only from ferry's functions; an empty one would crash
+    for t in (ferry._ferry.Sampler, ferry._ferry.Source, ferry._ferry.Tensor):
+        with pytest.raises(TypeError):
+            t.__new__(t)
+
+
 def test_getitem_raising_is_chained():
     class Bad:
         def __len__(self):

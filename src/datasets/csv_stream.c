@@ -8,7 +8,7 @@
  */
 #include "csv_internal.h"
 #include "../io/io.h"
-#include "../io/zread.h"
+#include "../io/seqread.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -41,7 +41,7 @@ typedef struct {
 /* Lines of one file, read through a buffer of READ_CAP bytes; gzip and zstd files
  * are decoded on the way (found by their magic bytes). */
 typedef struct {
-    ferry__zread sr; /* sr.open when a file is open */
+    ferry__seqread sr; /* sr.src set when a file is open */
     char *buf;
     size_t start, end; /* unread bytes: buf[start .. end) */
     uint64_t buf_off;  /* the decoded file offset of buf[0] */
@@ -74,12 +74,13 @@ static int reader_open(reader *r, const csv_source *src, uint64_t part)
     r->eof = false;
     r->broken = false;
     r->line = 0;
-    return ferry__zread_open(&r->sr, r->path);
+    ferry__seqread_close(&r->sr);
+    return ferry__seqread_open(&r->sr, r->path, r->path, FERRY__COMP_AUTO, 0);
 }
 
 static void reader_close(reader *r)
 {
-    ferry__zread_close(&r->sr);
+    ferry__seqread_close(&r->sr);
 }
 
 /* More bytes after buf[end]; sets eof at the end of the data. */
@@ -88,12 +89,12 @@ static int reader_fill(reader *r)
     size_t want = READ_CAP - r->end, got;
     if (r->chunk && want > r->chunk)
         want = r->chunk;
-    int rc = ferry__zread_read(&r->sr, r->buf + r->end, want, &got);
+    int rc = ferry__seqread_read(&r->sr, r->buf + r->end, want, &got);
     if (rc < 0) {
         r->broken = true;
         return rc;
     }
-    r->eof = got < want && !r->sr.broken; /* short at the end, or before an error */
+    r->eof = got < want && !r->sr.err; /* short at the end, or before an error */
     r->end += got;
     return 0;
 }
@@ -175,7 +176,7 @@ static void reader_free(reader *r)
 {
     if (!r)
         return;
-    ferry__zread_free(&r->sr);
+    ferry__seqread_close(&r->sr);
     ferry__free(r->buf);
     ferry__free(r->path);
 }
@@ -250,7 +251,7 @@ static int csv_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
     size_t len;
     int rc;
     for (;;) {
-        if (!it->r.sr.open) {
+        if (!it->r.sr.src) {
             if (it->part >= src->nparts)
                 return FERRY_END;
             rc = reader_open(&it->r, src, it->part);
@@ -316,23 +317,24 @@ static int reader_goto(reader *r, uint64_t off, bool end_ok)
     r->buf_off = off;
     r->eof = false;
     r->broken = false;
+    uint64_t at;
     if (off == 0)
-        return ferry__zread_seek(&r->sr, 0);
-    int rc = ferry__zread_seek(&r->sr, off - 1);
+        return ferry__seqread_seek(&r->sr, 0, &at);
+    int rc = ferry__seqread_seek(&r->sr, off - 1, &at);
     if (rc < 0)
         return rc;
-    if (r->sr.pos != off - 1)
+    if (at != off - 1)
         return GOTO_PAST_END;
     char c;
     size_t got;
-    if ((rc = ferry__zread_read(&r->sr, &c, 1, &got)) < 0)
+    if ((rc = ferry__seqread_read(&r->sr, &c, 1, &got)) < 0)
         return rc;
     if (got == 0)
         return GOTO_PAST_END;
     if (c == '\n')
         return GOTO_OK;
     if (end_ok) { /* after a last line without "\n", or a long line passed over */
-        if ((rc = ferry__zread_read(&r->sr, &c, 1, &got)) < 0)
+        if ((rc = ferry__seqread_read(&r->sr, &c, 1, &got)) < 0)
             return rc;
         if (got == 0)
             return GOTO_OK;
@@ -344,7 +346,7 @@ static int csv_save(void *iter, ferry_state *w)
 {
     csv_iter *it = iter;
     const csv_source *src = it->src;
-    bool open = it->r.sr.open;
+    bool open = it->r.sr.src != NULL;
     ferry_state_put_u64(w, CSV_STATE_TAG);
     ferry_state_put_u64(w, src->header);
     ferry_state_put_u64(w, src->nparts);
@@ -468,7 +470,7 @@ static int csv_fetch(void *iter, const ferry_pos *pos, ferry_sample *out, ferry_
         it->fr = f;
     }
     reader *r = it->fr;
-    if (!r->sr.open || it->fr_part != pos->a) {
+    if (!r->sr.src || it->fr_part != pos->a) {
         if ((rc = reader_open(r, src, pos->a)) < 0) {
             reader_close(r);
             return rc;
@@ -638,7 +640,7 @@ static int detect_cols(const csv_source *src, char delim, size_t *ncols)
     *ncols = n;
     rc = 0;
 cleanup:
-    ferry__zread_free(&r.sr);
+    ferry__seqread_close(&r.sr);
     ferry__free(r.buf);
     ferry__free(r.path);
     return rc;

@@ -610,12 +610,13 @@ static int tfr_open(tfr **out, const char *location, const ferry_tfrecord_opts *
             ferry__tfr_reader rd;
             /* a small window: the reads stop at the headers */
             FERRY_TRY(ferry__tfr_open(&rd, path, path, t->o.compression, t->o.max_record, 4096));
-            if (rd.r.gzip) {
+            if (rd.r.compressed) {
+                const char *c = rd.r.compressed;
                 ferry__tfr_close(&rd);
                 FERRY_FAIL(FERRY_ENOTSUP,
-                           "%s: gzip-compressed: a map-style dataset needs uncompressed files "
-                           "(read gzip files as a stream)",
-                           path);
+                           "%s: %s-compressed: a map-style dataset needs uncompressed files "
+                           "(read %s files as a stream)",
+                           path, c, c);
             }
             size_t cap = 1024, cnt = 0;
             uint64_t *offs = ferry__malloc(cap * sizeof *offs);
@@ -825,7 +826,7 @@ static int st_open(void *self, uint64_t shard, uint64_t nshards, uint64_t epoch,
 
 /* raw: a small window, so that large records are read from the file straight
  * into the sample (ferry__tfr_next_into); for fetch too, where each fetch away from
- * the last one reads a window (a gzip file's is 256 KiB whatever is asked) */
+ * the last one reads a window (a compressed file's is 64 KiB at least) */
 static int open_reader(const tfr *t, ferry__tfr_reader *rd, const char *path, bool fetch)
 {
     size_t window = t->o.raw || fetch ? (size_t)16 << 10 : 0;
@@ -924,7 +925,7 @@ static int st_save(void *iter, ferry_state *w)
     ferry_state_put_u64(w, it->pos);
     ferry_state_put_u64(w, it->pos < t->files.n ? ferry_permutation_at(&it->order, it->pos)
                                                 : UINT64_MAX);
-    ferry_state_put_u64(w, it->open ? it->rd.r.f.size : 0);
+    ferry_state_put_u64(w, it->open ? it->rd.r.size : 0);
     ferry_state_put_u64(w, it->open ? it->rd.r.off : 0);
     ferry_state_put_u64(w, it->open ? it->rd.record : 0);
     return 0;
@@ -964,11 +965,11 @@ static int st_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
         return rc;
     it->open = true; /* closed by st_close, also after an error */
     it->pos = pos;
-    if (it->rd.r.f.size != size)
+    if (it->rd.r.size != size)
         return ferry__err(FERRY_ECORRUPT,
                           "tfrecord stream: %s is %llu bytes, %llu when the state was saved "
                           "(the file changed)",
-                          path, (unsigned long long)it->rd.r.f.size, (unsigned long long)size);
+                          path, (unsigned long long)it->rd.r.size, (unsigned long long)size);
     uint64_t at;
     if ((rc = ferry__seqread_seek(&it->rd.r, off, &at)) < 0)
         return rc;
@@ -977,7 +978,7 @@ static int st_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
                           "tfrecord stream: the state names offset %llu of %s, which ends at "
                           "%llu%s",
                           (unsigned long long)off, path, (unsigned long long)at,
-                          it->rd.r.gzip ? " (decompressed)" : "");
+                          it->rd.r.compressed ? " (decompressed)" : "");
     it->rd.record = record;
     return 0;
 }
@@ -1020,7 +1021,7 @@ static int st_fetch(void *iter, const ferry_pos *pos, ferry_sample *out, ferry_c
         return ferry__err(FERRY_ERANGE,
                           "%s: no record %llu at offset %llu%s: the file ends at %llu", path,
                           (unsigned long long)pos->c, (unsigned long long)pos->b,
-                          it->fr.r.gzip ? " (decompressed)" : "", (unsigned long long)at);
+                          it->fr.r.compressed ? " (decompressed)" : "", (unsigned long long)at);
     return rc;
 }
 
@@ -1087,7 +1088,7 @@ int ferry__tfrecord_open_spec(ferry_dataset **ds, ferry_stream **st, ferry__spec
             for (size_t k = 0; k < f.n && !stream; k++) {
                 ferry__seqread r;
                 if (ferry__seqread_open(&r, f.paths[k], f.paths[k], o.compression, 4096) == 0) {
-                    stream = r.gzip;
+                    stream = r.compressed != NULL;
                     ferry__seqread_close(&r);
                 }
             }
@@ -1096,7 +1097,8 @@ int ferry__tfrecord_open_spec(ferry_dataset **ds, ferry_stream **st, ferry__spec
     }
     if (stream)
         return st ? ferry_stream_tfrecord(st, s->location, &o, seed)
-                  : ferry__err(FERRY_EINVAL, "source tfrecord: gzip files make a stream; open "
-                                             "it with ferry_source_open");
+                  : ferry__err(FERRY_EINVAL,
+                               "source tfrecord: compressed files make a stream; open "
+                               "it with ferry_source_open");
     return ferry_dataset_tfrecord(ds, s->location, &o);
 }

@@ -68,7 +68,8 @@ static bool want_tar(const char *name)
 {
     size_t n = strlen(name);
     return (n > 4 && !strcmp(name + n - 4, ".tar")) ||
-           (n > 7 && !strcmp(name + n - 7, ".tar.gz")) || (n > 4 && !strcmp(name + n - 4, ".tgz"));
+           (n > 7 && !strcmp(name + n - 7, ".tar.gz")) ||
+           (n > 4 && !strcmp(name + n - 4, ".tgz")) || (n > 8 && !strcmp(name + n - 8, ".tar.zst"));
 }
 
 /* KEY.EXT: the key's length and the extension. */
@@ -148,7 +149,7 @@ static int scan(wds *w, uint32_t k, uint64_t limit)
 {
     const char *path = w->files.paths[k];
     ferry__tar tar;
-    int rc = ferry__tar_open(&tar, path, path, FERRY__GZ_AUTO, 0, 0);
+    int rc = ferry__tar_open(&tar, path, path, FERRY__COMP_AUTO, 0, 0);
     if (rc < 0)
         return rc;
     char *key = ferry__malloc(FERRY__TAR_MAX_NAME + 1);
@@ -334,7 +335,7 @@ static int wds_open(wds **out, const char *location, const ferry_wds_opts *o, bo
     if (!w->o.max_member)
         w->o.max_member = DEFAULT_MAX_MEMBER;
     FERRY_TRY(ferry__shard_files_list(&w->files, "wds", location, want_tar,
-                                      "tar files (.tar, .tar.gz, .tgz)"));
+                                      "tar files (.tar, .tar.gz, .tgz, .tar.zst)"));
     if (map) {
         if (!(w->fds = ferry__calloc(w->files.n, sizeof *w->fds)))
             FERRY_FAIL(FERRY_ENOMEM, "wds: out of memory");
@@ -342,14 +343,15 @@ static int wds_open(wds **out, const char *location, const ferry_wds_opts *o, bo
             w->fds[k].fd = -1;
         for (size_t k = 0; k < w->files.n; k++) {
             FERRY_TRY(ferry__file_open(&w->fds[k], w->files.paths[k]));
-            uint8_t magic[2];
+            uint8_t magic[8];
             size_t got;
-            FERRY_TRY(ferry__file_pread(&w->fds[k], w->files.paths[k], magic, 2, 0, &got));
-            if (got == 2 && magic[0] == 0x1f && magic[1] == 0x8b)
+            FERRY_TRY(ferry__file_pread(&w->fds[k], w->files.paths[k], magic, 8, 0, &got));
+            const char *c = ferry__compression_of(magic, got);
+            if (c)
                 FERRY_FAIL(FERRY_ENOTSUP,
-                           "%s: gzip-compressed: a map-style dataset needs uncompressed tars "
+                           "%s: %s-compressed: a map-style dataset needs uncompressed tars "
                            "(read it as a stream)",
-                           w->files.paths[k]);
+                           w->files.paths[k], c);
             FERRY_TRY(scan(w, (uint32_t)k, UINT64_MAX));
         }
         if (w->nsamples == 0)
@@ -659,7 +661,7 @@ static int ws_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
         uint64_t file = ferry_permutation_at(&it->order, it->pos);
         const char *path = w->files.paths[file];
         if (!it->rd.open) {
-            if ((rc = ferry__tar_open(&it->rd.tar, path, path, FERRY__GZ_AUTO, w->o.max_member,
+            if ((rc = ferry__tar_open(&it->rd.tar, path, path, FERRY__COMP_AUTO, w->o.max_member,
                                       0)) < 0) {
                 it->pos += it->step;
                 return rc;
@@ -721,7 +723,7 @@ static int ws_save(void *iter, ferry_state *s)
     ferry_state_put_u64(s, it->pos);
     ferry_state_put_u64(s, it->pos < w->files.n ? ferry_permutation_at(&it->order, it->pos)
                                                 : UINT64_MAX);
-    ferry_state_put_u64(s, c->open ? c->tar.r.f.size : 0);
+    ferry_state_put_u64(s, c->open ? c->tar.r.size : 0);
     ferry_state_put_u64(s, off);
     ferry_state_put_u64(s, pending);
     ferry_state_put_u64(s, headers);
@@ -768,15 +770,15 @@ static int ws_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
                           "headers before) of %s: not a place in a tar",
                           (unsigned long long)off, (unsigned long long)pending,
                           (unsigned long long)headers, path);
-    if ((rc = ferry__tar_open(&c->tar, path, path, FERRY__GZ_AUTO, w->o.max_member, 0)) < 0)
+    if ((rc = ferry__tar_open(&c->tar, path, path, FERRY__COMP_AUTO, w->o.max_member, 0)) < 0)
         return rc;
     c->open = true; /* closed by ws_close, also after an error */
     it->pos = pos;
-    if (c->tar.r.f.size != size)
+    if (c->tar.r.size != size)
         return ferry__err(FERRY_ECORRUPT,
                           "wds stream: %s is %llu bytes, %llu when the state was saved (the tar "
                           "changed)",
-                          path, (unsigned long long)c->tar.r.f.size, (unsigned long long)size);
+                          path, (unsigned long long)c->tar.r.size, (unsigned long long)size);
     uint64_t at;
     if ((rc = ferry__seqread_seek(&c->tar.r, off, &at)) < 0)
         return rc;
@@ -784,7 +786,7 @@ static int ws_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
         return ferry__err(FERRY_ECORRUPT,
                           "wds stream: the state names offset %llu of %s, which ends at %llu%s",
                           (unsigned long long)off, path, (unsigned long long)at,
-                          c->tar.r.gzip ? " (decompressed)" : "");
+                          c->tar.r.compressed ? " (decompressed)" : "");
     c->tar.pending = pending;
     c->tar.headers = headers;
     c->dropping = drop != 0;
@@ -809,7 +811,7 @@ static int ws_fetch(void *iter, const ferry_pos *pos, ferry_sample *out, ferry_c
     if (c->open && it->fr_file != pos->a)
         ws_reader_close(c);
     if (!c->open) {
-        if ((rc = ferry__tar_open(&c->tar, path, path, FERRY__GZ_AUTO, w->o.max_member,
+        if ((rc = ferry__tar_open(&c->tar, path, path, FERRY__COMP_AUTO, w->o.max_member,
                                   FETCH_WINDOW)) < 0)
             return rc;
         c->open = true;
@@ -831,14 +833,14 @@ static int ws_fetch(void *iter, const ferry_pos *pos, ferry_sample *out, ferry_c
         if (at != pos->b)
             return ferry__err(FERRY_ERANGE, "%s: no sample at offset %llu%s: the tar ends at %llu",
                               path, (unsigned long long)pos->b,
-                              c->tar.r.gzip ? " (decompressed)" : "", (unsigned long long)at);
+                              c->tar.r.compressed ? " (decompressed)" : "", (unsigned long long)at);
     }
     uint64_t hoff = 0, hidx = 0;
     int broken = 0;
     rc = ws_sample(w, c, path, false, out, &hoff, &hidx, &broken);
     if (rc == FERRY_END)
         return ferry__err(FERRY_ERANGE, "%s: no sample at offset %llu%s: the tar ends there", path,
-                          (unsigned long long)pos->b, c->tar.r.gzip ? " (decompressed)" : "");
+                          (unsigned long long)pos->b, c->tar.r.compressed ? " (decompressed)" : "");
     if (rc < 0 && broken)
         ws_reader_close(c);
     return rc;
@@ -886,8 +888,8 @@ int ferry__wds_open_spec(ferry_dataset **ds, ferry_stream **st, ferry__spec *s)
         if (ferry__shard_files_list(&f, "wds", s->location, want_tar, "tar files") == 0) {
             for (size_t k = 0; k < f.n && !stream; k++) {
                 ferry__seqread r;
-                if (ferry__seqread_open(&r, f.paths[k], f.paths[k], FERRY__GZ_AUTO, 4096) == 0) {
-                    stream = r.gzip;
+                if (ferry__seqread_open(&r, f.paths[k], f.paths[k], FERRY__COMP_AUTO, 4096) == 0) {
+                    stream = r.compressed != NULL;
                     ferry__seqread_close(&r);
                 }
             }
@@ -896,7 +898,7 @@ int ferry__wds_open_spec(ferry_dataset **ds, ferry_stream **st, ferry__spec *s)
     }
     if (stream)
         return st ? ferry_stream_wds(st, s->location, &o, seed)
-                  : ferry__err(FERRY_EINVAL, "source wds: gzipped tars make a stream; open it "
+                  : ferry__err(FERRY_EINVAL, "source wds: compressed tars make a stream; open it "
                                              "with ferry_source_open");
     return ferry_dataset_wds(ds, s->location, &o);
 }

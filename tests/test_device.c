@@ -536,23 +536,33 @@ static uint64_t fnv(const void *p, size_t n)
     return h;
 }
 
+/* A ring of max buffers of n bytes on the stand-in, and a second device handle
+ * for host memory (the ring takes its own over). */
+static ferry__dring *ring_new(size_t n, uint32_t max, ferry_device **host)
+{
+    use_fake(1, 0, 0);
+    ferry_device *d;
+    ferry__dring *r;
+    CHECK_OK(ferry_device_open(&d, "cuda:0"));
+    CHECK_OK(ferry_device_open(host, "cuda"));
+    CHECK_OK(ferry__dring_create(&r, d, n, max));
+    return r;
+}
+
 /* A consumer takes a buffer on its stream, queues a kernel that reads it, and
  * gives it back before the kernel has run; the next copy into the same buffer
  * must wait for that kernel. The queues run only at the end, so a copy that did
  * not wait would show the second batch's bytes to the first kernel. */
 TEST(ring_reuses_a_buffer_only_after_the_consumers_work)
 {
-    use_fake(1, 0, 0);
-    ferry_device *d;
-    CHECK_OK(ferry_device_open(&d, "cuda"));
-    ferry__dring *r;
     enum { N = 8192 };
-    CHECK_OK(ferry__dring_create(&r, d, N, 1));
+    ferry_device *h;
+    ferry__dring *r = ring_new(N, 1, &h);
     void *stream = fake_stream_new();
     uint8_t *host[3];
     uint64_t want[3], got[3] = {0};
     for (int k = 0; k < 3; k++) {
-        CHECK_OK(ferry_device_host_alloc(d, N, (void **)&host[k]));
+        CHECK_OK(ferry_device_host_alloc(h, N, (void **)&host[k]));
         memset(host[k], 'a' + k, N);
         want[k] = fnv(host[k], N);
     }
@@ -583,7 +593,8 @@ TEST(ring_reuses_a_buffer_only_after_the_consumers_work)
     CHECK_U64(st.device_bytes, N);
     ferry__dring_free(r);
     for (int k = 0; k < 3; k++)
-        ferry_device_host_free(d, host[k], N);
+        ferry_device_host_free(h, host[k], N);
+    ferry_device_free(h);
     CHECK_EQ(sim().allocs_live, 0);
     CHECK_EQ(sim().events_live, 0);
     CHECK_EQ(sim().streams_live, 1); /* the test's own stream */
@@ -597,15 +608,12 @@ TEST(ring_reuses_a_buffer_only_after_the_consumers_work)
  * batch's bytes. (Shows that the test above can fail.) */
 TEST(ring_without_the_consumers_stream_is_caught_by_the_stand_in)
 {
-    use_fake(1, 0, 0);
-    ferry_device *d;
-    CHECK_OK(ferry_device_open(&d, "cuda"));
-    ferry__dring *r;
     enum { N = 4096 };
-    CHECK_OK(ferry__dring_create(&r, d, N, 1));
+    ferry_device *h;
+    ferry__dring *r = ring_new(N, 1, &h);
     void *stream = fake_stream_new();
     uint8_t *host;
-    CHECK_OK(ferry_device_host_alloc(d, N, (void **)&host));
+    CHECK_OK(ferry_device_host_alloc(h, N, (void **)&host));
     memset(host, 'x', N);
     uint64_t want = fnv(host, N), got = 0;
     ferry__dbuf *b;
@@ -620,7 +628,8 @@ TEST(ring_without_the_consumers_stream_is_caught_by_the_stand_in)
     CHECK(got != want);
     ferry__dbuf_unref(b);
     ferry__dring_free(r);
-    ferry_device_host_free(d, host, N);
+    ferry_device_host_free(h, host, N);
+    ferry_device_free(h);
     CHECK_EQ(sim().sim_errors, 0);
 }
 
@@ -629,14 +638,11 @@ TEST(ring_without_the_consumers_stream_is_caught_by_the_stand_in)
  * buffers held is FERRY_ESTATE; buffers outlive the ring's owner. */
 TEST(ring_limits_buffers_and_outlives_its_owner)
 {
-    use_fake(1, 0, 0);
-    ferry_device *d;
-    CHECK_OK(ferry_device_open(&d, "cuda:0"));
-    ferry__dring *r;
     enum { N = 1000 };
-    CHECK_OK(ferry__dring_create(&r, d, N, 2));
+    ferry_device *h;
+    ferry__dring *r = ring_new(N, 2, &h);
     uint8_t *host;
-    CHECK_OK(ferry_device_host_alloc(d, N, (void **)&host));
+    CHECK_OK(ferry_device_host_alloc(h, N, (void **)&host));
     ferry__dbuf *b[3];
     memset(host, 1, N);
     CHECK_OK(ferry__dring_copy(r, host, N, &b[0]));
@@ -659,7 +665,8 @@ TEST(ring_limits_buffers_and_outlives_its_owner)
     CHECK_EQ(sim().events_live, 0);
     CHECK_EQ(sim().streams_live, 0);
     CHECK_EQ(sim().host_overwritten, 0);
-    ferry_device_host_free(d, host, N);
+    ferry_device_host_free(h, host, N);
+    ferry_device_free(h);
     CHECK_EQ(sim().sim_errors, 0);
     CHECK_EQ(fake().errors, 0);
     CHECK_EQ(fake().ctx_refs, 0);

@@ -35,11 +35,14 @@
 #ifndef FERRY_LMDB_H
 #define FERRY_LMDB_H
 
-#include "dataset.h"
+#include "sample.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Made by the constructors below; used through ferry/dataset.h (the layer above). */
+typedef struct ferry_dataset ferry_dataset;
 
 /* ---- Caffe Datum ---- */
 

@@ -44,11 +44,14 @@
 #ifndef FERRY_MDS_H
 #define FERRY_MDS_H
 
-#include "dataset.h"
+#include "sample.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Made by the constructors below; used through ferry/dataset.h (the layer above). */
+typedef struct ferry_dataset ferry_dataset;
 
 #define FERRY_MDS_MAX_INDEX ((uint64_t)256 << 20) /* index.json larger than this is refused */
 

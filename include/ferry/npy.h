@@ -32,11 +32,14 @@
 #ifndef FERRY_NPY_H
 #define FERRY_NPY_H
 
-#include "dataset.h"
+#include "sample.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Made by the constructors below; used through ferry/dataset.h (the layer above). */
+typedef struct ferry_dataset ferry_dataset;
 
 #define FERRY_NPY_MAX_HEADER ((size_t)1 << 20) /* header_len above this is refused */
 

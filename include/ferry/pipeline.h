@@ -36,14 +36,17 @@
 #ifndef FERRY_PIPELINE_H
 #define FERRY_PIPELINE_H
 
-#include "ferry/core.h"
-#include "ferry/dataset.h"
+#include "ferry/sample.h"
 #include "ferry/image.h"
 #include "ferry/transform.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Made by the constructors below; used through ferry/dataset.h (the layer above). */
+typedef struct ferry_dataset ferry_dataset;
+typedef struct ferry_stream ferry_stream;
 
 typedef enum ferry_pipeline_mode {
     FERRY_PIPELINE_EVAL = 0,

@@ -53,11 +53,15 @@
 #ifndef FERRY_TFRECORD_H
 #define FERRY_TFRECORD_H
 
-#include "dataset.h"
+#include "sample.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Made by the constructors below; used through ferry/dataset.h (the layer above). */
+typedef struct ferry_dataset ferry_dataset;
+typedef struct ferry_stream ferry_stream;
 
 enum { FERRY_TFRECORD_AUTO = 0, FERRY_TFRECORD_NONE = 1, FERRY_TFRECORD_GZIP = 2 };
 enum { FERRY_TFRECORD_MISSING_ERROR = 0, FERRY_TFRECORD_MISSING_FILL = 1 };

@@ -23,11 +23,14 @@
 #ifndef FERRY_TOKENS_H
 #define FERRY_TOKENS_H
 
-#include "dataset.h"
+#include "sample.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Made by the constructors below; used through ferry/dataset.h (the layer above). */
+typedef struct ferry_dataset ferry_dataset;
 
 #define FERRY_TOKENS_MAGIC 20240520
 #define FERRY_TOKENS_HEADER 1024

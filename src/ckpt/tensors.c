@@ -3,7 +3,6 @@
  * nothing, zero-copy loading from a mapping, and a multi-threaded atomic writer.
  */
 #include "ferry/tensors.h"
-#include "ferry/records.h"
 
 #include "../core/internal.h"
 #include "../formats/json.h"

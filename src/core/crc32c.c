@@ -12,7 +12,6 @@
  * modulo the polynomial done with four table lookups (after Mark Adler's crc32c.c).
  */
 #include "internal.h"
-#include "ferry/records.h"
 
 #include <string.h>
 

@@ -116,7 +116,7 @@ size_t ferry__queue_size(ferry__queue *q);
 bool ferry__parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
 bool ferry__parse_u64(const char *s, uint64_t *out);
 
-/* Checks a schema: names, dtypes, shapes and byte sizes in range (core/fields.c). */
+/* Checks a schema: names, dtypes, shapes and byte sizes in range (core/sample.c). */
 struct ferry_field;
 int ferry__check_fields(const struct ferry_field *fields, int nfields);
 

@@ -2,7 +2,6 @@
  * TFRecord files: the framing, both CRCs checked.
  */
 #include "tfrecord_internal.h"
-#include "ferry/records.h"
 
 #include <limits.h>
 #include <string.h>

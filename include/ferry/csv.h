@@ -29,8 +29,7 @@
 extern "C" {
 #endif
 
-/* Made by the constructors below; used through ferry/dataset.h (the layer above). */
-typedef struct ferry_stream ferry_stream;
+typedef struct ferry_stream ferry_stream; /* made below, used through ferry/dataset.h */
 
 /* Limits on untrusted input. A line has at most FERRY_CSV_MAX_LINE bytes (without
  * its line ending), a row at most FERRY_CSV_MAX_COLS columns (so in practice at most

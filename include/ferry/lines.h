@@ -21,8 +21,7 @@
 extern "C" {
 #endif
 
-/* Made by the constructors below; used through ferry/dataset.h (the layer above). */
-typedef struct ferry_dataset ferry_dataset;
+typedef struct ferry_dataset ferry_dataset; /* made below, used through ferry/dataset.h */
 
 /* Writes the index of `path` to `index_path` (NULL: path + ".fidx"). The index is
  * written to a temporary file, synced and renamed into place: a reader sees the

@@ -41,8 +41,7 @@
 extern "C" {
 #endif
 
-/* Made by the constructors below; used through ferry/dataset.h (the layer above). */
-typedef struct ferry_dataset ferry_dataset;
+typedef struct ferry_dataset ferry_dataset; /* made below, used through ferry/dataset.h */
 
 /* ---- Caffe Datum ---- */
 

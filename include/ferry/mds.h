@@ -50,8 +50,7 @@
 extern "C" {
 #endif
 
-/* Made by the constructors below; used through ferry/dataset.h (the layer above). */
-typedef struct ferry_dataset ferry_dataset;
+typedef struct ferry_dataset ferry_dataset; /* made below, used through ferry/dataset.h */
 
 #define FERRY_MDS_MAX_INDEX ((uint64_t)256 << 20) /* index.json larger than this is refused */
 

@@ -38,8 +38,7 @@
 extern "C" {
 #endif
 
-/* Made by the constructors below; used through ferry/dataset.h (the layer above). */
-typedef struct ferry_dataset ferry_dataset;
+typedef struct ferry_dataset ferry_dataset; /* made below, used through ferry/dataset.h */
 
 #define FERRY_NPY_MAX_HEADER ((size_t)1 << 20) /* header_len above this is refused */
 

@@ -13,7 +13,8 @@
  * comes from ferry_ctx_scratch (per worker, reused).
  *
  * The formats (ferry/records.h, ferry/npy.h, ...) read and write samples in these
- * terms, the datasets (ferry/dataset.h) hand them to the loader (ferry/loader.h).
+ * terms and name the datasets their constructors make without including
+ * ferry/dataset.h, which hands samples to the loader (ferry/loader.h).
  */
 #ifndef FERRY_SAMPLE_H
 #define FERRY_SAMPLE_H

@@ -59,8 +59,7 @@
 extern "C" {
 #endif
 
-/* Made by the constructors below; used through ferry/dataset.h (the layer above). */
-typedef struct ferry_dataset ferry_dataset;
+typedef struct ferry_dataset ferry_dataset; /* made below, used through ferry/dataset.h */
 typedef struct ferry_stream ferry_stream;
 
 enum { FERRY_TFRECORD_AUTO = 0, FERRY_TFRECORD_NONE = 1, FERRY_TFRECORD_GZIP = 2 };

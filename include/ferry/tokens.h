@@ -29,8 +29,7 @@
 extern "C" {
 #endif
 
-/* Made by the constructors below; used through ferry/dataset.h (the layer above). */
-typedef struct ferry_dataset ferry_dataset;
+typedef struct ferry_dataset ferry_dataset; /* made below, used through ferry/dataset.h */
 
 #define FERRY_TOKENS_MAGIC 20240520
 #define FERRY_TOKENS_HEADER 1024

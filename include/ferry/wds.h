@@ -42,8 +42,7 @@
 extern "C" {
 #endif
 
-/* Made by the constructors below; used through ferry/dataset.h (the layer above). */
-typedef struct ferry_dataset ferry_dataset;
+typedef struct ferry_dataset ferry_dataset; /* made below, used through ferry/dataset.h */
 typedef struct ferry_stream ferry_stream;
 
 enum { FERRY_WDS_MISSING_ERROR = 0, FERRY_WDS_MISSING_SKIP = 1 };

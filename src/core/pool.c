@@ -172,12 +172,11 @@ typedef struct loop {
     size_t n;
     atomic_size_t next;  /* the next i to take */
     atomic_uint workers; /* worker numbers handed out */
-    atomic_bool failed;
+    atomic_bool failed;  /* the first to set it keeps its code and message */
+    int rc;
+    char msg[FERRY_ERRMSG_MAX];
     ferry__for_fn fn;
     void *arg;
-    pthread_mutex_t m;
-    int rc; /* the first failure, and its message */
-    char msg[FERRY_ERRMSG_MAX];
 } loop;
 
 static void loop_main(void *arg)
@@ -189,14 +188,9 @@ static void loop_main(void *arg)
         if (i >= l->n)
             break;
         int rc = l->fn(l->arg, i, worker);
-        if (rc < 0) {
-            pthread_mutex_lock(&l->m);
-            if (l->rc == 0) {
-                l->rc = rc;
-                ferry__err_copy(l->msg);
-            }
-            pthread_mutex_unlock(&l->m);
-            atomic_store(&l->failed, true);
+        if (rc < 0 && !atomic_exchange(&l->failed, true)) {
+            l->rc = rc;
+            ferry__err_copy(l->msg);
         }
     }
 }
@@ -204,10 +198,6 @@ static void loop_main(void *arg)
 int ferry__parallel_for(size_t n, unsigned threads, ferry__for_fn fn, void *arg)
 {
     loop l = {.n = n, .fn = fn, .arg = arg};
-    atomic_init(&l.next, 0);
-    atomic_init(&l.workers, 0);
-    atomic_init(&l.failed, false);
-    pthread_mutex_init(&l.m, NULL);
     if ((size_t)threads > n)
         threads = (unsigned)n;
     ferry__pool *p = NULL;
@@ -215,7 +205,6 @@ int ferry__parallel_for(size_t n, unsigned threads, ferry__for_fn fn, void *arg)
         for (unsigned t = 1; t < threads; t++)
             ferry__pool_add(p, loop_main, &l); /* the queue holds them all: never blocks */
     loop_main(&l);
-    ferry__pool_free(p); /* runs what is queued, then joins */
-    pthread_mutex_destroy(&l.m);
+    ferry__pool_free(p); /* runs what is queued, then joins: l.rc and l.msg are final */
     return l.rc < 0 ? ferry__err(l.rc, "%s", l.msg) : 0;
 }

@@ -1,6 +1,9 @@
 /*
  * Shared pieces of the ferry command. The command is the only part of ferry that
- * prints or exits.
+ * prints or exits. main.c only dispatches; each command lives in its own file
+ * (with what it lends the others: cli_folder_note in classes.c,
+ * cli_is_safetensors in tensors.c); the record printer is print.c, and the other
+ * cli_ helpers are util.c, which calls no other file of the command.
  */
 #ifndef FERRY_CLI_H
 #define FERRY_CLI_H
@@ -35,6 +38,9 @@ void cli_progress_end(cli_progress *p);
  * EXIT_USAGE. Call from the '?' (default) case, with the command's options. */
 struct option;
 int cli_bad_option(const char *cmd, char **argv, const struct option *opts);
+
+/* The closest of names[0..n) to s, if close enough to be a typo of it; else NULL. */
+const char *cli_closest(const char *s, const char *const *names, size_t n);
 
 /* Writes s as a JSON string (quoted, escaped). */
 void cli_json_string(FILE *f, const char *s);

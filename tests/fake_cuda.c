@@ -265,3 +265,541 @@ API int cuMemHostUnregister(void *p)
     pthread_mutex_unlock(&m);
     return r;
 }
+
+/* ---- Streams, events, device memory and copies ----
+ * A deterministic model of the GPU's queues. Each stream (the legacy default
+ * stream, NULL, included) is a FIFO of operations: a copy from host to device, an
+ * event recorded, a wait for an event, and a stand-in kernel that reads device
+ * memory (fake_cuda_read, for the tests). Nothing runs when it is queued: the
+ * queues advance only when the tests call fake_cuda_progress, or a call must see
+ * work done (cuEventSynchronize, cuStreamSynchronize; cuEventQuery advances the
+ * queues by `query_steps` operations first, 0 = not at all). So a stand-in kernel
+ * runs long after it was queued, and anything that reuses memory too early is
+ * caught:
+ *   - a copy checks, when it runs, that its host source still holds the bytes it
+ *     held when the copy was queued (else `host_overwritten`: the host buffer was
+ *     refilled before the copy read it);
+ *   - a stand-in kernel hashes the device memory when it runs, and the test
+ *     compares that with the batch it was given (a buffer copied into again before
+ *     the kernel ran shows other bytes).
+ * Time is a counter: a copy of n bytes takes n/1000 + 1 "ns", other operations 1,
+ * so event timings come out positive and in order. */
+
+enum { OP_COPY, OP_RECORD, OP_WAIT, OP_READ };
+#define ERR_NOT_READY 600
+#define MAX_OPS 65536
+#define MAX_STREAMS 64
+#define MAX_EVENTS 4096
+#define MAX_ALLOCS 1024
+
+typedef struct fevent {
+    int used;
+    unsigned flags;
+    unsigned long recorded, completed; /* generations: complete when equal */
+    uint64_t time;
+} fevent;
+
+typedef struct fop {
+    int kind;
+    int stream;
+    uintptr_t dst;
+    const void *src;
+    size_t n;
+    uint64_t sum;
+    int event;
+    unsigned long gen;
+    uint64_t *out;
+} fop;
+
+typedef struct fake_cuda_sim {
+    long query_steps;
+    long streams_live, events_live, allocs_live, copies, copies_unpinned, host_overwritten, reads,
+        waits, sim_errors, max_allocs;
+    uint64_t alloc_bytes;
+} fake_cuda_sim;
+
+static fake_cuda_sim sim;
+static fevent events[MAX_EVENTS];
+static int stream_used[MAX_STREAMS]; /* index 0: the legacy default stream */
+static fop ops[MAX_OPS];
+static int nops;
+static uint64_t clock_ns;
+static struct {
+    uintptr_t p;
+    size_t n;
+} allocs[MAX_ALLOCS];
+
+static uint64_t hash(const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+API void fake_cuda_sim_reset(long query_steps)
+{
+    pthread_mutex_lock(&m);
+    long s = sim.streams_live, e = sim.events_live, a = sim.allocs_live;
+    uint64_t ab = sim.alloc_bytes;
+    memset(&sim, 0, sizeof sim);
+    sim.query_steps = query_steps;
+    sim.streams_live = s;
+    sim.events_live = e;
+    sim.allocs_live = a;
+    sim.alloc_bytes = ab;
+    pthread_mutex_unlock(&m);
+}
+
+API void fake_cuda_sim_get(fake_cuda_sim *out)
+{
+    pthread_mutex_lock(&m);
+    *out = sim;
+    pthread_mutex_unlock(&m);
+}
+
+static int sim_misuse(int r)
+{
+    sim.sim_errors++;
+    return r;
+}
+
+static int stream_index(void *s)
+{
+    if (!s)
+        return 0;
+    uintptr_t i = (uintptr_t)s - (uintptr_t)stream_used;
+    if ((uintptr_t)s < (uintptr_t)stream_used || i % sizeof stream_used[0] ||
+        i / sizeof stream_used[0] >= MAX_STREAMS || !stream_used[i / sizeof stream_used[0]])
+        return -1;
+    return (int)(i / sizeof stream_used[0]);
+}
+
+static int event_index(void *e)
+{
+    uintptr_t i = (uintptr_t)e - (uintptr_t)events;
+    if ((uintptr_t)e < (uintptr_t)events || i % sizeof events[0] ||
+        i / sizeof events[0] >= MAX_EVENTS || !events[i / sizeof events[0]].used)
+        return -1;
+    return (int)(i / sizeof events[0]);
+}
+
+static int find_alloc(uintptr_t p, size_t n)
+{
+    for (int i = 0; i < MAX_ALLOCS; i++)
+        if (allocs[i].p && p >= allocs[i].p && p + n <= allocs[i].p + allocs[i].n)
+            return i;
+    return -1;
+}
+
+/* Whether op k can run now: it heads its stream's queue and, for a wait, the
+ * event's generation it waits for has completed. Under m. */
+static int runnable(int k)
+{
+    for (int j = 0; j < k; j++)
+        if (ops[j].stream == ops[k].stream)
+            return 0;
+    if (ops[k].kind == OP_WAIT)
+        return events[ops[k].event].completed >= ops[k].gen;
+    return 1;
+}
+
+static void run_op(fop *o)
+{
+    switch (o->kind) {
+    case OP_COPY:
+        if (hash(o->src, o->n) != o->sum)
+            sim.host_overwritten++;
+        memcpy((void *)o->dst, o->src, o->n);
+        clock_ns += o->n / 1000 + 1;
+        break;
+    case OP_RECORD:
+        clock_ns++;
+        if (events[o->event].completed < o->gen) {
+            events[o->event].completed = o->gen;
+            events[o->event].time = clock_ns;
+        }
+        break;
+    case OP_WAIT:
+        break;
+    case OP_READ:
+        *o->out = hash((const void *)o->dst, o->n);
+        sim.reads++;
+        clock_ns++;
+        break;
+    }
+}
+
+/* Runs up to n operations (the oldest runnable first); returns how many ran. Under m. */
+static long progress_locked(long n)
+{
+    long ran = 0;
+    while (ran < n) {
+        int k = 0;
+        while (k < nops && !runnable(k))
+            k++;
+        if (k == nops)
+            break;
+        fop o = ops[k];
+        memmove(&ops[k], &ops[k + 1], (size_t)(nops - k - 1) * sizeof *ops);
+        nops--;
+        run_op(&o);
+        ran++;
+    }
+    return ran;
+}
+
+/* Runs the head of stream si, first running what it waits for (only that: a sync
+ * runs no unrelated work, as a real device may not have yet). Returns whether
+ * anything ran. Under m. */
+static int advance_stream(int si, int depth)
+{
+    int k = 0;
+    while (k < nops && ops[k].stream != si)
+        k++;
+    if (k == nops || depth > MAX_STREAMS)
+        return 0;
+    if (ops[k].kind == OP_WAIT && events[ops[k].event].completed < ops[k].gen) {
+        for (int j = 0; j < nops; j++)
+            if (ops[j].kind == OP_RECORD && ops[j].event == ops[k].event &&
+                ops[j].gen <= ops[k].gen)
+                return advance_stream(ops[j].stream, depth + 1);
+        return 0;
+    }
+    fop o = ops[k];
+    memmove(&ops[k], &ops[k + 1], (size_t)(nops - k - 1) * sizeof *ops);
+    nops--;
+    run_op(&o);
+    return 1;
+}
+
+/* The stream whose queue holds event ei's latest record, or -1. Under m. */
+static int record_stream(int ei)
+{
+    for (int j = 0; j < nops; j++)
+        if (ops[j].kind == OP_RECORD && ops[j].event == ei && ops[j].gen == events[ei].recorded)
+            return ops[j].stream;
+    return -1;
+}
+
+API long fake_cuda_progress(long n)
+{
+    pthread_mutex_lock(&m);
+    long r = progress_locked(n);
+    pthread_mutex_unlock(&m);
+    return r;
+}
+
+static int enqueue(fop o)
+{
+    if (nops == MAX_OPS)
+        return sim_misuse(ERR_OUT_OF_MEMORY);
+    ops[nops++] = o;
+    return SUCCESS;
+}
+
+/* A stand-in kernel on stream s that hashes n bytes of device memory at p into
+ * *out when it runs. */
+API int fake_cuda_read(void *s, unsigned long long p, size_t n, uint64_t *out)
+{
+    pthread_mutex_lock(&m);
+    int si = stream_index(s), r;
+    if (si < 0 || find_alloc((uintptr_t)p, n) < 0)
+        r = sim_misuse(ERR_INVALID_VALUE);
+    else
+        r = enqueue((fop){.kind = OP_READ, .stream = si, .dst = (uintptr_t)p, .n = n, .out = out});
+    pthread_mutex_unlock(&m);
+    return r;
+}
+
+/* A stream of the tests' own, like a consumer's. */
+API int cuStreamCreate(void **s, unsigned flags)
+{
+    pthread_mutex_lock(&m);
+    int r = ERR_OUT_OF_MEMORY;
+    if (ctx_depth <= 0)
+        r = sim_misuse(ERR_INVALID_CONTEXT);
+    else
+        for (int i = 1; i < MAX_STREAMS; i++)
+            if (!stream_used[i]) {
+                stream_used[i] = 1;
+                *s = &stream_used[i];
+                sim.streams_live++;
+                r = SUCCESS;
+                break;
+            }
+    (void)flags;
+    pthread_mutex_unlock(&m);
+    return r;
+}
+
+API int cuStreamDestroy_v2(void *s)
+{
+    pthread_mutex_lock(&m);
+    int si = stream_index(s), r = SUCCESS;
+    if (si <= 0 || ctx_depth <= 0)
+        r = sim_misuse(ERR_INVALID_VALUE);
+    else {
+        /* the driver lets queued work finish: run this stream's queue */
+        while (1) {
+            int pending = 0;
+            for (int k = 0; k < nops; k++)
+                pending |= ops[k].stream == si;
+            if (!pending || progress_locked(1) == 0)
+                break;
+        }
+        stream_used[si] = 0;
+        sim.streams_live--;
+    }
+    pthread_mutex_unlock(&m);
+    return r;
+}
+
+API int cuStreamSynchronize(void *s)
+{
+    pthread_mutex_lock(&m);
+    int si = stream_index(s), r = SUCCESS;
+    if (si < 0 || ctx_depth <= 0)
+        r = sim_misuse(ERR_INVALID_VALUE);
+    else
+        while (1) {
+            int pending = 0;
+            for (int k = 0; k < nops; k++)
+                pending |= ops[k].stream == si;
+            if (!pending)
+                break;
+            if (!advance_stream(si, 0)) {
+                r = sim_misuse(ERR_INVALID_VALUE); /* waits that can never be met */
+                break;
+            }
+        }
+    pthread_mutex_unlock(&m);
+    return r;
+}
+
+API int cuEventCreate(void **e, unsigned flags)
+{
+    pthread_mutex_lock(&m);
+    int r = ERR_OUT_OF_MEMORY;
+    if (ctx_depth <= 0)
+        r = sim_misuse(ERR_INVALID_CONTEXT);
+    else
+        for (int i = 0; i < MAX_EVENTS; i++)
+            if (!events[i].used) {
+                events[i] = (fevent){.used = 1, .flags = flags};
+                *e = &events[i];
+                sim.events_live++;
+                r = SUCCESS;
+                break;
+            }
+    pthread_mutex_unlock(&m);
+    return r;
+}
+
+API int cuEventDestroy_v2(void *e)
+{
+    pthread_mutex_lock(&m);
+    int ei = event_index(e), r = SUCCESS;
+    if (ei < 0 || ctx_depth <= 0)
+        r = sim_misuse(ERR_INVALID_VALUE);
+    else {
+        /* queued records and waits of it still happen (the driver keeps the event
+         * until then): finish them */
+        for (int k = 0; k < nops; k++)
+            if (ops[k].event == ei && (ops[k].kind == OP_RECORD || ops[k].kind == OP_WAIT))
+                while (events[ei].completed < ops[k].gen && progress_locked(1))
+                    ;
+        events[ei].used = 0;
+        sim.events_live--;
+    }
+    pthread_mutex_unlock(&m);
+    return r;
+}
+
+API int cuEventRecord(void *e, void *s)
+{
+    pthread_mutex_lock(&m);
+    int ei = event_index(e), si = stream_index(s), r;
+    if (ei < 0 || si < 0 || ctx_depth <= 0)
+        r = sim_misuse(ERR_INVALID_VALUE);
+    else
+        r = enqueue(
+            (fop){.kind = OP_RECORD, .stream = si, .event = ei, .gen = ++events[ei].recorded});
+    pthread_mutex_unlock(&m);
+    return r;
+}
+
+API int cuStreamWaitEvent(void *s, void *e, unsigned flags)
+{
+    pthread_mutex_lock(&m);
+    int ei = event_index(e), si = stream_index(s), r;
+    if (ei < 0 || si < 0 || ctx_depth <= 0 || flags)
+        r = sim_misuse(ERR_INVALID_VALUE);
+    else {
+        sim.waits++;
+        /* the wait is for the event's most recent record at the time of the call */
+        r = enqueue((fop){.kind = OP_WAIT, .stream = si, .event = ei, .gen = events[ei].recorded});
+    }
+    pthread_mutex_unlock(&m);
+    return r;
+}
+
+API int cuEventQuery(void *e)
+{
+    pthread_mutex_lock(&m);
+    int ei = event_index(e), r;
+    if (ei < 0)
+        r = sim_misuse(ERR_INVALID_VALUE);
+    else {
+        progress_locked(sim.query_steps);
+        r = events[ei].completed >= events[ei].recorded ? SUCCESS : ERR_NOT_READY;
+    }
+    pthread_mutex_unlock(&m);
+    return r;
+}
+
+API int cuEventSynchronize(void *e)
+{
+    pthread_mutex_lock(&m);
+    int ei = event_index(e), r = SUCCESS;
+    if (ei < 0)
+        r = sim_misuse(ERR_INVALID_VALUE);
+    else
+        while (events[ei].completed < events[ei].recorded)
+            if (record_stream(ei) < 0 || !advance_stream(record_stream(ei), 0)) {
+                r = sim_misuse(ERR_INVALID_VALUE); /* it can never complete */
+                break;
+            }
+    pthread_mutex_unlock(&m);
+    return r;
+}
+
+API int cuEventElapsedTime(float *ms, void *a, void *b)
+{
+    pthread_mutex_lock(&m);
+    int ai = event_index(a), bi = event_index(b), r = SUCCESS;
+    if (ai < 0 || bi < 0 || (events[ai].flags | events[bi].flags) & 0x02u)
+        r = sim_misuse(ERR_INVALID_VALUE);
+    else if (events[ai].completed < events[ai].recorded ||
+             events[bi].completed < events[bi].recorded)
+        r = ERR_NOT_READY;
+    else if (!events[ai].recorded || !events[bi].recorded)
+        r = sim_misuse(ERR_INVALID_VALUE);
+    else
+        *ms = (float)((double)events[bi].time - (double)events[ai].time) / 1e6f;
+    pthread_mutex_unlock(&m);
+    return r;
+}
+
+API int cuMemAlloc_v2(unsigned long long *p, size_t n)
+{
+    pthread_mutex_lock(&m);
+    int r = ERR_OUT_OF_MEMORY;
+    if (ctx_depth <= 0 || n == 0)
+        r = sim_misuse(ctx_depth <= 0 ? ERR_INVALID_CONTEXT : ERR_INVALID_VALUE);
+    else
+        for (int i = 0; i < MAX_ALLOCS; i++)
+            if (!allocs[i].p) {
+                void *mem = malloc(n);
+                if (!mem)
+                    break;
+                memset(mem, 0xA5, n); /* device memory is not zeroed */
+                allocs[i].p = (uintptr_t)mem;
+                allocs[i].n = n;
+                *p = (uintptr_t)mem;
+                sim.allocs_live++;
+                sim.alloc_bytes += n;
+                if (sim.allocs_live > sim.max_allocs)
+                    sim.max_allocs = sim.allocs_live;
+                r = SUCCESS;
+                break;
+            }
+    pthread_mutex_unlock(&m);
+    return r;
+}
+
+API int cuMemFree_v2(unsigned long long p)
+{
+    pthread_mutex_lock(&m);
+    int r = SUCCESS, i = -1;
+    for (int j = 0; j < MAX_ALLOCS; j++)
+        if (allocs[j].p && allocs[j].p == (uintptr_t)p)
+            i = j;
+    if (i < 0 || ctx_depth <= 0)
+        r = sim_misuse(ERR_INVALID_VALUE);
+    else {
+        /* cuMemFree waits for the work queued on the memory: run every queue */
+        while (progress_locked(1))
+            ;
+        for (int k = 0; k < nops; k++)
+            if (ops[k].dst >= allocs[i].p && ops[k].dst < allocs[i].p + allocs[i].n)
+                sim_misuse(0); /* work on it that can never run */
+        free((void *)allocs[i].p);
+        sim.allocs_live--;
+        sim.alloc_bytes -= allocs[i].n;
+        allocs[i].p = 0;
+    }
+    pthread_mutex_unlock(&m);
+    return r;
+}
+
+API int cuMemcpyHtoDAsync_v2(unsigned long long dst, const void *src, size_t n, void *s)
+{
+    pthread_mutex_lock(&m);
+    int si = stream_index(s), r;
+    if (si < 0 || ctx_depth <= 0 || find_alloc((uintptr_t)dst, n) < 0 || !src)
+        r = sim_misuse(ERR_INVALID_VALUE);
+    else {
+        int pinned = 0;
+        for (int i = 0; i < nranges && !pinned; i++)
+            pinned =
+                (uintptr_t)src >= ranges[i].p && (uintptr_t)src + n <= ranges[i].p + ranges[i].n;
+        if (!pinned)
+            sim.copies_unpinned++;
+        sim.copies++;
+        r = enqueue((fop){.kind = OP_COPY,
+                          .stream = si,
+                          .dst = (uintptr_t)dst,
+                          .src = src,
+                          .n = n,
+                          .sum = hash(src, n)});
+    }
+    pthread_mutex_unlock(&m);
+    return r;
+}
+
+/* A consumer's stream, made by a test (no context needed). */
+API void *fake_cuda_stream_new(void)
+{
+    pthread_mutex_lock(&m);
+    void *s = NULL;
+    for (int i = 1; i < MAX_STREAMS && !s; i++)
+        if (!stream_used[i]) {
+            stream_used[i] = 1;
+            s = &stream_used[i];
+            sim.streams_live++;
+        }
+    pthread_mutex_unlock(&m);
+    return s;
+}
+
+/* Device memory and a copy queued on a stream by a test, as a consumer's own
+ * code would (no context needed). */
+API unsigned long long fake_cuda_alloc(size_t n)
+{
+    ctx_depth++;
+    unsigned long long p = 0;
+    if (cuMemAlloc_v2(&p, n) != SUCCESS)
+        p = 0;
+    ctx_depth--;
+    return p;
+}
+
+API int fake_cuda_copy(void *s, unsigned long long dst, const void *src, size_t n)
+{
+    ctx_depth++;
+    int r = cuMemcpyHtoDAsync_v2(dst, src, n, s);
+    ctx_depth--;
+    return r;
+}

@@ -9,6 +9,7 @@
 #include "ferry/ferry.h"
 #include "harness.h"
 #include "core/internal.h" /* ferry__test_fail_alloc */
+#include "device/ring.h"   /* the ring of device buffers */
 
 #include <dlfcn.h>
 #include <stdint.h>
@@ -22,7 +23,21 @@ typedef struct fake_cuda_state {
     uint64_t live_bytes;
 } fake_cuda_state;
 
+typedef struct fake_cuda_sim {
+    long query_steps;
+    long streams_live, events_live, allocs_live, copies, copies_unpinned, host_overwritten, reads,
+        waits, sim_errors, max_allocs;
+    uint64_t alloc_bytes;
+} fake_cuda_sim;
+
 static void (*fake_reset)(int devices, int init_result, long fail_register);
+static void (*fake_sim_reset)(long query_steps);
+static void (*fake_sim_get)(fake_cuda_sim *out);
+static long (*fake_progress)(long n);
+static int (*fake_read)(void *stream, unsigned long long p, size_t n, uint64_t *out);
+static void *(*fake_stream_new)(void);
+static unsigned long long (*fake_alloc)(size_t n);
+static int (*fake_copy)(void *s, unsigned long long dst, const void *src, size_t n);
 static void (*fake_get)(fake_cuda_state *out);
 static int (*fake_is_registered)(const void *p, size_t n);
 
@@ -36,9 +51,25 @@ static void use_fake(int devices, int init_result, long fail_register)
     *(void **)&fake_reset = dlsym(lib, "fake_cuda_reset");
     *(void **)&fake_get = dlsym(lib, "fake_cuda_get");
     *(void **)&fake_is_registered = dlsym(lib, "fake_cuda_is_registered");
-    CHECK(fake_reset && fake_get && fake_is_registered);
+    *(void **)&fake_sim_reset = dlsym(lib, "fake_cuda_sim_reset");
+    *(void **)&fake_sim_get = dlsym(lib, "fake_cuda_sim_get");
+    *(void **)&fake_progress = dlsym(lib, "fake_cuda_progress");
+    *(void **)&fake_read = dlsym(lib, "fake_cuda_read");
+    *(void **)&fake_stream_new = dlsym(lib, "fake_cuda_stream_new");
+    *(void **)&fake_alloc = dlsym(lib, "fake_cuda_alloc");
+    *(void **)&fake_copy = dlsym(lib, "fake_cuda_copy");
+    CHECK(fake_reset && fake_get && fake_is_registered && fake_sim_reset && fake_sim_get &&
+          fake_progress && fake_read && fake_stream_new && fake_alloc && fake_copy);
     fake_reset(devices, init_result, fail_register);
+    fake_sim_reset(0); /* queues advance only when a call must see work done */
     dlclose(lib);
+}
+
+static fake_cuda_sim sim(void)
+{
+    fake_cuda_sim s;
+    fake_sim_get(&s);
+    return s;
 }
 
 static fake_cuda_state fake(void)
@@ -182,11 +213,10 @@ TEST(driver_without_devices_is_enotsup_naming_the_cause)
     CHECK_RC(ferry_loader_create(&l, ds, &o), FERRY_ENOTSUP);
     check_has(ferry_last_errmsg(),
               "\"cuda:2\" asked, and the driver sees 2 devices (cuda:0 .. cuda:1)");
-    /* a device that exists: delivery there is not in this version, and says so */
+    /* a device that exists: batches are delivered there */
     o.device = "cuda:1";
-    CHECK_RC(ferry_loader_create(&l, ds, &o), FERRY_ENOTSUP);
-    check_has(ferry_last_errmsg(), "device \"cuda:1\": batches delivered in device memory are not "
-                                   "in this version");
+    CHECK_OK(ferry_loader_create(&l, ds, &o));
+    ferry_loader_free(l);
     CHECK_EQ(fake().ctx_refs, 0);
     CHECK_EQ(fake().live, 0);
     CHECK_EQ(fake().errors, 0);
@@ -492,5 +522,370 @@ TEST(out_of_memory_leaves_nothing_locked)
     CHECK_EQ(fake().live, 0);
     CHECK_EQ(fake().ctx_refs, 0);
     CHECK_EQ(fake().errors, 0);
+    ferry_dataset_free(ds);
+}
+
+/* ---- The ring of device buffers, against the stand-in's queues ---- */
+
+static uint64_t fnv(const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+/* A consumer takes a buffer on its stream, queues a kernel that reads it, and
+ * gives it back before the kernel has run; the next copy into the same buffer
+ * must wait for that kernel. The queues run only at the end, so a copy that did
+ * not wait would show the second batch's bytes to the first kernel. */
+TEST(ring_reuses_a_buffer_only_after_the_consumers_work)
+{
+    use_fake(1, 0, 0);
+    ferry_device *d;
+    CHECK_OK(ferry_device_open(&d, "cuda"));
+    ferry_device *h; /* the host memory's (the ring takes d over) */
+    CHECK_OK(ferry_device_open(&h, "cuda"));
+    ferry__dring *r;
+    enum { N = 8192 };
+    CHECK_OK(ferry__dring_create(&r, d, N, 1));
+    void *stream = fake_stream_new();
+    uint8_t *host[3];
+    uint64_t want[3], got[3] = {0};
+    for (int k = 0; k < 3; k++) {
+        CHECK_OK(ferry_device_host_alloc(h, N, (void **)&host[k]));
+        memset(host[k], 'a' + k, N);
+        want[k] = fnv(host[k], N);
+    }
+    for (int k = 0; k < 3; k++) {
+        ferry__dbuf *b;
+        CHECK_OK(ferry__dring_copy(r, host[k], N, &b));
+        CHECK(!ferry__dbuf_copied(b)); /* nothing has run yet */
+        CHECK_OK(ferry__dbuf_use(b, stream));
+        CHECK_OK(ferry__dbuf_use(b, stream)); /* a second use of one stream: one wait more */
+        CHECK_EQ(fake_read(stream, ferry__dbuf_ptr(b), N, &got[k]), 0);
+        ferry__dbuf_unref(b);
+        if (k == 0)
+            fake_progress(1 << 20); /* copy 0's events are read back when it is reused */
+    }
+    CHECK(fake_progress(1 << 20) > 0);
+    for (int k = 0; k < 3; k++)
+        CHECK_U64(got[k], want[k]);
+    CHECK_EQ(sim().host_overwritten, 0);
+    CHECK_EQ(sim().copies, 3);
+    CHECK_EQ(sim().copies_unpinned, 0);
+    CHECK_EQ(sim().max_allocs, 1);
+    ferry__dring_stats st;
+    ferry__dring_stats_get(r, &st);
+    CHECK_U64(st.copies, 3);
+    CHECK_U64(st.bytes, 3 * N);
+    /* copy 1 was reused before its events had run: its figures are not counted */
+    CHECK(st.timed == 2 && st.copy_ns > 0 && st.exposed_ns <= st.copy_ns);
+    CHECK_U64(st.device_bytes, N);
+    ferry__dring_free(r);
+    for (int k = 0; k < 3; k++)
+        ferry_device_host_free(h, host[k], N);
+    ferry_device_free(h);
+    CHECK_EQ(sim().allocs_live, 0);
+    CHECK_EQ(sim().events_live, 0);
+    CHECK_EQ(sim().streams_live, 1); /* the test's own stream */
+    CHECK_EQ(sim().sim_errors, 0);
+    CHECK_EQ(fake().errors, 0);
+    CHECK_EQ(fake().ctx_refs, 0);
+}
+
+/* The stand-in catches what the ring guards against: a consumer that reads on a
+ * stream it did not declare gets no such guarantee, and the kernel sees the next
+ * batch's bytes. (Shows that the test above can fail.) */
+TEST(ring_without_the_consumers_stream_is_caught_by_the_stand_in)
+{
+    use_fake(1, 0, 0);
+    ferry_device *d;
+    CHECK_OK(ferry_device_open(&d, "cuda"));
+    ferry_device *h; /* the host memory's (the ring takes d over) */
+    CHECK_OK(ferry_device_open(&h, "cuda"));
+    ferry__dring *r;
+    enum { N = 4096 };
+    CHECK_OK(ferry__dring_create(&r, d, N, 1));
+    void *stream = fake_stream_new();
+    uint8_t *host;
+    CHECK_OK(ferry_device_host_alloc(h, N, (void **)&host));
+    memset(host, 'x', N);
+    uint64_t want = fnv(host, N), got = 0;
+    ferry__dbuf *b;
+    CHECK_OK(ferry__dring_copy(r, host, N, &b));
+    CHECK_OK(ferry__dbuf_wait_copied(b));
+    CHECK_EQ(fake_read(stream, ferry__dbuf_ptr(b), N, &got), 0); /* not declared */
+    ferry__dbuf_unref(b);
+    memset(host, 'y', N);
+    CHECK_OK(ferry__dring_copy(r, host, N, &b));
+    CHECK_OK(ferry__dbuf_wait_copied(b)); /* the copy ran before the kernel */
+    fake_progress(1 << 20);
+    CHECK(got != want);
+    ferry__dbuf_unref(b);
+    ferry__dring_free(r);
+    ferry_device_host_free(h, host, N);
+    ferry_device_free(h);
+    CHECK_EQ(sim().sim_errors, 0);
+}
+
+/* A host buffer may be refilled once the copy's event has completed: the ring
+ * says when, and the stand-in checks that the copy read the bytes as queued. All
+ * buffers held is FERRY_ESTATE; buffers outlive the ring's owner. */
+TEST(ring_limits_buffers_and_outlives_its_owner)
+{
+    use_fake(1, 0, 0);
+    ferry_device *d;
+    CHECK_OK(ferry_device_open(&d, "cuda:0"));
+    ferry_device *h; /* the host memory's (the ring takes d over) */
+    CHECK_OK(ferry_device_open(&h, "cuda"));
+    ferry__dring *r;
+    enum { N = 1000 };
+    CHECK_OK(ferry__dring_create(&r, d, N, 2));
+    uint8_t *host;
+    CHECK_OK(ferry_device_host_alloc(h, N, (void **)&host));
+    ferry__dbuf *b[3];
+    memset(host, 1, N);
+    CHECK_OK(ferry__dring_copy(r, host, N, &b[0]));
+    CHECK(!ferry__dbuf_copied(b[0]));
+    CHECK_OK(ferry__dbuf_wait_copied(b[0]));
+    CHECK(ferry__dbuf_copied(b[0]));
+    memset(host, 2, N); /* after the copy's event: allowed */
+    CHECK_OK(ferry__dring_copy(r, host, N - 1, &b[1]));
+    CHECK_RC(ferry__dring_copy(r, host, N, &b[2]), FERRY_ESTATE);
+    CHECK_CONTAINS(ferry_last_errmsg(), "all 2 device buffers");
+    CHECK_RC(ferry__dring_copy(r, host, N + 1, &b[2]), FERRY_EINVAL);
+    ferry__dbuf_ref(b[1]); /* a tensor viewing it */
+    ferry__dbuf_unref(b[1]);
+    ferry__dring_free(r); /* the owner goes; b[0] and b[1] are still in use */
+    CHECK_EQ(sim().allocs_live, 2);
+    ferry__dbuf_unref(b[0]);
+    CHECK_EQ(sim().allocs_live, 2);
+    ferry__dbuf_release(b[1]); /* the last: the ring goes with it */
+    CHECK_EQ(sim().allocs_live, 0);
+    CHECK_EQ(sim().events_live, 0);
+    CHECK_EQ(sim().streams_live, 0);
+    CHECK_EQ(sim().host_overwritten, 0);
+    ferry_device_host_free(h, host, N);
+    ferry_device_free(h);
+    CHECK_EQ(sim().sim_errors, 0);
+    CHECK_EQ(fake().errors, 0);
+    CHECK_EQ(fake().ctx_refs, 0);
+}
+
+/* Fences: recorded on the streams given (or the legacy stream), done once their
+ * events have run, waited for by the host on those events alone. */
+TEST(fences_wait_for_the_streams_that_used_the_memory)
+{
+    use_fake(1, 0, 0);
+    ferry_device *d;
+    CHECK_OK(ferry_device_open(&d, "cuda"));
+    void *s[2] = {fake_stream_new(), fake_stream_new()};
+    ferry__fence f = {0};
+    CHECK(ferry__fence_done(d, &f));
+    CHECK_OK(ferry__fence_record(d, &f, s, 2));
+    CHECK(!ferry__fence_done(d, &f));
+    CHECK_OK(ferry__fence_wait(d, &f));
+    CHECK(ferry__fence_done(d, &f));
+    CHECK_OK(ferry__fence_record(d, &f, NULL, 0)); /* the legacy default stream */
+    CHECK_EQ(f.n, 1);
+    fake_progress(100);
+    CHECK(ferry__fence_done(d, &f));
+    ferry__fence_clear(d, &f);
+    CHECK_EQ(sim().events_live, 0);
+    ferry_device_free(d);
+    CHECK_EQ(sim().sim_errors, 0);
+}
+
+/* ---- Delivery on the device, through the loader ---- */
+
+typedef struct field_sums {
+    uint64_t sum[4];
+} field_sums;
+
+/* The FNV hash of each field (and lengths) of every batch, from a host loader. */
+static uint32_t host_sums(ferry_dataset *ds, ferry_loader_opts o, field_sums *out, uint32_t cap)
+{
+    o.device = NULL;
+    o.pin_memory = 0;
+    ferry_loader *l;
+    ferry_batch *b;
+    uint32_t n = 0;
+    CHECK_OK(ferry_loader_create(&l, ds, &o));
+    while (ferry_loader_next(l, &b) == 0) {
+        CHECK(n < cap);
+        int k = 0;
+        for (int f = 0; f < ferry_batch_nfields(b); f++) {
+            ferry_tensor t;
+            CHECK_OK(ferry_batch_field(b, f, &t));
+            out[n].sum[k++] = fnv(t.data, ferry_tensor_nbytes(&t));
+            if (ferry_batch_field_info(b, f)->variable) {
+                CHECK_OK(ferry_batch_lengths(b, f, &t));
+                out[n].sum[k++] = fnv(t.data, ferry_tensor_nbytes(&t));
+            }
+        }
+        ferry_batch_release(b);
+        n++;
+    }
+    ferry_loader_free(l);
+    return n;
+}
+
+/* Every batch on the device holds the host batch's bytes, read by a consumer's
+ * kernel that runs long after the batch and its tensors were given back: with
+ * two device buffers taking turns, each copy waited for the kernels before it. */
+TEST(device_batches_hold_the_host_bytes_and_wait_for_the_consumer)
+{
+    ferry_dataset *ds = synthetic(300, 24, 5);
+    for (uint32_t workers = 0; workers <= 2; workers += 2) {
+        use_fake(1, 0, 0);
+        ferry_loader_opts o = pinned(16, workers, 4);
+        o.pin_memory = 0;
+        o.shuffle = 1;
+        o.seed = 3;
+        o.device = "cuda";
+        o.device_buffers = 2;
+        field_sums want[32], got[32];
+        memset(got, 0, sizeof got);
+        uint32_t n = host_sums(ds, o, want, 32);
+        void *stream = fake_stream_new();
+        ferry_loader *l;
+        ferry_batch *b;
+        CHECK_OK(ferry_loader_create(&l, ds, &o));
+        uint32_t k = 0;
+        while (ferry_loader_next(l, &b) == 0) {
+            CHECK(k < n);
+            CHECK_EQ(ferry_batch_device(b), 0);
+            CHECK(ferry_batch_event(b) != NULL);
+            CHECK_OK(ferry_batch_record_stream(b, stream));
+            int j = 0;
+            ferry_tensor t[4];
+            for (int f = 0; f < ferry_batch_nfields(b); f++) {
+                CHECK_OK(ferry_batch_export(b, f, 0, &t[j]));
+                CHECK(!fake_is_registered(t[j].data, 1)); /* device memory, not the block */
+                CHECK_EQ(fake_read(stream, (uintptr_t)t[j].data, ferry_tensor_nbytes(&t[j]),
+                                   &got[k].sum[j]),
+                         0);
+                j++;
+                if (ferry_batch_field_info(b, f)->variable) {
+                    CHECK_OK(ferry_batch_export(b, f, 1, &t[j]));
+                    CHECK_EQ(fake_read(stream, (uintptr_t)t[j].data, ferry_tensor_nbytes(&t[j]),
+                                       &got[k].sum[j]),
+                             0);
+                    j++;
+                }
+            }
+            ferry_batch_release(b);
+            for (int i = 0; i < j; i++)
+                ferry_tensor_release(&t[i]);
+            k++;
+        }
+        CHECK_EQ(k, n);
+        fake_progress(1 << 24);
+        for (uint32_t i = 0; i < n; i++)
+            for (int j = 0; j < 3; j++)
+                CHECK_U64(got[i].sum[j], want[i].sum[j]);
+        ferry_loader_stats s;
+        CHECK_OK(ferry_loader_stats_get(l, &s));
+        CHECK_U64(s.copies, n);
+        CHECK(s.device_bytes > 0 && s.copy_bytes >= s.device_bytes);
+        CHECK(s.copies_timed > 0 && s.copy_ns > 0);
+        ferry_loader_free(l);
+        CHECK(sim().max_allocs >= 1 && sim().max_allocs <= 2 && sim().copies > 2);
+        CHECK_EQ(sim().allocs_live, 0);
+        CHECK_EQ(sim().host_overwritten, 0);
+        CHECK_EQ(sim().copies_unpinned, 0);
+        CHECK_EQ(sim().sim_errors, 0);
+        CHECK_EQ(fake().errors, 0);
+        CHECK_EQ(fake().live, 0);
+        CHECK_EQ(fake().ctx_refs, 0);
+    }
+    ferry_dataset_free(ds);
+}
+
+/* All device buffers held: FERRY_ESTATE, saying so, and the epoch goes on once
+ * one is released. Tensors outlive the loader with their device memory. */
+TEST(device_buffers_bound_device_memory_and_outlive_the_loader)
+{
+    use_fake(1, 0, 0);
+    ferry_dataset *ds = synthetic(64, 16, 0);
+    ferry_loader_opts o = pinned(8, 2, 4);
+    o.pin_memory = 0;
+    o.device = "cuda:0";
+    o.device_buffers = 2;
+    ferry_loader *l;
+    ferry_batch *b[3];
+    CHECK_OK(ferry_loader_create(&l, ds, &o));
+    CHECK_OK(ferry_loader_next(l, &b[0]));
+    CHECK_OK(ferry_loader_next(l, &b[1]));
+    CHECK_RC(ferry_loader_next(l, &b[2]), FERRY_ESTATE);
+    check_has(ferry_loader_errmsg(l), "all 2 device buffers hold batches");
+    ferry_tensor keep;
+    CHECK_OK(ferry_batch_export(b[0], 0, 0, &keep));
+    ferry_batch_release(b[0]);
+    CHECK_RC(ferry_loader_next(l, &b[2]), FERRY_ESTATE); /* the tensor holds its buffer */
+    ferry_batch_release(b[1]);
+    CHECK_OK(ferry_loader_next(l, &b[2]));
+    ferry_batch_release(b[2]);
+    ferry_loader_free(l);
+    CHECK_EQ(sim().allocs_live, 2); /* the tensor's buffer and the ring's other one */
+    ferry_tensor_release(&keep);
+    CHECK_EQ(sim().allocs_live, 0);
+    CHECK_EQ(sim().events_live, 0);
+    CHECK_EQ(sim().streams_live, 0);
+    CHECK_EQ(sim().sim_errors, 0);
+    CHECK_EQ(fake().live, 0);
+    CHECK_EQ(fake().ctx_refs, 0);
+    ferry_dataset_free(ds);
+}
+
+/* pin_memory: the caller copies a batch asynchronously on its stream, which runs
+ * late, and gives the batch back at once. With the stream recorded, the buffer
+ * is refilled only after that copy; the legacy default stream's fence alone does
+ * not cover another stream, and the stand-in sees the refill overwrite the
+ * bytes before the copy reads them. */
+TEST(pinned_buffers_are_refilled_only_after_the_recorded_streams)
+{
+    ferry_dataset *ds = synthetic(64, 4000, 0);
+    for (int record = 1; record >= 0; record--) {
+        use_fake(1, 0, 0);
+        ferry_loader_opts o = pinned(4, 0, 1); /* one buffer: each batch refills it */
+        void *stream = fake_stream_new();
+        ferry_loader *l;
+        ferry_batch *b;
+        CHECK_OK(ferry_loader_create(&l, ds, &o));
+        unsigned long long dst = fake_alloc(16000);
+        CHECK(dst != 0);
+        int batches = 0;
+        while (ferry_loader_next(l, &b) == 0) {
+            ferry_tensor t;
+            if (record && batches % 2) {
+                /* as Python does: the batch goes at once, a tensor keeps the block,
+                 * the copy is queued from the tensor, then the tensor goes */
+                CHECK_OK(ferry_batch_record_stream(b, stream));
+                CHECK_OK(ferry_batch_export(b, 0, 0, &t));
+                ferry_batch_release(b);
+                CHECK_EQ(fake_copy(stream, dst, t.data, ferry_tensor_nbytes(&t)), 0);
+                ferry_tensor_release(&t);
+            } else {
+                CHECK_OK(ferry_batch_field(b, 0, &t));
+                CHECK_EQ(fake_copy(stream, dst, t.data, ferry_tensor_nbytes(&t)), 0);
+                if (record)
+                    CHECK_OK(ferry_batch_record_stream(b, stream));
+                ferry_batch_release(b);
+            }
+            batches++;
+        }
+        CHECK_EQ(batches, 16);
+        fake_progress(1 << 24);
+        if (record)
+            CHECK_EQ(sim().host_overwritten, 0);
+        else
+            CHECK(sim().host_overwritten > 0);
+        ferry_loader_free(l);
+        CHECK_EQ(sim().sim_errors, 0);
+        CHECK_EQ(fake().live, 0);
+    }
     ferry_dataset_free(ds);
 }

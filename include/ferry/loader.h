@@ -99,10 +99,24 @@ typedef struct ferry_loader_opts {
      * ferry_loader_next. */
     int pin_memory;
     /* Where batches are delivered: NULL, "" or "cpu" = host memory; "cuda" or
-     * "cuda:N" = device memory, which this version does not do yet: a valid CUDA
-     * name is FERRY_ENOTSUP (saying why: no usable device, or not in this
-     * version). Read during ferry_loader_create only. */
+     * "cuda:N" = device memory (docs/device.md). On a device, batch buffers are
+     * page-locked (as with pin_memory) and each batch, once ready, is copied on a
+     * stream ferry owns into one of at most `device_buffers` device buffers; the
+     * host buffer goes back to the pool only after the copy's event has
+     * completed. Every field and lengths tensor of such a batch is device memory
+     * (ferry_batch_device says which device); its indices stay on the host. Make
+     * your stream wait for the copy with ferry_batch_record_stream before using
+     * the memory; a device buffer is reused only after the batch and every tensor
+     * exported from it are released and the work queued on the recorded streams
+     * (or, where none was recorded, on the legacy default stream) before that is
+     * done. No usable device: FERRY_ENOTSUP with the cause. Read during
+     * ferry_loader_create only. */
     const char *device;
+    /* With a device: at most this many batches in device memory at once, handed
+     * out or copied ahead (0 = 4). It bounds device memory (device_buffers x the
+     * batch's bytes). ferry_loader_next is FERRY_ESTATE when all hold batches or
+     * tensors not yet released. */
+    uint32_t device_buffers;
 } ferry_loader_opts;
 
 /* Default settings: batch 1, no workers, sequential, seed 0, rank/world from the
@@ -253,6 +267,14 @@ typedef struct ferry_loader_stats {
                           * their rows only (bytes less the padding) */
     /* batch memory page-locked now (pin_memory), spares included */
     uint64_t pinned_bytes;
+    /* With a device: batches copied to it and their bytes; device memory held by
+     * batch buffers now; the copies' time on the copy engine and, of it, the part
+     * after the consumer's stream had reached the batch (time the consumer's
+     * work could wait on the copy: the rest was hidden behind its work). The
+     * times are read back from the copies' events once they have completed; the
+     * copies they count are `copies_timed`, of `copy_bytes_timed` bytes. */
+    uint64_t copies, copy_bytes, device_bytes;
+    uint64_t copies_timed, copy_bytes_timed, copy_ns, copy_exposed_ns;
 } ferry_loader_stats;
 
 /* Counters so far. consumer_wait_ns / elapsed_ns near 1 means training is
@@ -306,6 +328,27 @@ FERRY_API int ferry_batch_export(ferry_batch *b, int f, int lengths, ferry_tenso
 /* The batch's dataset indices (uint64 [size], UINT64_MAX for stream samples) as
  * an exported tensor, like ferry_batch_export. */
 FERRY_API int ferry_batch_export_indices(ferry_batch *b, ferry_tensor *out);
+
+/* Where the batch's memory is: -1 for host memory, else the CUDA device's ordinal
+ * (ferry_loader_opts.device). */
+FERRY_API int ferry_batch_device(const ferry_batch *b);
+
+/* Declares that work queued on `stream` (a CUstream; NULL = the legacy default
+ * stream) uses the batch's memory, as PyTorch's record_stream does:
+ * - a device batch: the stream waits for the batch's copy (cuStreamWaitEvent: the
+ *   host goes on), and the device buffer is reused only after the work queued on
+ *   the stream before the buffer's release;
+ * - a page-locked host batch (pin_memory): the buffer is refilled only after the
+ *   work queued on the stream before ferry_batch_release, such as an asynchronous
+ *   copy from it (`non_blocking=True`); without a recorded stream the legacy
+ *   default stream is fenced;
+ * - any other batch: nothing to do.
+ * FERRY_EIO with the driver's error. */
+FERRY_API int ferry_batch_record_stream(ferry_batch *b, void *stream);
+
+/* A device batch's copy event (a CUevent, recorded after its copy), for waiting on
+ * it in other ways; NULL for a host batch. Valid while the batch is held. */
+FERRY_API void *ferry_batch_event(const ferry_batch *b);
 
 /* Takes another reference to a batch, to be dropped with ferry_batch_release. */
 FERRY_API void ferry_batch_retain(ferry_batch *b);

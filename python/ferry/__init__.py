@@ -898,6 +898,24 @@ def _bool(v, what):
     return v
 
 
+def _device(device):
+    """device= as ferry's C API takes it: None (host memory) or "cuda:N". A
+    torch.device or a str: "cpu", "cuda", "cuda:N"."""
+    if device is None:
+        return None
+    if not isinstance(device, str):
+        if type(device).__name__ != "device" or not hasattr(device, "type"):
+            raise TypeError("device must be a str or a torch.device, got %s"
+                            % type(device).__name__)
+        device = device.type if device.index is None else "%s:%d" % (device.type, device.index)
+    if device == "cpu":
+        return None
+    kind, _, index = device.partition(":")
+    if kind != "cuda" or (index and not (index.isdigit() and int(index) <= 1023)):
+        raise ValueError("device=%r: not \"cpu\", \"cuda\" or \"cuda:N\"" % (device,))
+    return "cuda:%d" % int(index or 0)
+
+
 def _pin_memory(pin, device):
     """Whether batch memory is page-locked: PyTorch's rule, where no CUDA device
     can be used pin_memory=True warns and loads unpinned."""
@@ -964,7 +982,19 @@ class DataLoader:
       copies from it asynchronously. Where no CUDA device can be used, a
       ``UserWarning`` says why and batches are loaded unpinned, as PyTorch does;
       ``loader.pin_memory`` tells what was done. ``pin_memory_device``
-      ("cuda", "cuda:1") names the device checked for.
+      ("cuda", "cuda:1") names the device checked for. A pinned buffer is
+      refilled only after the work queued on torch's current stream by the time
+      the batch's tensors went (so a ``non_blocking`` copy from it is safe).
+    - ``device`` (default None: host memory): "cuda", "cuda:N" or a
+      torch.device: batches are torch tensors on that GPU. Each is copied on a
+      stream of ferry's own into one of ``device_buffers`` (default 4) device
+      buffers while the previous batch is being used; torch's current stream
+      waits for the copy (no host synchronise), and a buffer is reused only
+      after the work queued on that stream by the time the batch's tensors go.
+      Keeping more than ``device_buffers`` batches' tensors alive at once is an
+      error that says so. ``stats()`` adds ``copies``, ``copy_bytes``,
+      ``device_bytes``, ``copy_s`` and ``copy_exposed_s`` (the part of the copy
+      time the consumer's stream could have waited for).
     - ``fields``: a Python dataset's schema where sample 0 does not tell it all:
       ``{"text": ("uint8", (None,), 512)}`` (dtype, shape, bound of a variable
       first dimension) or ``{"x": ("float32", (3, 32, 32))}``.
@@ -983,6 +1013,9 @@ class DataLoader:
                  skip_budget=None, output="torch", *, fields=None, transform=None, **kwargs):
         self.pin_memory = _pin_memory(kwargs.pop("pin_memory", False),
                                       kwargs.pop("pin_memory_device", ""))
+        self.device = _device(kwargs.pop("device", None))
+        self.device_buffers = _int(kwargs.pop("device_buffers", 0) or 0, "device_buffers", 0,
+                                   65536)
         for k, v in kwargs.items():
             if k not in _TORCH_ONLY:
                 raise TypeError("DataLoader() got an unexpected keyword argument %r" % k)
@@ -1029,6 +1062,9 @@ class DataLoader:
         self.skip_budget = _int(skip_budget, "skip_budget", 0, (1 << 64) - 1)
         if output not in ("torch", "numpy"):
             raise ValueError("output must be 'torch' or 'numpy', got %r" % (output,))
+        if self.device and output != "torch":
+            raise ValueError("device=%r delivers torch tensors on the device: output=%r cannot "
+                             "hold them" % (self.device, output))
         self.output = output
         if sampler is not None and not isinstance(sampler, Sampler):
             raise TypeError("sampler must be a ferry sampler (ferry.RandomSampler, "
@@ -1084,7 +1120,24 @@ class DataLoader:
             # a short wait inside, so that Ctrl-C is seen while workers load
             poll_ms=100 if self.num_workers else 0,
             rank=0 if self._stream else -1, world_size=1 if self._stream else -1,
-            pin_memory=self.pin_memory)
+            pin_memory=self.pin_memory, device=self.device, device_buffers=self.device_buffers,
+            stream_fn=self._stream_fn())
+
+    def _stream_fn(self):
+        """The consumer's current CUDA stream, read for each batch: a device batch's
+        copy is ordered before the work queued there, and a buffer (device memory,
+        or pinned host memory that an asynchronous copy reads) is reused only after
+        the work queued there by the time the batch's tensors go."""
+        if not (self.device or self.pin_memory) or self.output != "torch":
+            return None
+        cuda = _torch_module().cuda
+        current = cuda.current_stream
+        if self.device:
+            index = int(self.device.partition(":")[2] or 0)
+            return lambda: current(index).cuda_stream
+        initialized = cuda.is_initialized
+        # pinned host batches: until torch has a CUDA context there is no copy to fence
+        return lambda: current().cuda_stream if initialized() else None
 
     def __len__(self):
         if self._stream:

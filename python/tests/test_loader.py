@@ -561,3 +561,34 @@ def test_pin_memory_device_without_pin_memory_warns():
         dl = ferry.DataLoader("synthetic:10", pin_memory_device="cuda", output="numpy")
     assert dl.pin_memory is False
     dl.close()
+
+
+# device=: batches on a GPU. Where none can be used (here), a clear error that says
+# why; the names PyTorch takes; numpy output refused. (On a GPU machine,
+# bench/gpu_check.py checks the batches themselves.)
+def test_device_without_a_gpu_says_why(monkeypatch):
+    monkeypatch.setenv("FERRY_CUDA_LIBRARY", "libferry-test-no-such-driver.so.1")
+    with pytest.raises(ferry.NotSupportedError,
+                       match='device "cuda:0": no usable CUDA device: '
+                             "libferry-test-no-such-driver.so.1: cannot open shared object file"):
+        ferry.DataLoader("synthetic:10,bytes=4", batch_size=4, device="cuda")
+
+
+def test_device_names_and_output():
+    torch = pytest.importorskip("torch")
+    for bad in ("tpu", "cuda:x", "cuda:1024", "gpu:0"):
+        with pytest.raises(ValueError, match="not \"cpu\", \"cuda\" or \"cuda:N\""):
+            ferry.DataLoader("synthetic:10", device=bad)
+    with pytest.raises(TypeError, match="device must be a str or a torch.device"):
+        ferry.DataLoader("synthetic:10", device=0)
+    with pytest.raises(ValueError, match="output='numpy' cannot hold them"):
+        ferry.DataLoader("synthetic:10", device="cuda", output="numpy")
+    with pytest.raises(ValueError, match="device_buffers"):
+        ferry.DataLoader("synthetic:10", device="cuda", device_buffers=-1)
+    # "cpu" (str or torch.device) is host memory, as without device=
+    for cpu in ("cpu", torch.device("cpu")):
+        dl = ferry.DataLoader("synthetic:10,bytes=4", batch_size=5, device=cpu)
+        assert dl.device is None
+        assert [b["data"].device.type for b in dl] == ["cpu", "cpu"]
+        assert dl.stats()["copies"] == 0
+        dl.close()

@@ -3,8 +3,9 @@
  *
  * ferry never links CUDA: ferry_device_open dlopens the driver library
  * (libcuda.so.1, the name every driver install provides) and resolves the entry
- * points below by name. The types and prototypes are declared here, from the
- * driver API's documentation, so that building ferry needs no CUDA headers. The
+ * points it uses by name. The types and prototypes are declared in
+ * cuda_internal.h, from the driver API's documentation, so that building ferry
+ * needs no CUDA headers. The
  * versioned names (cuMemHostRegister_v2, ...) are the ones cuda.h maps the plain
  * names to since CUDA 4/11; they are what a program compiled against cuda.h calls.
  *
@@ -18,7 +19,7 @@
  * device's primary context, pushed on the calling thread for the call: the
  * loader allocates on worker threads that have no current context.
  */
-#include "ferry/device.h"
+#include "cuda_internal.h"
 #include "../core/internal.h"
 
 #include <dlfcn.h>
@@ -31,52 +32,8 @@
 #define DRIVER_LIBRARY "libcuda.so.1"
 #define MAX_ORDINAL 1023
 
-/* ---- The driver API's types, as documented ---- */
-typedef int CUresult; /* CUDA_SUCCESS = 0 */
-typedef int CUdevice;
-typedef struct CUctx_st *CUcontext;
-typedef struct CUstream_st *CUstream;
-typedef struct CUevent_st *CUevent;
-typedef unsigned long long CUdeviceptr;
-#define CU_MEMHOSTREGISTER_PORTABLE 0x01u
-
-typedef struct driver {
-    void *lib;
-    CUresult (*cuInit)(unsigned flags);
-    CUresult (*cuDriverGetVersion)(int *version);
-    CUresult (*cuDeviceGetCount)(int *count);
-    CUresult (*cuDeviceGet)(CUdevice *dev, int ordinal);
-    CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *ctx, CUdevice dev);
-    CUresult (*cuDevicePrimaryCtxRelease)(CUdevice dev);
-    CUresult (*cuCtxPushCurrent)(CUcontext ctx);
-    CUresult (*cuCtxPopCurrent)(CUcontext *ctx);
-    CUresult (*cuMemHostRegister)(void *p, size_t n, unsigned flags);
-    CUresult (*cuMemHostUnregister)(void *p);
-    CUresult (*cuGetErrorName)(CUresult err, const char **name);
-    /* Resolved for copies to the device, which this version does not make yet:
-     * NULL where the driver lacks them; nothing calls them. */
-    CUresult (*cuStreamCreate)(CUstream *s, unsigned flags);
-    CUresult (*cuStreamDestroy)(CUstream s);
-    CUresult (*cuStreamWaitEvent)(CUstream s, CUevent e, unsigned flags);
-    CUresult (*cuEventCreate)(CUevent *e, unsigned flags);
-    CUresult (*cuEventDestroy)(CUevent e);
-    CUresult (*cuEventRecord)(CUevent e, CUstream s);
-    CUresult (*cuEventQuery)(CUevent e);
-    CUresult (*cuEventSynchronize)(CUevent e);
-    CUresult (*cuMemAlloc)(CUdeviceptr *p, size_t n);
-    CUresult (*cuMemFree)(CUdeviceptr p);
-    CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr dst, const void *src, size_t n, CUstream s);
-} driver;
-
-struct ferry_device {
-    driver drv;
-    int ordinal;
-    CUdevice dev;
-    CUcontext ctx;
-};
-
 /* The driver's name for an error ("CUDA_ERROR_NO_DEVICE"), or its number. */
-static const char *err_name(const driver *d, CUresult r, char *buf, size_t cap)
+const char *ferry__cuda_err_name(const driver *d, CUresult r, char *buf, size_t cap)
 {
     const char *name = NULL;
     if (d->cuGetErrorName && d->cuGetErrorName(r, &name) == 0 && name)
@@ -88,7 +45,7 @@ static const char *err_name(const driver *d, CUresult r, char *buf, size_t cap)
 static int driver_err(const driver *d, int rc, const char *call, CUresult r)
 {
     char buf[32];
-    return ferry__err(rc, "%s: %s", call, err_name(d, r, buf, sizeof buf));
+    return ferry__err(rc, "%s: %s", call, ferry__cuda_err_name(d, r, buf, sizeof buf));
 }
 
 #define RESOLVE(field, symbol, required)                                                           \
@@ -132,6 +89,8 @@ static int driver_load(driver *d)
     RESOLVE(cuMemAlloc, "cuMemAlloc_v2", false);
     RESOLVE(cuMemFree, "cuMemFree_v2", false);
     RESOLVE(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", false);
+    RESOLVE(cuEventElapsedTime, "cuEventElapsedTime", false);
+    RESOLVE(cuStreamSynchronize, "cuStreamSynchronize", false);
     return 0;
 }
 
@@ -260,7 +219,7 @@ int ferry_device_host_alloc(ferry_device *dv, size_t n, void **out)
         munmap(p, len);
         char buf[32];
         return ferry__err(FERRY_EIO, "cuda:%d: cannot page-lock %zu bytes: cuMemHostRegister: %s",
-                          dv->ordinal, len, err_name(d, r, buf, sizeof buf));
+                          dv->ordinal, len, ferry__cuda_err_name(d, r, buf, sizeof buf));
     }
     *out = p;
     return 0;
@@ -278,4 +237,15 @@ void ferry_device_host_free(ferry_device *dv, void *p, size_t n)
         d->cuCtxPopCurrent(&prev);
     }
     munmap(p, page_round(n));
+}
+
+CUresult ferry__cuda_push(const ferry_device *dv)
+{
+    return dv->drv.cuCtxPushCurrent(dv->ctx);
+}
+
+void ferry__cuda_pop(const ferry_device *dv)
+{
+    CUcontext prev;
+    dv->drv.cuCtxPopCurrent(&prev);
 }

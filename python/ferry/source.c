@@ -1,0 +1,279 @@
+/*
+ * Source: a C dataset or stream (open_source), or a Python one (python_source,
+ * transform_source), for a Loader or pack to read.
+ */
+#include "_ferry.h"
+
+PyTypeObject *fpy_source_type;
+
+static void source_free_handles(SourceObject *s)
+{
+    ferry_dataset_free(s->ds);
+    ferry_stream_free(s->st);
+    s->ds = NULL;
+    s->st = NULL;
+    s->py = NULL;
+}
+
+static void source_dealloc(PyObject *self)
+{
+    source_free_handles((SourceObject *)self);
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_Free(self);
+    Py_DECREF(tp);
+}
+
+int fpy_source_nfields(SourceObject *s)
+{
+    return s->ds ? ferry_dataset_nfields(s->ds) : s->st ? ferry_stream_nfields(s->st) : 0;
+}
+
+const ferry_field *fpy_source_field(SourceObject *s, int f)
+{
+    return s->ds ? ferry_dataset_field(s->ds, f) : ferry_stream_field(s->st, f);
+}
+
+static PyObject *field_tuple(const ferry_field *fi)
+{
+    PyObject *shape = PyTuple_New(fi->ndim);
+    for (int d = 0; shape && d < fi->ndim; d++)
+        PyTuple_SetItem(shape, d, PyLong_FromLongLong(fi->shape[d]));
+    if (!shape)
+        return NULL;
+    return Py_BuildValue("(ssNO)", fi->name, ferry_dtype_name(fi->dtype), shape,
+                         fi->variable ? Py_True : Py_False);
+}
+
+static PyObject *source_fields(PyObject *self, PyObject *unused)
+{
+    SourceObject *s = (SourceObject *)self;
+    int n = fpy_source_nfields(s);
+    PyObject *l = PyList_New(n);
+    for (int f = 0; l && f < n; f++) {
+        PyObject *t = field_tuple(fpy_source_field(s, f));
+        if (!t) {
+            Py_CLEAR(l);
+            break;
+        }
+        PyList_SetItem(l, f, t);
+    }
+    return l;
+}
+
+static Py_ssize_t source_len(PyObject *self)
+{
+    SourceObject *s = (SourceObject *)self;
+    if (!s->ds) {
+        PyErr_SetString(PyExc_TypeError, "a stream source has no length");
+        return -1;
+    }
+    return (Py_ssize_t)ferry_dataset_len(s->ds);
+}
+
+static PyObject *source_is_stream(PyObject *self, void *unused)
+{
+    return PyBool_FromLong(((SourceObject *)self)->st != NULL);
+}
+
+/* read(i) -> [(bytes, length or None), ...]: sample i's fields, copied. */
+static PyObject *source_read(PyObject *self, PyObject *args)
+{
+    SourceObject *s = (SourceObject *)self;
+    unsigned long long i;
+    if (!PyArg_ParseTuple(args, "K", &i))
+        return NULL;
+    if (!s->ds) {
+        PyErr_SetString(PyExc_TypeError, "a stream source has no random access");
+        return NULL;
+    }
+    if (i >= ferry_dataset_len(s->ds)) {
+        PyErr_Format(PyExc_IndexError, "sample %llu is past the end (%llu samples)", i,
+                     (unsigned long long)ferry_dataset_len(s->ds));
+        return NULL;
+    }
+    int n = ferry_dataset_nfields(s->ds);
+    size_t off[FERRY_MAX_FIELDS], total = 0;
+    for (int f = 0; f < n; f++) {
+        off[f] = total;
+        total += (ferry_field_nbytes(ferry_dataset_field(s->ds, f)) + 63) & ~(size_t)63;
+    }
+    uint8_t *buf = NULL;
+    if (posix_memalign((void **)&buf, 64, total ? total : 64))
+        return PyErr_NoMemory();
+    void *data[FERRY_MAX_FIELDS];
+    int64_t len[FERRY_MAX_FIELDS] = {0};
+    for (int f = 0; f < n; f++)
+        data[f] = buf + off[f];
+    ferry_sample smp = {n, data, len, {0}};
+    ferry_ctx *ctx = NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ferry_ctx_create(&ctx, 0, 0);
+    if (rc == 0)
+        rc = ferry_dataset_get(s->ds, i, &smp, ctx);
+    Py_END_ALLOW_THREADS
+    PyObject *r = NULL;
+    if (rc < 0) {
+        PyObject *exc = s->py ? fpy_take_exception(s->py, i) : NULL;
+        fpy_raise_last(rc);
+        if (exc) {
+            PyObject *t, *v, *tb;
+            PyErr_Fetch(&t, &v, &tb);
+            PyErr_NormalizeException(&t, &v, &tb);
+            PyException_SetCause(v, exc);
+            PyErr_Restore(t, v, tb);
+        }
+        goto done;
+    }
+    r = PyList_New(n);
+    for (int f = 0; r && f < n; f++) {
+        const ferry_field *fi = ferry_dataset_field(s->ds, f);
+        size_t nb = ferry_field_nbytes(fi);
+        PyObject *l = Py_None;
+        if (fi->variable) {
+            nb = (size_t)len[f] * ferry_field_row_elems(fi) * ferry_dtype_size(fi->dtype);
+            l = PyLong_FromLongLong(len[f]);
+        } else
+            Py_INCREF(l);
+        PyObject *t = Py_BuildValue("(y#N)", (const char *)data[f], (Py_ssize_t)nb, l);
+        if (!t) {
+            Py_CLEAR(r);
+            break;
+        }
+        PyList_SetItem(r, f, t);
+    }
+done:
+    ferry_ctx_free(ctx);
+    free(buf);
+    return r;
+}
+
+static PyMethodDef source_methods[] = {
+    {"fields", source_fields, METH_NOARGS, "[(name, dtype, shape, variable), ...]"},
+    {"read", source_read, METH_VARARGS, "read(i) -> [(bytes, length or None), ...]"},
+    {NULL}};
+
+static PyGetSetDef source_getset[] = {
+    {"is_stream", source_is_stream, NULL, "True for a stream (no random access).", NULL}, {NULL}};
+
+static PyType_Slot source_slots[] = {{Py_tp_dealloc, source_dealloc},
+                                     {Py_tp_methods, source_methods},
+                                     {Py_tp_getset, source_getset},
+                                     {Py_mp_length, source_len},
+                                     {Py_tp_doc, "A ferry dataset or stream (internal)."},
+                                     {0, NULL}};
+
+PyType_Spec fpy_source_spec = {"ferry._ferry.Source", sizeof(SourceObject), 0, Py_TPFLAGS_DEFAULT,
+                               source_slots};
+
+static SourceObject *source_alloc(void)
+{
+    SourceObject *s = PyObject_New(SourceObject, fpy_source_type);
+    if (s) {
+        s->ds = NULL;
+        s->st = NULL;
+        s->py = NULL;
+    }
+    return s;
+}
+
+PyObject *fpy_mod_open_source(PyObject *m, PyObject *args)
+{
+    const char *spec;
+    if (!PyArg_ParseTuple(args, "s", &spec))
+        return NULL;
+    SourceObject *s = source_alloc();
+    if (!s)
+        return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ferry_source_open(spec, &s->ds, &s->st);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        Py_DECREF(s);
+        return fpy_raise_last(rc);
+    }
+    return (PyObject *)s;
+}
+
+/* python_source(obj, length, fields, keyed) */
+PyObject *fpy_mod_python_source(PyObject *m, PyObject *args)
+{
+    PyObject *obj, *fields;
+    unsigned long long len;
+    int keyed;
+    if (!PyArg_ParseTuple(args, "OKOi", &obj, &len, &fields, &keyed))
+        return NULL;
+    pyds *p = fpy_pyds_new();
+    if (!p)
+        return NULL;
+    if (fpy_parse_fields(fields, p->fields, p->names, &p->nfields) < 0) {
+        fpy_pyds_destroy(p);
+        return NULL;
+    }
+    p->obj = Py_NewRef(obj);
+    p->len = len;
+    p->keyed = keyed;
+    SourceObject *s = source_alloc();
+    if (!s) {
+        fpy_pyds_destroy(p);
+        return NULL;
+    }
+    int rc = ferry_dataset_create(&s->ds, &fpy_pyds_vt, p, p->fields, p->nfields);
+    if (rc < 0) {
+        Py_DECREF(s);
+        return fpy_raise_last(rc); /* p was destroyed by the failed create */
+    }
+    s->py = p;
+    return (PyObject *)s;
+}
+
+/* transform_source(inner, fn, fields, keyed) */
+PyObject *fpy_mod_transform_source(PyObject *m, PyObject *args)
+{
+    PyObject *inner, *fn, *fields;
+    int keyed;
+    if (!PyArg_ParseTuple(args, "O!OOi", fpy_source_type, &inner, &fn, &fields, &keyed))
+        return NULL;
+    SourceObject *in = (SourceObject *)inner;
+    if (!in->ds) {
+        PyErr_SetString(PyExc_ValueError, "transform= works on map-style sources; a stream "
+                                          "source has no random access to transform");
+        return NULL;
+    }
+    pyds *p = fpy_pyds_new();
+    if (!p)
+        return NULL;
+    if (fpy_parse_fields(fields, p->fields, p->names, &p->nfields) < 0) {
+        fpy_pyds_destroy(p);
+        return NULL;
+    }
+    p->transform = Py_NewRef(fn);
+    p->inner_src = Py_NewRef(inner);
+    p->inner = in->ds;
+    p->len = ferry_dataset_len(in->ds);
+    p->keyed = keyed;
+    p->ninner = ferry_dataset_nfields(in->ds);
+    for (int f = 0; f < p->ninner; f++) {
+        p->inner_fields[f] = *ferry_dataset_field(in->ds, f);
+        p->inner_names[f] = PyUnicode_FromString(p->inner_fields[f].name);
+        p->inner_off[f] = p->inner_bytes;
+        p->inner_bytes += (ferry_field_nbytes(&p->inner_fields[f]) + 63) & ~(size_t)63;
+        if (!p->inner_names[f]) {
+            fpy_pyds_destroy(p);
+            return NULL;
+        }
+    }
+    SourceObject *s = source_alloc();
+    if (!s) {
+        fpy_pyds_destroy(p);
+        return NULL;
+    }
+    int rc = ferry_dataset_create(&s->ds, &fpy_transform_vt, p, p->fields, p->nfields);
+    if (rc < 0) {
+        Py_DECREF(s);
+        return fpy_raise_last(rc);
+    }
+    s->py = p;
+    return (PyObject *)s;
+}

@@ -3,7 +3,6 @@
  * resume that puts a loader back there.
  */
 #include "loader_internal.h"
-#include "ferry/records.h" /* ferry_crc32c, for the state blob */
 
 #include <string.h>
 

@@ -536,20 +536,28 @@ static uint64_t fnv(const void *p, size_t n)
     return h;
 }
 
+/* A ring of max buffers of n bytes on the stand-in, and a second device handle
+ * for host memory (the ring takes its own over). */
+static ferry__dring *ring_new(size_t n, uint32_t max, ferry_device **host)
+{
+    use_fake(1, 0, 0);
+    ferry_device *d;
+    ferry__dring *r;
+    CHECK_OK(ferry_device_open(&d, "cuda:0"));
+    CHECK_OK(ferry_device_open(host, "cuda"));
+    CHECK_OK(ferry__dring_create(&r, d, n, max));
+    return r;
+}
+
 /* A consumer takes a buffer on its stream, queues a kernel that reads it, and
  * gives it back before the kernel has run; the next copy into the same buffer
  * must wait for that kernel. The queues run only at the end, so a copy that did
  * not wait would show the second batch's bytes to the first kernel. */
 TEST(ring_reuses_a_buffer_only_after_the_consumers_work)
 {
-    use_fake(1, 0, 0);
-    ferry_device *d;
-    CHECK_OK(ferry_device_open(&d, "cuda"));
-    ferry_device *h; /* the host memory's (the ring takes d over) */
-    CHECK_OK(ferry_device_open(&h, "cuda"));
-    ferry__dring *r;
     enum { N = 8192 };
-    CHECK_OK(ferry__dring_create(&r, d, N, 1));
+    ferry_device *h;
+    ferry__dring *r = ring_new(N, 1, &h);
     void *stream = fake_stream_new();
     uint8_t *host[3];
     uint64_t want[3], got[3] = {0};
@@ -600,14 +608,9 @@ TEST(ring_reuses_a_buffer_only_after_the_consumers_work)
  * batch's bytes. (Shows that the test above can fail.) */
 TEST(ring_without_the_consumers_stream_is_caught_by_the_stand_in)
 {
-    use_fake(1, 0, 0);
-    ferry_device *d;
-    CHECK_OK(ferry_device_open(&d, "cuda"));
-    ferry_device *h; /* the host memory's (the ring takes d over) */
-    CHECK_OK(ferry_device_open(&h, "cuda"));
-    ferry__dring *r;
     enum { N = 4096 };
-    CHECK_OK(ferry__dring_create(&r, d, N, 1));
+    ferry_device *h;
+    ferry__dring *r = ring_new(N, 1, &h);
     void *stream = fake_stream_new();
     uint8_t *host;
     CHECK_OK(ferry_device_host_alloc(h, N, (void **)&host));
@@ -635,14 +638,9 @@ TEST(ring_without_the_consumers_stream_is_caught_by_the_stand_in)
  * buffers held is FERRY_ESTATE; buffers outlive the ring's owner. */
 TEST(ring_limits_buffers_and_outlives_its_owner)
 {
-    use_fake(1, 0, 0);
-    ferry_device *d;
-    CHECK_OK(ferry_device_open(&d, "cuda:0"));
-    ferry_device *h; /* the host memory's (the ring takes d over) */
-    CHECK_OK(ferry_device_open(&h, "cuda"));
-    ferry__dring *r;
     enum { N = 1000 };
-    CHECK_OK(ferry__dring_create(&r, d, N, 2));
+    ferry_device *h;
+    ferry__dring *r = ring_new(N, 2, &h);
     uint8_t *host;
     CHECK_OK(ferry_device_host_alloc(h, N, (void **)&host));
     ferry__dbuf *b[3];

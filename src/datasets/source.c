@@ -5,7 +5,7 @@
 #include "dataset_internal.h"
 #include "csv_internal.h"
 #include "lmdb_internal.h"
-#include "shard_files.h"
+#include "shard_stream.h"
 #include "ferry/pipeline.h"
 #include "ferry/stream.h"
 

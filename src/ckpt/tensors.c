@@ -5,6 +5,7 @@
 #include "ferry/tensors.h"
 
 #include "../core/internal.h"
+#include "../core/bytes.h"
 #include "../formats/json.h"
 #include "../io/io.h"
 
@@ -962,9 +963,7 @@ static int open_bytes(ferry_tensors *t, const ferry_tensors_opts *o)
     if (t->size < 8)
         FERRY_FAIL(FERRY_ECORRUPT, "%s: %zu bytes, shorter than the 8-byte header length", t->label,
                    t->size);
-    uint64_t n = 0;
-    for (int i = 7; i >= 0; i--)
-        n = n << 8 | t->base[i];
+    uint64_t n = ferry__load_le64(t->base);
     if (n > max_header)
         FERRY_FAIL(FERRY_ECORRUPT, "%s: header length %llu is over the limit of %llu bytes",
                    t->label, (unsigned long long)n, (unsigned long long)max_header);
@@ -1490,8 +1489,7 @@ int ferry_tensors_save(const char *path, const ferry_tensor_src *src, size_t n,
         }
     }
     uint8_t len8[8];
-    for (int i = 0; i < 8; i++)
-        len8[i] = (uint8_t)((uint64_t)h.n >> (8 * i));
+    ferry__store_le64(len8, h.n);
     FERRY_TRY(ferry__atomic_pwrite_mt(&w, len8, 8, 0));
     FERRY_TRY(ferry__atomic_pwrite_mt(&w, h.p, h.n, 8));
     rc = ferry__atomic_commit(&w); /* frees w, success or not */

@@ -7,6 +7,7 @@
 #include "ferry/dataset.h"
 #include "../core/internal.h"
 #include "../core/ctx.h"
+#include "../core/state.h"
 
 struct ferry_dataset {
     const ferry_dataset_vtable *vt;
@@ -42,15 +43,17 @@ struct ferry_stream_iter {
     bool used; /* next() was called: too late to restore */
 };
 
-/* A stream state being written (into buf: grown with ferry__realloc when grow is
- * set, otherwise counted past cap) or read (in[0..n), at off). */
-struct ferry_state {
-    uint8_t *buf;
-    size_t cap, len;
-    bool grow, nomem;
-    const uint8_t *in;
-    size_t n, off;
-};
+/* A sample's place in a saved state: its ferry_pos as four little-endian u64s
+ * (the state codec is core/state.h). */
+_Static_assert(sizeof(ferry_pos) == 4 * sizeof(uint64_t), "ferry_pos is four u64s");
+static inline void ferry__state_put_pos(ferry_state *w, const ferry_pos *pos, size_t n)
+{
+    ferry__state_put_u64s(w, pos, 4 * n);
+}
+static inline int ferry__state_get_pos(ferry_state *r, ferry_pos *pos, size_t n)
+{
+    return ferry__state_get_u64s(r, pos, n > SIZE_MAX / 4 ? SIZE_MAX / 4 : 4 * n);
+}
 
 /* The whole chain's position into w (a growing buffer reused from snapshot to
  * snapshot): 0, FERRY_ENOMEM, FERRY_ENOTSUP or the stream's error. And back:

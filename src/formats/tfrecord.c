@@ -1,6 +1,7 @@
 /*
  * TFRecord files: the framing, both CRCs checked.
  */
+#include "../core/bytes.h"
 #include "tfrecord_internal.h"
 
 #include <limits.h>
@@ -30,25 +31,11 @@ static uint32_t crc32c(const void *p, size_t n)
 #endif
 }
 
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
 int ferry__tfr_header(const char *name, uint64_t record, uint64_t off, const uint8_t *h,
                       uint64_t max, uint64_t *len)
 {
-    uint32_t want = ferry__tfr_mask(crc32c(h, 8)), got = get32(h + 8);
-    *len = get64(h);
+    uint32_t want = ferry__tfr_mask(crc32c(h, 8)), got = ferry__load_le32(h + 8);
+    *len = ferry__load_le64(h);
     if (want != got)
         return ferry__err(FERRY_ECORRUPT,
                           "%s: record %llu at offset %llu: length CRC mismatch (stored %08x, "
@@ -66,7 +53,7 @@ int ferry__tfr_header(const char *name, uint64_t record, uint64_t off, const uin
 int ferry__tfr_data_at(const char *name, uint64_t record, uint64_t off, const uint8_t *d,
                        uint64_t len, const uint8_t *crc)
 {
-    uint32_t want = ferry__tfr_mask(crc32c(d, (size_t)len)), got = get32(crc);
+    uint32_t want = ferry__tfr_mask(crc32c(d, (size_t)len)), got = ferry__load_le32(crc);
     if (want != got)
         return ferry__err(FERRY_ECORRUPT,
                           "%s: record %llu at offset %llu: data CRC mismatch (stored %08x, "

@@ -98,23 +98,11 @@ static void copy_ahead(ferry_loader *l)
  * Returns false when there was nothing to do. */
 static bool work_inline(ferry_loader *l)
 {
-    uint32_t first, count, nfilled;
+    uint32_t first, count;
     ferry_batch *b = ferry__loader_claim(l, &first, &count);
-    if (!b)
-        return false;
-    l->busy_workers++;
-    pthread_mutex_unlock(&l->m);
-    uint64_t t0 = ferry_now_ns();
-    memset(l->inline_worker.ctx.stage_ns, 0, sizeof l->inline_worker.ctx.stage_ns);
-    ferry__loader_hint_ahead(l, &l->inline_worker, b, first);
-    ferry__loader_work_guarded(l, b, first, count, &l->inline_worker.ctx, &nfilled);
-    uint64_t dt = ferry_now_ns() - t0;
-    ferry__loader_finish_grain(l, b, count, nfilled);
-    ferry__loader_account(&l->inline_worker, dt);
-    l->truncated += l->inline_worker.ctx.truncated;
-    l->inline_worker.ctx.truncated = 0;
-    l->busy_workers--;
-    return true;
+    if (b)
+        ferry__loader_run_grain(l, &l->inline_worker, b, first, count);
+    return b != NULL;
 }
 
 /* Hands a ready batch out, or turns it into the epoch's error. Under m. */

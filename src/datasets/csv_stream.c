@@ -647,7 +647,10 @@ static int spec_delim(const char *v, char *out)
                       v);
 }
 
-int ferry__csv_open_spec(ferry_stream **out, ferry__spec *s)
+/* "csv:DIR[,prefix=part-][,digits=5][,suffix=][,delim=,][,header=0][,dtype=f32]
+ * [,fields=...][,cols=N]": delim takes one character or a name: comma, tab, space,
+ * semicolon, pipe. A stream only: the registry gives it an st. */
+int ferry__csv_open_spec(ferry_dataset **ds, ferry_stream **out, ferry__spec *s)
 {
     int rc = 0;
     ferry_csv_opts o;

@@ -4,7 +4,7 @@
  * and checked sample by sample at open; get copies a sample's columns into the
  * batch slot.
  */
-#include "dataset_internal.h"
+#include "spec.h"
 #include "../formats/mds_internal.h"
 #include "../io/io.h"
 #include "../core/bytes.h"
@@ -543,7 +543,7 @@ cleanup:
     return rc;
 }
 
-int ferry__mds_open_spec(ferry_dataset **out, ferry__spec *s)
+int ferry__mds_open_spec(ferry_dataset **out, ferry_stream **st, ferry__spec *s)
 {
     ferry_mds_opts o = {.dir = s->location, .cache = ferry__spec_str(s, "cache")};
     int rc;

@@ -97,8 +97,4 @@ int ferry__shard_stream_create(ferry_stream **out, const ferry__shard_format *fm
                                const ferry__shard_files *files, uint64_t seed,
                                const ferry_field *fields, int nfields);
 
-/* The kinds over file shards, opened from a parsed description. */
-int ferry__tfrecord_open_spec(ferry_dataset **ds, ferry_stream **st, ferry__spec *s);
-int ferry__wds_open_spec(ferry_dataset **ds, ferry_stream **st, ferry__spec *s);
-
 #endif

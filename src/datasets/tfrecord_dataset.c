@@ -5,6 +5,7 @@
 #include "ferry/tfrecord.h"
 #include "ferry/sampler.h"
 #include "shard_stream.h"
+#include "spec.h"
 #include "../formats/example.h"
 #include "../formats/tfrecord_internal.h"
 

@@ -6,6 +6,7 @@
 #include "ferry/wds.h"
 #include "ferry/sampler.h"
 #include "shard_stream.h"
+#include "spec.h"
 #include "../formats/tar.h"
 
 #include <stdio.h>

@@ -54,11 +54,14 @@
 #ifndef FERRY_TFRECORD_H
 #define FERRY_TFRECORD_H
 
-#include "dataset.h"
+#include "sample.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+typedef struct ferry_dataset ferry_dataset; /* made below, used through ferry/dataset.h */
+typedef struct ferry_stream ferry_stream;
 
 enum { FERRY_TFRECORD_AUTO = 0, FERRY_TFRECORD_NONE = 1, FERRY_TFRECORD_GZIP = 2 };
 enum { FERRY_TFRECORD_MISSING_ERROR = 0, FERRY_TFRECORD_MISSING_FILL = 1 };

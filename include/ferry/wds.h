@@ -37,11 +37,14 @@
 #ifndef FERRY_WDS_H
 #define FERRY_WDS_H
 
-#include "dataset.h"
+#include "sample.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+typedef struct ferry_dataset ferry_dataset; /* made below, used through ferry/dataset.h */
+typedef struct ferry_stream ferry_stream;
 
 enum { FERRY_WDS_MISSING_ERROR = 0, FERRY_WDS_MISSING_SKIP = 1 };
 

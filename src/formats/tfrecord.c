@@ -3,7 +3,6 @@
  */
 #include "../core/bytes.h"
 #include "tfrecord_internal.h"
-#include "ferry/records.h"
 
 #include <limits.h>
 #include <string.h>

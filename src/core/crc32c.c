@@ -13,7 +13,6 @@
  */
 #include "bytes.h"
 #include "internal.h"
-#include "ferry/records.h"
 
 #include <string.h>
 
@@ -59,7 +58,7 @@ static uint32_t multmodp(uint32_t a, uint32_t b)
 }
 
 /* x^(8n) modulo the polynomial: the operator that appends n zero bytes. */
-static uint32_t x8nmodp(size_t n)
+static uint32_t x8nmodp(uint64_t n)
 {
     uint32_t p = 1u << 31;  /* x^0 */
     uint32_t sq = 1u << 23; /* x^8 */
@@ -350,4 +349,9 @@ uint32_t ferry_crc32c(uint32_t crc, const void *data, size_t n)
         return crc_hw(crc, data, n);
 #endif
     return ferry__crc32c_sw(crc, data, n);
+}
+
+uint32_t ferry__crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b)
+{
+    return multmodp(x8nmodp(len_b), crc_a) ^ crc_b;
 }

@@ -1,28 +1,11 @@
 /*
- * Datasets and streams: schema checks and the wrappers that hold a user's vtable.
- * (The worker context is in src/core/ctx.c.)
+ * Datasets and streams: the wrappers that hold a user's vtable. (Fields, schema
+ * checks and the worker context are in src/core/sample.c.)
  */
 #include "../core/bytes.h"
 #include "dataset_internal.h"
-#include "ferry/records.h"
 
 #include <string.h>
-
-size_t ferry_field_row_elems(const ferry_field *f)
-{
-    size_t n = 1;
-    for (int i = 1; i < f->ndim; i++)
-        n *= (size_t)f->shape[i];
-    return n;
-}
-
-size_t ferry_field_nbytes(const ferry_field *f)
-{
-    size_t n = ferry_dtype_size(f->dtype);
-    for (int i = 0; i < f->ndim; i++)
-        n *= (size_t)f->shape[i];
-    return n;
-}
 
 /* ---- Map-style ---- */
 

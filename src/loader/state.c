@@ -4,7 +4,6 @@
  */
 #include "loader_internal.h"
 #include "../core/bytes.h"
-#include "ferry/records.h" /* ferry_crc32c, for the state blob */
 
 #include <string.h>
 

@@ -9,7 +9,7 @@
  */
 #include "csv_internal.h"
 #include "shard_stream.h"
-#include "../io/zread.h"
+#include "../io/seqread.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +37,7 @@ typedef struct {
 /* Lines of one file, read through a buffer of READ_CAP bytes; gzip and zstd files
  * are decoded on the way (found by their magic bytes). */
 typedef struct {
-    ferry__zread sr; /* sr.open when a file is open */
+    ferry__seqread sr; /* sr.src set when a file is open */
     char *buf;
     size_t start, end; /* unread bytes: buf[start .. end) */
     uint64_t buf_off;  /* the decoded file offset of buf[0] */
@@ -79,18 +79,19 @@ static int csv_open(const void *self, void *rd, const char *path, bool fetch)
     r->broken = false;
     r->line = 0;
     r->header_left = fetch ? 0 : src->header;
-    return ferry__zread_open(&r->sr, path);
+    ferry__seqread_close(&r->sr);
+    return ferry__seqread_open(&r->sr, path, path, FERRY__COMP_AUTO, 0);
 }
 
 static void csv_close(void *rd)
 {
-    ferry__zread_close(&((reader *)rd)->sr);
+    ferry__seqread_close(&((reader *)rd)->sr);
 }
 
 static void csv_free(void *rd)
 {
     reader *r = rd;
-    ferry__zread_free(&r->sr);
+    ferry__seqread_close(&r->sr);
     ferry__free(r->buf);
     ferry__free(r->col_dst);
 }
@@ -101,12 +102,12 @@ static int reader_fill(reader *r)
     size_t want = READ_CAP - r->end, got;
     if (r->chunk && want > r->chunk)
         want = r->chunk;
-    int rc = ferry__zread_read(&r->sr, r->buf + r->end, want, &got);
+    int rc = ferry__seqread_read(&r->sr, r->buf + r->end, want, &got);
     if (rc < 0) {
         r->broken = true;
         return rc;
     }
-    r->eof = got < want && !r->sr.broken; /* short at the end, or before an error */
+    r->eof = got < want && !r->sr.err; /* short at the end, or before an error */
     r->end += got;
     return 0;
 }
@@ -238,23 +239,24 @@ static int reader_goto(reader *r, uint64_t off, bool end_ok)
     r->buf_off = off;
     r->eof = false;
     r->broken = false;
+    uint64_t at;
     if (off == 0)
-        return ferry__zread_seek(&r->sr, 0);
-    int rc = ferry__zread_seek(&r->sr, off - 1);
+        return ferry__seqread_seek(&r->sr, 0, &at);
+    int rc = ferry__seqread_seek(&r->sr, off - 1, &at);
     if (rc < 0)
         return rc;
-    if (r->sr.pos != off - 1)
+    if (at != off - 1)
         return GOTO_PAST_END;
     char c;
     size_t got;
-    if ((rc = ferry__zread_read(&r->sr, &c, 1, &got)) < 0)
+    if ((rc = ferry__seqread_read(&r->sr, &c, 1, &got)) < 0)
         return rc;
     if (got == 0)
         return GOTO_PAST_END;
     if (c == '\n')
         return GOTO_OK;
     if (end_ok) { /* after a last line without "\n", or a long line passed over */
-        if ((rc = ferry__zread_read(&r->sr, &c, 1, &got)) < 0)
+        if ((rc = ferry__seqread_read(&r->sr, &c, 1, &got)) < 0)
             return rc;
         if (got == 0)
             return GOTO_OK;

@@ -6,7 +6,7 @@
 #include "ferry/lines.h"
 #include "spec.h"
 #include "../io/io.h"
-#include "../io/zread.h"
+#include "../io/seqread.h"
 #include "../core/guard.h"
 #include "../formats/formats_internal.h"
 

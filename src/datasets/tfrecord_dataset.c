@@ -610,12 +610,13 @@ static int tfr_open(tfr **out, const char *location, const ferry_tfrecord_opts *
             ferry__tfr_reader rd;
             /* a small window: the reads stop at the headers */
             FERRY_TRY(ferry__tfr_open(&rd, path, path, t->o.compression, t->o.max_record, 4096));
-            if (rd.r.gzip) {
+            if (rd.r.compressed) {
+                const char *c = rd.r.compressed;
                 ferry__tfr_close(&rd);
                 FERRY_FAIL(FERRY_ENOTSUP,
-                           "%s: gzip-compressed: a map-style dataset needs uncompressed files "
-                           "(read gzip files as a stream)",
-                           path);
+                           "%s: %s-compressed: a map-style dataset needs uncompressed files "
+                           "(read %s files as a stream)",
+                           path, c, c);
             }
             size_t cap = 1024, cnt = 0;
             uint64_t *offs = ferry__malloc(cap * sizeof *offs);
@@ -799,7 +800,7 @@ int ferry_dataset_tfrecord(ferry_dataset **out, const char *location, const ferr
 
 /* raw: a small window, so that large records are read from the file straight
  * into the sample (ferry__tfr_next_into); for fetch too, where each fetch away from
- * the last one reads a window (a gzip file's is 256 KiB whatever is asked) */
+ * the last one reads a window (a compressed file's is 64 KiB at least) */
 static int st_open(const void *self, void *rd, const char *path, bool fetch)
 {
     const tfr *t = self;
@@ -842,7 +843,7 @@ static int st_next(const void *self, void *reader, const char *path, ferry_sampl
 
 static uint64_t st_size(const void *rd)
 {
-    return ((const ferry__tfr_reader *)rd)->r.f.size;
+    return ((const ferry__tfr_reader *)rd)->r.size;
 }
 
 /* The state's words: the reader's offset and record number in the open file. */
@@ -873,7 +874,7 @@ static int st_resume(const void *self, void *reader, const char *path, const uin
                           "tfrecord stream: the state names offset %llu of %s, which ends at "
                           "%llu%s",
                           (unsigned long long)off, path, (unsigned long long)at,
-                          rd->r.gzip ? " (decompressed)" : "");
+                          rd->r.compressed ? " (decompressed)" : "");
     rd->record = record;
     return 0;
 }
@@ -894,7 +895,7 @@ static int st_fetch(const void *self, void *reader, const char *path, const ferr
         return ferry__err(FERRY_ERANGE,
                           "%s: no record %llu at offset %llu%s: the file ends at %llu", path,
                           (unsigned long long)pos->c, (unsigned long long)pos->b,
-                          rd->r.gzip ? " (decompressed)" : "", (unsigned long long)at);
+                          rd->r.compressed ? " (decompressed)" : "", (unsigned long long)at);
     return rc;
 }
 
@@ -974,7 +975,7 @@ int ferry__tfrecord_open_spec(ferry_dataset **ds, ferry_stream **st, ferry__spec
             for (size_t k = 0; k < f.n && !stream; k++) {
                 ferry__seqread r;
                 if (ferry__seqread_open(&r, f.paths[k], f.paths[k], o.compression, 4096) == 0) {
-                    stream = r.gzip;
+                    stream = r.compressed != NULL;
                     ferry__seqread_close(&r);
                 }
             }
@@ -983,7 +984,8 @@ int ferry__tfrecord_open_spec(ferry_dataset **ds, ferry_stream **st, ferry__spec
     }
     if (stream)
         return st ? ferry_stream_tfrecord(st, s->location, &o, seed)
-                  : ferry__err(FERRY_EINVAL, "source tfrecord: gzip files make a stream; open "
-                                             "it with ferry_source_open");
+                  : ferry__err(FERRY_EINVAL,
+                               "source tfrecord: compressed files make a stream; open "
+                               "it with ferry_source_open");
     return ferry_dataset_tfrecord(ds, s->location, &o);
 }

@@ -68,7 +68,8 @@ static bool want_tar(const char *name)
 {
     size_t n = strlen(name);
     return (n > 4 && !strcmp(name + n - 4, ".tar")) ||
-           (n > 7 && !strcmp(name + n - 7, ".tar.gz")) || (n > 4 && !strcmp(name + n - 4, ".tgz"));
+           (n > 7 && !strcmp(name + n - 7, ".tar.gz")) ||
+           (n > 4 && !strcmp(name + n - 4, ".tgz")) || (n > 8 && !strcmp(name + n - 8, ".tar.zst"));
 }
 
 /* KEY.EXT: the key's length and the extension. */
@@ -148,7 +149,7 @@ static int scan(wds *w, uint32_t k, uint64_t limit)
 {
     const char *path = w->files.paths[k];
     ferry__tar tar;
-    int rc = ferry__tar_open(&tar, path, path, FERRY__GZ_AUTO, 0, 0);
+    int rc = ferry__tar_open(&tar, path, path, FERRY__COMP_AUTO, 0, 0);
     if (rc < 0)
         return rc;
     char *key = ferry__malloc(FERRY__TAR_MAX_NAME + 1);
@@ -334,7 +335,7 @@ static int wds_open(wds **out, const char *location, const ferry_wds_opts *o, bo
     if (!w->o.max_member)
         w->o.max_member = DEFAULT_MAX_MEMBER;
     FERRY_TRY(ferry__shard_files_list(&w->files, "wds", location, want_tar,
-                                      "tar files (.tar, .tar.gz, .tgz)"));
+                                      "tar files (.tar, .tar.gz, .tgz, .tar.zst)"));
     if (map) {
         if (!(w->fds = ferry__calloc(w->files.n, sizeof *w->fds)))
             FERRY_FAIL(FERRY_ENOMEM, "wds: out of memory");
@@ -342,14 +343,15 @@ static int wds_open(wds **out, const char *location, const ferry_wds_opts *o, bo
             w->fds[k].fd = -1;
         for (size_t k = 0; k < w->files.n; k++) {
             FERRY_TRY(ferry__file_open(&w->fds[k], w->files.paths[k]));
-            uint8_t magic[2];
+            uint8_t magic[8];
             size_t got;
-            FERRY_TRY(ferry__file_pread(&w->fds[k], w->files.paths[k], magic, 2, 0, &got));
-            if (got == 2 && magic[0] == 0x1f && magic[1] == 0x8b)
+            FERRY_TRY(ferry__file_pread(&w->fds[k], w->files.paths[k], magic, 8, 0, &got));
+            const char *c = ferry__compression_of(magic, got);
+            if (c)
                 FERRY_FAIL(FERRY_ENOTSUP,
-                           "%s: gzip-compressed: a map-style dataset needs uncompressed tars "
+                           "%s: %s-compressed: a map-style dataset needs uncompressed tars "
                            "(read it as a stream)",
-                           w->files.paths[k]);
+                           w->files.paths[k], c);
             FERRY_TRY(scan(w, (uint32_t)k, UINT64_MAX));
         }
         if (w->nsamples == 0)
@@ -490,7 +492,7 @@ typedef struct ws_reader {
 static int ws_open(const void *self, void *rd, const char *path, bool fetch)
 {
     const wds *w = self;
-    return ferry__tar_open(&((ws_reader *)rd)->tar, path, path, FERRY__GZ_AUTO, w->o.max_member,
+    return ferry__tar_open(&((ws_reader *)rd)->tar, path, path, FERRY__COMP_AUTO, w->o.max_member,
                            fetch ? FETCH_WINDOW : 0);
 }
 
@@ -631,7 +633,7 @@ static int ws_next(const void *self, void *rd, const char *path, ferry_sample *o
 
 static uint64_t ws_size(const void *rd)
 {
-    return ((const ws_reader *)rd)->tar.r.f.size;
+    return ((const ws_reader *)rd)->tar.r.size;
 }
 
 /* The state's words: the offset the reader goes on from, the member bytes it has
@@ -681,7 +683,7 @@ static int ws_resume(const void *self, void *rd, const char *path, const uint64_
         return ferry__err(FERRY_ECORRUPT,
                           "wds stream: the state names offset %llu of %s, which ends at %llu%s",
                           (unsigned long long)off, path, (unsigned long long)at,
-                          c->tar.r.gzip ? " (decompressed)" : "");
+                          c->tar.r.compressed ? " (decompressed)" : "");
     c->tar.pending = pending;
     c->tar.headers = headers;
     c->dropping = drop != 0;
@@ -711,13 +713,13 @@ static int ws_fetch(const void *self, void *rd, const char *path, const ferry_po
         if (at != pos->b)
             return ferry__err(FERRY_ERANGE, "%s: no sample at offset %llu%s: the tar ends at %llu",
                               path, (unsigned long long)pos->b,
-                              c->tar.r.gzip ? " (decompressed)" : "", (unsigned long long)at);
+                              c->tar.r.compressed ? " (decompressed)" : "", (unsigned long long)at);
     }
     uint64_t hoff = 0, hidx = 0;
     rc = ws_sample(self, c, path, false, out, &hoff, &hidx, broken);
     if (rc == FERRY_END)
         return ferry__err(FERRY_ERANGE, "%s: no sample at offset %llu%s: the tar ends there", path,
-                          (unsigned long long)pos->b, c->tar.r.gzip ? " (decompressed)" : "");
+                          (unsigned long long)pos->b, c->tar.r.compressed ? " (decompressed)" : "");
     return rc;
 }
 
@@ -776,8 +778,8 @@ int ferry__wds_open_spec(ferry_dataset **ds, ferry_stream **st, ferry__spec *s)
         if (ferry__shard_files_list(&f, "wds", s->location, want_tar, "tar files") == 0) {
             for (size_t k = 0; k < f.n && !stream; k++) {
                 ferry__seqread r;
-                if (ferry__seqread_open(&r, f.paths[k], f.paths[k], FERRY__GZ_AUTO, 4096) == 0) {
-                    stream = r.gzip;
+                if (ferry__seqread_open(&r, f.paths[k], f.paths[k], FERRY__COMP_AUTO, 4096) == 0) {
+                    stream = r.compressed != NULL;
                     ferry__seqread_close(&r);
                 }
             }
@@ -786,7 +788,7 @@ int ferry__wds_open_spec(ferry_dataset **ds, ferry_stream **st, ferry__spec *s)
     }
     if (stream)
         return st ? ferry_stream_wds(st, s->location, &o, seed)
-                  : ferry__err(FERRY_EINVAL, "source wds: gzipped tars make a stream; open it "
+                  : ferry__err(FERRY_EINVAL, "source wds: compressed tars make a stream; open it "
                                              "with ferry_source_open");
     return ferry_dataset_wds(ds, s->location, &o);
 }

@@ -108,7 +108,7 @@ static int header(ferry__tfr_reader *t, uint64_t *off, uint64_t *len)
                                  "%s: record %llu at offset %llu%s: truncated header (%zu of "
                                  "12 bytes)",
                                  r->name, (unsigned long long)t->record, (unsigned long long)*off,
-                                 r->gzip ? " (decompressed)" : "", got));
+                                 r->compressed ? " (decompressed)" : "", got));
     if ((rc = ferry__tfr_header(r->name, t->record, *off, r->buf + r->pos, t->max, len)) < 0)
         return broken(t, rc);
     return 0;
@@ -120,7 +120,7 @@ static int truncated(ferry__tfr_reader *t, uint64_t off, uint64_t len, uint64_t 
                                 "%s: record %llu at offset %llu%s: truncated: %llu data bytes and "
                                 "a CRC announced, %llu there",
                                 t->r.name, (unsigned long long)t->record, (unsigned long long)off,
-                                t->r.gzip ? " (decompressed)" : "", (unsigned long long)len,
+                                t->r.compressed ? " (decompressed)" : "", (unsigned long long)len,
                                 (unsigned long long)there));
 }
 
@@ -133,7 +133,7 @@ int ferry__tfr_next(ferry__tfr_reader *t, const uint8_t **data, size_t *n, uint6
     int rc = header(t, off, &len);
     if (rc != 0)
         return rc;
-    if (!check_data && !r->gzip) {
+    if (!check_data && !r->compressed) {
         /* an index scan of a plain file: the data need not be read */
         if ((rc = ferry__seqread_skip(r, FERRY__TFR_OVERHEAD + len, &skipped)) < 0)
             return broken(t, rc);

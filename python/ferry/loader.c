@@ -21,6 +21,8 @@ typedef struct {
     unsigned long busy_thread; /* which */
     int closing;               /* close() was called by the thread inside next() (a signal handler,
                                 * a __getitem__): the loader is freed when next() returns */
+    int closed_by_other;       /* close() by another thread (a worker's __getitem__) during next():
+                                * the iteration ends there too */
     int nfields;
     int variable[FERRY_MAX_FIELDS];
     PyObject *names[FERRY_MAX_FIELDS];
@@ -123,6 +125,7 @@ static void loader_close(LoaderObject *self)
         return;
     }
     if (self->busy) {
+        self->closed_by_other = self->busy_thread != PyThread_get_thread_ident();
         ferry_loader_cancel(self->l);
         if (self->busy_thread == PyThread_get_thread_ident()) {
             self->closing = 1;
@@ -540,8 +543,11 @@ static PyObject *loader_next(PyObject *op, PyObject *args)
         Py_RETURN_NONE;
     }
     self->busy = 0;
-    if (rc == FERRY_END)
+    if (rc == FERRY_END || (rc == FERRY_ECANCELED && self->closed_by_other)) {
+        if (rc != FERRY_END) /* closed by another thread: what was in flight is dropped */
+            Py_XDECREF(self->py ? fpy_take_exception(self->py, UINT64_MAX) : NULL);
         Py_RETURN_NONE;
+    }
     if (rc < 0) {
         if (rc == FERRY_ETIMEDOUT && self->poll) {
             /* the loader's own wait was the short poll: say the caller's */

@@ -317,6 +317,29 @@ def test_internal_types_cannot_be_made_empty():
             t.__new__(t)
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_close_inside_getitem_ends_the_iteration(workers):
+    class D:
+        def __len__(self):
+            return 400
+
+        def __getitem__(self, i):
+            if i == 150:
+                while dl is None:  # workers may read ahead of the assignment
+                    time.sleep(0.001)
+                dl.close()
+            return {"x": np.full(4, i, np.int32)}
+
+    dl = None
+    dl = ferry.DataLoader(D(), batch_size=10, num_workers=workers, output="numpy")
+    n = sum(1 for _ in dl)  # ends, no error
+    assert n < 40
+    deadline = time.monotonic() + 10  # a worker's close() returns just after
+    while dl._loader is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert dl._loader is None
+
+
 def test_getitem_raising_is_chained():
     class Bad:
         def __len__(self):

@@ -115,4 +115,14 @@ static inline ferry__guard *ferry__guard_direct(const void *self)
         (g)->reading = NULL;                                                                       \
     } while (0)
 
+/* A mapped dataset's hint(self, indices, count, soon) (ferry_dataset_vtable's):
+ * under the direct region of the caller when there is one, where a fault is
+ * direct_fault's error and fails the sample in hand, as its read would; else
+ * under a region of its own, where a fault ends the hint quietly (a file cut
+ * short: the reads of its samples report it). */
+void ferry__guard_hint(void *self,
+                       void (*hint)(void *self, const uint64_t *indices, size_t count, int soon),
+                       int (*direct_fault)(const ferry__reading *r, uintptr_t addr),
+                       const uint64_t *indices, size_t count, int soon);
+
 #endif

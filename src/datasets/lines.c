@@ -122,8 +122,9 @@ static int lines_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
 /* soon: pull the grain's index entries, then its lines (up to HINT_MAX bytes of
  * each), into the cache, so that the misses (and TLB walks) of a shuffled read
  * overlap. Later batches: ask the kernel to read their lines ahead. */
-static void hint_mapped(lines *d, const uint64_t *indices, size_t count, int soon)
+static void hint_mapped(void *self, const uint64_t *indices, size_t count, int soon)
 {
+    lines *d = self;
     uint64_t nlines = ferry_line_index_count(d->ix);
     if (soon) {
         /* two stages, DEPTH lines apart: a line's index entry is requested, and
@@ -164,33 +165,11 @@ static void hint_mapped(lines *d, const uint64_t *indices, size_t count, int soo
     }
 }
 
-static int no_fault(const ferry__reading *rd, uintptr_t addr)
-{
-    return 0;
-}
-
-__attribute__((noinline)) static void hint_guarded(lines *d, const uint64_t *indices, size_t count,
-                                                   int soon)
-{
-    ferry__reading rd = {no_fault, d, UINT64_MAX, NULL};
-    int rc;
-    FERRY__GUARDED(rc, &rd, (hint_mapped(d, indices, count, soon), 0));
-    (void)rc; /* a file cut short: the reads of its lines report it */
-}
-
 /* Under a worker's direct region a fault fails the sample in hand, as the read
  * of its line would. */
 static void lines_hint(void *self, const uint64_t *indices, size_t count, int soon)
 {
-    ferry__guard *g = ferry__guard_direct(self);
-    if (!g) {
-        hint_guarded(self, indices, count, soon);
-        return;
-    }
-    ferry__reading rd = {line_fault, self, UINT64_MAX, NULL};
-    int rc;
-    FERRY__DIRECT_READ(rc, g, &rd, (hint_mapped(self, indices, count, soon), 0));
-    (void)rc;
+    ferry__guard_hint(self, hint_mapped, line_fault, indices, count, soon);
 }
 
 static void lines_destroy(void *self)

@@ -11,30 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "scratch.h"
 #include "fixed_sums.h"
 
 #define MAX_READS 2000
 #define MAX_SAMPLE_BYTES ((size_t)4 << 20)
-
-static char dir[256], path[300];
-
-static void cleanup(void)
-{
-    unlink(path);
-    rmdir(dir);
-}
-
-static void setup(void)
-{
-    if (dir[0])
-        return;
-    const char *t = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/ferry-fuzz-tar-XXXXXX", t ? t : "/tmp");
-    if (!mkdtemp(dir))
-        abort();
-    snprintf(path, sizeof path, "%s/in.tar", dir);
-    atexit(cleanup);
-}
 
 static void fix_sums(uint8_t *b, size_t n)
 {
@@ -92,7 +73,7 @@ done:
 
 static void run(const uint8_t *data, size_t size, ferry_ctx *ctx)
 {
-    FILE *fp = fopen(path, "wb");
+    FILE *fp = fopen(fuzz_path, "wb");
     if (!fp)
         return;
     size_t wrote = fwrite(data, 1, size, fp);
@@ -102,11 +83,11 @@ static void run(const uint8_t *data, size_t size, ferry_ctx *ctx)
         ferry_wds_opts o = {.missing = skip, .max_member = 1 << 20, .infer = 20};
         ferry_dataset *ds;
         ferry_stream *st;
-        if (ferry_dataset_wds(&ds, path, &o) == 0) {
+        if (ferry_dataset_wds(&ds, fuzz_path, &o) == 0) {
             read_all(ds, NULL, ctx);
             ferry_dataset_free(ds);
         }
-        if (ferry_stream_wds(&st, path, &o, 1) == 0) {
+        if (ferry_stream_wds(&st, fuzz_path, &o, 1) == 0) {
             read_all(NULL, st, ctx);
             ferry_stream_free(st);
         }
@@ -115,6 +96,6 @@ static void run(const uint8_t *data, size_t size, ferry_ctx *ctx)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    setup();
+    fuzz_scratch("ferry-fuzz-tar", "in.tar");
     return fuzz_as_is_and_fixed(data, size, run, fix_sums);
 }

@@ -13,30 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "scratch.h"
 #include "fixed_sums.h"
 
 #define MAX_READS 2000
 #define MAX_SAMPLE_BYTES ((size_t)4 << 20)
-
-static char dir[256], path[300];
-
-static void cleanup(void)
-{
-    unlink(path);
-    rmdir(dir);
-}
-
-static void setup(void)
-{
-    if (dir[0])
-        return;
-    const char *t = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/ferry-fuzz-tfrecord-XXXXXX", t ? t : "/tmp");
-    if (!mkdtemp(dir))
-        abort();
-    snprintf(path, sizeof path, "%s/in.tfrecord", dir);
-    atexit(cleanup);
-}
 
 static uint32_t mask(uint32_t c)
 {
@@ -104,7 +85,7 @@ done:
 
 static void run(const uint8_t *data, size_t size, ferry_ctx *ctx)
 {
-    FILE *fp = fopen(path, "wb");
+    FILE *fp = fopen(fuzz_path, "wb");
     if (!fp)
         return;
     size_t wrote = fwrite(data, 1, size, fp);
@@ -114,11 +95,11 @@ static void run(const uint8_t *data, size_t size, ferry_ctx *ctx)
         ferry_tfrecord_opts o = {.raw = raw, .infer = 50, .max_record = 1 << 20};
         ferry_dataset *ds;
         ferry_stream *st;
-        if (ferry_dataset_tfrecord(&ds, path, &o) == 0) {
+        if (ferry_dataset_tfrecord(&ds, fuzz_path, &o) == 0) {
             read_all(ds, NULL, data, size, raw, ctx);
             ferry_dataset_free(ds);
         }
-        if (ferry_stream_tfrecord(&st, path, &o, 1) == 0) {
+        if (ferry_stream_tfrecord(&st, fuzz_path, &o, 1) == 0) {
             read_all(NULL, st, data, size, raw, ctx);
             ferry_stream_free(st);
         }
@@ -127,6 +108,6 @@ static void run(const uint8_t *data, size_t size, ferry_ctx *ctx)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    setup();
+    fuzz_scratch("ferry-fuzz-tfrecord", "in.tfrecord");
     return fuzz_as_is_and_fixed(data, size, run, fix_crcs);
 }

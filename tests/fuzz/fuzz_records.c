@@ -117,11 +117,7 @@ static void read_all(ferry_record_file *f, const uint8_t *data, size_t size, fer
 
 static void run(const uint8_t *data, size_t size, ferry_ctx *ctx)
 {
-    FILE *fp = fopen(fuzz_path, "wb");
-    if (!fp)
-        return;
-    size_t wrote = fwrite(data, 1, size, fp);
-    if (fclose(fp) != 0 || wrote != size)
+    if (fuzz_write(data, size) != 0)
         return;
     for (int flags = 0; flags <= FERRY_RECORD_RECOVER; flags++) {
         ferry_record_file *f;

@@ -5,6 +5,7 @@
 #ifndef FERRY_FUZZ_SCRATCH_H
 #define FERRY_FUZZ_SCRATCH_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -28,6 +29,16 @@ static void fuzz_scratch(const char *tag, const char *name)
         abort();
     snprintf(fuzz_path, sizeof fuzz_path, "%s/%s", fuzz_dir, name);
     atexit(fuzz_scratch_remove);
+}
+
+/* The input as the scratch file: 0, or -1 when it could not be written. */
+static inline int fuzz_write(const uint8_t *data, size_t size)
+{
+    FILE *fp = fopen(fuzz_path, "wb");
+    if (!fp)
+        return -1;
+    size_t wrote = fwrite(data, 1, size, fp);
+    return fclose(fp) != 0 || wrote != size ? -1 : 0;
 }
 
 #endif

@@ -165,36 +165,3 @@ int ferry__guard_err(uintptr_t addr, const char *path, const void *base, const c
     return ferry__err(FERRY_EIO, "%s: %s: the file was cut short while it was read%s",
                       path ? path : "(unknown file)", what, where);
 }
-
-static int no_fault(const ferry__reading *rd, uintptr_t addr)
-{
-    (void)rd;
-    (void)addr;
-    return 0;
-}
-
-__attribute__((noinline)) static void
-hint_guarded(void *self, void (*hint)(void *, const uint64_t *, size_t, int),
-             const uint64_t *indices, size_t count, int soon)
-{
-    ferry__reading rd = {no_fault, self, UINT64_MAX, NULL};
-    int rc;
-    FERRY__GUARDED(rc, &rd, (hint(self, indices, count, soon), 0));
-    (void)rc;
-}
-
-void ferry__guard_hint(void *self,
-                       void (*hint)(void *self, const uint64_t *indices, size_t count, int soon),
-                       int (*direct_fault)(const ferry__reading *r, uintptr_t addr),
-                       const uint64_t *indices, size_t count, int soon)
-{
-    ferry__guard *g = ferry__guard_direct(self);
-    if (!g) {
-        hint_guarded(self, hint, indices, count, soon);
-        return;
-    }
-    ferry__reading rd = {direct_fault, self, UINT64_MAX, NULL};
-    int rc;
-    FERRY__DIRECT_READ(rc, g, &rd, (hint(self, indices, count, soon), 0));
-    (void)rc;
-}

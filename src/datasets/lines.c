@@ -122,9 +122,8 @@ static int lines_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
 /* soon: pull the grain's index entries, then its lines (up to HINT_MAX bytes of
  * each), into the cache, so that the misses (and TLB walks) of a shuffled read
  * overlap. Later batches: ask the kernel to read their lines ahead. */
-static void hint_mapped(void *self, const uint64_t *indices, size_t count, int soon)
+static void hint_mapped(lines *d, const uint64_t *indices, size_t count, int soon)
 {
-    lines *d = self;
     uint64_t nlines = ferry_line_index_count(d->ix);
     if (soon) {
         /* two stages, DEPTH lines apart: a line's index entry is requested, and
@@ -167,10 +166,7 @@ static void hint_mapped(void *self, const uint64_t *indices, size_t count, int s
 
 /* Under a worker's direct region a fault fails the sample in hand, as the read
  * of its line would. */
-static void lines_hint(void *self, const uint64_t *indices, size_t count, int soon)
-{
-    ferry__guard_hint(self, hint_mapped, line_fault, indices, count, soon);
-}
+FERRY__GUARDED_HINT(lines_hint, hint_mapped, line_fault)
 
 static void lines_destroy(void *self)
 {

@@ -404,9 +404,8 @@ static void populate_run(shard_set *s, uint64_t i, uint64_t last)
  * cache. Later batches: runs of consecutive records (a sequential read), found
  * from the indices alone, so that a shuffled order of small records costs no
  * index lookups here; where records are large, each one on its own. */
-static void hint_mapped(void *self, const uint64_t *indices, size_t count, int soon)
+static void hint_mapped(shard_set *s, const uint64_t *indices, size_t count, int soon)
 {
-    shard_set *s = self;
     uint64_t total = s->first[s->n];
     if (soon) {
         for (size_t k = 0; k < count; k++) {
@@ -446,10 +445,7 @@ static int hint_fault(const ferry__reading *rd, uintptr_t addr)
 
 /* Under a worker's direct region a fault fails the sample in hand, as the read
  * of its record would. */
-static void set_hint(void *self, const uint64_t *indices, size_t count, int soon)
-{
-    ferry__guard_hint(self, hint_mapped, hint_fault, indices, count, soon);
-}
+FERRY__GUARDED_HINT(set_hint, hint_mapped, hint_fault)
 
 static void set_destroy(void *self)
 {

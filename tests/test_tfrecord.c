@@ -411,8 +411,8 @@ TEST(padding_from_two_records_is_bounded)
 {
     test_make_dir("tfrecord-pad");
     static uint8_t file[1 << 18], ex[1 << 17];
-    size_t at = frame(file, ex, bytes_example(ex, 20000, 1));
-    at += frame(file + at, ex, bytes_example(ex, 1, 20000));
+    size_t at = test_tfrecord_frame(file, ex, bytes_example(ex, 20000, 1));
+    at += test_tfrecord_frame(file + at, ex, bytes_example(ex, 1, 20000));
     CHECK(at < 100000);
     table t = read_bytes("pad.tfrecord", file, at, "");
     CHECK_EQ(t.rc, FERRY_EOVERFLOW);
@@ -421,8 +421,8 @@ TEST(padding_from_two_records_is_bounded)
     CHECK_CONTAINS(t.msg, "far over the 20000 of its fullest record");
     table_free(&t);
     /* small padding: read as before */
-    at = frame(file, ex, bytes_example(ex, 30, 10));
-    at += frame(file + at, ex, bytes_example(ex, 1, 40));
+    at = test_tfrecord_frame(file, ex, bytes_example(ex, 30, 10));
+    at += test_tfrecord_frame(file + at, ex, bytes_example(ex, 1, 40));
     t = read_bytes("small.tfrecord", file, at, "");
     CHECK_EQ(t.rc, FERRY_END);
     CHECK_EQ(t.n, 2);

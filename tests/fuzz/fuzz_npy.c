@@ -38,7 +38,7 @@ static void read_rows(const uint8_t *data, size_t size)
         if (row > ((uint64_t)64 << 20)) { /* a small file may claim huge rows: not read here */
             ferry_ctx_free(ctx);
             ferry_dataset_free(ds);
-            unlink(path);
+            unlink(fuzz_path);
             return;
         }
         for (int k = 0; k < nf; k++) {

@@ -222,6 +222,10 @@ FERRY_API int ferry_loader_start(ferry_loader *l, uint64_t epoch, uint64_t first
 FERRY_API size_t ferry_loader_state_size(const ferry_loader *l);
 FERRY_API int ferry_loader_state_save(ferry_loader *l, void *buf, size_t cap, size_t *len);
 FERRY_API int ferry_loader_state_resume(ferry_loader *l, const void *buf, size_t len);
+/* Checks a saved state as ferry_loader_state_resume would (the same errors and
+ * messages), changing nothing; 0 and the epoch and next batch it would resume at. */
+FERRY_API int ferry_loader_state_check(const ferry_loader *l, const void *buf, size_t len,
+                                       uint64_t *epoch, uint64_t *first_batch);
 
 /* The next batch: 0 and *out set; FERRY_END when the epoch is over (until the next
  * ferry_loader_start); or an error: a sample that failed (its index and message),

@@ -61,13 +61,7 @@ static PyObject *mod_pack(PyObject *m, PyObject *args)
         if (src->py && p && sscanf(p, "sample %llu", &index) == 1)
             exc = fpy_take_exception(src->py, index);
         fpy_raise_rc(rc, err);
-        if (exc) {
-            PyObject *t, *v, *tb;
-            PyErr_Fetch(&t, &v, &tb);
-            PyErr_NormalizeException(&t, &v, &tb);
-            PyException_SetCause(v, exc);
-            PyErr_Restore(t, v, tb);
-        }
+        fpy_set_cause(exc);
         return NULL;
     }
     return Py_BuildValue("(KKKK)", (unsigned long long)res.records, (unsigned long long)res.bytes,

@@ -53,6 +53,8 @@ extern PyObject *fpy_error_base; /* ferry.Error */
 PyObject *fpy_raise_rc(int rc, const char *msg);
 /* The same with the thread's last ferry message. */
 PyObject *fpy_raise_last(int rc);
+/* Makes exc (taken; NULL: nothing) the cause of the exception being raised. */
+void fpy_set_cause(PyObject *exc);
 /* The name of v's type, as a new str (or NULL with the error cleared). */
 PyObject *fpy_type_name(PyObject *v);
 /* s's UTF-8 (s may be NULL), or "value" with the error cleared. */

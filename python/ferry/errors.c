@@ -139,3 +139,14 @@ int fpy_threads_init(void)
     g_interp = PyInterpreterState_Get();
     return 0;
 }
+
+void fpy_set_cause(PyObject *exc)
+{
+    if (!exc)
+        return;
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    PyErr_NormalizeException(&t, &v, &tb);
+    PyException_SetCause(v, exc);
+    PyErr_Restore(t, v, tb);
+}

@@ -234,6 +234,42 @@ static PyObject *raise_loader(LoaderObject *self, int rc)
     return NULL;
 }
 
+/* One call of the library without the GIL while the loader is marked busy, as
+ * start and state_resume make it. */
+typedef struct busy_args {
+    unsigned long long epoch, first;
+    const char *buf;
+    Py_ssize_t len;
+} busy_args;
+
+static PyObject *run_busy(LoaderObject *self, int (*fn)(ferry_loader *, const busy_args *),
+                          const busy_args *a)
+{
+    if (!enter_busy(self, "ferry: the loader is in use by another thread"))
+        return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = fn(self->l, a);
+    Py_END_ALLOW_THREADS
+    if (leave_busy(self)) {
+        check_open(self); /* closed meanwhile: "the loader is closed" */
+        return NULL;
+    }
+    if (rc < 0)
+        return raise_loader(self, rc);
+    Py_RETURN_NONE;
+}
+
+static int do_start(ferry_loader *l, const busy_args *a)
+{
+    return ferry_loader_start(l, a->epoch, a->first);
+}
+
+static int do_resume(ferry_loader *l, const busy_args *a)
+{
+    return ferry_loader_state_resume(l, a->buf, (size_t)a->len);
+}
+
 /* Loader(source, batch_size, drop_last, num_workers, prefetch, shuffle, seed, sampler,
  *        in_order, on_error, skip_budget, worker_init, output, tuple_batch, poll_ms,
  *        rank, world_size, stream_shards) */
@@ -334,13 +370,7 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         PyObject *exc = self->init_exc;
         self->init_exc = NULL;
         fpy_raise_last(rc);
-        if (exc) {
-            PyObject *t, *v, *tb;
-            PyErr_Fetch(&t, &v, &tb);
-            PyErr_NormalizeException(&t, &v, &tb);
-            PyException_SetCause(v, exc);
-            PyErr_Restore(t, v, tb);
-        }
+        fpy_set_cause(exc);
         Py_DECREF(self);
         return NULL;
     }
@@ -357,19 +387,7 @@ static PyObject *loader_start(PyObject *op, PyObject *args)
     unsigned long long epoch, first = 0;
     if (!PyArg_ParseTuple(args, "K|K", &epoch, &first) || check_open(self) < 0)
         return NULL;
-    if (!enter_busy(self, "ferry: the loader is in use by another thread"))
-        return NULL;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = ferry_loader_start(self->l, epoch, first);
-    Py_END_ALLOW_THREADS
-    if (leave_busy(self)) {
-        check_open(self); /* closed meanwhile: "the loader is closed" */
-        return NULL;
-    }
-    if (rc < 0)
-        return raise_loader(self, rc);
-    Py_RETURN_NONE;
+    return run_busy(self, do_start, &(busy_args){.epoch = epoch, .first = first});
 }
 
 /* Builds the Python batch from b and releases b: the tensors hold the batch's
@@ -615,10 +633,6 @@ static PyObject *loader_state_save(PyObject *op, PyObject *unused)
     return r;
 }
 
-/* The library's check of a saved state, as state_resume makes it (loader/state.c). */
-int ferry__loader_state_check(const ferry_loader *l, const void *buf, size_t n, uint64_t *epoch,
-                              uint64_t *first);
-
 /* state_check(bytes) -> (epoch, next batch): what state_resume would refuse, raised
  * now, without touching the loader */
 static PyObject *loader_state_check(PyObject *op, PyObject *args)
@@ -629,7 +643,7 @@ static PyObject *loader_state_check(PyObject *op, PyObject *args)
     uint64_t epoch, first;
     if (!PyArg_ParseTuple(args, "y#", &buf, &len) || check_open(self) < 0)
         return NULL;
-    int rc = ferry__loader_state_check(self->l, buf, (size_t)len, &epoch, &first);
+    int rc = ferry_loader_state_check(self->l, buf, (size_t)len, &epoch, &first);
     if (rc < 0)
         return fpy_raise_last(rc);
     return Py_BuildValue("(KK)", (unsigned long long)epoch, (unsigned long long)first);
@@ -644,19 +658,7 @@ static PyObject *loader_state_resume(PyObject *op, PyObject *args)
     Py_ssize_t len;
     if (!PyArg_ParseTuple(args, "y#", &buf, &len) || check_open(self) < 0)
         return NULL;
-    if (!enter_busy(self, "ferry: the loader is in use by another thread"))
-        return NULL;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = ferry_loader_state_resume(self->l, buf, (size_t)len);
-    Py_END_ALLOW_THREADS
-    if (leave_busy(self)) {
-        check_open(self); /* closed meanwhile: "the loader is closed" */
-        return NULL;
-    }
-    if (rc < 0)
-        return raise_loader(self, rc);
-    Py_RETURN_NONE;
+    return run_busy(self, do_resume, &(busy_args){.buf = buf, .len = len});
 }
 
 static PyObject *loader_cancel(PyObject *op, PyObject *unused)

@@ -116,13 +116,7 @@ static PyObject *source_read(PyObject *self, PyObject *args)
     if (rc < 0) {
         PyObject *exc = s->py ? fpy_take_exception(s->py, i) : NULL;
         fpy_raise_last(rc);
-        if (exc) {
-            PyObject *t, *v, *tb;
-            PyErr_Fetch(&t, &v, &tb);
-            PyErr_NormalizeException(&t, &v, &tb);
-            PyException_SetCause(v, exc);
-            PyErr_Restore(t, v, tb);
-        }
+        fpy_set_cause(exc);
         goto done;
     }
     r = PyList_New(n);

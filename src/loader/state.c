@@ -406,8 +406,8 @@ cleanup:
     return rc;
 }
 
-int ferry__loader_state_check(const ferry_loader *l, const void *buf, size_t n, uint64_t *epoch,
-                              uint64_t *first)
+int ferry_loader_state_check(const ferry_loader *l, const void *buf, size_t n, uint64_t *epoch,
+                             uint64_t *first)
 {
     uint32_t cursor, live;
     ferry__err_clear();

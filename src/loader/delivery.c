@@ -104,12 +104,17 @@ static bool work_inline(ferry_loader *l)
         return false;
     l->busy_workers++;
     pthread_mutex_unlock(&l->m);
+    worker *w = &l->inline_worker;
     uint64_t t0 = ferry_now_ns();
-    memset(l->inline_worker.ctx.stage_ns, 0, sizeof l->inline_worker.ctx.stage_ns);
-    ferry__loader_hint_ahead(l, &l->inline_worker, b, first);
-    ferry__loader_work_guarded(l, b, first, count, &l->inline_worker.ctx, &nfilled);
+    memset(w->ctx.stage_ns, 0, sizeof w->ctx.stage_ns);
+    if (w->tb)
+        w->tb->mark = t0;
+    ferry__loader_hint_ahead(l, w, b, first);
+    ferry__loader_work_guarded(l, b, first, count, w, &nfilled);
     uint64_t dt = ferry_now_ns() - t0;
-    ferry__loader_finish_grain(l, b, count, nfilled);
+    if (w->tb)
+        ferry__trace_span(w->tb, FERRY__EV_READ, t0 + dt, b->number);
+    ferry__loader_finish_grain(l, b, count, nfilled, w->tb);
     ferry__loader_account(&l->inline_worker, dt);
     l->truncated += l->inline_worker.ctx.truncated;
     l->inline_worker.ctx.truncated = 0;
@@ -117,10 +122,24 @@ static bool work_inline(ferry_loader *l)
     return true;
 }
 
+/* The consumer waited from t0 until now, for batch `number` (UINT64_MAX: none
+ * came). Under m. */
+static void waited(ferry_loader *l, uint64_t t0, uint64_t number)
+{
+    uint64_t now = ferry_now_ns();
+    l->consumer_wait_ns += now - t0;
+    if (l->trace)
+        ferry__trace_add(l->inline_worker.tb, FERRY__EV_WAIT, FERRY__PH_SLICE, t0, now - t0,
+                         UINT64_MAX, number, -1, 0);
+}
+
 /* Hands a ready batch out, or turns it into the epoch's error. Under m. */
 static int deliver(ferry_loader *l, ferry_batch *b, ferry_batch **out)
 {
     l->undelivered--;
+    l->nready--;
+    if (l->trace)
+        ferry__loader_trace_queue(l, l->inline_worker.tb);
     ferry__loader_note_done(l, b);
     if (b->skipped) {
         if (l->o.on_error == FERRY_ON_ERROR_FAIL) {
@@ -229,7 +248,7 @@ int ferry_loader_next(ferry_loader *l, ferry_batch **out)
                 /* an empty batch (every sample skipped) is progress: the timeout is for
                  * the wait on one batch, not on a run of empty ones */
                 if (t0)
-                    l->consumer_wait_ns += ferry_now_ns() - t0;
+                    waited(l, t0, b->number);
                 t0 = deadline = 0;
                 continue;
             }
@@ -276,7 +295,7 @@ int ferry_loader_next(ferry_loader *l, ferry_batch **out)
             if (b) {
                 rc = deliver(l, b, out);
                 if (rc == FERRY_END && !l->over) {
-                    l->consumer_wait_ns += ferry_now_ns() - t0;
+                    waited(l, t0, b->number);
                     t0 = deadline = 0;
                     continue;
                 }
@@ -287,8 +306,11 @@ int ferry_loader_next(ferry_loader *l, ferry_batch **out)
         }
     }
     if (t0)
-        l->consumer_wait_ns += ferry_now_ns() - t0;
+        waited(l, t0, *out ? (*out)->number : UINT64_MAX);
 done:
+    if (rc < 0 && l->trace)
+        ferry__trace_add(l->inline_worker.tb, FERRY__EV_ERROR, FERRY__PH_INSTANT, ferry_now_ns(), 0,
+                         UINT64_MAX, UINT64_MAX, -1, rc);
     pthread_mutex_unlock(&l->m);
     return ferry__loader_set_errmsg(l, rc);
 }

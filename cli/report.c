@@ -410,8 +410,10 @@ static void analyse(rtrace *t)
         t->counters[i].ts -= t0;
     for (size_t i = 0; i < t->ninstants; i++)
         t->instants[i].ts -= t0;
-    qsort(t->slices, t->nslices, sizeof *t->slices, by_track_ts);
-    qsort(t->counters, t->ncounters, sizeof *t->counters, by_ts);
+    if (t->nslices)
+        qsort(t->slices, t->nslices, sizeof *t->slices, by_track_ts);
+    if (t->ncounters)
+        qsort(t->counters, t->ncounters, sizeof *t->counters, by_ts);
     t->first_wait = -1;
     rsample cur = {0};
     bool open = false;
@@ -425,8 +427,10 @@ static void analyse(rtrace *t)
         if (s->kind == RK_WAIT) {
             t->nwaits++;
             t->wait_total += s->dur;
-            if (t->first_wait < 0)
+            if (t->first_wait < 0) {
                 t->first_wait = s->dur;
+                t->first_wait_end = s->ts + s->dur;
+            }
             keep_wait(t, s);
         }
         if (s->slot < 0)
@@ -501,7 +505,8 @@ static void summary(const rtrace *t, FILE *f)
             t->wait_total / 1000, (unsigned long long)t->nwaits,
             t->span > 0 ? 100 * t->wait_total / t->span : 0.0);
     if (t->first_wait >= 0)
-        fprintf(f, "; the first batch after %.3f ms", t->first_wait / 1000);
+        fprintf(f, "; the first lasted %.3f ms, until %.3f ms", t->first_wait / 1000,
+                t->first_wait_end / 1000);
     fputc('\n', f);
     for (uint32_t i = 0; i < t->nwaits_kept && i < 5; i++) {
         const rslice *w = &t->waits[i];

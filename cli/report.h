@@ -73,8 +73,8 @@ typedef struct rtrace {
     rslice waits[REPORT_WAITS]; /* the longest, longest first */
     uint32_t nwaits_kept;
     uint64_t nwaits, nerrors, nskips;
-    double wait_total, first_wait;
-    double ready_mean, ready_max, empty_frac; /* the queue, time-weighted */
+    double wait_total, first_wait, first_wait_end; /* the earliest wait's length and end */
+    double ready_mean, ready_max, empty_frac;      /* the queue, time-weighted */
 } rtrace;
 
 /* Writes the page. 0, or nonzero after printing why. */

@@ -110,7 +110,7 @@ static const char script[] =
     "   var x0=Math.max(xOf(tr.s[j]),LABEL-1),w=xOf(e)-x0,px=Math.floor(x0),k=tr.k[j];\n"
     "   if(w<1){if(px===lp&&k===lk)continue;w=1;}lp=Math.floor(x0+w-1);lk=k;"
     "var hh=k===4?ROW-4:ROW-8;\n"
-    "   ctx.fillStyle=COL[k];ctx.fillRect(x0,y+(ROW-hh)/2,w,hh);n++;}}\n"
+    "   ctx.fillStyle=COL[k];ctx.fillRect(px,y+(ROW-hh)/2,Math.max(1,Math.round(x0+w)-px),hh);n++;}}\n"
     " for(i=0;i<inst.t.length;i++){if(inst.t[i]<v0||inst.t[i]>v1)continue;var ix=xOf(inst.t[i]),"
     "iy=RULER+inst.tr[i]*ROW;\n"
     "  ctx.fillStyle=inst.e[i]?'#d00':'#f90';ctx.beginPath();ctx.moveTo(ix,iy+2);"
@@ -287,7 +287,8 @@ static void waits_table(const rtrace *t, FILE *f)
         f, "<h2>The consumer's waits</h2><p>%" PRIu64 " waits, %.3f ms in all (%.1f%% of the span)",
         t->nwaits, t->wait_total / 1000, t->span > 0 ? 100 * t->wait_total / t->span : 0.0);
     if (t->first_wait >= 0)
-        fprintf(f, "; the first batch came after %.3f ms", t->first_wait / 1000);
+        fprintf(f, "; the first lasted %.3f ms, until %.3f ms", t->first_wait / 1000,
+                t->first_wait_end / 1000);
     fputs(". Queue: ", f);
     if (t->ncounters)
         fprintf(f, "%.1f batches ready on average, at most %.0f; none ready %.1f%% of the time.",

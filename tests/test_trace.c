@@ -318,7 +318,9 @@ TEST(report_of_a_million_events_is_quick)
     write_big_trace(path);
     snprintf(args, sizeof args, "report %s -o %s", path, html);
     uint64_t t0 = ferry_now_ns();
-    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
+    int rc = test_ferry_cli(args, out, sizeof out);
+    if (rc != 0)
+        test_fail(__FILE__, __LINE__, "report: %d: %s", rc, out);
     double s = (double)(ferry_now_ns() - t0) / 1e9;
     printf("a million events: report in %.2f s\n", s);
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)

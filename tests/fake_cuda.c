@@ -313,8 +313,9 @@ typedef struct fop {
 
 typedef struct fake_cuda_sim {
     long query_steps;
-    long streams_live, events_live, allocs_live, copies, copies_unpinned, host_overwritten, reads,
-        waits, sim_errors, max_allocs;
+    long fail_alloc; /* the n-th cuMemAlloc from now (1-based) fails; 0 = none */
+    long allocs, streams_live, events_live, allocs_live, copies, copies_unpinned, host_overwritten,
+        reads, waits, sim_errors, max_allocs;
     uint64_t alloc_bytes;
 } fake_cuda_sim;
 
@@ -336,6 +337,14 @@ static uint64_t hash(const void *p, size_t n)
     for (size_t i = 0; i < n; i++)
         h = (h ^ b[i]) * 1099511628211ull;
     return h;
+}
+
+API void fake_cuda_sim_fail_alloc(long n)
+{
+    pthread_mutex_lock(&m);
+    sim.fail_alloc = n;
+    sim.allocs = 0;
+    pthread_mutex_unlock(&m);
 }
 
 API void fake_cuda_sim_reset(long query_steps)
@@ -698,6 +707,8 @@ API int cuMemAlloc_v2(unsigned long long *p, size_t n)
     int r = ERR_OUT_OF_MEMORY;
     if (ctx_depth <= 0 || n == 0)
         r = sim_misuse(ctx_depth <= 0 ? ERR_INVALID_CONTEXT : ERR_INVALID_VALUE);
+    else if (++sim.allocs == sim.fail_alloc)
+        r = ERR_OUT_OF_MEMORY;
     else
         for (int i = 0; i < MAX_ALLOCS; i++)
             if (!allocs[i].p) {

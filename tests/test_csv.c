@@ -1128,7 +1128,7 @@ static int open_spec(const char *dir, const char *rest, ferry_stream **st)
     int rc = ferry__spec_parse(&s, spec);
     if (rc < 0)
         return rc;
-    return ferry__csv_open_spec(st, &s);
+    return ferry__csv_open_spec(NULL, st, &s);
 }
 
 TEST(source_description)
@@ -1198,7 +1198,7 @@ TEST(source_description)
     ferry__spec s;
     CHECK_OK(ferry__spec_parse(&s, "csv:"));
     st = (ferry_stream *)1;
-    CHECK_RC(ferry__csv_open_spec(&st, &s), FERRY_EINVAL);
+    CHECK_RC(ferry__csv_open_spec(NULL, &st, &s), FERRY_EINVAL);
     CHECK(st == NULL);
     remove_dir(dir);
 }

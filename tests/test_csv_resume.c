@@ -13,7 +13,7 @@
 #include <ferry/records.h>
 #include <ferry/stream.h>
 #include "core/internal.h"
-#include "io/zread.h"
+#include "io/seqread.h"
 
 #include <stdarg.h>
 #include <zlib.h>
@@ -773,7 +773,7 @@ TEST(a_part_cut_shorter_than_the_state_is_an_error)
 
 /* ---- the reader underneath: seek forward and back in decoded data ---- */
 
-TEST(zread_seek_in_plain_gzip_and_zstd_files)
+TEST(seqread_seek_in_plain_gzip_and_zstd_files)
 {
     test_make_dir("csv-resume");
     tbuf plain = {0};
@@ -790,62 +790,65 @@ TEST(zread_seek_in_plain_gzip_and_zstd_files)
     const uint64_t at[] = {0, 1, 5000, 5000, 200000, 70000, plain.n / 3, plain.n - 1, 3, plain.n};
     char got[64];
     for (int f = 0; f < 3; f++) {
-        ferry__zread r = {0};
-        CHECK_OK(ferry__zread_open(&r, path[f]));
+        ferry__seqread r;
+        uint64_t to;
+        CHECK_OK(ferry__seqread_open(&r, path[f], path[f], FERRY__COMP_AUTO, 0));
         for (size_t i = 0; i < sizeof at / sizeof *at; i++) {
-            CHECK_OK(ferry__zread_seek(&r, at[i]));
-            CHECK_U64(r.pos, at[i]);
+            CHECK_OK(ferry__seqread_seek(&r, at[i], &to));
+            CHECK_U64(r.off, at[i]);
             size_t want = sizeof got, n;
-            CHECK_OK(ferry__zread_read(&r, got, want, &n));
+            CHECK_OK(ferry__seqread_read(&r, got, want, &n));
             size_t left = (size_t)(plain.n - at[i]);
             CHECK_EQ(n, left < want ? left : want);
             CHECK(!memcmp(got, plain.p + at[i], n));
-            CHECK_U64(r.pos, at[i] + n);
+            CHECK_U64(r.off, at[i] + n);
         }
-        /* past the end: a compressed reader stops at the end and says where */
-        CHECK_OK(ferry__zread_seek(&r, plain.n + 10));
-        CHECK_U64(r.pos, f == 0 ? plain.n + 10 : plain.n);
+        /* past the end: the reader stops at the end and says where */
+        CHECK_OK(ferry__seqread_seek(&r, plain.n + 10, &to));
+        CHECK_U64(r.off, plain.n);
+        CHECK_U64(to, plain.n);
         size_t n;
-        CHECK_OK(ferry__zread_read(&r, got, 8, &n));
+        CHECK_OK(ferry__seqread_read(&r, got, 8, &n));
         CHECK_EQ(n, 0);
-        CHECK_OK(ferry__zread_seek(&r, 9)); /* and back again */
-        CHECK_OK(ferry__zread_read(&r, got, 8, &n));
+        CHECK_OK(ferry__seqread_seek(&r, 9, &to)); /* and back again */
+        CHECK_OK(ferry__seqread_read(&r, got, 8, &n));
         CHECK(n == 8 && !memcmp(got, plain.p + 9, 8));
-        ferry__zread_free(&r);
+        ferry__seqread_close(&r);
     }
     /* a truncated gzip file: a seek past the damage is its error */
     test_write_file(path[1], gz.p, gz.n / 4);
-    ferry__zread r = {0};
-    CHECK_OK(ferry__zread_open(&r, path[1]));
-    CHECK_RC(ferry__zread_seek(&r, plain.n - 1), FERRY_ECORRUPT);
+    ferry__seqread r;
+    uint64_t to;
+    CHECK_OK(ferry__seqread_open(&r, path[1], path[1], FERRY__COMP_AUTO, 0));
+    CHECK_RC(ferry__seqread_seek(&r, plain.n - 1, &to), FERRY_ECORRUPT);
     CHECK_CONTAINS(ferry_last_errmsg(), "the gzip stream ends early");
-    CHECK_OK(ferry__zread_seek(&r, 100)); /* a broken reader starts again */
+    CHECK_OK(ferry__seqread_seek(&r, 100, &to)); /* a broken reader starts again */
     size_t n;
-    CHECK_OK(ferry__zread_read(&r, got, 8, &n));
+    CHECK_OK(ferry__seqread_read(&r, got, 8, &n));
     CHECK(n == 8 && !memcmp(got, plain.p + 100, 8));
     /* read a byte at a time, it gives every byte the decoder can make before the
      * cut, as one large read does: none is left inside the decoder (long matches,
      * cut short by a full buffer, leave bytes there) */
-    ferry__zread_free(&r);
+    ferry__seqread_close(&r);
     plain.n = gz.n = 0;
     for (int i = 0; i < 5000; i++)
         add(&plain, "%d,%s\n", i, "0.25,0.50,0.75,1.00,1.25,1.50,1.75,2.00,2.25,2.50");
     gzip_to(&gz, plain.p, plain.n);
     test_write_file(path[1], gz.p, gz.n / 2);
-    CHECK_OK(ferry__zread_open(&r, path[1]));
+    CHECK_OK(ferry__seqread_open(&r, path[1], path[1], FERRY__COMP_AUTO, 0));
     uint64_t whole;
-    CHECK_OK(ferry__zread_read(&r, plain.p, plain.n, &n));
-    whole = r.pos;
+    CHECK_OK(ferry__seqread_read(&r, plain.p, plain.n, &n));
+    whole = r.off;
     CHECK(whole > 1000 && whole < plain.n);
-    CHECK_RC(ferry__zread_read(&r, got, 1, &n), FERRY_ECORRUPT);
-    CHECK_OK(ferry__zread_seek(&r, 0));
+    CHECK_RC(ferry__seqread_read(&r, got, 1, &n), FERRY_ECORRUPT);
+    CHECK_OK(ferry__seqread_seek(&r, 0, &to));
     int rc;
-    while ((rc = ferry__zread_read(&r, got, 1, &n)) == 0 && n == 1) {
+    while ((rc = ferry__seqread_read(&r, got, 1, &n)) == 0 && n == 1) {
     }
     CHECK_RC(rc, FERRY_ECORRUPT);
     CHECK_CONTAINS(ferry_last_errmsg(), "the gzip stream ends early");
-    CHECK_U64(r.pos, whole);
-    ferry__zread_free(&r);
+    CHECK_U64(r.off, whole);
+    ferry__seqread_close(&r);
     free(plain.p);
     free(gz.p);
     free(zs.p);

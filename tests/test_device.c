@@ -25,8 +25,9 @@ typedef struct fake_cuda_state {
 
 typedef struct fake_cuda_sim {
     long query_steps;
-    long streams_live, events_live, allocs_live, copies, copies_unpinned, host_overwritten, reads,
-        waits, sim_errors, max_allocs;
+    long fail_alloc; /* the n-th cuMemAlloc from now (1-based) fails; 0 = none */
+    long allocs, streams_live, events_live, allocs_live, copies, copies_unpinned, host_overwritten,
+        reads, waits, sim_errors, max_allocs;
     uint64_t alloc_bytes;
 } fake_cuda_sim;
 
@@ -36,6 +37,7 @@ static void (*fake_sim_get)(fake_cuda_sim *out);
 static long (*fake_progress)(long n);
 static int (*fake_read)(void *stream, unsigned long long p, size_t n, uint64_t *out);
 static void *(*fake_stream_new)(void);
+static void (*fake_fail_alloc)(long n);
 static unsigned long long (*fake_alloc)(size_t n);
 static int (*fake_copy)(void *s, unsigned long long dst, const void *src, size_t n);
 static void (*fake_get)(fake_cuda_state *out);
@@ -56,10 +58,12 @@ static void use_fake(int devices, int init_result, long fail_register)
     *(void **)&fake_progress = dlsym(lib, "fake_cuda_progress");
     *(void **)&fake_read = dlsym(lib, "fake_cuda_read");
     *(void **)&fake_stream_new = dlsym(lib, "fake_cuda_stream_new");
+    *(void **)&fake_fail_alloc = dlsym(lib, "fake_cuda_sim_fail_alloc");
     *(void **)&fake_alloc = dlsym(lib, "fake_cuda_alloc");
     *(void **)&fake_copy = dlsym(lib, "fake_cuda_copy");
     CHECK(fake_reset && fake_get && fake_is_registered && fake_sim_reset && fake_sim_get &&
-          fake_progress && fake_read && fake_stream_new && fake_alloc && fake_copy);
+          fake_progress && fake_read && fake_stream_new && fake_alloc && fake_copy &&
+          fake_fail_alloc);
     fake_reset(devices, init_result, fail_register);
     fake_sim_reset(0); /* queues advance only when a call must see work done */
     dlclose(lib);
@@ -536,20 +540,28 @@ static uint64_t fnv(const void *p, size_t n)
     return h;
 }
 
+/* A ring of max buffers of n bytes on the stand-in, and a second device handle
+ * for host memory (the ring takes its own over). */
+static ferry__dring *ring_new(size_t n, uint32_t max, ferry_device **host)
+{
+    use_fake(1, 0, 0);
+    ferry_device *d;
+    ferry__dring *r;
+    CHECK_OK(ferry_device_open(&d, "cuda:0"));
+    CHECK_OK(ferry_device_open(host, "cuda"));
+    CHECK_OK(ferry__dring_create(&r, d, n, max));
+    return r;
+}
+
 /* A consumer takes a buffer on its stream, queues a kernel that reads it, and
  * gives it back before the kernel has run; the next copy into the same buffer
  * must wait for that kernel. The queues run only at the end, so a copy that did
  * not wait would show the second batch's bytes to the first kernel. */
 TEST(ring_reuses_a_buffer_only_after_the_consumers_work)
 {
-    use_fake(1, 0, 0);
-    ferry_device *d;
-    CHECK_OK(ferry_device_open(&d, "cuda"));
-    ferry_device *h; /* the host memory's (the ring takes d over) */
-    CHECK_OK(ferry_device_open(&h, "cuda"));
-    ferry__dring *r;
     enum { N = 8192 };
-    CHECK_OK(ferry__dring_create(&r, d, N, 1));
+    ferry_device *h;
+    ferry__dring *r = ring_new(N, 1, &h);
     void *stream = fake_stream_new();
     uint8_t *host[3];
     uint64_t want[3], got[3] = {0};
@@ -600,14 +612,9 @@ TEST(ring_reuses_a_buffer_only_after_the_consumers_work)
  * batch's bytes. (Shows that the test above can fail.) */
 TEST(ring_without_the_consumers_stream_is_caught_by_the_stand_in)
 {
-    use_fake(1, 0, 0);
-    ferry_device *d;
-    CHECK_OK(ferry_device_open(&d, "cuda"));
-    ferry_device *h; /* the host memory's (the ring takes d over) */
-    CHECK_OK(ferry_device_open(&h, "cuda"));
-    ferry__dring *r;
     enum { N = 4096 };
-    CHECK_OK(ferry__dring_create(&r, d, N, 1));
+    ferry_device *h;
+    ferry__dring *r = ring_new(N, 1, &h);
     void *stream = fake_stream_new();
     uint8_t *host;
     CHECK_OK(ferry_device_host_alloc(h, N, (void **)&host));
@@ -635,14 +642,9 @@ TEST(ring_without_the_consumers_stream_is_caught_by_the_stand_in)
  * buffers held is FERRY_ESTATE; buffers outlive the ring's owner. */
 TEST(ring_limits_buffers_and_outlives_its_owner)
 {
-    use_fake(1, 0, 0);
-    ferry_device *d;
-    CHECK_OK(ferry_device_open(&d, "cuda:0"));
-    ferry_device *h; /* the host memory's (the ring takes d over) */
-    CHECK_OK(ferry_device_open(&h, "cuda"));
-    ferry__dring *r;
     enum { N = 1000 };
-    CHECK_OK(ferry__dring_create(&r, d, N, 2));
+    ferry_device *h;
+    ferry__dring *r = ring_new(N, 2, &h);
     uint8_t *host;
     CHECK_OK(ferry_device_host_alloc(h, N, (void **)&host));
     ferry__dbuf *b[3];
@@ -887,5 +889,40 @@ TEST(pinned_buffers_are_refilled_only_after_the_recorded_streams)
         CHECK_EQ(sim().sim_errors, 0);
         CHECK_EQ(fake().live, 0);
     }
+    ferry_dataset_free(ds);
+}
+
+/* Device memory the driver will not give: the epoch ends with the driver's error,
+ * naming the buffer; the next epoch gets its buffers; nothing leaks. */
+TEST(device_memory_refused_ends_the_epoch_saying_so)
+{
+    use_fake(1, 0, 0);
+    ferry_dataset *ds = synthetic(64, 16, 0);
+    ferry_loader_opts o = pinned(8, 2, 4);
+    o.pin_memory = 0;
+    o.device = "cuda";
+    ferry_loader *l;
+    ferry_batch *b;
+    CHECK_OK(ferry_loader_create(&l, ds, &o));
+    fake_fail_alloc(1);
+    CHECK_RC(ferry_loader_next(l, &b), FERRY_EIO);
+    check_has(ferry_loader_errmsg(l), "device \"cuda\": a device buffer of ");
+    check_has(ferry_loader_errmsg(l), "(1 of at most 4): cuda:0: cuMemAlloc: "
+                                      "CUDA_ERROR_OUT_OF_MEMORY");
+    CHECK_RC(ferry_loader_next(l, &b), FERRY_END);
+    CHECK_OK(ferry_loader_start(l, 1, 0));
+    int n = 0;
+    while (ferry_loader_next(l, &b) == 0) {
+        CHECK_EQ(ferry_batch_device(b), 0);
+        ferry_batch_release(b);
+        n++;
+    }
+    CHECK_EQ(n, 8);
+    ferry_loader_free(l);
+    CHECK_EQ(sim().allocs_live, 0);
+    CHECK_EQ(sim().events_live, 0);
+    CHECK_EQ(sim().sim_errors, 0);
+    CHECK_EQ(fake().live, 0);
+    CHECK_EQ(fake().ctx_refs, 0);
     ferry_dataset_free(ds);
 }

@@ -10,7 +10,7 @@
 #include <ferry/ferry.h>
 #include <ferry/lmdb.h>
 #include "core/internal.h"
-#include "datasets/lmdb_internal.h"
+#include "datasets/spec.h"
 
 #include <ctype.h>
 #include <sys/stat.h>
@@ -71,7 +71,7 @@ static int open_spec(ferry_dataset **ds, const char *text)
     int rc = ferry__spec_parse(&s, text);
     if (rc < 0)
         return rc;
-    return ferry__lmdb_open_spec(ds, &s);
+    return ferry__lmdb_open_spec(ds, NULL, &s);
 }
 
 /* One sample's buffers for calling ferry_dataset_get by hand. */

@@ -426,6 +426,35 @@ TEST(refused_encodings)
     test_remove_dir();
 }
 
+TEST(index_strings_follow_the_json_rules)
+{
+    /* a column name with a lone surrogate, with \u0000 (which would cut it short),
+     * or with bytes that are not UTF-8: the index is refused, at the string */
+    test_make_dir("mds-json-rules");
+    char p[512];
+    const int var[1] = {1};
+    cell c[1] = {{"ab", 2}};
+    size_t bytes[1];
+    bytes[0] = write_shard(test_path("shard.00000.mds", p), 1, var, 1, c);
+    const char *base[1] = {"shard.00000.mds"};
+    const int samples[1] = {1};
+    write_index("\"a\\ud800\"", "\"str\"", "null", 1, base, bytes, samples);
+    expect_bad(FERRY_ECORRUPT, "lone high surrogate in a \\u escape");
+    CHECK_CONTAINS(ferry_last_errmsg(), "index.json: offset ");
+    write_index("\"a\\u0000b\"", "\"str\"", "null", 1, base, bytes, samples);
+    expect_bad(FERRY_ECORRUPT, "\\u0000 in a string");
+    write_index("\"a\xff\"", "\"str\"", "null", 1, base, bytes, samples);
+    expect_bad(FERRY_ECORRUPT, "invalid UTF-8 in a string");
+    /* the same column names, well formed, are taken */
+    write_index("\"a\\u00e9\"", "\"str\"", "null", 1, base, bytes, samples);
+    char spec[700];
+    snprintf(spec, sizeof spec, "mds:%s", test_dir);
+    ferry_dataset *ds = NULL;
+    CHECK_OK(ferry_dataset_open(&ds, spec));
+    ferry_dataset_free(ds);
+    test_remove_dir();
+}
+
 TEST(index_that_disagrees_with_its_shards)
 {
     test_make_dir("mds-bad");

@@ -512,6 +512,48 @@ TEST(bad_gzip)
     test_remove_dir();
 }
 
+TEST(zstd_files)
+{
+    test_need_shared(TF "/ydf_toy_uncompressed-00000-of-00002.tfrecord");
+    /* a file compressed with the zstd command: a stream with the records of the plain
+     * file; cut short, an error saying so after the records before the cut */
+    test_make_dir("tfrecord-zst");
+    char path[512], cmd[1400], spec[700];
+    test_path("toy.tfrecord.zst", path);
+    snprintf(cmd, sizeof cmd, "zstd -q -f -c '%s' > '%s'",
+             TF "/ydf_toy_uncompressed-00000-of-00002.tfrecord", path);
+    if (system(cmd) != 0)
+        SKIP("no zstd command");
+    snprintf(spec, sizeof spec, "tfrecord:%s", path);
+    table t = read_source(spec, 0, 1, 0);
+    CHECK_EQ(t.rc, FERRY_END);
+    check_toy(&t, 0, 3);
+    table_free(&t);
+    snprintf(spec, sizeof spec, "tfrecord:%s,raw=1", path);
+    table a = read_source(spec, 0, 1, 0);
+    table b =
+        read_source("tfrecord:" TF "/ydf_toy_uncompressed-00000-of-00002.tfrecord,raw=1", 0, 1, 0);
+    CHECK_EQ(a.n, 3);
+    CHECK_EQ(b.n, 3);
+    for (size_t i = 0; i < 3; i++) {
+        CHECK_EQ(a.rows[i].len[0], b.rows[i].len[0]);
+        CHECK(!memcmp(a.rows[i].data[0], b.rows[i].data[0], (size_t)a.rows[i].len[0]));
+    }
+    table_free(&a);
+    table_free(&b);
+    ferry_dataset *ds;
+    CHECK_RC(ferry_dataset_tfrecord(&ds, path, NULL), FERRY_ENOTSUP);
+    CHECK_CONTAINS(ferry_last_errmsg(), "toy.tfrecord.zst: zstd-compressed");
+    size_t n;
+    unsigned char *z = test_read_file(path, &n);
+    t = read_bytes("cut.tfrecord.zst", z, n - 6, ",raw=1");
+    CHECK_EQ(t.rc, FERRY_ECORRUPT);
+    CHECK_CONTAINS(t.msg, "cut.tfrecord.zst: the zstd stream ends early");
+    table_free(&t);
+    free(z);
+    test_remove_dir();
+}
+
 TEST(loader_workers)
 {
     test_need_shared(TF "/tfx_penguin_eval-00000-of-00001.tfrecord.gz");

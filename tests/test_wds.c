@@ -150,6 +150,37 @@ TEST(sample_tgz)
     CHECK_CONTAINS(ferry_last_errmsg(), "sample.tgz: gzip-compressed");
 }
 
+TEST(zstd_tar)
+{
+    test_need_shared(WDS "/sample.tgz");
+    /* the same tar compressed with the zstd command: the same samples */
+    test_make_dir("wds-zst");
+    char path[512], cmd[1400], spec[700];
+    test_path("sample.tar.zst", path);
+    snprintf(cmd, sizeof cmd, "gzip -dc '%s' | zstd -q -f -o '%s'", WDS "/sample.tgz", path);
+    if (system(cmd) != 0)
+        SKIP("no zstd command");
+    table g = read_source("wds:" WDS "/sample.tgz", 0, 1, 0);
+    snprintf(spec, sizeof spec, "wds:%s", path);
+    table t = read_source(spec, 0, 1, 0);
+    CHECK_EQ(t.rc, FERRY_END);
+    CHECK_EQ(t.n, 90);
+    CHECK_EQ(t.n, g.n);
+    for (size_t i = 0; i < t.n && i < g.n; i++)
+        CHECK(!strcmp(key(&t, i), key(&g, i)));
+    table_free(&t);
+    table_free(&g);
+    /* found in a directory too, and refused map-style */
+    snprintf(spec, sizeof spec, "wds:%s", test_dir);
+    t = read_source(spec, 0, 1, 0);
+    CHECK_EQ(t.n, 90);
+    table_free(&t);
+    ferry_dataset *ds;
+    CHECK_RC(ferry_dataset_wds(&ds, path, NULL), FERRY_ENOTSUP);
+    CHECK_CONTAINS(ferry_last_errmsg(), "sample.tar.zst: zstd-compressed");
+    test_remove_dir();
+}
+
 TEST(tendata_tar)
 {
     test_need_shared(WDS "/tendata.tar");

@@ -1,5 +1,6 @@
 /*
- * ferry/core.h - status codes, error messages, tensors, counter-based random numbers.
+ * ferry/core.h - status codes, error messages, tensors, counter-based random numbers,
+ * clocks, checksums and progress callbacks.
  *
  * Conventions used by every ferry header:
  *  - Functions that can fail return int: 0 on success, a negative FERRY_E* code on
@@ -173,6 +174,16 @@ FERRY_API uint64_t ferry_hash64(uint64_t a, uint64_t b);
 /* ---- Clocks ---- */
 /* Monotonic nanoseconds since an arbitrary origin. */
 FERRY_API uint64_t ferry_now_ns(void);
+
+/* ---- Checksums and progress ---- */
+/* CRC-32C (Castagnoli), with the SSE4.2 instruction where the CPU has it: the
+ * checksum of record shards, TFRecord framing and safetensors' tensors.
+ * Start with crc = 0; chain calls to cover several buffers. */
+FERRY_API uint32_t ferry_crc32c(uint32_t crc, const void *data, size_t n);
+
+/* Called now and then by a long job (ferry_line_index_build): done of total so
+ * far (bytes scanned, for an index). */
+typedef void (*ferry_progress_fn)(uint64_t done, uint64_t total, void *arg);
 
 #ifdef __cplusplus
 }

@@ -23,12 +23,13 @@
 #ifndef FERRY_CSV_H
 #define FERRY_CSV_H
 
-#include "core.h"
-#include "dataset.h"
+#include "sample.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+typedef struct ferry_stream ferry_stream; /* made below, used through ferry/dataset.h */
 
 /* Limits on untrusted input. A line has at most FERRY_CSV_MAX_LINE bytes (without
  * its line ending), a row at most FERRY_CSV_MAX_COLS columns (so in practice at most

@@ -9,6 +9,7 @@
 #define FERRY_H
 
 #include "core.h"
+#include "sample.h"
 #include "sampler.h"
 #include "dataset.h"
 #include "loader.h"

@@ -15,18 +15,18 @@
 #ifndef FERRY_LINES_H
 #define FERRY_LINES_H
 
-#include "dataset.h"
+#include "sample.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Called now and then while an index is built: bytes scanned so far of total. */
-typedef void (*ferry_progress_fn)(uint64_t done, uint64_t total, void *arg);
+typedef struct ferry_dataset ferry_dataset; /* made below, used through ferry/dataset.h */
 
 /* Writes the index of `path` to `index_path` (NULL: path + ".fidx"). The index is
  * written to a temporary file, synced and renamed into place: a reader sees the
- * old index or the whole new one. *nlines (may be NULL) gets the line count. */
+ * old index or the whole new one. progress (may be NULL) is called now and then with
+ * the bytes scanned so far. *nlines (may be NULL) gets the line count. */
 FERRY_API int ferry_line_index_build(const char *path, const char *index_path,
                                      ferry_progress_fn progress, void *arg, uint64_t *nlines);
 

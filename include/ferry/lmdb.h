@@ -35,11 +35,13 @@
 #ifndef FERRY_LMDB_H
 #define FERRY_LMDB_H
 
-#include "dataset.h"
+#include "sample.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+typedef struct ferry_dataset ferry_dataset; /* made below, used through ferry/dataset.h */
 
 /* ---- Caffe Datum ---- */
 

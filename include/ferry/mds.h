@@ -44,11 +44,13 @@
 #ifndef FERRY_MDS_H
 #define FERRY_MDS_H
 
-#include "dataset.h"
+#include "sample.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+typedef struct ferry_dataset ferry_dataset; /* made below, used through ferry/dataset.h */
 
 #define FERRY_MDS_MAX_INDEX ((uint64_t)256 << 20) /* index.json larger than this is refused */
 

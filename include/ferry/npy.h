@@ -32,11 +32,13 @@
 #ifndef FERRY_NPY_H
 #define FERRY_NPY_H
 
-#include "dataset.h"
+#include "sample.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+typedef struct ferry_dataset ferry_dataset; /* made below, used through ferry/dataset.h */
 
 #define FERRY_NPY_MAX_HEADER ((size_t)1 << 20) /* header_len above this is refused */
 

@@ -36,14 +36,16 @@
 #ifndef FERRY_PIPELINE_H
 #define FERRY_PIPELINE_H
 
-#include "ferry/core.h"
-#include "ferry/dataset.h"
+#include "ferry/sample.h"
 #include "ferry/image.h"
 #include "ferry/transform.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+typedef struct ferry_dataset ferry_dataset; /* made below, used through ferry/dataset.h */
+typedef struct ferry_stream ferry_stream;
 
 typedef enum ferry_pipeline_mode {
     FERRY_PIPELINE_EVAL = 0,

@@ -28,15 +28,14 @@
 #ifndef FERRY_RECORDS_H
 #define FERRY_RECORDS_H
 
-#include "dataset.h"
+#include "sample.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* CRC-32C (Castagnoli), with the SSE4.2 instruction where the CPU has it.
- * Start with crc = 0; chain calls to cover several buffers. */
-FERRY_API uint32_t ferry_crc32c(uint32_t crc, const void *data, size_t n);
+typedef struct ferry_dataset ferry_dataset; /* made below, used through ferry/dataset.h */
+typedef struct ferry_stream ferry_stream;
 
 /* ---- Writing ---- */
 typedef struct ferry_record_writer ferry_record_writer;

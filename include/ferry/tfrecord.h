@@ -3,10 +3,11 @@
  *
  * A TFRecord file is a run of records, each framed by its length and two masked
  * CRC-32Cs (of the length, and of the data); both are checked on every read. A
- * file may be gzip-compressed as a whole (TensorFlow's compression_type "GZIP"):
- * with compression AUTO, files whose first bytes are gzip's magic are inflated
- * (ISA-L's igzip where the build has it, else zlib; streaming: memory stays at the
- * read window however large the file).
+ * file may be gzip-compressed as a whole (TensorFlow's compression_type "GZIP") or
+ * zstd-compressed (`zstd file.tfrecord`): with compression AUTO, files whose first
+ * bytes are gzip's or zstd's magic are decoded (gzip with ISA-L's igzip where the
+ * build has it, else zlib; streaming: memory stays at the read window however
+ * large the file).
  *
  * Records are tf.train.Example messages, decoded into named fields:
  *   float_list -> float32, int64_list -> int64, bytes_list -> uint8 bytes.
@@ -42,7 +43,7 @@
  * raw = 1: one field "data", the record's bytes (uint8, variable).
  *
  * Errors name the file, the record number and its offset (in the decompressed
- * stream for a gzip file) and say why: a CRC mismatch, a truncated record, a
+ * stream for a compressed file) and say why: a CRC mismatch, a truncated record, a
  * length over max_record, malformed protobuf bytes (with the byte in the record).
  * The protobuf parser is bounded: no recursion, every length checked against its
  * enclosing message, varints at most 10 bytes.
@@ -53,17 +54,21 @@
 #ifndef FERRY_TFRECORD_H
 #define FERRY_TFRECORD_H
 
-#include "dataset.h"
+#include "sample.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+typedef struct ferry_dataset ferry_dataset; /* made below, used through ferry/dataset.h */
+typedef struct ferry_stream ferry_stream;
+
 enum { FERRY_TFRECORD_AUTO = 0, FERRY_TFRECORD_NONE = 1, FERRY_TFRECORD_GZIP = 2 };
 enum { FERRY_TFRECORD_MISSING_ERROR = 0, FERRY_TFRECORD_MISSING_FILL = 1 };
 
 typedef struct ferry_tfrecord_opts {
-    int compression;      /* FERRY_TFRECORD_AUTO (by magic bytes), _NONE or _GZIP */
+    int compression;      /* FERRY_TFRECORD_AUTO (gzip or zstd by magic bytes), _NONE
+                           * or _GZIP */
     int raw;              /* 1: one field "data" with each record's bytes */
     const char *features; /* the schema as text (above); NULL: inferred */
     uint64_t infer;       /* records read to infer the schema or raw bound; 0 = 1000 */
@@ -77,8 +82,8 @@ typedef struct ferry_tfrecord_opts {
 /* Map-style over every record of the files at location (a file, a directory's
  * files whose names contain "tfrecord" or "tfrec", or a glob pattern; in name
  * order), through an offset index built at open by reading each record's header
- * (the data is not read). The files must be uncompressed (gzip has no random
- * access: FERRY_ENOTSUP saying so). o may be NULL for the defaults. */
+ * (the data is not read). The files must be uncompressed (gzip and zstd have no
+ * random access: FERRY_ENOTSUP saying so). o may be NULL for the defaults. */
 FERRY_API int ferry_dataset_tfrecord(ferry_dataset **out, const char *location,
                                      const ferry_tfrecord_opts *o);
 
@@ -92,11 +97,11 @@ FERRY_API int ferry_dataset_tfrecord(ferry_dataset **out, const char *location,
  *
  * The stream is resumable (ferry_stream_save/restore/fetch, ferry/dataset.h). A
  * sample's pos: a = its file (index among the files in name order), b = its
- * record's offset in the file (in the decompressed bytes of a gzip file), c = its
+ * record's offset in the file (in the decompressed bytes of a compressed file), c = its
  * record number in the file. An iterator's state is 48 bytes: the place in the
  * epoch's file order and the file there, the open file's size (a file that changed
  * since is refused), the reader's offset and record number. A plain file resumes
- * and fetches by seeking; gzip cannot seek, so resuming a gzip shard decodes it
+ * and fetches by seeking; gzip and zstd cannot seek, so resuming a compressed shard decodes it
  * from its start up to the position, and fetch decodes forward from the sample it
  * fetched last (from the file's start when pos is before it): fetches in ascending
  * (file, offset) order cost one pass over each file, and each fetch of an earlier

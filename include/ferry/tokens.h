@@ -23,11 +23,13 @@
 #ifndef FERRY_TOKENS_H
 #define FERRY_TOKENS_H
 
-#include "dataset.h"
+#include "sample.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+typedef struct ferry_dataset ferry_dataset; /* made below, used through ferry/dataset.h */
 
 #define FERRY_TOKENS_MAGIC 20240520
 #define FERRY_TOKENS_HEADER 1024

@@ -8,8 +8,9 @@
  *   "__key__"  the sample's key (uint8, variable)
  *   "cls"      an int64 label, parsed from the member's ASCII decimal text
  *   any other  the member's bytes (uint8, variable)
- * Archives: POSIX ustar, GNU and pax (long names, pax sizes), as .tar or gzipped
- * (.tar.gz, .tgz: found by their magic bytes, inflated as a stream: igzip or zlib).
+ * Archives: POSIX ustar, GNU and pax (long names, pax sizes), as .tar, gzipped
+ * (.tar.gz, .tgz) or zstd-compressed (.tar.zst): found by their magic bytes and
+ * decoded as a stream (gzip with igzip where built, else zlib).
  * Directory entries are passed over; links, devices and sparse files, names
  * without an extension, a sample holding an extension twice and a header with a
  * bad checksum are errors naming the file, the member and its offset.
@@ -36,11 +37,14 @@
 #ifndef FERRY_WDS_H
 #define FERRY_WDS_H
 
-#include "dataset.h"
+#include "sample.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+typedef struct ferry_dataset ferry_dataset; /* made below, used through ferry/dataset.h */
+typedef struct ferry_stream ferry_stream;
 
 enum { FERRY_WDS_MISSING_ERROR = 0, FERRY_WDS_MISSING_SKIP = 1 };
 
@@ -53,12 +57,12 @@ typedef struct ferry_wds_opts {
 } ferry_wds_opts;
 
 /* Map-style over the samples of every tar at location (a file, a directory's
- * .tar/.tar.gz/.tgz files, or a glob; in name order), through a member index
- * built at open from the headers (the data is not read). The tars must be
- * uncompressed (FERRY_ENOTSUP naming a gzipped one). o may be NULL. */
+ * .tar/.tar.gz/.tgz/.tar.zst files, or a glob; in name order), through a member
+ * index built at open from the headers (the data is not read). The tars must be
+ * uncompressed (FERRY_ENOTSUP naming a compressed one). o may be NULL. */
 FERRY_API int ferry_dataset_wds(ferry_dataset **out, const char *location, const ferry_wds_opts *o);
 
-/* A stream over the same tars, gzipped or not: the shard order is shuffled each
+/* A stream over the same tars, compressed or not: the shard order is shuffled each
  * epoch (seed, epoch), stream shard k of n reads every n-th tar of that order,
  * each front to back. A broken archive (a bad header, data past its end) ends its
  * tar with an error that says the rest is not read.

@@ -3,9 +3,9 @@
  * nothing, zero-copy loading from a mapping, and a multi-threaded atomic writer.
  */
 #include "ferry/tensors.h"
-#include "ferry/records.h"
 
 #include "../core/internal.h"
+#include "../core/bytes.h"
 #include "../formats/json.h"
 #include "../io/io.h"
 
@@ -106,121 +106,16 @@ static bool byte_count(ferry_st_dtype dt, uint64_t numel, uint64_t *out)
     return true;
 }
 
-/* ---- CRC-32C of pieces joined (after zlib's crc32_combine) ---- */
+/* ---- threads ---- */
 
-#define POLY 0x82f63b78u
-
-static uint32_t multmodp(uint32_t a, uint32_t b)
-{
-    uint32_t m = 1u << 31, p = 0;
-    for (;;) {
-        if (a & m) {
-            p ^= b;
-            if ((a & (m - 1)) == 0)
-                break;
-        }
-        m >>= 1;
-        b = b & 1 ? (b >> 1) ^ POLY : b >> 1;
-    }
-    return p;
-}
-
-/* crc(A || B) from crc(A), crc(B) and |B|. */
-static uint32_t crc_combine(uint32_t a, uint32_t b, uint64_t len_b)
-{
-    uint32_t p = 1u << 31, sq = 1u << 23; /* x^0, x^8 */
-    while (len_b) {
-        if (len_b & 1)
-            p = multmodp(sq, p);
-        sq = multmodp(sq, sq);
-        len_b >>= 1;
-    }
-    return multmodp(p, a) ^ b;
-}
-
-/* ---- running jobs on a few threads ---- */
-
-typedef struct jobs {
-    size_t n;
-    _Atomic size_t next;
-    void (*fn)(void *ctx, size_t i, unsigned worker);
-    void *ctx;
-    pthread_mutex_t mu;
-    int rc; /* the first failure */
-    char msg[FERRY_ERRMSG_MAX];
-    _Atomic int failed;
-} jobs;
-
-typedef struct worker_arg {
-    jobs *j;
-    unsigned id;
-} worker_arg;
-
-static void jobs_fail(jobs *j, int rc)
-{
-    pthread_mutex_lock(&j->mu);
-    if (j->rc == 0) {
-        j->rc = rc;
-        ferry__err_copy(j->msg);
-    }
-    pthread_mutex_unlock(&j->mu);
-    atomic_store(&j->failed, 1);
-}
-
-static void *jobs_worker(void *p)
-{
-    worker_arg *a = p;
-    jobs *j = a->j;
-    for (;;) {
-        if (atomic_load(&j->failed))
-            break;
-        size_t i = atomic_fetch_add(&j->next, 1);
-        if (i >= j->n)
-            break;
-        j->fn(j->ctx, i, a->id);
-    }
-    return NULL;
-}
-
+/* The threads of CRC checks, copies and writes (ferry__parallel_for): as asked, at
+ * most 64 (a writer keeps a staging buffer per thread); 0 = one per CPU, up to 8. */
 static unsigned default_threads(unsigned asked)
 {
     if (asked)
-        return asked;
+        return asked > 64 ? 64 : asked;
     long c = sysconf(_SC_NPROCESSORS_ONLN);
     return c < 1 ? 1 : c > 8 ? 8 : (unsigned)c;
-}
-
-/* Runs fn(ctx, i, worker) for i in [0, n) on `threads` threads (the caller is one
- * of them); fn reports failure with jobs_fail. Returns the first failure. */
-static int jobs_run(jobs *j, unsigned threads)
-{
-    ferry__thread t[64];
-    worker_arg args[64];
-    unsigned started = 0;
-    j->rc = 0;
-    j->msg[0] = 0;
-    atomic_init(&j->next, 0);
-    atomic_init(&j->failed, 0);
-    if (pthread_mutex_init(&j->mu, NULL) != 0)
-        return ferry__err(FERRY_ENOMEM, "cannot create a mutex");
-    if (threads > 64)
-        threads = 64;
-    if ((size_t)threads > j->n)
-        threads = j->n ? (unsigned)j->n : 1;
-    for (unsigned i = 1; i < threads; i++) {
-        args[started] = (worker_arg){j, i};
-        if (ferry__thread_start(&t[started], jobs_worker, &args[started]) != 0)
-            break; /* fewer threads do the same work */
-        started++;
-    }
-    worker_arg self = {j, 0};
-    jobs_worker(&self);
-    for (unsigned i = 0; i < started; i++)
-        ferry__thread_join(&t[i]);
-    pthread_mutex_destroy(&j->mu);
-    if (j->rc < 0)
-        return ferry__err(j->rc, "%s", j->msg);
-    return 0;
 }
 
 /* ---- name lookups: open addressing over a keyed FNV-1a hash ----
@@ -797,10 +692,9 @@ typedef struct verify_ctx {
     const ferry_tensor_info *src; /* copy: the mapped tensors (NULL: only CRCs) */
     bool check;
     uint32_t *got; /* the CRCs of tensors in runs */
-    jobs j;
 } verify_ctx;
 
-static void verify_job(void *p, size_t i, unsigned worker)
+static int verify_job(void *p, size_t i, unsigned worker)
 {
     verify_ctx *c = p;
     piece *pc = &c->pieces[i];
@@ -812,7 +706,7 @@ static void verify_job(void *p, size_t i, unsigned worker)
                    pc->len);
         if (c->check && ti->has_crc)
             pc->crc = ferry_crc32c(0, (const uint8_t *)ti->data + pc->off, pc->len);
-        return;
+        return 0;
     }
     for (size_t k = pc->first; k < pc->first + pc->count; k++) {
         const ferry_tensor_info *ti = &c->t->sel[k];
@@ -821,6 +715,7 @@ static void verify_job(void *p, size_t i, unsigned worker)
         if (c->check && ti->has_crc)
             c->got[k] = ti->nbytes ? ferry_crc32c(0, ti->data, ti->nbytes) : 0;
     }
+    return 0;
 }
 
 static int crc_mismatch(const ferry_tensors *t, const ferry_tensor_info *ti, uint32_t got)
@@ -896,10 +791,7 @@ static int copy_and_verify(ferry_tensors *t, const ferry_tensor_info *src, bool 
     if ((uint64_t)threads > total / (16u << 20) + 1)
         threads = (unsigned)(total / (16u << 20) + 1);
     verify_ctx c = {.t = t, .pieces = pieces, .src = src, .check = check, .got = got};
-    c.j.n = np;
-    c.j.fn = verify_job;
-    c.j.ctx = &c;
-    FERRY_TRY(jobs_run(&c.j, threads));
+    FERRY_TRY(ferry__parallel_for(np, threads, verify_job, &c));
     if (check) {
         /* in file order, so that the first bad tensor is the one named */
         for (size_t p = 0; p < np;) {
@@ -914,7 +806,7 @@ static int copy_and_verify(ferry_tensors *t, const ferry_tensor_info *src, bool 
             uint32_t crc = pieces[p].crc;
             size_t q = p + 1;
             for (; q < np && pieces[q].part && pieces[q].first == pieces[p].first; q++)
-                crc = crc_combine(crc, pieces[q].crc, pieces[q].len);
+                crc = ferry__crc32c_combine(crc, pieces[q].crc, pieces[q].len);
             if (ti->has_crc && crc != ti->crc)
                 FERRY_FAIL(crc_mismatch(t, ti, crc), "%s", ferry_last_errmsg());
             p = q;
@@ -1071,9 +963,7 @@ static int open_bytes(ferry_tensors *t, const ferry_tensors_opts *o)
     if (t->size < 8)
         FERRY_FAIL(FERRY_ECORRUPT, "%s: %zu bytes, shorter than the 8-byte header length", t->label,
                    t->size);
-    uint64_t n = 0;
-    for (int i = 7; i >= 0; i--)
-        n = n << 8 | t->base[i];
+    uint64_t n = ferry__load_le64(t->base);
     if (n > max_header)
         FERRY_FAIL(FERRY_ECORRUPT, "%s: header length %llu is over the limit of %llu bytes",
                    t->label, (unsigned long long)n, (unsigned long long)max_header);
@@ -1333,10 +1223,9 @@ typedef struct save_ctx {
     uint64_t data_start, chunk;
     uint8_t **staging; /* one per worker, chunk bytes, made on first use */
     bool crc;
-    jobs j;
 } save_ctx;
 
-static void save_job(void *p, size_t i, unsigned worker)
+static int save_job(void *p, size_t i, unsigned worker)
 {
     save_ctx *c = p;
     wjob *jb = &c->jobs[i];
@@ -1360,10 +1249,8 @@ static void save_job(void *p, size_t i, unsigned worker)
     } else {
         if (!c->staging[worker]) {
             c->staging[worker] = ferry__malloc(c->chunk);
-            if (!c->staging[worker]) {
-                jobs_fail(&c->j, ferry__err(FERRY_ENOMEM, "%s: out of memory", c->w->tmp));
-                return;
-            }
+            if (!c->staging[worker])
+                return ferry__err(FERRY_ENOMEM, "%s: out of memory", c->w->tmp);
         }
         uint8_t *buf = c->staging[worker];
         uint64_t at = 0;
@@ -1377,8 +1264,7 @@ static void save_job(void *p, size_t i, unsigned worker)
         }
         rc = ferry__atomic_pwrite_mt(c->w, buf, at, c->data_start + c->ts[jb->first].begin);
     }
-    if (rc < 0)
-        jobs_fail(&c->j, rc);
+    return rc;
 }
 
 static int cmp_wtensor_align(const void *a, const void *b)
@@ -1582,10 +1468,7 @@ int ferry_tensors_save(const char *path, const ferry_tensor_src *src, size_t n,
                   .chunk = chunk,
                   .staging = staging,
                   .crc = crc};
-    c.j.n = nj;
-    c.j.fn = save_job;
-    c.j.ctx = &c;
-    FERRY_TRY(jobs_run(&c.j, threads));
+    FERRY_TRY(ferry__parallel_for(nj, threads, save_job, &c));
     if (crc) {
         for (size_t k = 0; k < nj;) {
             if (jl[k].count != 1) {
@@ -1595,7 +1478,7 @@ int ferry_tensors_save(const char *path, const ferry_tensor_src *src, size_t n,
             size_t q = k + 1;
             uint32_t v = jl[k].crc;
             for (; q < nj && jl[q].count == 1 && jl[q].first == jl[k].first; q++)
-                v = crc_combine(v, jl[q].crc, jl[q].len);
+                v = ferry__crc32c_combine(v, jl[q].crc, jl[q].len);
             ts[jl[k].first].crc = v;
             k = q;
         }
@@ -1606,8 +1489,7 @@ int ferry_tensors_save(const char *path, const ferry_tensor_src *src, size_t n,
         }
     }
     uint8_t len8[8];
-    for (int i = 0; i < 8; i++)
-        len8[i] = (uint8_t)((uint64_t)h.n >> (8 * i));
+    ferry__store_le64(len8, h.n);
     FERRY_TRY(ferry__atomic_pwrite_mt(&w, len8, 8, 0));
     FERRY_TRY(ferry__atomic_pwrite_mt(&w, h.p, h.n, 8));
     rc = ferry__atomic_commit(&w); /* frees w, success or not */

@@ -11,8 +11,8 @@
  * zero register and shift appends |B| zero bytes, a multiplication by x^(8|B|)
  * modulo the polynomial done with four table lookups (after Mark Adler's crc32c.c).
  */
+#include "bytes.h"
 #include "internal.h"
-#include "ferry/records.h"
 
 #include <string.h>
 
@@ -58,7 +58,7 @@ static uint32_t multmodp(uint32_t a, uint32_t b)
 }
 
 /* x^(8n) modulo the polynomial: the operator that appends n zero bytes. */
-static uint32_t x8nmodp(size_t n)
+static uint32_t x8nmodp(uint64_t n)
 {
     uint32_t p = 1u << 31;  /* x^0 */
     uint32_t sq = 1u << 23; /* x^8 */
@@ -180,22 +180,15 @@ static inline uint32_t shift(const uint32_t t[4][256], uint32_t crc)
     return t[0][crc & 0xff] ^ t[1][(crc >> 8) & 0xff] ^ t[2][(crc >> 16) & 0xff] ^ t[3][crc >> 24];
 }
 
-static inline uint64_t load64(const unsigned char *p)
-{
-    uint64_t w;
-    memcpy(&w, p, 8);
-    return w;
-}
-
 /* Three streams of `block` bytes each, side by side, as long as they fit. */
 #define THREE_WAY(block, table)                                                                    \
     while (n >= 3 * (size_t)(block)) {                                                             \
         uint64_t c1 = 0, c2 = 0;                                                                   \
         const unsigned char *end = p + (block);                                                    \
         do {                                                                                       \
-            c0 = _mm_crc32_u64(c0, load64(p));                                                     \
-            c1 = _mm_crc32_u64(c1, load64(p + (block)));                                           \
-            c2 = _mm_crc32_u64(c2, load64(p + 2 * (size_t)(block)));                               \
+            c0 = _mm_crc32_u64(c0, ferry__load_le64(p));                                           \
+            c1 = _mm_crc32_u64(c1, ferry__load_le64(p + (block)));                                 \
+            c2 = _mm_crc32_u64(c2, ferry__load_le64(p + 2 * (size_t)(block)));                     \
             p += 8;                                                                                \
         } while (p < end);                                                                         \
         c0 = shift(table, (uint32_t)c0) ^ (uint32_t)c1;                                            \
@@ -216,7 +209,7 @@ __attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const voi
     THREE_WAY(MID_BLOCK, shift_mid)
     THREE_WAY(SHORT_BLOCK, shift_short)
     while (n >= 8) {
-        c0 = _mm_crc32_u64(c0, load64(p));
+        c0 = _mm_crc32_u64(c0, ferry__load_le64(p));
         p += 8;
         n -= 8;
     }
@@ -304,7 +297,7 @@ CLMUL_TARGET static uint32_t crc_clmul(uint32_t crc, const void *data, size_t n)
     uint64_t c = _mm_crc32_u64(0, (uint64_t)_mm_cvtsi128_si64(x));
     c = _mm_crc32_u64(c, (uint64_t)_mm_extract_epi64(x, 1));
     while (n >= 8) {
-        c = _mm_crc32_u64(c, load64(p));
+        c = _mm_crc32_u64(c, ferry__load_le64(p));
         p += 8;
         n -= 8;
     }
@@ -356,4 +349,9 @@ uint32_t ferry_crc32c(uint32_t crc, const void *data, size_t n)
         return crc_hw(crc, data, n);
 #endif
     return ferry__crc32c_sw(crc, data, n);
+}
+
+uint32_t ferry__crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b)
+{
+    return multmodp(x8nmodp(len_b), crc_a) ^ crc_b;
 }

@@ -1,12 +1,12 @@
 /*
- * The per-call context of a worker (ferry_ctx in ferry/dataset.h): who calls,
- * scratch memory, stage times. Below the datasets and the image pipeline, which
- * both take scratch from it.
+ * The per-call context of a worker (ferry_ctx in ferry/sample.h): who calls,
+ * scratch memory, stage times. Below the formats, the image pipeline and the
+ * datasets, which all take scratch from it (core/sample.c).
  */
 #ifndef FERRY_CORE_CTX_H
 #define FERRY_CORE_CTX_H
 
-#include "ferry/dataset.h"
+#include "ferry/sample.h"
 #include "internal.h"
 
 #define FERRY__CTX_SLOTS 4

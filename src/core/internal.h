@@ -98,6 +98,16 @@ void ferry__pool_free(ferry__pool *p);
 unsigned ferry__pool_free_within(ferry__pool *p, uint64_t deadline_ns);
 unsigned ferry__pool_threads(const ferry__pool *p);
 
+/* A parallel loop: runs fn(arg, i, worker) for every i in [0, n) on `threads`
+ * threads (at most n), the caller's and those of a pool made for the call. Each
+ * thread takes the next i when it is done with one; worker (0 .. threads-1) says
+ * which thread runs it, for per-thread scratch. fn returns 0 or a negative code
+ * with the thread's message set: no i starts after the first failure, which is
+ * returned with its message. When the pool cannot be made, the caller's thread
+ * does all the work. */
+typedef int (*ferry__for_fn)(void *arg, size_t i, unsigned worker);
+int ferry__parallel_for(size_t n, unsigned threads, ferry__for_fn fn, void *arg);
+
 /* ---- A bounded blocking queue of pointers (multi-producer, multi-consumer) ---- */
 typedef struct ferry__queue ferry__queue;
 int ferry__queue_create(ferry__queue **out, size_t capacity);
@@ -116,7 +126,7 @@ size_t ferry__queue_size(ferry__queue *q);
 bool ferry__parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
 bool ferry__parse_u64(const char *s, uint64_t *out);
 
-/* Checks a schema: names, dtypes, shapes and byte sizes in range (core/fields.c). */
+/* Checks a schema: names, dtypes, shapes and byte sizes in range (core/sample.c). */
 struct ferry_field;
 int ferry__check_fields(const struct ferry_field *fields, int nfields);
 
@@ -131,5 +141,8 @@ int ferry__crc32c_clmul_available(void);
 /* The carry-less multiply version (from 256 bytes; the instruction's below);
  * falls back to the instruction's, then the tables, without it. */
 uint32_t ferry__crc32c_clmul(uint32_t crc, const void *data, size_t n);
+/* crc(A || B) from crc(A), crc(B) and the length of B (after zlib's crc32_combine):
+ * the CRC of a buffer checked in pieces on several threads. */
+uint32_t ferry__crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
 
 #endif /* FERRY_INTERNAL_H */

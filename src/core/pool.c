@@ -1,6 +1,6 @@
 /*
  * A bounded thread pool: one mutex, two condition variables (work queued, room in
- * the queue), after zstd's lib/common/pool.c.
+ * the queue), after zstd's lib/common/pool.c; and a parallel loop on it.
  */
 #include "internal.h"
 
@@ -164,4 +164,47 @@ unsigned ferry__pool_free_within(ferry__pool *p, uint64_t deadline_ns)
         ferry__thread_join(&p->tids[i]);
     release(p);
     return 0;
+}
+
+/* ---- A parallel loop ---- */
+
+typedef struct loop {
+    size_t n;
+    atomic_size_t next;  /* the next i to take */
+    atomic_uint workers; /* worker numbers handed out */
+    atomic_bool failed;  /* the first to set it keeps its code and message */
+    int rc;
+    char msg[FERRY_ERRMSG_MAX];
+    ferry__for_fn fn;
+    void *arg;
+} loop;
+
+static void loop_main(void *arg)
+{
+    loop *l = arg;
+    unsigned worker = atomic_fetch_add(&l->workers, 1);
+    while (!atomic_load_explicit(&l->failed, memory_order_relaxed)) {
+        size_t i = atomic_fetch_add(&l->next, 1);
+        if (i >= l->n)
+            break;
+        int rc = l->fn(l->arg, i, worker);
+        if (rc < 0 && !atomic_exchange(&l->failed, true)) {
+            l->rc = rc;
+            ferry__err_copy(l->msg);
+        }
+    }
+}
+
+int ferry__parallel_for(size_t n, unsigned threads, ferry__for_fn fn, void *arg)
+{
+    loop l = {.n = n, .fn = fn, .arg = arg};
+    if ((size_t)threads > n)
+        threads = (unsigned)n;
+    ferry__pool *p = NULL;
+    if (threads > 1 && ferry__pool_create(&p, threads - 1, threads - 1) == 0)
+        for (unsigned t = 1; t < threads; t++)
+            ferry__pool_add(p, loop_main, &l); /* the queue holds them all: never blocks */
+    loop_main(&l);
+    ferry__pool_free(p); /* runs what is queued, then joins: l.rc and l.msg are final */
+    return l.rc < 0 ? ferry__err(l.rc, "%s", l.msg) : 0;
 }

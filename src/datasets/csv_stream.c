@@ -4,15 +4,13 @@
  * per open shard, and parses each row straight into the sample's fields. A row's
  * position is its part and the decoded offset of its line: saving an iterator
  * keeps the next line's, a restore opens that part there (decoding a compressed
- * one up to it), and fetch reads one line again with a second reader.
+ * one up to it), and fetch reads one line again with a second reader. The parts,
+ * their order and the state are the shard engine's (shard_stream.h).
  */
 #include "csv_internal.h"
-#include "../io/io.h"
-#include "../io/zread.h"
+#include "shard_stream.h"
+#include "../io/seqread.h"
 
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,15 +22,13 @@
 #define MAX_AFFIX 255
 #define NO_FIELD 0xff
 #define CSV_MAX_HEADER 1000000
+/* fetch's reads: each fetch away from the last one reads at least this much */
+#define FETCH_CHUNK ((size_t)64 << 10)
 
 typedef struct {
-    char *dir, *prefix, *suffix;
-    bool single; /* dir names one file: the only part */
-    unsigned digits;
-    uint64_t header; /* lines to pass over at the start of every part */
-    uint64_t nparts;
+    ferry__shard_files parts; /* one file: the only part */
+    uint64_t header;          /* lines to pass over at the start of every part */
     size_t ncols;
-    size_t path_cap; /* bytes for dir/prefix+number+suffix and its NUL */
     ferry_csv_parser *parser;
     uint8_t *col_field; /* [ncols]: the field column c goes to, or NO_FIELD */
     uint32_t *col_off;  /* [ncols]: its byte offset within that field */
@@ -41,45 +37,63 @@ typedef struct {
 /* Lines of one file, read through a buffer of READ_CAP bytes; gzip and zstd files
  * are decoded on the way (found by their magic bytes). */
 typedef struct {
-    ferry__zread sr; /* sr.open when a file is open */
+    ferry__seqread sr; /* sr.src set when a file is open */
     char *buf;
     size_t start, end; /* unread bytes: buf[start .. end) */
     uint64_t buf_off;  /* the decoded file offset of buf[0] */
     size_t chunk;      /* bytes per read when smaller than the buffer (0: the buffer) */
     bool eof;
-    bool broken;   /* a failed read or damaged compressed data: the file ends here */
-    uint64_t line; /* lines handed out so far: the last one's 1-based number */
-    char *path;    /* [path_cap]: the open file, for messages */
+    bool broken;          /* a failed read or damaged compressed data: the file ends here */
+    uint64_t line;        /* lines handed out so far: the last one's 1-based number */
+    uint64_t header_left; /* header lines still to pass over */
+    const char *path;     /* the open file, for messages */
+    void **col_dst;       /* [ncols] */
 } reader;
 
-static const char *errno_text(int e, char *buf, size_t n)
+/* r's buffers, made once: reading rows allocates nothing */
+static int csv_init(const void *self, void *rd)
 {
-    return strerror_r(e, buf, n); /* the GNU variant: may return a static string */
+    const csv_source *src = self;
+    reader *r = rd;
+    if (!r->buf)
+        r->buf = ferry__malloc(READ_CAP);
+    if (!r->col_dst && src->ncols)
+        r->col_dst = ferry__calloc(src->ncols, sizeof *r->col_dst);
+    if (!r->buf || (src->ncols && !r->col_dst))
+        return ferry__err(FERRY_ENOMEM, "csv: out of memory for a read buffer");
+    return 0;
 }
 
-static void part_name(const csv_source *src, uint64_t part, char *out, size_t cap)
+static int csv_open(const void *self, void *rd, const char *path, bool fetch)
 {
-    if (src->single)
-        snprintf(out, cap, "%s", src->dir);
-    else
-        snprintf(out, cap, "%s/%s%0*llu%s", src->dir, src->prefix, (int)src->digits,
-                 (unsigned long long)part, src->suffix);
-}
-
-static int reader_open(reader *r, const csv_source *src, uint64_t part)
-{
-    part_name(src, part, r->path, src->path_cap);
+    const csv_source *src = self;
+    reader *r = rd;
+    int rc = csv_init(self, rd);
+    if (rc < 0)
+        return rc;
+    r->path = path;
     r->start = r->end = 0;
     r->buf_off = 0;
+    r->chunk = fetch ? FETCH_CHUNK : 0;
     r->eof = false;
     r->broken = false;
     r->line = 0;
-    return ferry__zread_open(&r->sr, r->path);
+    r->header_left = fetch ? 0 : src->header;
+    ferry__seqread_close(&r->sr);
+    return ferry__seqread_open(&r->sr, path, path, FERRY__COMP_AUTO, 0);
 }
 
-static void reader_close(reader *r)
+static void csv_close(void *rd)
 {
-    ferry__zread_close(&r->sr);
+    ferry__seqread_close(&((reader *)rd)->sr);
+}
+
+static void csv_free(void *rd)
+{
+    reader *r = rd;
+    ferry__seqread_close(&r->sr);
+    ferry__free(r->buf);
+    ferry__free(r->col_dst);
 }
 
 /* More bytes after buf[end]; sets eof at the end of the data. */
@@ -88,12 +102,12 @@ static int reader_fill(reader *r)
     size_t want = READ_CAP - r->end, got;
     if (r->chunk && want > r->chunk)
         want = r->chunk;
-    int rc = ferry__zread_read(&r->sr, r->buf + r->end, want, &got);
+    int rc = ferry__seqread_read(&r->sr, r->buf + r->end, want, &got);
     if (rc < 0) {
         r->broken = true;
         return rc;
     }
-    r->eof = got < want && !r->sr.broken; /* short at the end, or before an error */
+    r->eof = got < want && !r->sr.err; /* short at the end, or before an error */
     r->end += got;
     return 0;
 }
@@ -161,72 +175,12 @@ static int reader_line(reader *r, const char **line, size_t *len)
 
 /* ---- The stream ---- */
 
-typedef struct {
-    const csv_source *src;
-    uint64_t part, step;
-    uint64_t header_left; /* header lines still to pass over in this part */
-    reader r;
-    void **col_dst; /* [ncols] */
-    reader *fr;     /* fetch's own reader, made on the first fetch */
-    uint64_t fr_part;
-} csv_iter;
-
-static void reader_free(reader *r)
-{
-    if (!r)
-        return;
-    ferry__zread_free(&r->sr);
-    ferry__free(r->buf);
-    ferry__free(r->path);
-}
-
-static void csv_close(void *iter)
-{
-    csv_iter *it = iter;
-    if (!it)
-        return;
-    reader_free(it->fr);
-    ferry__free(it->fr);
-    reader_free(&it->r);
-    ferry__free(it->col_dst);
-    ferry__free(it);
-}
-
-static int csv_open(void *self, uint64_t shard, uint64_t nshards, uint64_t epoch, void **iter)
-{
-    (void)epoch; /* the order is the file order */
-    const csv_source *src = self;
-    csv_iter *it = ferry__calloc(1, sizeof *it);
-    if (!it)
-        return ferry__err(FERRY_ENOMEM, "csv: out of memory");
-    it->src = src;
-    it->part = shard;
-    it->step = nshards;
-    it->r.buf = ferry__malloc(READ_CAP);
-    it->r.path = ferry__malloc(src->path_cap);
-    it->col_dst = ferry__calloc(src->ncols, sizeof *it->col_dst);
-    if (!it->r.buf || !it->r.path || !it->col_dst) {
-        csv_close(it);
-        return ferry__err(FERRY_ENOMEM, "csv: out of memory for a read buffer");
-    }
-    *iter = it;
-    return 0;
-}
-
-static void next_part(csv_iter *it)
-{
-    reader_close(&it->r);
-    it->header_left = 0;
-    it->part = it->part + it->step < it->part ? UINT64_MAX : it->part + it->step;
-}
-
 /* Parses the line r just gave into out's fields. */
-static int parse_line(csv_iter *it, const reader *r, const char *line, size_t len,
+static int parse_line(const csv_source *src, const reader *r, const char *line, size_t len,
                       ferry_sample *out)
 {
-    const csv_source *src = it->src;
     const size_t ncols = src->ncols;
-    void **dst = it->col_dst;
+    void **dst = r->col_dst;
     for (size_t c = 0; c < ncols; c++)
         if (src->col_field[c] != NO_FIELD)
             dst[c] = (char *)out->data[src->col_field[c]] + src->col_off[c];
@@ -241,44 +195,24 @@ static int parse_line(csv_iter *it, const reader *r, const char *line, size_t le
     return 0;
 }
 
-static int csv_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
+/* pos: b = the decoded offset of the line's first byte, c = the line's 1-based
+ * number. A bad line is one bad row: the next call reads the next line. */
+static int csv_next(const void *self, void *rd, const char *path, ferry_sample *out, bool *broken)
 {
-    (void)ctx;
-    csv_iter *it = iter;
-    const csv_source *src = it->src;
+    reader *r = rd;
     const char *line;
     size_t len;
     int rc;
-    for (;;) {
-        if (!it->r.sr.open) {
-            if (it->part >= src->nparts)
-                return FERRY_END;
-            rc = reader_open(&it->r, src, it->part);
-            if (rc < 0) {
-                next_part(it);
-                return rc;
-            }
-            it->header_left = src->header;
-        }
-        rc = reader_line(&it->r, &line, &len);
-        if (rc == 1 && it->header_left) {
-            it->header_left--;
-            continue;
-        }
-        if (rc == 1) {
-            out->pos.a = it->part;
-            out->pos.b = it->r.buf_off + (uint64_t)(line - it->r.buf);
-            out->pos.c = it->r.line;
-            break;
-        }
-        if (rc < 0 && !it->r.broken)
-            return rc; /* a bad line is one bad row: the next call reads the next line */
-        /* the end of the file, or a read that failed: go on with the next part */
-        next_part(it);
-        if (rc < 0)
-            return rc;
-    }
-    return parse_line(it, &it->r, line, len, out);
+    (void)path;
+    while ((rc = reader_line(r, &line, &len)) == 1 && r->header_left)
+        r->header_left--;
+    if (rc == 0)
+        return FERRY_END;
+    if (rc < 0)
+        return *broken = r->broken, rc;
+    out->pos.b = r->buf_off + (uint64_t)(line - r->buf);
+    out->pos.c = r->line;
+    return parse_line(self, r, line, len, out);
 }
 
 static void csv_destroy(void *self)
@@ -289,20 +223,9 @@ static void csv_destroy(void *self)
     ferry_csv_parser_free(src->parser);
     ferry__free(src->col_field);
     ferry__free(src->col_off);
-    ferry__free(src->dir);
-    ferry__free(src->prefix);
-    ferry__free(src->suffix);
+    ferry__shard_files_free(&src->parts);
     ferry__free(src);
 }
-
-/* ---- Saving and resuming ----
- * The state (72 bytes per shard): a tag, the header setting, the count of part
- * files and the count of shards it was saved with, the part (UINT64_MAX once the shard is done),
- * whether that part is open, and if so the decoded offset of its next line, the lines read from it
- * and the header lines still to pass over. A sample's pos: a = its part, b = the decoded offset of
- * its line's first byte, c = the line's 1-based number. */
-#define CSV_STATE_TAG 0x3174726170767363ull /* "csvpart1" */
-#define FETCH_CHUNK ((size_t)64 << 10)
 
 enum { GOTO_OK, GOTO_PAST_END, GOTO_NOT_LINE };
 
@@ -316,23 +239,24 @@ static int reader_goto(reader *r, uint64_t off, bool end_ok)
     r->buf_off = off;
     r->eof = false;
     r->broken = false;
+    uint64_t at;
     if (off == 0)
-        return ferry__zread_seek(&r->sr, 0);
-    int rc = ferry__zread_seek(&r->sr, off - 1);
+        return ferry__seqread_seek(&r->sr, 0, &at);
+    int rc = ferry__seqread_seek(&r->sr, off - 1, &at);
     if (rc < 0)
         return rc;
-    if (r->sr.pos != off - 1)
+    if (at != off - 1)
         return GOTO_PAST_END;
     char c;
     size_t got;
-    if ((rc = ferry__zread_read(&r->sr, &c, 1, &got)) < 0)
+    if ((rc = ferry__seqread_read(&r->sr, &c, 1, &got)) < 0)
         return rc;
     if (got == 0)
         return GOTO_PAST_END;
     if (c == '\n')
         return GOTO_OK;
     if (end_ok) { /* after a last line without "\n", or a long line passed over */
-        if ((rc = ferry__zread_read(&r->sr, &c, 1, &got)) < 0)
+        if ((rc = ferry__seqread_read(&r->sr, &c, 1, &got)) < 0)
             return rc;
         if (got == 0)
             return GOTO_OK;
@@ -340,286 +264,111 @@ static int reader_goto(reader *r, uint64_t off, bool end_ok)
     return GOTO_NOT_LINE;
 }
 
-static int csv_save(void *iter, ferry_state *w)
+/* The state's words: the decoded offset of the open part's next line, the lines
+ * read from it and the header lines still to pass over. */
+static void csv_save(const void *rd, ferry_state *w)
 {
-    csv_iter *it = iter;
-    const csv_source *src = it->src;
-    bool open = it->r.sr.open;
-    ferry_state_put_u64(w, CSV_STATE_TAG);
-    ferry_state_put_u64(w, src->header);
-    ferry_state_put_u64(w, src->nparts);
-    ferry_state_put_u64(w, it->step);
-    ferry_state_put_u64(w, open || it->part < src->nparts ? it->part : UINT64_MAX);
-    ferry_state_put_u64(w, open);
-    ferry_state_put_u64(w, open ? it->r.buf_off + it->r.start : 0);
-    ferry_state_put_u64(w, open ? it->r.line : 0);
-    ferry_state_put_u64(w, open ? it->header_left : 0);
-    return 0;
+    const reader *r = rd;
+    ferry_state_put_u64(w, r ? r->buf_off + r->start : 0);
+    ferry_state_put_u64(w, r ? r->line : 0);
+    ferry_state_put_u64(w, r ? r->header_left : 0);
 }
 
-static int csv_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
+static int csv_resume(const void *self, void *rd, const char *path, const uint64_t *w,
+                      ferry_state *st)
 {
-    (void)ctx;
-    csv_iter *it = iter;
-    const csv_source *src = it->src;
-    uint64_t v[9];
-    for (int i = 0; i < 9; i++) {
-        int rc = ferry_state_get_u64(r, &v[i]);
-        if (rc < 0)
-            return rc;
-    }
-    uint64_t header = v[1], nparts = v[2], nshards = v[3], part = v[4], open = v[5], off = v[6],
-             line = v[7], left = v[8];
-    const uint64_t shard = it->part;
-    if (v[0] != CSV_STATE_TAG)
-        return ferry__err(FERRY_ECORRUPT,
-                          "csv stream: the state is not a CSV stream's position (saved by "
-                          "another stream?)");
-    if (header != src->header)
-        return ferry__err(FERRY_EINVAL,
-                          "csv stream: the state was saved with header=%llu, this stream has "
-                          "header=%llu",
-                          (unsigned long long)header, (unsigned long long)src->header);
-    if (nparts != src->nparts)
-        return ferry__err(FERRY_ECORRUPT,
-                          "csv stream: the state was saved over %llu part files, \"%s\" has %llu",
-                          (unsigned long long)nparts, src->dir, (unsigned long long)src->nparts);
-    if (nshards != it->step)
-        return ferry__err(FERRY_ECORRUPT,
-                          "csv stream: the state is a position in one of %llu shards, this "
-                          "iterator is shard %llu of %llu",
-                          (unsigned long long)nshards, (unsigned long long)shard,
-                          (unsigned long long)it->step);
-    if (open > 1 || (part == UINT64_MAX ? open != 0
-                                        : part >= src->nparts || part < shard ||
-                                              part % it->step != shard % it->step))
-        return ferry__err(FERRY_ECORRUPT,
-                          "csv stream: the state names part %llu%s, which shard %llu of %llu (of "
-                          "%llu parts) does not hold",
-                          (unsigned long long)part, open > 1 ? " (damaged)" : "",
-                          (unsigned long long)shard, (unsigned long long)it->step,
-                          (unsigned long long)src->nparts);
-    if (!open) {
-        if (off || line || left)
-            return ferry__err(FERRY_ECORRUPT,
-                              "csv stream: the state is damaged (a line position in part %llu, "
-                              "which is not open)",
-                              (unsigned long long)part);
-        it->part = part;
-        return 0;
-    }
+    const csv_source *src = self;
+    reader *r = rd;
+    uint64_t off = w[0], line = w[1], left = w[2];
+    (void)st;
     if (left > src->header || line > off || line + left < src->header)
         return ferry__err(FERRY_ECORRUPT,
-                          "csv stream: the state is damaged (part %llu: %llu lines read to offset "
+                          "csv stream: the state is damaged (%s: %llu lines read to offset "
                           "%llu, %llu header lines of %llu left)",
-                          (unsigned long long)part, (unsigned long long)line,
-                          (unsigned long long)off, (unsigned long long)left,
-                          (unsigned long long)src->header);
-    it->part = part;
-    int rc = reader_open(&it->r, src, part);
-    if (rc >= 0)
-        rc = reader_goto(&it->r, off, true);
-    if (rc < 0) {
-        reader_close(&it->r);
-        return ferry__err_prefix(rc, "csv stream: resuming at offset %llu of part %llu",
-                                 (unsigned long long)off, (unsigned long long)part);
-    }
-    if (rc != GOTO_OK) {
-        rc = ferry__err(FERRY_ECORRUPT,
-                        "csv stream: %s: the state's offset %llu is %s (the file changed, or the "
-                        "state is another stream's)",
-                        it->r.path, (unsigned long long)off,
-                        rc == GOTO_PAST_END ? "past the end of the file"
-                                            : "not the start of a line");
-        reader_close(&it->r);
-        return rc;
-    }
-    it->r.line = line;
-    it->header_left = left;
+                          path, (unsigned long long)line, (unsigned long long)off,
+                          (unsigned long long)left, (unsigned long long)src->header);
+    int rc = reader_goto(r, off, true);
+    if (rc < 0)
+        return ferry__err_prefix(rc, "csv stream: resuming at offset %llu of %s",
+                                 (unsigned long long)off, path);
+    if (rc != GOTO_OK)
+        return ferry__err(FERRY_ECORRUPT,
+                          "csv stream: %s: the state's offset %llu is %s (the file changed, or "
+                          "the state is another stream's)",
+                          path, (unsigned long long)off,
+                          rc == GOTO_PAST_END ? "past the end of the file"
+                                              : "not the start of a line");
+    r->line = line;
+    r->header_left = left;
     return 0;
 }
 
-/* A line read again by a reader of its own, left after that line: fetches in the
- * order of (part, offset) read each part once (and decode it once when compressed;
- * going back in a compressed part decodes it again from its start). */
-static int csv_fetch(void *iter, const ferry_pos *pos, ferry_sample *out, ferry_ctx *ctx)
+/* A line read again by fetch's reader, from its buffer when the line is in it. */
+static int csv_fetch(const void *self, void *rd, const char *path, const ferry_pos *pos,
+                     ferry_sample *out, bool *broken)
 {
-    (void)ctx;
-    csv_iter *it = iter;
-    const csv_source *src = it->src;
+    reader *r = rd;
     int rc;
-    if (pos->a >= src->nparts || pos->c == 0 || pos->c - 1 > pos->b)
-        return ferry__err(FERRY_ERANGE,
-                          "csv stream: no line %llu at offset %llu of part %llu (of %llu parts)",
-                          (unsigned long long)pos->c, (unsigned long long)pos->b,
-                          (unsigned long long)pos->a, (unsigned long long)src->nparts);
-    if (!it->fr) {
-        reader *f = ferry__calloc(1, sizeof *f);
-        if (f) {
-            f->buf = ferry__malloc(READ_CAP);
-            f->path = ferry__malloc(src->path_cap);
-            f->chunk = FETCH_CHUNK;
-        }
-        if (!f || !f->buf || !f->path) {
-            reader_free(f);
-            ferry__free(f);
-            return ferry__err(FERRY_ENOMEM, "csv stream: out of memory for a read buffer");
-        }
-        it->fr = f;
-    }
-    reader *r = it->fr;
-    if (!r->sr.open || it->fr_part != pos->a) {
-        if ((rc = reader_open(r, src, pos->a)) < 0) {
-            reader_close(r);
-            return rc;
-        }
-        it->fr_part = pos->a;
-    }
+    if (pos->c == 0 || pos->c - 1 > pos->b)
+        return ferry__err(FERRY_ERANGE, "csv stream: %s: no line %llu at offset %llu", path,
+                          (unsigned long long)pos->c, (unsigned long long)pos->b);
     uint64_t in = pos->b - r->buf_off; /* within the buffer: no read */
     if (!r->broken && pos->b > r->buf_off && in < r->end && r->buf[in - 1] == '\n') {
         r->start = (size_t)in;
     } else {
         rc = reader_goto(r, pos->b, false);
-        if (rc < 0) {
-            reader_close(r);
-            return rc;
-        }
-        if (rc != GOTO_OK) {
-            rc = ferry__err(FERRY_ERANGE, "csv stream: %s: no line starts at offset %llu%s",
-                            r->path, (unsigned long long)pos->b,
-                            rc == GOTO_PAST_END ? " (past the end of the file)" : "");
-            reader_close(r);
-            return rc;
-        }
+        if (rc < 0)
+            return *broken = true, rc;
+        if (rc != GOTO_OK)
+            return *broken = true,
+                   ferry__err(FERRY_ERANGE, "csv stream: %s: no line starts at offset %llu%s", path,
+                              (unsigned long long)pos->b,
+                              rc == GOTO_PAST_END ? " (past the end of the file)" : "");
     }
     r->line = pos->c - 1;
     const char *line;
     size_t len;
     rc = reader_line(r, &line, &len);
     if (rc == 0)
-        return ferry__err(FERRY_ERANGE, "csv stream: %s: no line at offset %llu (the end)", r->path,
+        return ferry__err(FERRY_ERANGE, "csv stream: %s: no line at offset %llu (the end)", path,
                           (unsigned long long)pos->b);
     if (rc < 0)
         return rc;
-    return parse_line(it, r, line, len, out);
+    return parse_line(self, r, line, len, out);
 }
 
-static const ferry_stream_vtable csv_vtable = {csv_open, csv_next,    csv_close, csv_destroy,
-                                               csv_save, csv_restore, csv_fetch};
-
-/* ---- Finding the parts ---- */
-
-/* The part number of a name prefix + digits + suffix, where the digits are exactly
- * what "%0*llu" writes: `digits` wide, wider only without a leading zero. */
-static bool match_part(const csv_source *src, const char *name, uint64_t *num)
+static uint64_t csv_header(const void *self)
 {
-    size_t pl = strlen(src->prefix), sl = strlen(src->suffix), nl = strlen(name);
-    if (nl < pl + src->digits + sl || memcmp(name, src->prefix, pl) ||
-        memcmp(name + nl - sl, src->suffix, sl))
-        return false;
-    const char *d = name + pl;
-    size_t dl = nl - pl - sl;
-    if (dl > 19 || (dl > src->digits && d[0] == '0'))
-        return false;
-    uint64_t v = 0;
-    for (size_t i = 0; i < dl; i++) {
-        if (d[i] < '0' || d[i] > '9')
-            return false;
-        v = v * 10 + (uint64_t)(d[i] - '0');
-    }
-    *num = v;
-    return true;
+    return ((const csv_source *)self)->header;
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* "part-NNNNN.csv": the pattern, for messages. */
-static void pattern(const csv_source *src, char *out, size_t cap)
-{
-    char n[MAX_DIGITS + 1];
-    memset(n, 'N', src->digits);
-    n[src->digits] = 0;
-    snprintf(out, cap, "%s%s%s", src->prefix, n, src->suffix);
-}
-
-static int list_parts(csv_source *src)
-{
-    int rc = 0;
-    uint64_t *nums = NULL;
-    size_t n = 0, cap = 0;
-    char eb[128], pat[2 * MAX_AFFIX + MAX_DIGITS + 1];
-    pattern(src, pat, sizeof pat);
-    DIR *d = opendir(src->dir);
-    if (!d) {
-        int e = errno;
-        FERRY_FAIL(e == ENOENT || e == ENOTDIR ? FERRY_ENOENT : FERRY_EIO,
-                   "csv: cannot open the directory \"%s\": %s", src->dir,
-                   errno_text(e, eb, sizeof eb));
-    }
-    for (;;) {
-        errno = 0;
-        struct dirent *de = readdir(d);
-        if (!de) {
-            if (errno) {
-                int e = errno;
-                FERRY_FAIL(FERRY_EIO, "csv: cannot list the directory \"%s\": %s", src->dir,
-                           errno_text(e, eb, sizeof eb));
-            }
-            break;
-        }
-        uint64_t num;
-        if (!match_part(src, de->d_name, &num))
-            continue;
-        if (n == cap) {
-            size_t ncap = cap ? cap * 2 : 64;
-            uint64_t *p = ferry__realloc(nums, ncap * sizeof *nums);
-            if (!p)
-                FERRY_FAIL(FERRY_ENOMEM, "csv: out of memory listing \"%s\"", src->dir);
-            nums = p;
-            cap = ncap;
-        }
-        nums[n++] = num;
-    }
-    if (n == 0)
-        FERRY_FAIL(FERRY_ENOENT, "csv: the directory \"%s\" has no part files named %s", src->dir,
-                   pat);
-    qsort(nums, n, sizeof *nums, cmp_u64);
-    for (size_t i = 0; i < n; i++) {
-        if (nums[i] != i) {
-            char *missing = ferry__malloc(src->path_cap);
-            if (!missing)
-                FERRY_FAIL(FERRY_ENOMEM, "csv: out of memory");
-            part_name(src, i, missing, src->path_cap);
-            rc = ferry__err(FERRY_ENOENT,
-                            "csv: %s is missing: parts %s must be numbered from 0 without gaps "
-                            "(found %zu, the highest number %llu)",
-                            missing, pat, n, (unsigned long long)nums[n - 1]);
-            ferry__free(missing);
-            goto cleanup;
-        }
-    }
-    src->nparts = n;
-cleanup:
-    if (d)
-        closedir(d);
-    ferry__free(nums);
-    return rc;
-}
+static const ferry__shard_format csv_format = {
+    .who = "csv stream",
+    .unit = "part",
+    .stranger = "the state is not a CSV stream's position (saved by another stream?)",
+    .tag = 0x3174726170767363ull, /* "csvpart1" */
+    .name_order = true,
+    .setting_name = "header",
+    .setting = csv_header,
+    .reader_size = sizeof(reader),
+    .words = 3,
+    .init = csv_init,
+    .open = csv_open,
+    .close = csv_close,
+    .free = csv_free,
+    .next = csv_next,
+    .save = csv_save,
+    .resume = csv_resume,
+    .fetch = csv_fetch,
+    .destroy = csv_destroy,
+};
 
 /* The column count of part 0's first data row. */
 static int detect_cols(const csv_source *src, char delim, size_t *ncols)
 {
     int rc = 0;
     reader r = {0};
-    r.buf = ferry__malloc(READ_CAP);
-    r.path = ferry__malloc(src->path_cap);
-    if (!r.buf || !r.path)
-        FERRY_FAIL(FERRY_ENOMEM, "csv: out of memory for a read buffer");
-    FERRY_TRY(reader_open(&r, src, 0));
+    FERRY_TRY(csv_open(src, &r, src->parts.paths[0], false));
     const char *line = NULL;
     size_t len = 0;
     for (uint64_t i = 0; i <= src->header; i++) {
@@ -638,9 +387,7 @@ static int detect_cols(const csv_source *src, char delim, size_t *ncols)
     *ncols = n;
     rc = 0;
 cleanup:
-    ferry__zread_free(&r.sr);
-    ferry__free(r.buf);
-    ferry__free(r.path);
+    csv_free(&r);
     return rc;
 }
 
@@ -855,25 +602,12 @@ int ferry_stream_csv(ferry_stream **out, const ferry_csv_opts *o)
     src = ferry__calloc(1, sizeof *src);
     if (!src)
         FERRY_FAIL(FERRY_ENOMEM, "csv: out of memory");
-    src->dir = ferry__strdup(o->dir);
-    src->prefix = ferry__strdup(prefix);
-    src->suffix = ferry__strdup(suffix);
-    if (!src->dir || !src->prefix || !src->suffix)
-        FERRY_FAIL(FERRY_ENOMEM, "csv: out of memory");
-    src->digits = digits;
     src->header = (uint64_t)o->header;
-    /* dir '/' prefix, at most 19 digits (see match_part), suffix, NUL */
-    src->path_cap = strlen(o->dir) + 1 + strlen(prefix) + 19 + strlen(suffix) + 1;
     struct stat sb;
-    if (stat(o->dir, &sb) == 0 && !S_ISDIR(sb.st_mode)) {
-        if (!S_ISREG(sb.st_mode))
-            FERRY_FAIL(FERRY_EINVAL, "csv: \"%s\" is neither a directory of part files nor a file",
-                       o->dir);
-        src->single = true; /* one file: the only part */
-        src->nparts = 1;
-    } else {
-        FERRY_TRY(list_parts(src));
-    }
+    if (stat(o->dir, &sb) == 0 && !S_ISDIR(sb.st_mode) && !S_ISREG(sb.st_mode))
+        FERRY_FAIL(FERRY_EINVAL, "csv: \"%s\" is neither a directory of part files nor a file",
+                   o->dir);
+    FERRY_TRY(ferry__shard_files_parts(&src->parts, "csv", o->dir, prefix, digits, suffix));
     if (o->cols)
         src->ncols = (size_t)o->cols;
     else
@@ -884,7 +618,7 @@ int ferry_stream_csv(ferry_stream **out, const ferry_csv_opts *o)
     FERRY_TRY(build_layout(src, delim, o->missing, fs, nfs, fields));
     ferry__free(fs);
     /* owns src from here, also when it fails */
-    return ferry_stream_create(out, &csv_vtable, src, fields, nfs);
+    return ferry__shard_stream_create(out, &csv_format, src, &src->parts, 0, fields, nfs);
 cleanup:
     ferry__free(fs);
     csv_destroy(src);
@@ -915,7 +649,10 @@ static int spec_delim(const char *v, char *out)
                       v);
 }
 
-int ferry__csv_open_spec(ferry_stream **out, ferry__spec *s)
+/* "csv:DIR[,prefix=part-][,digits=5][,suffix=][,delim=,][,header=0][,dtype=f32]
+ * [,fields=...][,cols=N]": delim takes one character or a name: comma, tab, space,
+ * semicolon, pipe. A stream only: the registry gives it an st. */
+int ferry__csv_open_spec(ferry_dataset **ds, ferry_stream **out, ferry__spec *s)
 {
     int rc = 0;
     ferry_csv_opts o;

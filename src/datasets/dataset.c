@@ -1,27 +1,11 @@
 /*
- * Datasets and streams: schema checks and the wrappers that hold a user's vtable.
- * (The worker context is in src/core/ctx.c.)
+ * Datasets and streams: the wrappers that hold a user's vtable. (Fields, schema
+ * checks and the worker context are in src/core/sample.c.)
  */
+#include "../core/bytes.h"
 #include "dataset_internal.h"
-#include "ferry/records.h"
 
 #include <string.h>
-
-size_t ferry_field_row_elems(const ferry_field *f)
-{
-    size_t n = 1;
-    for (int i = 1; i < f->ndim; i++)
-        n *= (size_t)f->shape[i];
-    return n;
-}
-
-size_t ferry_field_nbytes(const ferry_field *f)
-{
-    size_t n = ferry_dtype_size(f->dtype);
-    for (int i = 0; i < f->ndim; i++)
-        n *= (size_t)f->shape[i];
-    return n;
-}
 
 /* ---- Map-style ---- */
 
@@ -181,59 +165,6 @@ int ferry_stream_resumable(const ferry_stream *st)
     return st && st->resumable;
 }
 
-void ferry_state_put(ferry_state *w, const void *p, size_t n)
-{
-    if (n == 0)
-        return;
-    if (w->len + n > w->cap && w->grow && !w->nomem) {
-        size_t cap = w->cap ? w->cap : 256;
-        while (cap < w->len + n)
-            cap *= 2;
-        uint8_t *b = ferry__realloc(w->buf, cap);
-        if (b) {
-            w->buf = b;
-            w->cap = cap;
-        } else {
-            w->nomem = true;
-        }
-    }
-    if (w->len + n <= w->cap)
-        memcpy(w->buf + w->len, p, n);
-    w->len += n;
-}
-
-void ferry_state_put_u64(ferry_state *w, uint64_t v)
-{
-    uint8_t b[8];
-    for (int i = 0; i < 8; i++)
-        b[i] = (uint8_t)(v >> (8 * i));
-    ferry_state_put(w, b, 8);
-}
-
-int ferry_state_get(ferry_state *r, void *p, size_t n)
-{
-    if (n > r->n - r->off)
-        return ferry__err(FERRY_ECORRUPT,
-                          "stream state: cut short (%zu bytes wanted at offset %zu of %zu)", n,
-                          r->off, r->n);
-    if (n)
-        memcpy(p, r->in + r->off, n);
-    r->off += n;
-    return 0;
-}
-
-int ferry_state_get_u64(ferry_state *r, uint64_t *v)
-{
-    uint8_t b[8];
-    int rc = ferry_state_get(r, b, 8);
-    if (rc < 0)
-        return rc;
-    *v = 0;
-    for (int i = 0; i < 8; i++)
-        *v |= (uint64_t)b[i] << (8 * i);
-    return 0;
-}
-
 int ferry_stream_save_to(ferry_stream_iter *it, ferry_state *w)
 {
     if (!it->st->resumable)
@@ -275,17 +206,6 @@ int ferry_stream_fetch(ferry_stream_iter *it, const ferry_pos *pos, ferry_sample
 #define STATE_VERSION 1u
 #define STATE_HEAD 16u
 
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 int ferry__stream_snapshot(ferry_stream_iter *it, ferry_state *w)
 {
     static const uint8_t zero[STATE_HEAD];
@@ -300,10 +220,10 @@ int ferry__stream_snapshot(ferry_stream_iter *it, ferry_state *w)
     if (w->len > w->cap || w->len - STATE_HEAD > UINT32_MAX)
         return ferry__err(FERRY_EOVERFLOW, "stream state: %zu bytes, over the buffer's %zu", w->len,
                           w->cap);
-    put32(w->buf, STATE_MAGIC);
-    put32(w->buf + 4, STATE_VERSION);
-    put32(w->buf + 8, ferry_crc32c(0, w->buf + STATE_HEAD, w->len - STATE_HEAD));
-    put32(w->buf + 12, (uint32_t)(w->len - STATE_HEAD));
+    ferry__store_le32(w->buf, STATE_MAGIC);
+    ferry__store_le32(w->buf + 4, STATE_VERSION);
+    ferry__store_le32(w->buf + 8, ferry_crc32c(0, w->buf + STATE_HEAD, w->len - STATE_HEAD));
+    ferry__store_le32(w->buf + 12, (uint32_t)(w->len - STATE_HEAD));
     return 0;
 }
 
@@ -322,16 +242,16 @@ int ferry_stream_save(ferry_stream_iter *it, void *buf, size_t cap, size_t *len)
 
 int ferry__stream_resume(ferry_stream_iter *it, const uint8_t *buf, size_t n, ferry_ctx *ctx)
 {
-    if (n < STATE_HEAD || get32(buf) != STATE_MAGIC)
+    if (n < STATE_HEAD || ferry__load_le32(buf) != STATE_MAGIC)
         return ferry__err(FERRY_ECORRUPT, "stream state: not a saved stream position (%zu bytes)",
                           n);
-    if (get32(buf + 4) != STATE_VERSION)
+    if (ferry__load_le32(buf + 4) != STATE_VERSION)
         return ferry__err(FERRY_ENOTSUP, "stream state: version %u, this library reads %u",
-                          get32(buf + 4), STATE_VERSION);
-    if ((size_t)get32(buf + 12) != n - STATE_HEAD)
+                          ferry__load_le32(buf + 4), STATE_VERSION);
+    if ((size_t)ferry__load_le32(buf + 12) != n - STATE_HEAD)
         return ferry__err(FERRY_ECORRUPT, "stream state: %zu bytes, but it says %zu", n,
-                          (size_t)get32(buf + 12) + STATE_HEAD);
-    if (get32(buf + 8) != ferry_crc32c(0, buf + STATE_HEAD, n - STATE_HEAD))
+                          (size_t)ferry__load_le32(buf + 12) + STATE_HEAD);
+    if (ferry__load_le32(buf + 8) != ferry_crc32c(0, buf + STATE_HEAD, n - STATE_HEAD))
         return ferry__err(FERRY_ECORRUPT, "stream state: checksum mismatch (damaged)");
     ferry_state r = {.in = buf + STATE_HEAD, .n = n - STATE_HEAD};
     int rc = ferry_stream_restore_from(it, &r, ctx);

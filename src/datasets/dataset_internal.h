@@ -7,6 +7,7 @@
 #include "ferry/dataset.h"
 #include "../core/internal.h"
 #include "../core/ctx.h"
+#include "../core/state.h"
 
 struct ferry_dataset {
     const ferry_dataset_vtable *vt;
@@ -42,15 +43,17 @@ struct ferry_stream_iter {
     bool used; /* next() was called: too late to restore */
 };
 
-/* A stream state being written (into buf: grown with ferry__realloc when grow is
- * set, otherwise counted past cap) or read (in[0..n), at off). */
-struct ferry_state {
-    uint8_t *buf;
-    size_t cap, len;
-    bool grow, nomem;
-    const uint8_t *in;
-    size_t n, off;
-};
+/* A sample's place in a saved state: its ferry_pos as four little-endian u64s
+ * (the state codec is core/state.h). */
+_Static_assert(sizeof(ferry_pos) == 4 * sizeof(uint64_t), "ferry_pos is four u64s");
+static inline void ferry__state_put_pos(ferry_state *w, const ferry_pos *pos, size_t n)
+{
+    ferry__state_put_u64s(w, pos, 4 * n);
+}
+static inline int ferry__state_get_pos(ferry_state *r, ferry_pos *pos, size_t n)
+{
+    return ferry__state_get_u64s(r, pos, n > SIZE_MAX / 4 ? SIZE_MAX / 4 : 4 * n);
+}
 
 /* The whole chain's position into w (a growing buffer reused from snapshot to
  * snapshot): 0, FERRY_ENOMEM, FERRY_ENOTSUP or the stream's error. And back:
@@ -58,39 +61,6 @@ struct ferry_state {
 int ferry__stream_snapshot(ferry_stream_iter *it, ferry_state *w);
 int ferry__stream_resume(ferry_stream_iter *it, const uint8_t *buf, size_t n, ferry_ctx *ctx);
 
-/* "kind:location,key=value,..." split in place. Returns FERRY_EINVAL with a message
- * on a malformed spec. */
-#define FERRY_SPEC_MAX 4096
-#define FERRY_SPEC_MAX_OPTS 32
-typedef struct ferry__spec {
-    char buf[FERRY_SPEC_MAX];
-    const char *kind, *location;
-    int nopts;
-    const char *key[FERRY_SPEC_MAX_OPTS], *value[FERRY_SPEC_MAX_OPTS];
-    bool used[FERRY_SPEC_MAX_OPTS];
-} ferry__spec;
-int ferry__spec_parse(ferry__spec *s, const char *text);
-/* Takes option `key` as an unsigned number in [lo, hi] (keeps *out when absent). */
-int ferry__spec_u64(ferry__spec *s, const char *key, uint64_t lo, uint64_t hi, uint64_t *out);
-/* The value of option `key` (marked as taken), or NULL when absent. */
-const char *ferry__spec_str(ferry__spec *s, const char *key);
-/* Takes option `key` as 0/1 (also false/true, no/yes, off/on). */
-int ferry__spec_bool(ferry__spec *s, const char *key, int *out);
-/* FERRY_EINVAL naming the first option no one took. */
-int ferry__spec_check_used(const ferry__spec *s);
-
-/* The built-in kinds, each opened from a parsed description. */
-int ferry__lines_open_spec(ferry_dataset **out, ferry__spec *s);
-int ferry__files_open_spec(ferry_dataset **out, ferry__spec *s);
-int ferry__records_open_spec(ferry_dataset **ds, ferry_stream **st, ferry__spec *s);
-int ferry__npy_open_spec(ferry_dataset **out, ferry__spec *s);
-int ferry__tokens_open_spec(ferry_dataset **out, ferry__spec *s);
-int ferry__mds_open_spec(ferry_dataset **out, ferry__spec *s);
-/* The image options of a spec ("pipeline=", "size=", ...), taken when the kind is
- * images or a pipeline= is given (*present); *field is image_field= or NULL. */
-struct ferry_image_pipeline;
-int ferry__images_spec(ferry__spec *s, int is_images, struct ferry_image_pipeline *p,
-                       const char **field, int *present);
 /* Record i of a records dataset as stored (zero-copy, CRC checked), and whether
  * its shard is compressed. */
 int ferry__records_raw(const ferry_dataset *ds, uint64_t i, const void **payload, size_t *n,

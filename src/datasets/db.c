@@ -5,6 +5,7 @@
 #include "ferry/lmdb.h"
 #include "ferry/records.h"
 #include "dataset_internal.h"
+#include "../core/bytes.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -82,13 +83,6 @@ uint64_t ferry_db_count(const ferry_db *db)
     return db->ds ? ferry_dataset_len(db->ds) : 0;
 }
 
-static uint32_t get32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
 int ferry_db_entry(const ferry_db *db, uint64_t i, const void **key, size_t *klen,
                    const void **value, size_t *vlen)
 {
@@ -110,8 +104,8 @@ int ferry_db_entry(const ferry_db *db, uint64_t i, const void **key, size_t *kle
                           "reads uncompressed shards (read it as a dataset)",
                           db->path, (unsigned long long)i);
     const uint8_t *p = raw;
-    uint32_t k = n >= 4 ? get32(p) : UINT32_MAX;
-    if (k > KEY_MAX || n < 8 + (size_t)k || get32(p + 4 + k) != n - 8 - k)
+    uint32_t k = n >= 4 ? ferry__load_le32(p) : UINT32_MAX;
+    if (k > KEY_MAX || n < 8 + (size_t)k || ferry__load_le32(p + 4 + k) != n - 8 - k)
         return ferry__err(FERRY_ECORRUPT, "db %s: record %llu is not a key and a value", db->path,
                           (unsigned long long)i);
     *key = p + 4;

@@ -115,21 +115,6 @@ static int get_kind(ferry_state *r, int kind, uint64_t a, uint64_t b, const char
     return 0;
 }
 
-/* A ferry_pos is four little-endian u64: on a little-endian machine its bytes. */
-#define POS_LE (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ && sizeof(ferry_pos) == 32)
-
-static void put_pos(ferry_state *w, const ferry_pos *p)
-{
-    if (POS_LE) {
-        ferry_state_put(w, p, sizeof *p);
-        return;
-    }
-    ferry_state_put_u64(w, p->epoch);
-    ferry_state_put_u64(w, p->a);
-    ferry_state_put_u64(w, p->b);
-    ferry_state_put_u64(w, p->c);
-}
-
 /* pos[idx[0]], pos[idx[1]], ... pos[idx[n-1]], in chunks (a shuffle buffer of
  * many samples is saved often). */
 static void put_pos_gather(ferry_state *w, const ferry_pos *pos, const uint32_t *idx, size_t n)
@@ -139,36 +124,8 @@ static void put_pos_gather(ferry_state *w, const ferry_pos *pos, const uint32_t 
         size_t k = 0;
         for (; k < 64 && i < n; k++, i++)
             chunk[k] = pos[idx[i]];
-        if (POS_LE)
-            ferry_state_put(w, chunk, k * sizeof *chunk);
-        else
-            for (size_t j = 0; j < k; j++)
-                put_pos(w, &chunk[j]);
+        ferry__state_put_pos(w, chunk, k);
     }
-}
-
-static int get_pos(ferry_state *r, ferry_pos *p)
-{
-    int rc;
-    if (POS_LE)
-        return ferry_state_get(r, p, sizeof *p);
-    if ((rc = ferry_state_get_u64(r, &p->epoch)) < 0 || (rc = ferry_state_get_u64(r, &p->a)) < 0 ||
-        (rc = ferry_state_get_u64(r, &p->b)) < 0 || (rc = ferry_state_get_u64(r, &p->c)) < 0)
-        return rc;
-    return 0;
-}
-
-/* n positions into p[0..n). */
-static int get_pos_array(ferry_state *r, ferry_pos *p, size_t n)
-{
-    if (POS_LE)
-        return ferry_state_get(r, p, n * sizeof *p);
-    for (size_t i = 0; i < n; i++) {
-        int rc = get_pos(r, &p[i]);
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
 }
 
 static int get_count(ferry_state *r, uint64_t max, const char *what, uint64_t *n)
@@ -459,11 +416,8 @@ static int shuf_save(void *iter, ferry_state *w)
     const ferry_rng *g = &it->rng;
     uint32_t words[11] = {g->key[0], g->key[1], g->ctr[0], g->ctr[1], g->ctr[2], g->ctr[3],
                           g->buf[0], g->buf[1], g->buf[2], g->buf[3], g->used};
-    for (int i = 0; i < 11; i++) {
-        uint8_t b[4] = {(uint8_t)words[i], (uint8_t)(words[i] >> 8), (uint8_t)(words[i] >> 16),
-                        (uint8_t)(words[i] >> 24)};
-        ferry_state_put(w, b, 4);
-    }
+    for (int i = 0; i < 11; i++)
+        ferry__state_put_u32(w, words[i]);
     ferry_state_put_u64(w, it->ended);
     ferry_state_put_u64(w, it->count);
     put_pos_gather(w, it->pos, it->perm, it->count);
@@ -477,12 +431,8 @@ static int shuf_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
     uint64_t ended, count;
     uint32_t words[11];
     int rc = get_kind(r, KIND_SHUFFLE, sh->cap, sh->seed, "buffer_size", "seed");
-    for (int i = 0; rc == 0 && i < 11; i++) {
-        uint8_t b[4];
-        rc = ferry_state_get(r, b, 4);
-        words[i] =
-            (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
-    }
+    for (int i = 0; rc == 0 && i < 11; i++)
+        rc = ferry__state_get_u32(r, &words[i]);
     if (rc == 0)
         rc = ferry_state_get_u64(r, &ended);
     if (rc == 0)
@@ -498,7 +448,7 @@ static int shuf_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
     g->used = words[10];
     it->ended = ended;
     /* slot i holds the i-th buffered sample */
-    if ((rc = get_pos_array(r, it->pos, count)) < 0)
+    if ((rc = ferry__state_get_pos(r, it->pos, count)) < 0)
         return rc;
     if ((rc = ferry_stream_restore_from(it->it, r, ctx)) < 0)
         return rc;
@@ -821,7 +771,7 @@ static int grp_save(void *iter, ferry_state *w)
         n++;
     ferry_state_put_u64(w, n);
     for (int32_t s = it->emit; s >= 0; s = it->slot_next[s])
-        put_pos(w, &it->pos[s]);
+        ferry__state_put_pos(w, &it->pos[s], 1);
     n = 0;
     for (int32_t gi = it->ahead; gi >= 0; gi = it->groups[gi].anext)
         n++;
@@ -833,7 +783,7 @@ static int grp_save(void *iter, ferry_state *w)
         ferry_state_put_u64(w, gr->serial);
         ferry_state_put_u64(w, gr->count);
         for (int32_t s = gr->head; s >= 0; s = it->slot_next[s])
-            put_pos(w, &it->pos[s]);
+            ferry__state_put_pos(w, &it->pos[s], 1);
     }
     for (uint32_t c = 1; c < g->batch && c <= it->maxcount; c++)
         for (int32_t gi = it->bhead[c]; gi >= 0; gi = it->groups[gi].bnext)
@@ -874,7 +824,7 @@ static int grp_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
     /* slots are taken in order: the ones to emit, then each group's */
     int32_t used = 0;
     for (uint64_t i = 0; i < nemit; i++, used++)
-        if ((rc = get_pos(r, &it->pos[used])) < 0)
+        if ((rc = ferry__state_get_pos(r, &it->pos[used], 1)) < 0)
             return rc;
     if ((rc = get_count(r, g->cap - nemit, "groups", &ngroups)) < 0 ||
         (rc = ferry_state_get_u64(r, &it->serial)) < 0)
@@ -897,7 +847,7 @@ static int grp_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
         gr->count = (uint32_t)count;
         gr->head = used;
         for (uint64_t i = 0; i < count; i++, used++) {
-            if ((rc = get_pos(r, &it->pos[used])) < 0)
+            if ((rc = ferry__state_get_pos(r, &it->pos[used], 1)) < 0)
                 return rc;
             it->slot_next[used] = i + 1 < count ? used + 1 : -1;
         }

@@ -5,7 +5,7 @@
  * directly in DIR are left out (and counted), as torchvision leaves them.
  * folder=flat reads every file under DIR by path instead, with label -1.
  */
-#include "dataset_internal.h"
+#include "spec.h"
 #include "ferry/folder.h"
 #include "../io/io.h"
 
@@ -353,7 +353,7 @@ static int files_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
 static const ferry_dataset_vtable files_vtable = {
     .len = files_len, .get = files_get, .destroy = files_destroy};
 
-int ferry__files_open_spec(ferry_dataset **out, ferry__spec *s)
+int ferry__files_open_spec(ferry_dataset **out, ferry_stream **st, ferry__spec *s)
 {
     int rc = 0;
     *out = NULL;

@@ -6,7 +6,7 @@
  * scratch (slot 1). Mode none passes the encoded bytes through, after checking
  * that their header is an image's.
  */
-#include "dataset_internal.h"
+#include "spec.h"
 #include "ferry/image.h"
 #include "ferry/pipeline.h"
 
@@ -334,4 +334,12 @@ int ferry__images_spec(ferry__spec *s, int is_images, ferry_image_pipeline *p, c
     p->no_dct_reduce = !reduce;
     *field = ferry__spec_str(s, "image_field");
     return ferry_image_pipeline_check(p);
+}
+
+/* "images:DIR,...": an image folder, files: with image extensions by default,
+ * decoded by the pipeline (the registry adds it: the kind's flag IMAGES). */
+int ferry__images_open_spec(ferry_dataset **ds, ferry_stream **st, ferry__spec *s)
+{
+    int rc = ferry__spec_default(s, "ext", "jpg;jpeg;png");
+    return rc < 0 ? rc : ferry__files_open_spec(ds, st, s);
 }

@@ -4,9 +4,9 @@
  * process's own memory), so memory does not grow with the file.
  */
 #include "ferry/lines.h"
-#include "dataset_internal.h"
+#include "spec.h"
 #include "../io/io.h"
-#include "../io/zread.h"
+#include "../io/seqread.h"
 #include "../core/guard.h"
 #include "../formats/formats_internal.h"
 
@@ -282,7 +282,7 @@ uint64_t ferry_lines_truncated(const ferry_dataset *ds)
     return atomic_load(&((lines *)ds->self)->truncated);
 }
 
-int ferry__lines_open_spec(ferry_dataset **out, ferry__spec *s)
+int ferry__lines_open_spec(ferry_dataset **out, ferry_stream **st, ferry__spec *s)
 {
     ferry_lines_opts o;
     ferry_lines_opts_default(&o);

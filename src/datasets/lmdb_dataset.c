@@ -4,7 +4,8 @@
  * map into the batch slot, decoding a Caffe Datum on the way, with no LMDB call
  * and no allocation.
  */
-#include "lmdb_internal.h"
+#include "spec.h"
+#include "../formats/lmdb_env.h"
 #include "../core/guard.h"
 
 #include <stdio.h>
@@ -303,7 +304,8 @@ int ferry_lmdb_entry(const ferry_dataset *ds, uint64_t i, const void **key, size
     return 0;
 }
 
-int ferry__lmdb_open_spec(ferry_dataset **out, ferry__spec *s)
+/* "lmdb:PATH[,db=NAME][,datum=auto|1|0][,max=N][,lock=0|1]" */
+int ferry__lmdb_open_spec(ferry_dataset **out, ferry_stream **st, ferry__spec *s)
 {
     ferry_lmdb_opts o;
     ferry_lmdb_opts_default(&o);

@@ -4,9 +4,10 @@
  * and checked sample by sample at open; get copies a sample's columns into the
  * batch slot.
  */
-#include "dataset_internal.h"
+#include "spec.h"
 #include "../formats/mds_internal.h"
 #include "../io/io.h"
+#include "../core/bytes.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -43,13 +44,6 @@ typedef struct mds_ds {
     uint64_t len;
 } mds_ds;
 
-static uint32_t rd32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
 static uint64_t mds_len(void *self)
 {
     return ((mds_ds *)self)->len;
@@ -65,7 +59,8 @@ static int serr(const mds_ds *d, size_t s, uint64_t j, uint64_t off, int rc, con
 static int locate_columns(const mds_ds *d, size_t s, uint32_t j, size_t *off, size_t *len)
 {
     const shard *sh = &d->sh[s];
-    uint32_t a = rd32(sh->p + 4 + 4 * (size_t)j), b = rd32(sh->p + 8 + 4 * (size_t)j);
+    uint32_t a = ferry__load_le32(sh->p + 4 + 4 * (size_t)j),
+             b = ferry__load_le32(sh->p + 8 + 4 * (size_t)j);
     /* offsets were checked at open: a <= b <= size */
     size_t n = b - a, pos = a, need = 4 * (size_t)d->ix.nvar;
     if (need > n)
@@ -75,7 +70,7 @@ static int locate_columns(const mds_ds *d, size_t s, uint32_t j, size_t *off, si
     int v = 0;
     for (int c = 0; c < d->ix.ncols; c++) {
         const ferry__mds_column *col = &d->ix.cols[c];
-        size_t l = col->size ? col->size : rd32(p + pos + 4 * (size_t)v++);
+        size_t l = col->size ? col->size : ferry__load_le32(p + pos + 4 * (size_t)v++);
         if (l > b - at) {
             char why[160];
             snprintf(why, sizeof why, "column \"%s\" (%zu bytes) runs past the sample's end",
@@ -200,7 +195,8 @@ static void mds_hint(void *self, const uint64_t *indices, size_t count, int soon
         if (sh->n == 0 || indices[k] - sh->first >= sh->n)
             continue;
         uint32_t j = (uint32_t)(indices[k] - sh->first);
-        uint32_t a = rd32(sh->p + 4 + 4 * (size_t)j), b = rd32(sh->p + 8 + 4 * (size_t)j);
+        uint32_t a = ferry__load_le32(sh->p + 4 + 4 * (size_t)j),
+                 b = ferry__load_le32(sh->p + 8 + 4 * (size_t)j);
         if (soon) {
             __builtin_prefetch(sh->p + a);
             continue;
@@ -417,7 +413,7 @@ static int check_shard(mds_ds *d, size_t s)
     if (sh->size < 8)
         return ferry__err(FERRY_ECORRUPT, "%s: offset 0: %zu bytes is too short for a shard", path,
                           sh->size);
-    uint32_t n = rd32(sh->p);
+    uint32_t n = ferry__load_le32(sh->p);
     if (n != e->samples)
         return ferry__err(FERRY_ECORRUPT,
                           "%s: offset 0: %u samples, but the index says %llu (index.json offset "
@@ -428,13 +424,13 @@ static int check_shard(mds_ds *d, size_t s)
         return ferry__err(FERRY_ECORRUPT,
                           "%s: offset 4: the offsets of %u samples run past the end", path, n);
     sh->n = n;
-    uint32_t prev = rd32(sh->p + 4);
+    uint32_t prev = ferry__load_le32(sh->p + 4);
     if (prev < table || prev > sh->size)
         return ferry__err(FERRY_ECORRUPT,
                           "%s: offset 4: the first sample's offset %u is not in [%zu, %zu]", path,
                           prev, table, sh->size);
     for (uint32_t j = 1; j <= n; j++) {
-        uint32_t o = rd32(sh->p + 4 + 4 * (size_t)j);
+        uint32_t o = ferry__load_le32(sh->p + 4 + 4 * (size_t)j);
         if (o < prev || o > sh->size)
             return ferry__err(FERRY_ECORRUPT,
                               "%s: offset %zu: sample %u's end %u is before its start %u or past "
@@ -547,7 +543,7 @@ cleanup:
     return rc;
 }
 
-int ferry__mds_open_spec(ferry_dataset **out, ferry__spec *s)
+int ferry__mds_open_spec(ferry_dataset **out, ferry_stream **st, ferry__spec *s)
 {
     ferry_mds_opts o = {.dir = s->location, .cache = ferry__spec_str(s, "cache")};
     int rc;

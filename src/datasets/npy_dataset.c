@@ -5,7 +5,7 @@
  * memcpy for a C-order plain array, else element by element (structured members,
  * Fortran order), then converts big-endian data in place.
  */
-#include "dataset_internal.h"
+#include "spec.h"
 #include "ferry/npy.h"
 #include "../formats/zip.h"
 #include "../io/io.h"
@@ -416,7 +416,7 @@ cleanup:
     return rc;
 }
 
-int ferry__npy_open_spec(ferry_dataset **out, ferry__spec *s)
+int ferry__npy_open_spec(ferry_dataset **out, ferry_stream **st, ferry__spec *s)
 {
     uint64_t inflate_max = 0;
     int rc;

@@ -5,7 +5,7 @@
  */
 #include "ferry/records.h"
 #include "ferry/sampler.h"
-#include "dataset_internal.h"
+#include "spec.h"
 #include "../formats/records_internal.h"
 #include "../io/io.h"
 #include "../core/guard.h"
@@ -629,7 +629,9 @@ int ferry__records_open_spec(ferry_dataset **ds, ferry_stream **st, ferry__spec 
         if (shard != 0 || of != 1)
             return ferry__err(FERRY_EINVAL, "source records: a stream is split by the loader's "
                                             "ranks and shards, not shard=/of=");
-        return ferry_stream_records(st, s->location, seed);
+        return st ? ferry_stream_records(st, s->location, seed)
+                  : ferry__err(FERRY_EINVAL, "source records: stream=1 makes a stream; open it "
+                                             "with ferry_source_open");
     }
     return ferry_dataset_records(ds, s->location, shard, of);
 }

@@ -3,7 +3,7 @@
  * variable-length text, a tunable CPU cost, and injected failures. For tests and
  * for measuring the loader itself.
  */
-#include "dataset_internal.h"
+#include "spec.h"
 
 #include <string.h>
 #include <time.h>
@@ -141,4 +141,24 @@ int ferry_dataset_synthetic(ferry_dataset **out, const ferry_synthetic_opts *o)
     f[2].shape[0] = (int64_t)o->var_max;
     f[2].variable = 1;
     return ferry_dataset_create(out, &syn_vtable, s, f, o->var_max ? 3 : 2);
+}
+
+int ferry__synthetic_open_spec(ferry_dataset **out, ferry_stream **st, ferry__spec *s)
+{
+    ferry_synthetic_opts o = {.bytes = 16};
+    if (!ferry__parse_u64(s->location, &o.count))
+        return ferry__err(FERRY_EINVAL, "source synthetic: COUNT \"%.64s\" is not a number",
+                          s->location);
+    int rc;
+    if ((rc = ferry__spec_u64(s, "bytes", 0, (uint64_t)1 << 30, &o.bytes)) < 0 ||
+        (rc = ferry__spec_u64(s, "cost", 0, (uint64_t)1 << 32, &o.cost)) < 0 ||
+        (rc = ferry__spec_u64(s, "seed", 0, UINT64_MAX, &o.seed)) < 0 ||
+        (rc = ferry__spec_u64(s, "classes", 1, UINT64_MAX, &o.classes)) < 0 ||
+        (rc = ferry__spec_u64(s, "var", 0, (uint64_t)1 << 24, &o.var_max)) < 0 ||
+        (rc = ferry__spec_u64(s, "fail_every", 0, UINT64_MAX, &o.fail_every)) < 0 ||
+        (rc = ferry__spec_u64(s, "sleep_us", 0, 60000000, &o.sleep_us)) < 0 ||
+        (rc = ferry__spec_u64(s, "pool", 0, (uint64_t)1 << 24, &o.pool)) < 0 ||
+        (rc = ferry__spec_check_used(s)) < 0)
+        return rc;
+    return ferry_dataset_synthetic(out, &o);
 }

@@ -4,7 +4,8 @@
  */
 #include "ferry/tfrecord.h"
 #include "ferry/sampler.h"
-#include "shard_files.h"
+#include "shard_stream.h"
+#include "spec.h"
 #include "../formats/example.h"
 #include "../formats/tfrecord_internal.h"
 
@@ -32,7 +33,6 @@ typedef struct tfr {
     ferry__file *fds;
     uint64_t *first; /* first[k] = records before file k */
     uint64_t **offs; /* offs[k][j] = offset of record j of file k; one past the last */
-    uint64_t seed;   /* stream */
 } tfr;
 
 static void tfr_free(tfr *t)
@@ -610,12 +610,13 @@ static int tfr_open(tfr **out, const char *location, const ferry_tfrecord_opts *
             ferry__tfr_reader rd;
             /* a small window: the reads stop at the headers */
             FERRY_TRY(ferry__tfr_open(&rd, path, path, t->o.compression, t->o.max_record, 4096));
-            if (rd.r.gzip) {
+            if (rd.r.compressed) {
+                const char *c = rd.r.compressed;
                 ferry__tfr_close(&rd);
                 FERRY_FAIL(FERRY_ENOTSUP,
-                           "%s: gzip-compressed: a map-style dataset needs uncompressed files "
-                           "(read gzip files as a stream)",
-                           path);
+                           "%s: %s-compressed: a map-style dataset needs uncompressed files "
+                           "(read %s files as a stream)",
+                           path, c, c);
             }
             size_t cap = 1024, cnt = 0;
             uint64_t *offs = ferry__malloc(cap * sizeof *offs);
@@ -795,237 +796,125 @@ int ferry_dataset_tfrecord(ferry_dataset **out, const char *location, const ferr
     return ferry_dataset_create(out, &tfr_vtable, t, t->fields, t->nfields);
 }
 
-/* ---- Stream ---- */
-
-typedef struct tfr_iter {
-    const tfr *t;
-    ferry_permutation order;
-    uint64_t pos, step, shard;
-    ferry__tfr_reader rd;
-    bool open;
-    /* fetch: a reader of its own, opened on the file it last read */
-    ferry__tfr_reader fr;
-    bool fr_open;
-    uint64_t fr_file;
-} tfr_iter;
-
-static int st_open(void *self, uint64_t shard, uint64_t nshards, uint64_t epoch, void **iter)
-{
-    tfr *t = self;
-    tfr_iter *it = ferry__calloc(1, sizeof *it);
-    if (!it)
-        return ferry__err(FERRY_ENOMEM, "tfrecord stream: out of memory");
-    it->t = t;
-    ferry_permutation_init(&it->order, t->files.n, t->seed, epoch);
-    it->pos = it->shard = shard;
-    it->step = nshards;
-    *iter = it;
-    return 0;
-}
+/* ---- Stream: the framing of a file's records, under the shard engine ---- */
 
 /* raw: a small window, so that large records are read from the file straight
  * into the sample (ferry__tfr_next_into); for fetch too, where each fetch away from
- * the last one reads a window (a gzip file's is 256 KiB whatever is asked) */
-static int open_reader(const tfr *t, ferry__tfr_reader *rd, const char *path, bool fetch)
+ * the last one reads a window (a compressed file's is 64 KiB at least) */
+static int st_open(const void *self, void *rd, const char *path, bool fetch)
 {
+    const tfr *t = self;
     size_t window = t->o.raw || fetch ? (size_t)16 << 10 : 0;
     return ferry__tfr_open(rd, path, path, t->o.compression, t->o.max_record, window);
 }
 
-/* The record at rd's position into out: 0, FERRY_END, or an error (rd->broken
- * when the framing is lost). *off: the record's offset. */
-static inline int read_record(const tfr *t, ferry__tfr_reader *rd, const char *path,
-                              ferry_sample *out, uint64_t *off)
+static void st_close(void *rd)
 {
+    ferry__tfr_close(rd);
+}
+
+/* The record at rd's position into out: 0, FERRY_END, or an error (*broken when
+ * the framing is lost; else for this record only: a bad data CRC, too long for
+ * its field, does not decode). pos: b = its offset in the file (in the
+ * decompressed bytes of a gzip file), c = its record number in the file. */
+static int st_next(const void *self, void *reader, const char *path, ferry_sample *out,
+                   bool *broken)
+{
+    const tfr *t = self;
+    ferry__tfr_reader *rd = reader;
     const uint8_t *d = NULL;
     size_t n;
-    uint64_t rec = rd->record;
+    uint64_t rec = rd->record, off;
     int rc;
     if (t->o.raw) { /* straight into the sample */
-        rc = ferry__tfr_next_into(rd, out->data[0], (size_t)t->fields[0].shape[0], &n, off);
+        rc = ferry__tfr_next_into(rd, out->data[0], (size_t)t->fields[0].shape[0], &n, &off);
         if (rc == 0)
             out->length[0] = (int64_t)n;
-        return rc;
+    } else if ((rc = ferry__tfr_next(rd, &d, &n, &off, 1)) == 0) {
+        rc = decode(t, d, n, out, path, rec, off);
     }
-    if ((rc = ferry__tfr_next(rd, &d, &n, off, 1)) != 0)
+    if (rc == FERRY_END)
         return rc;
-    return decode(t, d, n, out, path, rec, *off);
+    out->pos.b = off;
+    out->pos.c = rec;
+    *broken = rc < 0 && rd->broken;
+    return rc;
 }
 
-static void end_file(tfr_iter *it)
+static uint64_t st_size(const void *rd)
 {
-    ferry__tfr_close(&it->rd);
-    it->open = false;
-    it->pos += it->step;
+    return ((const ferry__tfr_reader *)rd)->r.size;
 }
 
-static int st_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
+/* The state's words: the reader's offset and record number in the open file. */
+static void st_save(const void *reader, ferry_state *w)
 {
-    tfr_iter *it = iter;
-    const tfr *t = it->t;
+    const ferry__tfr_reader *rd = reader;
+    ferry_state_put_u64(w, rd ? rd->r.off : 0);
+    ferry_state_put_u64(w, rd ? rd->record : 0);
+}
+
+static int st_resume(const void *self, void *reader, const char *path, const uint64_t *w,
+                     ferry_state *r)
+{
+    ferry__tfr_reader *rd = reader;
+    uint64_t off = w[0], record = w[1], at;
     int rc;
-    (void)ctx;
-    for (;;) {
-        if (it->pos >= t->files.n)
-            return FERRY_END;
-        uint64_t file = ferry_permutation_at(&it->order, it->pos);
-        const char *path = t->files.paths[file];
-        if (!it->open) {
-            if ((rc = open_reader(t, &it->rd, path, false)) < 0) {
-                it->pos += it->step;
-                return rc;
-            }
-            it->open = true;
-        }
-        uint64_t off, rec = it->rd.record;
-        rc = read_record(t, &it->rd, path, out, &off);
-        if (rc == FERRY_END) {
-            end_file(it);
-            continue;
-        }
-        out->pos.a = file;
-        out->pos.b = off;
-        out->pos.c = rec;
-        if (rc < 0 && it->rd.broken) {
-            /* the framing is lost: nothing after this point can be trusted */
-            char msg[FERRY_ERRMSG_MAX];
-            snprintf(msg, sizeof msg, "%s; the rest of the file is not read", ferry_last_errmsg());
-            end_file(it);
-            return ferry__err(rc, "%s", msg);
-        }
-        /* else 0, or an error for this record only (a bad data CRC, too long for its
-         * field, does not decode) */
-        return rc;
-    }
-}
-
-static void st_close(void *iter)
-{
-    tfr_iter *it = iter;
-    if (it->open)
-        ferry__tfr_close(&it->rd);
-    if (it->fr_open)
-        ferry__tfr_close(&it->fr);
-    ferry__free(it);
-}
-
-/* Position. A sample's pos: a = its file (index in the file list, in name order),
- * b = its record's offset in the file (in the decompressed bytes of a gzip file),
- * c = its record number in the file. The state (48 bytes): a tag, the position in
- * the epoch's file order, the file there (a check), the size of the open file (0:
- * none open), and the reader's offset and record number in it. */
-#define TFR_STATE_TAG 0x3130525446595246ull /* "FRYFTR01" */
-
-static int st_save(void *iter, ferry_state *w)
-{
-    tfr_iter *it = iter;
-    const tfr *t = it->t;
-    ferry_state_put_u64(w, TFR_STATE_TAG);
-    ferry_state_put_u64(w, it->pos);
-    ferry_state_put_u64(w, it->pos < t->files.n ? ferry_permutation_at(&it->order, it->pos)
-                                                : UINT64_MAX);
-    ferry_state_put_u64(w, it->open ? it->rd.r.f.size : 0);
-    ferry_state_put_u64(w, it->open ? it->rd.r.off : 0);
-    ferry_state_put_u64(w, it->open ? it->rd.record : 0);
-    return 0;
-}
-
-static int st_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
-{
-    tfr_iter *it = iter;
-    const tfr *t = it->t;
-    uint64_t v[6];
-    int rc;
-    (void)ctx;
-    if ((rc = ferry_state_get_u64(r, &v[0])) < 0)
-        return rc;
-    if (v[0] != TFR_STATE_TAG)
-        return ferry__err(FERRY_ECORRUPT,
-                          "tfrecord stream: the state was not saved by a TFRecord stream");
-    for (int i = 1; i < 6; i++)
-        if ((rc = ferry_state_get_u64(r, &v[i])) < 0)
-            return rc;
-    uint64_t pos = v[1], file = v[2], size = v[3], off = v[4], record = v[5];
-    const char *path;
-    if ((rc = ferry__shard_files_place(&t->files, &it->order, "tfrecord stream", "file", it->shard,
-                                       it->step, it->pos, pos, file, size != 0, off || record,
-                                       &path)) < 0)
-        return rc;
-    if (!path || size == 0) {
-        it->pos = pos;
-        return 0;
-    }
+    (void)self;
+    (void)r;
     if (record > off / FERRY__TFR_OVERHEAD)
         return ferry__err(FERRY_ECORRUPT,
                           "tfrecord stream: the state names record %llu at offset %llu of %s: "
                           "more records than fit there",
                           (unsigned long long)record, (unsigned long long)off, path);
-    if ((rc = open_reader(t, &it->rd, path, false)) < 0)
-        return rc;
-    it->open = true; /* closed by st_close, also after an error */
-    it->pos = pos;
-    if (it->rd.r.f.size != size)
-        return ferry__err(FERRY_ECORRUPT,
-                          "tfrecord stream: %s is %llu bytes, %llu when the state was saved "
-                          "(the file changed)",
-                          path, (unsigned long long)it->rd.r.f.size, (unsigned long long)size);
-    uint64_t at;
-    if ((rc = ferry__seqread_seek(&it->rd.r, off, &at)) < 0)
+    if ((rc = ferry__seqread_seek(&rd->r, off, &at)) < 0)
         return rc;
     if (at != off)
         return ferry__err(FERRY_ECORRUPT,
                           "tfrecord stream: the state names offset %llu of %s, which ends at "
                           "%llu%s",
                           (unsigned long long)off, path, (unsigned long long)at,
-                          it->rd.r.gzip ? " (decompressed)" : "");
-    it->rd.record = record;
+                          rd->r.compressed ? " (decompressed)" : "");
+    rd->record = record;
     return 0;
 }
 
-static int st_fetch(void *iter, const ferry_pos *pos, ferry_sample *out, ferry_ctx *ctx)
+static int st_fetch(const void *self, void *reader, const char *path, const ferry_pos *pos,
+                    ferry_sample *out, bool *broken)
 {
-    tfr_iter *it = iter;
-    const tfr *t = it->t;
-    int rc;
-    (void)ctx;
-    if (pos->a >= t->files.n)
-        return ferry__err(FERRY_ERANGE, "tfrecord stream: no file %llu (%zu files)",
-                          (unsigned long long)pos->a, t->files.n);
-    const char *path = t->files.paths[pos->a];
-    if (it->fr_open && it->fr_file != pos->a) {
-        ferry__tfr_close(&it->fr);
-        it->fr_open = false;
-    }
-    if (!it->fr_open) {
-        if ((rc = open_reader(t, &it->fr, path, true)) < 0)
-            return rc;
-        it->fr_open = true;
-        it->fr_file = pos->a;
-    }
+    ferry__tfr_reader *rd = reader;
     /* forward from the last fetch; a gzip file decodes from its start to go back */
-    uint64_t at, off;
-    if ((rc = ferry__seqread_seek(&it->fr.r, pos->b, &at)) < 0) {
-        ferry__tfr_close(&it->fr); /* the decoder is spent: the next fetch opens the file again */
-        it->fr_open = false;
-        return rc;
-    }
-    it->fr.record = pos->c;
-    it->fr.broken = false;
-    rc = at == pos->b ? read_record(t, &it->fr, path, out, &off) : FERRY_END;
-    if (rc < 0 && it->fr.broken) {
-        ferry__tfr_close(&it->fr);
-        it->fr_open = false;
-    }
+    uint64_t at;
+    int rc;
+    if ((rc = ferry__seqread_seek(&rd->r, pos->b, &at)) < 0)
+        return *broken = true, rc;
+    rd->record = pos->c;
+    rd->broken = false;
+    rc = at == pos->b ? st_next(self, rd, path, out, broken) : FERRY_END;
     if (rc == FERRY_END)
         return ferry__err(FERRY_ERANGE,
                           "%s: no record %llu at offset %llu%s: the file ends at %llu", path,
                           (unsigned long long)pos->c, (unsigned long long)pos->b,
-                          it->fr.r.gzip ? " (decompressed)" : "", (unsigned long long)at);
+                          rd->r.compressed ? " (decompressed)" : "", (unsigned long long)at);
     return rc;
 }
 
-static const ferry_stream_vtable stream_vtable = {st_open, st_next,    st_close, tfr_destroy,
-                                                  st_save, st_restore, st_fetch};
+static const ferry__shard_format tfr_format = {
+    .who = "tfrecord stream",
+    .unit = "file",
+    .stranger = "the state was not saved by a TFRecord stream",
+    .tag = 0x3130525446595246ull, /* "FRYFTR01" */
+    .reader_size = sizeof(ferry__tfr_reader),
+    .words = 2,
+    .open = st_open,
+    .close = st_close,
+    .next = st_next,
+    .size = st_size,
+    .save = st_save,
+    .resume = st_resume,
+    .fetch = st_fetch,
+    .destroy = tfr_destroy,
+};
 
 int ferry_stream_tfrecord(ferry_stream **out, const char *location, const ferry_tfrecord_opts *o,
                           uint64_t seed)
@@ -1035,8 +924,7 @@ int ferry_stream_tfrecord(ferry_stream **out, const char *location, const ferry_
     int rc = tfr_open(&t, location, o, false);
     if (rc < 0)
         return rc;
-    t->seed = seed;
-    return ferry_stream_create(out, &stream_vtable, t, t->fields, t->nfields);
+    return ferry__shard_stream_create(out, &tfr_format, t, &t->files, seed, t->fields, t->nfields);
 }
 
 /* ---- "tfrecord:PATH,..." ---- */
@@ -1087,7 +975,7 @@ int ferry__tfrecord_open_spec(ferry_dataset **ds, ferry_stream **st, ferry__spec
             for (size_t k = 0; k < f.n && !stream; k++) {
                 ferry__seqread r;
                 if (ferry__seqread_open(&r, f.paths[k], f.paths[k], o.compression, 4096) == 0) {
-                    stream = r.gzip;
+                    stream = r.compressed != NULL;
                     ferry__seqread_close(&r);
                 }
             }
@@ -1096,7 +984,8 @@ int ferry__tfrecord_open_spec(ferry_dataset **ds, ferry_stream **st, ferry__spec
     }
     if (stream)
         return st ? ferry_stream_tfrecord(st, s->location, &o, seed)
-                  : ferry__err(FERRY_EINVAL, "source tfrecord: gzip files make a stream; open "
-                                             "it with ferry_source_open");
+                  : ferry__err(FERRY_EINVAL,
+                               "source tfrecord: compressed files make a stream; open "
+                               "it with ferry_source_open");
     return ferry_dataset_tfrecord(ds, s->location, &o);
 }

@@ -3,7 +3,7 @@
  * finds the shard by a binary search over the shards' first windows and copies
  * the window twice (input, then target one token later) into the batch slot.
  */
-#include "dataset_internal.h"
+#include "spec.h"
 #include "../formats/tokens_internal.h"
 #include "../io/io.h"
 
@@ -272,7 +272,7 @@ cleanup:
     return rc;
 }
 
-int ferry__tokens_open_spec(ferry_dataset **out, ferry__spec *s)
+int ferry__tokens_open_spec(ferry_dataset **out, ferry_stream **st, ferry__spec *s)
 {
     ferry_tokens_opts o = {.pattern = s->location};
     const char *dt = ferry__spec_str(s, "dtype"), *order = ferry__spec_str(s, "order"),

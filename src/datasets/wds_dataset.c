@@ -5,7 +5,8 @@
  */
 #include "ferry/wds.h"
 #include "ferry/sampler.h"
-#include "shard_files.h"
+#include "shard_stream.h"
+#include "spec.h"
 #include "../formats/tar.h"
 
 #include <stdio.h>
@@ -47,7 +48,6 @@ typedef struct wds {
     char *keys;
     uint64_t keys_len, cap_keys;
     ferry__file *fds; /* map-style */
-    uint64_t seed;    /* stream */
 } wds;
 
 static void wds_free(wds *w)
@@ -68,7 +68,8 @@ static bool want_tar(const char *name)
 {
     size_t n = strlen(name);
     return (n > 4 && !strcmp(name + n - 4, ".tar")) ||
-           (n > 7 && !strcmp(name + n - 7, ".tar.gz")) || (n > 4 && !strcmp(name + n - 4, ".tgz"));
+           (n > 7 && !strcmp(name + n - 7, ".tar.gz")) ||
+           (n > 4 && !strcmp(name + n - 4, ".tgz")) || (n > 8 && !strcmp(name + n - 8, ".tar.zst"));
 }
 
 /* KEY.EXT: the key's length and the extension. */
@@ -148,7 +149,7 @@ static int scan(wds *w, uint32_t k, uint64_t limit)
 {
     const char *path = w->files.paths[k];
     ferry__tar tar;
-    int rc = ferry__tar_open(&tar, path, path, FERRY__GZ_AUTO, 0, 0);
+    int rc = ferry__tar_open(&tar, path, path, FERRY__COMP_AUTO, 0, 0);
     if (rc < 0)
         return rc;
     char *key = ferry__malloc(FERRY__TAR_MAX_NAME + 1);
@@ -334,7 +335,7 @@ static int wds_open(wds **out, const char *location, const ferry_wds_opts *o, bo
     if (!w->o.max_member)
         w->o.max_member = DEFAULT_MAX_MEMBER;
     FERRY_TRY(ferry__shard_files_list(&w->files, "wds", location, want_tar,
-                                      "tar files (.tar, .tar.gz, .tgz)"));
+                                      "tar files (.tar, .tar.gz, .tgz, .tar.zst)"));
     if (map) {
         if (!(w->fds = ferry__calloc(w->files.n, sizeof *w->fds)))
             FERRY_FAIL(FERRY_ENOMEM, "wds: out of memory");
@@ -342,14 +343,15 @@ static int wds_open(wds **out, const char *location, const ferry_wds_opts *o, bo
             w->fds[k].fd = -1;
         for (size_t k = 0; k < w->files.n; k++) {
             FERRY_TRY(ferry__file_open(&w->fds[k], w->files.paths[k]));
-            uint8_t magic[2];
+            uint8_t magic[8];
             size_t got;
-            FERRY_TRY(ferry__file_pread(&w->fds[k], w->files.paths[k], magic, 2, 0, &got));
-            if (got == 2 && magic[0] == 0x1f && magic[1] == 0x8b)
+            FERRY_TRY(ferry__file_pread(&w->fds[k], w->files.paths[k], magic, 8, 0, &got));
+            const char *c = ferry__compression_of(magic, got);
+            if (c)
                 FERRY_FAIL(FERRY_ENOTSUP,
-                           "%s: gzip-compressed: a map-style dataset needs uncompressed tars "
+                           "%s: %s-compressed: a map-style dataset needs uncompressed tars "
                            "(read it as a stream)",
-                           w->files.paths[k]);
+                           w->files.paths[k], c);
             FERRY_TRY(scan(w, (uint32_t)k, UINT64_MAX));
         }
         if (w->nsamples == 0)
@@ -469,12 +471,12 @@ int ferry_dataset_wds(ferry_dataset **out, const char *location, const ferry_wds
     return ferry_dataset_create(out, &wds_vtable, w, w->fields, w->nfields);
 }
 
-/* ---- Stream ---- */
+/* ---- Stream: the members of a tar grouped into samples, under the shard engine ---- */
 
 /* A reader of one tar, a sample at a time. */
 typedef struct ws_reader {
     ferry__tar tar;
-    bool open, peeked;
+    bool peeked;
     ferry__tar_member m;               /* peeked: the first member of the next sample */
     char key[FERRY__TAR_MAX_NAME + 1]; /* the sample being read */
     size_t key_len;
@@ -483,56 +485,22 @@ typedef struct ws_reader {
     bool dropping;
 } ws_reader;
 
-typedef struct wds_iter {
-    const wds *w;
-    ferry_permutation order;
-    uint64_t pos, step, shard;
-    ws_reader rd;
-    ws_reader fr; /* fetch's own, on file fr_file */
-    uint64_t fr_file;
-} wds_iter;
-
-/* ws_sample: a sample without every field, passed over (missing=skip) */
-#define WS_SKIPPED 2
 /* fetch's read window: each fetch away from the last one reads at least this much
  * (a gzipped tar's is 256 KiB whatever is asked) */
 #define FETCH_WINDOW ((size_t)16 << 10)
 
-static int ws_open(void *self, uint64_t shard, uint64_t nshards, uint64_t epoch, void **iter)
+static int ws_open(const void *self, void *rd, const char *path, bool fetch)
 {
-    wds *w = self;
-    wds_iter *it = ferry__calloc(1, sizeof *it);
-    if (!it)
-        return ferry__err(FERRY_ENOMEM, "wds stream: out of memory");
-    it->w = w;
-    ferry_permutation_init(&it->order, w->files.n, w->seed, epoch);
-    it->pos = it->shard = shard;
-    it->step = nshards;
-    *iter = it;
-    return 0;
+    const wds *w = self;
+    return ferry__tar_open(&((ws_reader *)rd)->tar, path, path, FERRY__COMP_AUTO, w->o.max_member,
+                           fetch ? FETCH_WINDOW : 0);
 }
 
-static void ws_reader_close(ws_reader *c)
+static void ws_close(void *rd)
 {
-    if (c->open)
-        ferry__tar_close(&c->tar);
-    c->open = c->peeked = c->dropping = false;
-}
-
-static void ws_end_file(wds_iter *it)
-{
-    ws_reader_close(&it->rd);
-    it->pos += it->step;
-}
-
-/* The archive cannot be read on: the error says so, and the next call goes on with
- * the next tar. */
-static int ws_broken(wds_iter *it, int rc)
-{
-    char msg[FERRY_ERRMSG_MAX];
-    snprintf(msg, sizeof msg, "%s; the rest of the tar is not read", ferry_last_errmsg());
-    ws_end_file(it);
-    return ferry__err(rc, "%s", msg);
+    ws_reader *c = rd;
+    ferry__tar_close(&c->tar);
+    c->peeked = c->dropping = false;
 }
 
 /* An error inside a sample: the rest of its members are passed over. */
@@ -545,7 +513,7 @@ static int ws_drop(ws_reader *c, int rc)
 }
 
 static int ws_member(const wds *w, ws_reader *c, int k, ferry_sample *out, const char *path,
-                     int *broken)
+                     bool *broken)
 {
     const uint8_t *p;
     int rc;
@@ -555,7 +523,7 @@ static int ws_member(const wds *w, ws_reader *c, int k, ferry_sample *out, const
                               path, c->m.name, (unsigned long long)c->m.header_off,
                               (unsigned long long)c->m.size);
         if ((rc = ferry__tar_data(&c->tar, &p)) < 0)
-            return *broken = 1, rc;
+            return *broken = true, rc;
         int64_t v;
         char name[FERRY__TAR_MAX_NAME + 1];
         snprintf(name, sizeof name, "%.*s", (int)c->key_len, c->key);
@@ -572,17 +540,18 @@ static int ws_member(const wds *w, ws_reader *c, int k, ferry_sample *out, const
                           (unsigned long long)c->m.size, w->fields[k].name,
                           (long long)w->fields[k].shape[0]);
     if ((rc = ferry__tar_data(&c->tar, &p)) < 0)
-        return *broken = 1, rc;
+        return *broken = true, rc;
     memcpy(out->data[k], p, (size_t)c->m.size);
     out->length[k] = (int64_t)c->m.size;
     return 0;
 }
 
-/* The next sample of c's tar into out: 0, FERRY_END (no member left), WS_SKIPPED
- * (it lacks a field and skip_missing), or an error (*broken: the tar cannot be read
- * on). *hoff and *hidx: the offset and header number of its first header. */
+/* The next sample of c's tar into out: 0, FERRY_END (no member left),
+ * FERRY__SHARD_SKIP (it lacks a field and skip_missing), or an error (*broken: the
+ * tar cannot be read on). *hoff and *hidx: the offset and header number of its
+ * first header. */
 static int ws_sample(const wds *w, ws_reader *c, const char *path, bool skip_missing,
-                     ferry_sample *out, uint64_t *hoff, uint64_t *hidx, int *broken)
+                     ferry_sample *out, uint64_t *hoff, uint64_t *hidx, bool *broken)
 {
     uint64_t have = 1;
     bool started = false;
@@ -593,7 +562,7 @@ static int ws_sample(const wds *w, ws_reader *c, const char *path, bool skip_mis
             if (rc == FERRY_END)
                 break;
             if (rc < 0)
-                return *broken = 1, rc;
+                return *broken = true, rc;
             c->peeked = true;
         }
         size_t kl;
@@ -635,7 +604,8 @@ static int ws_sample(const wds *w, ws_reader *c, const char *path, bool skip_mis
     if (!started)
         return FERRY_END;
     if (have != all_fields(w))
-        return skip_missing ? WS_SKIPPED : missing_error(w, path, c->key, c->key_len, *hoff, have);
+        return skip_missing ? FERRY__SHARD_SKIP
+                            : missing_error(w, path, c->key, c->key_len, *hoff, have);
     if (c->key_len > (uint64_t)w->fields[0].shape[0])
         return ferry__err(FERRY_EOVERFLOW,
                           "%s: sample %.*s at offset %llu: a key of %zu bytes, over the bound "
@@ -647,144 +617,73 @@ static int ws_sample(const wds *w, ws_reader *c, const char *path, bool skip_mis
     return 0;
 }
 
-static int ws_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
+/* pos: b = the offset of the sample's first member's (first) header in the tar
+ * (in the decompressed bytes of a gzipped tar), c = that header's number in the
+ * tar (as messages count them). */
+static int ws_next(const void *self, void *rd, const char *path, ferry_sample *out, bool *broken)
 {
-    wds_iter *it = iter;
-    const wds *w = it->w;
-    int rc;
-    (void)ctx;
-    for (;;) {
-        if (it->pos >= w->files.n)
-            return FERRY_END;
-        uint64_t file = ferry_permutation_at(&it->order, it->pos);
-        const char *path = w->files.paths[file];
-        if (!it->rd.open) {
-            if ((rc = ferry__tar_open(&it->rd.tar, path, path, FERRY__GZ_AUTO, w->o.max_member,
-                                      0)) < 0) {
-                it->pos += it->step;
-                return rc;
-            }
-            it->rd.open = true;
-        }
-        uint64_t hoff = 0, hidx = 0;
-        int broken = 0;
-        rc = ws_sample(w, &it->rd, path, w->o.missing == FERRY_WDS_MISSING_SKIP, out, &hoff, &hidx,
-                       &broken);
-        if (rc == FERRY_END) {
-            ws_end_file(it);
-            continue;
-        }
-        if (rc == WS_SKIPPED)
-            continue;
-        if (rc < 0 && broken)
-            return ws_broken(it, rc);
-        out->pos.a = file;
-        out->pos.b = hoff;
-        out->pos.c = hidx;
-        return rc;
-    }
+    const wds *w = self;
+    uint64_t hoff = 0, hidx = 0;
+    int rc =
+        ws_sample(w, rd, path, w->o.missing == FERRY_WDS_MISSING_SKIP, out, &hoff, &hidx, broken);
+    out->pos.b = hoff;
+    out->pos.c = hidx;
+    return rc;
 }
 
-static void ws_close(void *iter)
+static uint64_t ws_size(const void *rd)
 {
-    wds_iter *it = iter;
-    ws_reader_close(&it->rd);
-    ws_reader_close(&it->fr);
-    ferry__free(it);
+    return ((const ws_reader *)rd)->tar.r.size;
 }
 
-/* Position. A sample's pos: a = its tar (index among the tars in name order), b =
- * the offset of its first member's (first) header in the tar (in the decompressed
- * bytes of a gzipped tar), c = that header's number in the tar (as messages count
- * them). The state: a tag, the place in the epoch's tar order and the tar there (a
- * check), the open tar's size (0: none open), the offset the reader goes on from,
- * the member bytes it has still to pass there, its header count, and the key whose
- * members are being passed over after an error (its length + 1, 0: none; then its
- * bytes): 64 bytes, plus that key's bytes while one is passed over. */
-#define WDS_STATE_TAG 0x3130534457595246ull /* "FRYWDS01" */
-
-static int ws_save(void *iter, ferry_state *s)
+/* The state's words: the offset the reader goes on from, the member bytes it has
+ * still to pass there, its header count, and the key whose members are being
+ * passed over after an error (its length + 1, 0: none; then its bytes). */
+static void ws_save(const void *rd, ferry_state *s)
 {
-    wds_iter *it = iter;
-    const wds *w = it->w;
-    const ws_reader *c = &it->rd;
+    const ws_reader *c = rd;
     uint64_t off = 0, pending = 0, headers = 0;
-    if (c->open && c->peeked) { /* again from the header of the member it holds */
+    if (c && c->peeked) { /* again from the header of the member it holds */
         off = c->m.header_off;
         headers = c->m.first_index;
-    } else if (c->open) {
+    } else if (c) {
         off = c->tar.r.off;
         pending = c->tar.pending;
         headers = c->tar.headers;
     }
-    ferry_state_put_u64(s, WDS_STATE_TAG);
-    ferry_state_put_u64(s, it->pos);
-    ferry_state_put_u64(s, it->pos < w->files.n ? ferry_permutation_at(&it->order, it->pos)
-                                                : UINT64_MAX);
-    ferry_state_put_u64(s, c->open ? c->tar.r.f.size : 0);
     ferry_state_put_u64(s, off);
     ferry_state_put_u64(s, pending);
     ferry_state_put_u64(s, headers);
-    ferry_state_put_u64(s, c->open && c->dropping ? c->drop_len + 1 : 0);
-    if (c->open && c->dropping)
+    ferry_state_put_u64(s, c && c->dropping ? c->drop_len + 1 : 0);
+    if (c && c->dropping)
         ferry_state_put(s, c->drop, c->drop_len);
-    return 0;
 }
 
-static int ws_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
+static int ws_resume(const void *self, void *rd, const char *path, const uint64_t *v,
+                     ferry_state *r)
 {
-    wds_iter *it = iter;
-    const wds *w = it->w;
-    ws_reader *c = &it->rd;
-    uint64_t v[8];
+    ws_reader *c = rd;
+    uint64_t off = v[0], pending = v[1], headers = v[2], drop = v[3], at;
     int rc;
-    (void)ctx;
-    if ((rc = ferry_state_get_u64(r, &v[0])) < 0)
-        return rc;
-    if (v[0] != WDS_STATE_TAG)
-        return ferry__err(FERRY_ECORRUPT, "wds stream: the state was not saved by a wds stream");
-    for (int i = 1; i < 8; i++)
-        if ((rc = ferry_state_get_u64(r, &v[i])) < 0)
-            return rc;
-    uint64_t pos = v[1], file = v[2], size = v[3], off = v[4], pending = v[5], headers = v[6],
-             drop = v[7];
+    (void)self;
     if (drop > FERRY__TAR_MAX_NAME + 1)
         return ferry__err(FERRY_ECORRUPT, "wds stream: the state names a key of %llu bytes",
                           (unsigned long long)drop - 1);
     if (drop && (rc = ferry_state_get(r, c->drop, (size_t)drop - 1)) < 0)
         return rc;
-    const char *path;
-    if ((rc = ferry__shard_files_place(&w->files, &it->order, "wds stream", "tar", it->shard,
-                                       it->step, it->pos, pos, file, size != 0,
-                                       off || pending || headers || drop, &path)) < 0)
-        return rc;
-    if (!path || size == 0) {
-        it->pos = pos;
-        return 0;
-    }
     if (off % 512 || pending % 512 || pending > ((uint64_t)1 << 62) + 512 || headers > off / 512)
         return ferry__err(FERRY_ECORRUPT,
                           "wds stream: the state names offset %llu (%llu bytes to pass, %llu "
                           "headers before) of %s: not a place in a tar",
                           (unsigned long long)off, (unsigned long long)pending,
                           (unsigned long long)headers, path);
-    if ((rc = ferry__tar_open(&c->tar, path, path, FERRY__GZ_AUTO, w->o.max_member, 0)) < 0)
-        return rc;
-    c->open = true; /* closed by ws_close, also after an error */
-    it->pos = pos;
-    if (c->tar.r.f.size != size)
-        return ferry__err(FERRY_ECORRUPT,
-                          "wds stream: %s is %llu bytes, %llu when the state was saved (the tar "
-                          "changed)",
-                          path, (unsigned long long)c->tar.r.f.size, (unsigned long long)size);
-    uint64_t at;
     if ((rc = ferry__seqread_seek(&c->tar.r, off, &at)) < 0)
         return rc;
     if (at != off)
         return ferry__err(FERRY_ECORRUPT,
                           "wds stream: the state names offset %llu of %s, which ends at %llu%s",
                           (unsigned long long)off, path, (unsigned long long)at,
-                          c->tar.r.gzip ? " (decompressed)" : "");
+                          c->tar.r.compressed ? " (decompressed)" : "");
     c->tar.pending = pending;
     c->tar.headers = headers;
     c->dropping = drop != 0;
@@ -792,38 +691,21 @@ static int ws_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
     return 0;
 }
 
-static int ws_fetch(void *iter, const ferry_pos *pos, ferry_sample *out, ferry_ctx *ctx)
+static int ws_fetch(const void *self, void *rd, const char *path, const ferry_pos *pos,
+                    ferry_sample *out, bool *broken)
 {
-    wds_iter *it = iter;
-    const wds *w = it->w;
-    ws_reader *c = &it->fr;
+    ws_reader *c = rd;
     int rc;
-    (void)ctx;
-    if (pos->a >= w->files.n)
-        return ferry__err(FERRY_ERANGE, "wds stream: no tar %llu (%zu tars)",
-                          (unsigned long long)pos->a, w->files.n);
-    const char *path = w->files.paths[pos->a];
     if (pos->b % 512)
         return ferry__err(FERRY_ERANGE, "%s: no sample at offset %llu: not a header's offset", path,
                           (unsigned long long)pos->b);
-    if (c->open && it->fr_file != pos->a)
-        ws_reader_close(c);
-    if (!c->open) {
-        if ((rc = ferry__tar_open(&c->tar, path, path, FERRY__GZ_AUTO, w->o.max_member,
-                                  FETCH_WINDOW)) < 0)
-            return rc;
-        c->open = true;
-        it->fr_file = pos->a;
-    }
     c->dropping = false;
     if (!c->peeked || c->m.header_off != pos->b) {
         /* the sample after the last fetched one is there already; else forward from
          * it (a gzipped tar decodes from its start to go back) */
         uint64_t at;
-        if ((rc = ferry__seqread_seek(&c->tar.r, pos->b, &at)) < 0) {
-            ws_reader_close(c); /* the decoder is spent: the next fetch opens the tar again */
-            return rc;
-        }
+        if ((rc = ferry__seqread_seek(&c->tar.r, pos->b, &at)) < 0)
+            return *broken = true, rc;
         c->peeked = false;
         c->tar.pending = 0;
         c->tar.headers = pos->c;
@@ -831,21 +713,32 @@ static int ws_fetch(void *iter, const ferry_pos *pos, ferry_sample *out, ferry_c
         if (at != pos->b)
             return ferry__err(FERRY_ERANGE, "%s: no sample at offset %llu%s: the tar ends at %llu",
                               path, (unsigned long long)pos->b,
-                              c->tar.r.gzip ? " (decompressed)" : "", (unsigned long long)at);
+                              c->tar.r.compressed ? " (decompressed)" : "", (unsigned long long)at);
     }
     uint64_t hoff = 0, hidx = 0;
-    int broken = 0;
-    rc = ws_sample(w, c, path, false, out, &hoff, &hidx, &broken);
+    rc = ws_sample(self, c, path, false, out, &hoff, &hidx, broken);
     if (rc == FERRY_END)
         return ferry__err(FERRY_ERANGE, "%s: no sample at offset %llu%s: the tar ends there", path,
-                          (unsigned long long)pos->b, c->tar.r.gzip ? " (decompressed)" : "");
-    if (rc < 0 && broken)
-        ws_reader_close(c);
+                          (unsigned long long)pos->b, c->tar.r.compressed ? " (decompressed)" : "");
     return rc;
 }
 
-static const ferry_stream_vtable wds_stream_vtable = {ws_open, ws_next,    ws_close, wds_destroy,
-                                                      ws_save, ws_restore, ws_fetch};
+static const ferry__shard_format wds_format = {
+    .who = "wds stream",
+    .unit = "tar",
+    .stranger = "the state was not saved by a wds stream",
+    .tag = 0x3130534457595246ull, /* "FRYWDS01" */
+    .reader_size = sizeof(ws_reader),
+    .words = 4,
+    .open = ws_open,
+    .close = ws_close,
+    .next = ws_next,
+    .size = ws_size,
+    .save = ws_save,
+    .resume = ws_resume,
+    .fetch = ws_fetch,
+    .destroy = wds_destroy,
+};
 
 int ferry_stream_wds(ferry_stream **out, const char *location, const ferry_wds_opts *o,
                      uint64_t seed)
@@ -855,8 +748,7 @@ int ferry_stream_wds(ferry_stream **out, const char *location, const ferry_wds_o
     int rc = wds_open(&w, location, o, false);
     if (rc < 0)
         return rc;
-    w->seed = seed;
-    return ferry_stream_create(out, &wds_stream_vtable, w, w->fields, w->nfields);
+    return ferry__shard_stream_create(out, &wds_format, w, &w->files, seed, w->fields, w->nfields);
 }
 
 /* ---- "wds:PATH,..." ---- */
@@ -886,8 +778,8 @@ int ferry__wds_open_spec(ferry_dataset **ds, ferry_stream **st, ferry__spec *s)
         if (ferry__shard_files_list(&f, "wds", s->location, want_tar, "tar files") == 0) {
             for (size_t k = 0; k < f.n && !stream; k++) {
                 ferry__seqread r;
-                if (ferry__seqread_open(&r, f.paths[k], f.paths[k], FERRY__GZ_AUTO, 4096) == 0) {
-                    stream = r.gzip;
+                if (ferry__seqread_open(&r, f.paths[k], f.paths[k], FERRY__COMP_AUTO, 4096) == 0) {
+                    stream = r.compressed != NULL;
                     ferry__seqread_close(&r);
                 }
             }
@@ -896,7 +788,7 @@ int ferry__wds_open_spec(ferry_dataset **ds, ferry_stream **st, ferry__spec *s)
     }
     if (stream)
         return st ? ferry_stream_wds(st, s->location, &o, seed)
-                  : ferry__err(FERRY_EINVAL, "source wds: gzipped tars make a stream; open it "
+                  : ferry__err(FERRY_EINVAL, "source wds: compressed tars make a stream; open it "
                                              "with ferry_source_open");
     return ferry_dataset_wds(ds, s->location, &o);
 }

@@ -141,26 +141,31 @@ static int cu_fail(const ferry__dring *r, const char *call, CUresult res)
                       ferry__cuda_err_name(&r->dv->drv, res, buf, sizeof buf));
 }
 
+/* Frees a buffer and what it made (a partly made one too). Context current. */
+static void dbuf_free(ferry__dring *r, ferry__dbuf *b)
+{
+    const driver *d = &r->dv->drv;
+    if (b->ptr)
+        d->cuMemFree(b->ptr);
+    if (b->start)
+        d->cuEventDestroy(b->start);
+    if (b->copied)
+        d->cuEventDestroy(b->copied);
+    if (b->handed)
+        d->cuEventDestroy(b->handed);
+    ferry__fence_clear(r->dv, &b->fence);
+    ferry__free(b->streams);
+    ferry__free(b);
+}
+
 static void destroy(ferry__dring *r)
 {
     const driver *d = &r->dv->drv;
     ferry__cuda_push(r->dv);
     if (r->stream)
         d->cuStreamSynchronize(r->stream);
-    for (uint32_t i = 0; i < r->n; i++) {
-        ferry__dbuf *b = r->bufs[i];
-        if (b->ptr)
-            d->cuMemFree(b->ptr);
-        if (b->start)
-            d->cuEventDestroy(b->start);
-        if (b->copied)
-            d->cuEventDestroy(b->copied);
-        if (b->handed)
-            d->cuEventDestroy(b->handed);
-        ferry__fence_clear(r->dv, &b->fence);
-        ferry__free(b->streams);
-        ferry__free(b);
-    }
+    for (uint32_t i = 0; i < r->n; i++)
+        dbuf_free(r, r->bufs[i]);
     if (r->stream)
         d->cuStreamDestroy(r->stream);
     ferry__cuda_pop(r->dv);
@@ -261,13 +266,7 @@ static int dbuf_new(ferry__dring *r, ferry__dbuf **out)
                (res = d->cuEventCreate(&b->handed, CU_EVENT_DEFAULT)) != 0)
         rc = cu_fail(r, "cuEventCreate", res);
     if (rc < 0) {
-        if (b->ptr)
-            d->cuMemFree(b->ptr);
-        if (b->start)
-            d->cuEventDestroy(b->start);
-        if (b->copied)
-            d->cuEventDestroy(b->copied);
-        ferry__free(b);
+        dbuf_free(r, b);
         return rc;
     }
     r->bufs[r->n++] = b;

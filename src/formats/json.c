@@ -3,6 +3,7 @@
  */
 #include "json.h"
 
+#include <math.h>
 #include <string.h>
 
 void ferry__json_init(ferry__json *j, const void *data, size_t n, int max_depth)
@@ -171,7 +172,7 @@ bool ferry__json_string(ferry__json *j, char *out, size_t cap, size_t *len)
             n += k;
         }
         if (j->p >= j->end)
-            return fail(j, "unterminated string");
+            return fail(j, "string not closed before the end");
         unsigned char c = (unsigned char)*j->p;
         const char *piece = j->p;
         size_t k;
@@ -183,7 +184,7 @@ bool ferry__json_string(ferry__json *j, char *out, size_t cap, size_t *len)
             return fail(j, "control character in a string");
         if (c == '\\') {
             if (j->end - j->p < 2)
-                return fail(j, "unterminated string");
+                return fail(j, "string not closed before the end");
             char e = j->p[1];
             j->p += 2;
             uint32_t cp;
@@ -278,38 +279,83 @@ bool ferry__json_u64(ferry__json *j, uint64_t *v)
     return true;
 }
 
-static bool number(ferry__json *j)
+bool ferry__json_number(ferry__json *j, double *num, int64_t *i, bool *is_int)
 {
-    const char *s = j->p;
-    if (j->p < j->end && *j->p == '-')
-        j->p++;
-    if (j->p >= j->end || *j->p < '0' || *j->p > '9')
+    const char *p = j->p, *e = j->end;
+    bool neg = false, integral = true, overflow = false;
+    uint64_t mant = 0;
+    int digits = 0, exp10 = 0;
+    if (p < e && *p == '-') {
+        neg = true;
+        p++;
+    }
+    if (p >= e || *p < '0' || *p > '9')
         return fail(j, "bad number");
-    if (*j->p == '0')
-        j->p++;
-    else
-        while (j->p < j->end && *j->p >= '0' && *j->p <= '9')
-            j->p++;
-    if (j->p < j->end && *j->p == '.') {
-        j->p++;
-        if (j->p >= j->end || *j->p < '0' || *j->p > '9')
-            return fail(j, "bad number");
-        while (j->p < j->end && *j->p >= '0' && *j->p <= '9')
-            j->p++;
+    if (*p == '0') {
+        p++;
+    } else {
+        for (; p < e && *p >= '0' && *p <= '9'; p++) {
+            if (digits < 19) {
+                mant = mant * 10 + (uint64_t)(*p - '0');
+                digits++;
+            } else {
+                exp10++;
+                overflow = true;
+            }
+        }
     }
-    if (j->p < j->end && (*j->p == 'e' || *j->p == 'E')) {
-        j->p++;
-        if (j->p < j->end && (*j->p == '+' || *j->p == '-'))
-            j->p++;
-        if (j->p >= j->end || *j->p < '0' || *j->p > '9')
-            return fail(j, "bad number");
-        while (j->p < j->end && *j->p >= '0' && *j->p <= '9')
-            j->p++;
+    if (p < e && *p == '.') {
+        integral = false;
+        p++;
+        if (p >= e || *p < '0' || *p > '9') {
+            j->p = p;
+            return fail(j, "bad number: no digit after '.'");
+        }
+        for (; p < e && *p >= '0' && *p <= '9'; p++) {
+            if (digits < 19) {
+                mant = mant * 10 + (uint64_t)(*p - '0');
+                digits += mant != 0;
+                exp10--;
+            }
+        }
     }
-    return j->p > s;
+    if (p < e && (*p == 'e' || *p == 'E')) {
+        integral = false;
+        p++;
+        int esign = 1, x = 0;
+        if (p < e && (*p == '+' || *p == '-'))
+            esign = *p++ == '-' ? -1 : 1;
+        if (p >= e || *p < '0' || *p > '9') {
+            j->p = p;
+            return fail(j, "bad number: no digit in the exponent");
+        }
+        for (; p < e && *p >= '0' && *p <= '9'; p++)
+            if (x < 100000)
+                x = x * 10 + (*p - '0');
+        exp10 += esign * x;
+    }
+    j->p = p;
+    if (num) {
+        /* to an ulp or so: metadata numbers are counts and sizes, not measurements */
+        double v = (double)mant;
+        if (exp10 > 400)
+            v = mant ? INFINITY : 0;
+        else if (exp10 < -400)
+            v = 0;
+        else if (exp10)
+            v *= pow(10.0, exp10);
+        *num = neg ? -v : v;
+    }
+    bool whole = integral && !overflow &&
+                 (mant <= (uint64_t)INT64_MAX || (neg && mant == (uint64_t)1 << 63));
+    if (is_int)
+        *is_int = whole;
+    if (i)
+        *i = !whole ? 0 : neg ? (int64_t)(0 - mant) : (int64_t)mant;
+    return true;
 }
 
-static bool literal(ferry__json *j, const char *word)
+bool ferry__json_literal(ferry__json *j, const char *word)
 {
     size_t n = strlen(word);
     if ((size_t)(j->end - j->p) < n || memcmp(j->p, word, n) != 0)
@@ -347,13 +393,13 @@ static bool skip(ferry__json *j, int depth)
         }
     }
     case 't':
-        return literal(j, "true");
+        return ferry__json_literal(j, "true");
     case 'f':
-        return literal(j, "false");
+        return ferry__json_literal(j, "false");
     case 'n':
-        return literal(j, "null");
+        return ferry__json_literal(j, "null");
     default:
-        return number(j);
+        return ferry__json_number(j, NULL, NULL, NULL);
     }
 }
 

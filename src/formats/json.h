@@ -1,9 +1,13 @@
 /*
- * A small pull reader for untrusted JSON: the caller walks the document value by
- * value. It never allocates, never reads outside [p, end), and nests at most
- * `max_depth` arrays and objects when skipping a value (the only place it
- * recurses). Strings are checked to be valid UTF-8 (no surrogates, no overlong
- * forms) and unescaped into a caller's buffer.
+ * A small pull reader for untrusted JSON (RFC 8259): the caller walks the document
+ * value by value. It never allocates, never reads outside [p, end), and nests at
+ * most `max_depth` arrays and objects when skipping a value (the only place it
+ * recurses). It is the one lexer of the library's JSON: the safetensors header
+ * walks it, and the tree reader (json_tree.h) is built on it, so both take and
+ * refuse the same text. Strings are checked to be valid UTF-8 (no surrogates, no
+ * overlong forms), "\u0000" and lone surrogate escapes are refused (a string must
+ * be a C string and valid UTF-8 once unescaped), and strings are unescaped into a
+ * caller's buffer. On failure j->err says why and ferry__json_offset where.
  */
 #ifndef FERRY_JSON_H
 #define FERRY_JSON_H
@@ -93,6 +97,12 @@ bool ferry__json_at_end(ferry__json *j);
 bool ferry__json_string(ferry__json *j, char *out, size_t cap, size_t *len);
 /* A non-negative integer without fraction or exponent that fits in uint64_t. */
 bool ferry__json_u64(ferry__json *j, uint64_t *v);
+/* A number (RFC 8259's grammar): its value to an ulp or so in *num, and in *i with
+ * *is_int when it is written without fraction or exponent and fits int64_t (any
+ * of the three may be NULL). */
+bool ferry__json_number(ferry__json *j, double *num, int64_t *i, bool *is_int);
+/* The literal word ("true", "false", "null") at the reader, consumed. */
+bool ferry__json_literal(ferry__json *j, const char *word);
 /* Any value, checked and skipped. */
 bool ferry__json_skip(ferry__json *j);
 /* true when the n bytes at p are valid UTF-8 (no surrogates, no overlong forms). */

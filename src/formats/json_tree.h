@@ -9,6 +9,10 @@
  * is not copied: nodes point into it, and strings keep their escapes until
  * ferry__jtree_str unescapes them into a caller's buffer.
  *
+ * The tokens are read by the one lexer (json.h), with its rules: a string must be
+ * valid UTF-8, and its escapes must not make a lone surrogate or "\u0000" (text
+ * that breaks them is refused at the parse, not mended when unescaped).
+ *
  * Errors: FERRY_ECORRUPT with "NAME: offset N: why" (name is what the caller
  * calls the text, a file path say), FERRY_EOVERFLOW past a limit, FERRY_ENOMEM.
  */
@@ -72,8 +76,8 @@ const ferry__jtree_node *ferry__jtree_item(const ferry__jtree *doc, const ferry_
 /* The sibling after n, or NULL. */
 const ferry__jtree_node *ferry__jtree_next(const ferry__jtree *doc, const ferry__jtree_node *n);
 /* Unescapes a string node into buf (cap bytes, NUL-terminated); *len (may be NULL)
- * gets its length without the NUL. FERRY_EOVERFLOW when it does not fit,
- * FERRY_ECORRUPT for a bad escape; node not a string: FERRY_EINVAL. */
+ * gets its length without the NUL. FERRY_EOVERFLOW when it does not fit; node not
+ * a string: FERRY_EINVAL. */
 int ferry__jtree_str(const ferry__jtree_node *n, char *buf, size_t cap, size_t *len);
 /* Compares a string node's unescaped value with s (1 when equal). */
 bool ferry__jtree_str_eq(const ferry__jtree_node *n, const char *s);

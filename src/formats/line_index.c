@@ -11,7 +11,7 @@
  */
 #include "ferry/lines.h"
 #include "../io/io.h"
-#include "../io/zread.h"
+#include "../io/seqread.h"
 #include "../core/guard.h"
 #include "formats_internal.h"
 

@@ -20,6 +20,7 @@
  *     overflow page counts, entries, root (u64 each).
  */
 #include "lmdb_env.h"
+#include "../core/bytes.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -54,25 +55,6 @@
 #define F_SUBDATA 0x02
 #define F_DUPDATA 0x04
 
-static uint16_t rd16(const uint8_t *p)
-{
-    uint16_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-static uint32_t rd32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-static uint64_t rd64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
 typedef struct dbrec {
     uint16_t flags, depth;
     uint64_t entries, root;
@@ -80,7 +62,8 @@ typedef struct dbrec {
 
 static dbrec read_dbrec(const uint8_t *p)
 {
-    return (dbrec){rd16(p + 4), rd16(p + 6), rd64(p + 32), rd64(p + 40)};
+    return (dbrec){ferry__load_le16(p + 4), ferry__load_le16(p + 6), ferry__load_le64(p + 32),
+                   ferry__load_le64(p + 40)};
 }
 
 typedef struct walk {
@@ -116,6 +99,36 @@ static int read_at(walk *w, uint8_t *buf, size_t n, uint64_t off, const char *wh
     return 0;
 }
 
+const char *ferry__lmdb_key_repr(char *buf, size_t cap, const void *key, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    const uint8_t *k = key;
+    size_t o = 0;
+    if (cap < 8) {
+        if (cap)
+            buf[0] = 0;
+        return buf;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint8_t c = k[i];
+        bool plain = c >= 0x20 && c < 0x7f && c != '"' && c != '\\';
+        if (o + (plain ? 1 : 4) + 4 > cap) {
+            memcpy(buf + o, "...", 4);
+            return buf;
+        }
+        if (plain) {
+            buf[o++] = (char)c;
+        } else {
+            buf[o++] = '\\';
+            buf[o++] = 'x';
+            buf[o++] = hex[c >> 4];
+            buf[o++] = hex[c & 15];
+        }
+    }
+    buf[o] = 0;
+    return buf;
+}
+
 /* "NAME: [db "X": ]page N: why" */
 static int page_err(const walk *w, uint64_t pgno, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -138,8 +151,8 @@ static int page_err(const walk *w, uint64_t pgno, const char *fmt, ...)
 static int check_leaf_node(walk *w, uint64_t pgno, const uint8_t *p, unsigned i, unsigned off)
 {
     const uint8_t *node = p + off;
-    uint32_t dsize = rd16(node) | (uint32_t)rd16(node + 2) << 16;
-    unsigned flags = rd16(node + 4), ksize = rd16(node + 6);
+    uint32_t dsize = ferry__load_le16(node) | (uint32_t)ferry__load_le16(node + 2) << 16;
+    unsigned flags = ferry__load_le16(node + 4), ksize = ferry__load_le16(node + 6);
     size_t room = w->psize - off - NODESIZE;
     if (ksize > room)
         return page_err(w, pgno, "node %u: its key of %u bytes runs past the page", i, ksize);
@@ -150,7 +163,7 @@ static int check_leaf_node(walk *w, uint64_t pgno, const uint8_t *p, unsigned i,
     if (flags & F_BIGDATA) {
         if (room < 8)
             return page_err(w, pgno, "node %u: its overflow page number runs past the page", i);
-        uint64_t first = rd64(node + NODESIZE + ksize);
+        uint64_t first = ferry__load_le64(node + NODESIZE + ksize);
         uint64_t pages = ((uint64_t)PAGEHDRSZ - 1 + dsize) / w->psize + 1;
         if (first < 2 || first > w->last_pg || pages - 1 > w->last_pg - first) {
             char key[80];
@@ -192,13 +205,15 @@ static int check_page(walk *w, uint64_t pgno, unsigned level, unsigned depth)
     int rc = read_at(w, p, w->psize, pgno * w->psize, "a page");
     if (rc < 0)
         return rc;
-    if (rd64(p) != pgno)
-        return page_err(w, pgno, "the header says page %llu", (unsigned long long)rd64(p));
-    unsigned type = rd16(p + 10) & P_TYPES, want = level < depth ? P_BRANCH : P_LEAF;
+    if (ferry__load_le64(p) != pgno)
+        return page_err(w, pgno, "the header says page %llu",
+                        (unsigned long long)ferry__load_le64(p));
+    unsigned type = ferry__load_le16(p + 10) & P_TYPES, want = level < depth ? P_BRANCH : P_LEAF;
     if (type != want)
-        return page_err(w, pgno, "flags 0x%x at level %u of %u: not a %s page", rd16(p + 10), level,
-                        depth, want == P_BRANCH ? "branch" : "leaf");
-    unsigned lower = rd16(p + 12), upper = rd16(p + 14);
+        return page_err(w, pgno, "flags 0x%x at level %u of %u: not a %s page",
+                        ferry__load_le16(p + 10), level, depth,
+                        want == P_BRANCH ? "branch" : "leaf");
+    unsigned lower = ferry__load_le16(p + 12), upper = ferry__load_le16(p + 14);
     if (lower < PAGEHDRSZ || lower > upper || upper > w->psize)
         return page_err(w, pgno, "lower %u and upper %u are not within [%u, %u] in order", lower,
                         upper, PAGEHDRSZ, w->psize);
@@ -207,7 +222,7 @@ static int check_page(walk *w, uint64_t pgno, unsigned level, unsigned depth)
         return page_err(w, pgno, "a %s page with %u node%s", want == P_BRANCH ? "branch" : "leaf",
                         n, n == 1 ? "" : "s");
     for (unsigned i = 0; i < n; i++) {
-        unsigned off = rd16(p + PAGEHDRSZ + 2 * i);
+        unsigned off = ferry__load_le16(p + PAGEHDRSZ + 2 * i);
         if (off < upper || (off & 1) || off > w->psize - NODESIZE)
             return page_err(w, pgno, "node %u at offset %u lies outside the page's nodes [%u, %u)",
                             i, off, upper, w->psize);
@@ -217,11 +232,11 @@ static int check_page(walk *w, uint64_t pgno, unsigned level, unsigned depth)
             continue;
         }
         const uint8_t *node = p + off;
-        unsigned ksize = rd16(node + 6);
+        unsigned ksize = ferry__load_le16(node + 6);
         if (ksize > w->psize - off - NODESIZE)
             return page_err(w, pgno, "node %u: its key of %u bytes runs past the page", i, ksize);
-        uint64_t child =
-            rd16(node) | (uint64_t)rd16(node + 2) << 16 | (uint64_t)rd16(node + 4) << 32;
+        uint64_t child = ferry__load_le16(node) | (uint64_t)ferry__load_le16(node + 2) << 16 |
+                         (uint64_t)ferry__load_le16(node + 4) << 32;
         if ((rc = check_page(w, child, level + 1, depth)) < 0)
             return rc;
     }
@@ -273,19 +288,19 @@ int ferry__lmdb_check(const char *file, const char *name, const char *db, uint64
             bad = k ? "too short for its second meta page" : "too short for a meta page";
         } else {
             FERRY_TRY(read_at(&w, m[k], sizeof m[k], off, "a meta page"));
-            if (!(rd16(m[k] + 10) & P_META))
+            if (!(ferry__load_le16(m[k] + 10) & P_META))
                 bad = k ? "the second meta page is not marked as one" : "no meta page";
-            else if (rd32(m[k] + META_OFF) != MAGIC)
+            else if (ferry__load_le32(m[k] + META_OFF) != MAGIC)
                 bad = k ? "the second meta page has no LMDB magic" : "no LMDB magic";
         }
         if (bad)
             FERRY_FAIL(FERRY_ECORRUPT, "%s: MDB_INVALID: File is not an LMDB file (%s)", name, bad);
-        if (rd32(m[k] + META_OFF + 4) != DATA_VERSION)
+        if (ferry__load_le32(m[k] + META_OFF + 4) != DATA_VERSION)
             FERRY_FAIL(FERRY_ECORRUPT,
                        "%s: MDB_VERSION_MISMATCH: meta page %d is of LMDB data version %u, not %u",
-                       name, k, rd32(m[k] + META_OFF + 4), DATA_VERSION);
+                       name, k, ferry__load_le32(m[k] + META_OFF + 4), DATA_VERSION);
         /* The free database's pad holds the page size (mm_psize). */
-        uint32_t psize = rd32(m[k] + META_OFF + 24);
+        uint32_t psize = ferry__load_le32(m[k] + META_OFF + 24);
         if (psize < MIN_PSIZE || psize > MAX_PSIZE || (psize & (psize - 1)))
             FERRY_FAIL(FERRY_ECORRUPT,
                        "%s: meta page %d: a page size of %u bytes (not a power of two within "
@@ -299,7 +314,8 @@ int ferry__lmdb_check(const char *file, const char *name, const char *db, uint64
     }
     /* liblmdb reads from the meta page with the newer transaction (the first on a
      * tie); a reader with the lock asks for the one its transaction took. */
-    uint64_t t0 = rd64(m[0] + META_OFF + 128), t1 = rd64(m[1] + META_OFF + 128);
+    uint64_t t0 = ferry__load_le64(m[0] + META_OFF + 128),
+             t1 = ferry__load_le64(m[1] + META_OFF + 128);
     int pick = t0 < t1;
     if (txnid != FERRY__LMDB_NEWEST) {
         if (t0 != txnid && t1 != txnid)
@@ -311,7 +327,7 @@ int ferry__lmdb_check(const char *file, const char *name, const char *db, uint64
         pick = t1 == txnid && t0 != txnid;
     }
     const uint8_t *meta = m[pick] + META_OFF;
-    w.last_pg = rd64(meta + 120);
+    w.last_pg = ferry__load_le64(meta + 120);
     uint64_t need;
     if (w.last_pg < 1 || __builtin_mul_overflow(w.last_pg + 1, (uint64_t)w.psize, &need) ||
         need > size)

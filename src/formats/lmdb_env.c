@@ -66,36 +66,6 @@ static int lmdb_err(int rc, const char *path, const char *what)
                       mdb_strerror(rc));
 }
 
-const char *ferry__lmdb_key_repr(char *buf, size_t cap, const void *key, size_t n)
-{
-    static const char hex[] = "0123456789abcdef";
-    const uint8_t *k = key;
-    size_t o = 0;
-    if (cap < 8) {
-        if (cap)
-            buf[0] = 0;
-        return buf;
-    }
-    for (size_t i = 0; i < n; i++) {
-        uint8_t c = k[i];
-        bool plain = c >= 0x20 && c < 0x7f && c != '"' && c != '\\';
-        if (o + (plain ? 1 : 4) + 4 > cap) {
-            memcpy(buf + o, "...", 4);
-            return buf;
-        }
-        if (plain) {
-            buf[o++] = (char)c;
-        } else {
-            buf[o++] = '\\';
-            buf[o++] = 'x';
-            buf[o++] = hex[c >> 4];
-            buf[o++] = hex[c & 15];
-        }
-    }
-    buf[o] = 0;
-    return buf;
-}
-
 /* ---- Reading ---- */
 
 /* Is main-DB entry (k, v) a named sub-database record? A cheap look at the

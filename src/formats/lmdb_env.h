@@ -1,7 +1,7 @@
 /*
  * The read side of the LMDB environment wrapper (lmdb_env.c), and the structure
- * check (lmdb_check.c) that runs before liblmdb is let near a file. Shared with
- * the lmdb dataset.
+ * check (lmdb_check.c) that runs before liblmdb is let near a file. The wrapper
+ * calls the check, never the other way. Shared with the lmdb dataset.
  */
 #ifndef FERRY_LMDB_ENV_H
 #define FERRY_LMDB_ENV_H
@@ -41,7 +41,7 @@ int ferry__lmdb_reader_open(ferry__lmdb_reader **out, const char *path, const ch
 void ferry__lmdb_reader_free(ferry__lmdb_reader *r);
 
 /* Writes a key for a message: printable ASCII as is, other bytes as \xNN, cut to
- * fit cap (with "..."). Returns buf. */
+ * fit cap (with "..."). Returns buf. (lmdb_check.c, whose messages name keys too.) */
 const char *ferry__lmdb_key_repr(char *buf, size_t cap, const void *key, size_t n);
 
 /* What ferry__lmdb_check found: the snapshot it checked. */

@@ -7,6 +7,7 @@
  */
 #include "ferry/npy.h"
 #include "../core/internal.h"
+#include "../core/bytes.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -347,12 +348,12 @@ int ferry_npy_parse_header(const void *buf, size_t n, const char *name, ferry_np
     h->minor = p[7];
     size_t hlen, start;
     if (h->major == 1) {
-        hlen = (size_t)p[8] | (size_t)p[9] << 8;
+        hlen = ferry__load_le16(p + 8);
         start = 10;
     } else if (h->major == 2 || h->major == 3) {
         if (n < 12)
             return ferry__err(FERRY_ECORRUPT, "%s: offset 8: the header length is cut off", name);
-        hlen = (size_t)p[8] | (size_t)p[9] << 8 | (size_t)p[10] << 16 | (size_t)p[11] << 24;
+        hlen = ferry__load_le32(p + 8);
         start = 12;
     } else {
         return ferry__err(FERRY_ENOTSUP,

@@ -12,6 +12,7 @@
 #include "../io/io.h"
 #include "records_internal.h"
 #include "../core/guard.h"
+#include "../core/bytes.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -45,36 +46,6 @@
 #define MAX_NAME 200 /* a writer's name prefix, so that shard names fit a manifest entry */
 #define CRC_CHUNK ((size_t)1 << 20)
 
-static inline uint16_t get16(const uint8_t *p)
-{
-    uint16_t v;
-    memcpy(&v, p, 2);
-    return v;
-}
-static inline uint32_t get32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-static inline uint64_t get64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
-static inline void put16(uint8_t *p, uint16_t v)
-{
-    memcpy(p, &v, 2);
-}
-static inline void put32(uint8_t *p, uint32_t v)
-{
-    memcpy(p, &v, 4);
-}
-static inline void put64(uint8_t *p, uint64_t v)
-{
-    memcpy(p, &v, 8);
-}
 static inline uint64_t align8(uint64_t n)
 {
     return (n + 7) & ~(uint64_t)7;
@@ -112,7 +83,7 @@ static size_t schema_size(const ferry_field *fs, int n)
 
 static void schema_encode(const ferry_field *fs, int n, uint8_t *p)
 {
-    put16(p, (uint16_t)n);
+    ferry__store_le16(p, (uint16_t)n);
     p += 2;
     for (int i = 0; i < n; i++) {
         size_t len = strlen(fs[i].name);
@@ -123,7 +94,7 @@ static void schema_encode(const ferry_field *fs, int n, uint8_t *p)
         *p++ = (uint8_t)fs[i].ndim;
         *p++ = fs[i].variable ? 1 : 0;
         for (int d = 0; d < fs[i].ndim; d++, p += 8)
-            put64(p, (uint64_t)fs[i].shape[d]);
+            ferry__store_le64(p, (uint64_t)fs[i].shape[d]);
     }
 }
 
@@ -138,7 +109,7 @@ static int schema_decode(const char *name, const uint8_t *p, size_t size, ferry_
                               (what), size);                                                       \
     } while (0)
     NEED(2, "the field count");
-    unsigned n = get16(p);
+    unsigned n = ferry__load_le16(p);
     pos = 2;
     if (n < 1 || n > FERRY_MAX_FIELDS)
         return ferry__err(FERRY_ECORRUPT, "%s: schema: %u fields is outside [1, %d]", name, n,
@@ -175,7 +146,7 @@ static int schema_decode(const char *name, const uint8_t *p, size_t size, ferry_
         f->ndim = (int)ndim;
         f->variable = (int)variable;
         for (unsigned d = 0; d < ndim; d++, pos += 8) {
-            uint64_t v = get64(p + pos);
+            uint64_t v = ferry__load_le64(p + pos);
             if (v > (uint64_t)INT64_MAX)
                 return ferry__err(FERRY_ECORRUPT, "%s: schema: field \"%s\": dim %u is %llu", name,
                                   f->name, d, (unsigned long long)v);
@@ -376,9 +347,10 @@ static int shard_start(ferry_record_writer *w)
     if (rc < 0)
         return rc;
     /* this shard's place in the set, under the header's CRC */
-    put32(w->prefix + HEADER + 8, (uint32_t)w->nshards);
+    ferry__store_le32(w->prefix + HEADER + 8, (uint32_t)w->nshards);
     uint32_t crc = ferry_crc32c(0, w->prefix, 20);
-    put32(w->prefix + 20, ferry_crc32c(crc, w->prefix + HEADER, IDENTITY + w->schema_len));
+    ferry__store_le32(w->prefix + 20,
+                      ferry_crc32c(crc, w->prefix + HEADER, IDENTITY + w->schema_len));
     rc = ferry__atomic_write(&s->af, w->prefix, w->prefix_len);
     if (rc < 0) {
         ferry__atomic_abort(&s->af);
@@ -396,10 +368,10 @@ static int shard_finish(ferry_record_writer *w, wshard *s)
 {
     size_t ixbytes = (size_t)s->records * 8;
     uint8_t t[TRAILER];
-    put64(t, s->records);
-    put64(t + 8, s->bytes);
-    put32(t + 16, ferry_crc32c(0, w->off, ixbytes));
-    put32(t + 20, ferry_crc32c(0, t, 20));
+    ferry__store_le64(t, s->records);
+    ferry__store_le64(t + 8, s->bytes);
+    ferry__store_le32(t + 16, ferry_crc32c(0, w->off, ixbytes));
+    ferry__store_le32(t + 20, ferry_crc32c(0, t, 20));
     memcpy(t + 24, END_MAGIC, 8);
     int rc = ferry__atomic_write(&s->af, w->off, ixbytes);
     if (rc == 0)
@@ -585,10 +557,10 @@ int ferry_writer_open(ferry_record_writer **out, const ferry_writer_opts *o)
     FERRY_TRY(make_dirs(w->dir));
     FERRY_TRY(writer_prepare(w));
     memcpy(w->prefix, MAGIC, 8);
-    put32(w->prefix + 8, VERSION);
-    put32(w->prefix + 12, (w->level ? FLAG_ZSTD : 0) | FLAG_SET);
-    put32(w->prefix + 16, (uint32_t)s);
-    put64(w->prefix + HEADER, w->set_id);
+    ferry__store_le32(w->prefix + 8, VERSION);
+    ferry__store_le32(w->prefix + 12, (w->level ? FLAG_ZSTD : 0) | FLAG_SET);
+    ferry__store_le32(w->prefix + 16, (uint32_t)s);
+    ferry__store_le64(w->prefix + HEADER, w->set_id);
     schema_encode(w->fields, w->nfields, w->prefix + HEADER + IDENTITY);
     FERRY_TRY(shard_start(w));
     *out = w;
@@ -607,7 +579,7 @@ static void encode_payload(const ferry_record_writer *w, const ferry_sample *s, 
         size_t n = ferry_field_nbytes(f);
         if (f->variable) {
             uint32_t rows = (uint32_t)s->length[i];
-            put32(dst, rows);
+            ferry__store_le32(dst, rows);
             dst += 4;
             n = (size_t)rows * ferry_field_row_elems(f) * ferry_dtype_size(f->dtype);
         }
@@ -669,10 +641,10 @@ int ferry_writer_append(ferry_record_writer *w, const ferry_sample *s)
         encode_payload(w, s, w->rec + REC_HEADER);
     }
     uint8_t *h = w->rec;
-    put32(h, (uint32_t)stored);
-    put32(h + 4, (uint32_t)raw);
-    put32(h + 8, ferry_crc32c(0, h + REC_HEADER, stored));
-    put32(h + 12, ferry_crc32c(0, h, 12));
+    ferry__store_le32(h, (uint32_t)stored);
+    ferry__store_le32(h + 4, (uint32_t)raw);
+    ferry__store_le32(h + 8, ferry_crc32c(0, h + REC_HEADER, stored));
+    ferry__store_le32(h + 12, ferry_crc32c(0, h, 12));
     size_t total = (size_t)align8(REC_HEADER + stored);
     memset(h + REC_HEADER + stored, 0, total - REC_HEADER - stored);
 
@@ -832,7 +804,7 @@ struct ferry_record_file {
 
 static inline uint64_t rec_offset(const ferry_record_file *f, uint64_t i)
 {
-    return f->index ? get64(f->index + 8 * i) : f->scanned[i];
+    return f->index ? ferry__load_le64(f->index + 8 * i) : f->scanned[i];
 }
 
 static int read_header(ferry_record_file *f)
@@ -844,7 +816,8 @@ static int read_header(ferry_record_file *f)
                           (unsigned long long)f->size);
     if (memcmp(b, MAGIC, 8) != 0)
         return ferry__err(FERRY_ECORRUPT, "%s: not a ferry record shard (bad magic)", name);
-    uint32_t version = get32(b + 8), flags = get32(b + 12), s = get32(b + 16);
+    uint32_t version = ferry__load_le32(b + 8), flags = ferry__load_le32(b + 12),
+             s = ferry__load_le32(b + 16);
     if (version != VERSION)
         return ferry__err(FERRY_ECORRUPT, "%s: record format version %u; this ferry reads %u", name,
                           version, VERSION);
@@ -858,13 +831,13 @@ static int read_header(ferry_record_file *f)
         return ferry__err(FERRY_ECORRUPT, "%s: schema of %u bytes runs past the end of the file",
                           name, s);
     uint32_t crc = ferry_crc32c(ferry_crc32c(0, b, 20), b + HEADER, id + s);
-    if (crc != get32(b + 20))
+    if (crc != ferry__load_le32(b + 20))
         return ferry__err(FERRY_ECORRUPT, "%s: header crc mismatch (damaged header or schema)",
                           name);
     if (id) {
         f->has_set = true;
-        f->set_id = get64(b + HEADER);
-        f->set_index = get32(b + HEADER + 8);
+        f->set_id = ferry__load_le64(b + HEADER);
+        f->set_index = ferry__load_le32(b + HEADER + 8);
     }
     int rc = schema_decode(name, b + HEADER + id, s, f->fields, &f->nfields);
     if (rc < 0)
@@ -891,24 +864,24 @@ static bool read_footer(ferry_record_file *f, char *why, size_t cap)
         snprintf(why, cap, "no end magic");
         return false;
     }
-    if (ferry_crc32c(0, t, 20) != get32(t + 20)) {
+    if (ferry_crc32c(0, t, 20) != ferry__load_le32(t + 20)) {
         snprintf(why, cap, "trailer crc mismatch");
         return false;
     }
-    uint64_t n = get64(t), ix = get64(t + 8), ixend = size - TRAILER;
+    uint64_t n = ferry__load_le64(t), ix = ferry__load_le64(t + 8), ixend = size - TRAILER;
     if (ix < f->start || ix > ixend || ix % 8 != 0 || (ixend - ix) / 8 != n ||
         (ixend - ix) % 8 != 0) {
         snprintf(why, cap, "an index of %llu records at offset %llu does not fit the file",
                  (unsigned long long)n, (unsigned long long)ix);
         return false;
     }
-    if (ferry_crc32c(0, b + ix, (size_t)(8 * n)) != get32(t + 16)) {
+    if (ferry_crc32c(0, b + ix, (size_t)(8 * n)) != ferry__load_le32(t + 16)) {
         snprintf(why, cap, "index crc mismatch");
         return false;
     }
     uint64_t prev = 0;
     for (uint64_t i = 0; i < n; i++) {
-        uint64_t off = get64(b + ix + 8 * i);
+        uint64_t off = ferry__load_le64(b + ix + 8 * i);
         bool ok = i == 0 ? off == f->start : off >= prev + REC_HEADER;
         if (!ok || off % 8 != 0 || off > ix - REC_HEADER) {
             snprintf(why, cap,
@@ -935,11 +908,11 @@ static int scan(ferry_record_file *f)
     bool zstd = f->hflags & FLAG_ZSTD;
     while (pos <= f->size && f->size - pos >= REC_HEADER) {
         const uint8_t *h = b + pos;
-        uint32_t stored = get32(h), raw = get32(h + 4);
-        if (ferry_crc32c(0, h, 12) != get32(h + 12) || stored > FERRY__RECORD_MAX_SIZE ||
+        uint32_t stored = ferry__load_le32(h), raw = ferry__load_le32(h + 4);
+        if (ferry_crc32c(0, h, 12) != ferry__load_le32(h + 12) || stored > FERRY__RECORD_MAX_SIZE ||
             raw > FERRY__RECORD_MAX_SIZE || (!zstd && raw != stored) ||
             stored > f->size - pos - REC_HEADER ||
-            ferry_crc32c(0, h + REC_HEADER, stored) != get32(h + 8))
+            ferry_crc32c(0, h + REC_HEADER, stored) != ferry__load_le32(h + 8))
             break;
         if (n == cap) {
             size_t ncap = cap ? 2 * cap : 1024;
@@ -1111,12 +1084,12 @@ static int locate(const ferry_record_file *f, uint64_t i, rec *r)
         return ferry__err(FERRY_ECORRUPT, REC_FMT "outside the records (next at %llu)",
                           REC_ARGS(f, i, off), (unsigned long long)next);
     const uint8_t *h = f->base + off;
-    if (ferry_crc32c(0, h, 12) != get32(h + 12))
+    if (ferry_crc32c(0, h, 12) != ferry__load_le32(h + 12))
         return ferry__err(FERRY_ECORRUPT,
                           REC_FMT "header crc mismatch (a damaged header, or the index points "
                                   "elsewhere than a record)",
                           REC_ARGS(f, i, off));
-    uint32_t stored = get32(h), raw = get32(h + 4);
+    uint32_t stored = ferry__load_le32(h), raw = ferry__load_le32(h + 4);
     if (stored > FERRY__RECORD_MAX_SIZE || raw > FERRY__RECORD_MAX_SIZE)
         return ferry__err(FERRY_ECORRUPT, REC_FMT "sizes %u and %u are over the %u-byte limit",
                           REC_ARGS(f, i, off), stored, raw, FERRY__RECORD_MAX_SIZE);
@@ -1136,7 +1109,7 @@ static int locate(const ferry_record_file *f, uint64_t i, rec *r)
                                   "disagrees with the records)",
                           REC_ARGS(f, i, off), (unsigned long long)(room - stored),
                           (unsigned long long)next);
-    if (ferry_crc32c(0, h + REC_HEADER, stored) != get32(h + 8))
+    if (ferry_crc32c(0, h + REC_HEADER, stored) != ferry__load_le32(h + 8))
         return ferry__err(FERRY_ECORRUPT, REC_FMT "crc mismatch", REC_ARGS(f, i, off));
     r->off = off;
     r->payload = h + REC_HEADER;
@@ -1194,7 +1167,7 @@ static int parse(const ferry_record_file *f, uint64_t i, uint64_t off, const uin
             if (n - pos < 4)
                 return ferry__err(FERRY_ECORRUPT, REC_FMT "field \"%s\": row count past the end",
                                   REC_ARGS(f, i, off), fl->name);
-            uint32_t rows = get32(p + pos);
+            uint32_t rows = ferry__load_le32(p + pos);
             pos += 4;
             if ((int64_t)rows > fl->shape[0])
                 return ferry__err(FERRY_ECORRUPT,

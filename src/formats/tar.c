@@ -197,12 +197,11 @@ int ferry__tar_next(ferry__tar *t, ferry__tar_member *m)
         if (size > ((uint64_t)1 << 62))
             return ferry__err(FERRY_ECORRUPT, "%s: header %llu at offset %llu: size %llu", AT,
                               (unsigned long long)size);
-        if (!t->r.gzip && hoff + BLOCK + size > t->r.f.size)
+        if (!t->r.compressed && hoff + BLOCK + size > t->r.size)
             return ferry__err(FERRY_ECORRUPT,
                               "%s: header %llu at offset %llu (%s): a size of %llu bytes runs past "
                               "the end of the file (%llu bytes)",
-                              AT, t->name, (unsigned long long)size,
-                              (unsigned long long)t->r.f.size);
+                              AT, t->name, (unsigned long long)size, (unsigned long long)t->r.size);
         if (type == 'L' || type == 'x' || type == 'K' || type == 'g') {
             size_t limit = type == 'L' ? FERRY__TAR_MAX_NAME : FERRY__TAR_MAX_PAX;
             if (size > limit)
@@ -246,7 +245,7 @@ int ferry__tar_next(ferry__tar *t, ferry__tar_member *m)
         if (t->have_pax_size) {
             size = t->pax_size;
             padded = (size + BLOCK - 1) / BLOCK * BLOCK;
-            if (!t->r.gzip && hoff + BLOCK + size > t->r.f.size)
+            if (!t->r.compressed && hoff + BLOCK + size > t->r.size)
                 return ferry__err(FERRY_ECORRUPT,
                                   "%s: header %llu at offset %llu (%s): a pax size of %llu bytes "
                                   "runs past the end of the file",

@@ -1,6 +1,6 @@
 /*
  * tar archives (POSIX ustar, GNU and pax long names), read in order from a file as
- * it is or gzip-compressed: the reader under WebDataset shards.
+ * it is or compressed (gzip, zstd): the reader under WebDataset shards.
  *
  * Only regular files come out; directory entries are passed over, long-name and
  * pax headers are applied to the member they precede (pax "path" and "size"),
@@ -14,7 +14,7 @@
 #ifndef FERRY_TAR_H
 #define FERRY_TAR_H
 
-#include "seqread.h"
+#include "../io/seqread.h"
 
 #define FERRY__TAR_MAX_NAME 4096
 #define FERRY__TAR_MAX_PAX ((size_t)1 << 20)

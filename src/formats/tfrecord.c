@@ -1,8 +1,8 @@
 /*
  * TFRecord files: the framing, both CRCs checked.
  */
+#include "../core/bytes.h"
 #include "tfrecord_internal.h"
-#include "ferry/records.h"
 
 #include <limits.h>
 #include <string.h>
@@ -31,25 +31,11 @@ static uint32_t crc32c(const void *p, size_t n)
 #endif
 }
 
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
 int ferry__tfr_header(const char *name, uint64_t record, uint64_t off, const uint8_t *h,
                       uint64_t max, uint64_t *len)
 {
-    uint32_t want = ferry__tfr_mask(crc32c(h, 8)), got = get32(h + 8);
-    *len = get64(h);
+    uint32_t want = ferry__tfr_mask(crc32c(h, 8)), got = ferry__load_le32(h + 8);
+    *len = ferry__load_le64(h);
     if (want != got)
         return ferry__err(FERRY_ECORRUPT,
                           "%s: record %llu at offset %llu: length CRC mismatch (stored %08x, "
@@ -67,7 +53,7 @@ int ferry__tfr_header(const char *name, uint64_t record, uint64_t off, const uin
 int ferry__tfr_data_at(const char *name, uint64_t record, uint64_t off, const uint8_t *d,
                        uint64_t len, const uint8_t *crc)
 {
-    uint32_t want = ferry__tfr_mask(crc32c(d, (size_t)len)), got = get32(crc);
+    uint32_t want = ferry__tfr_mask(crc32c(d, (size_t)len)), got = ferry__load_le32(crc);
     if (want != got)
         return ferry__err(FERRY_ECORRUPT,
                           "%s: record %llu at offset %llu: data CRC mismatch (stored %08x, "
@@ -122,7 +108,7 @@ static int header(ferry__tfr_reader *t, uint64_t *off, uint64_t *len)
                                  "%s: record %llu at offset %llu%s: truncated header (%zu of "
                                  "12 bytes)",
                                  r->name, (unsigned long long)t->record, (unsigned long long)*off,
-                                 r->gzip ? " (decompressed)" : "", got));
+                                 r->compressed ? " (decompressed)" : "", got));
     if ((rc = ferry__tfr_header(r->name, t->record, *off, r->buf + r->pos, t->max, len)) < 0)
         return broken(t, rc);
     return 0;
@@ -134,7 +120,7 @@ static int truncated(ferry__tfr_reader *t, uint64_t off, uint64_t len, uint64_t 
                                 "%s: record %llu at offset %llu%s: truncated: %llu data bytes and "
                                 "a CRC announced, %llu there",
                                 t->r.name, (unsigned long long)t->record, (unsigned long long)off,
-                                t->r.gzip ? " (decompressed)" : "", (unsigned long long)len,
+                                t->r.compressed ? " (decompressed)" : "", (unsigned long long)len,
                                 (unsigned long long)there));
 }
 
@@ -147,7 +133,7 @@ int ferry__tfr_next(ferry__tfr_reader *t, const uint8_t **data, size_t *n, uint6
     int rc = header(t, off, &len);
     if (rc != 0)
         return rc;
-    if (!check_data && !r->gzip) {
+    if (!check_data && !r->compressed) {
         /* an index scan of a plain file: the data need not be read */
         if ((rc = ferry__seqread_skip(r, FERRY__TFR_OVERHEAD + len, &skipped)) < 0)
             return broken(t, rc);

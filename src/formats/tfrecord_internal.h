@@ -5,12 +5,12 @@
  *     byte   data[length]
  *     uint32 masked CRC-32C of the data
  * where masked(c) = ((c >> 15) | (c << 17)) + 0xa282ead8. A file may be
- * gzip-compressed as a whole (TensorFlow's compression_type="GZIP").
+ * compressed as a whole: gzip (TensorFlow's compression_type="GZIP") or zstd.
  */
 #ifndef FERRY_TFRECORD_INTERNAL_H
 #define FERRY_TFRECORD_INTERNAL_H
 
-#include "seqread.h"
+#include "../io/seqread.h"
 
 #define FERRY__TFR_HEADER 12
 #define FERRY__TFR_OVERHEAD 16

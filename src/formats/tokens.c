@@ -3,18 +3,13 @@
  */
 #include "tokens_internal.h"
 #include "../io/io.h"
+#include "../core/bytes.h"
 
 #include <string.h>
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "token shards are little-endian; this host is not"
 #endif
-
-static int32_t rd32(const uint8_t *p)
-{
-    uint32_t v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-    return (int32_t)v;
-}
 
 int ferry__tokens_header(const uint8_t *hdr, size_t n, uint64_t file_size, const char *name,
                          unsigned *token_size, uint64_t *count)
@@ -24,7 +19,8 @@ int ferry__tokens_header(const uint8_t *hdr, size_t n, uint64_t file_size, const
                           "%s: offset 0: %llu bytes is shorter than the 1024-byte token shard "
                           "header",
                           name, (unsigned long long)file_size);
-    int32_t magic = rd32(hdr), version = rd32(hdr + 4), ntok = rd32(hdr + 8);
+    int32_t magic = (int32_t)ferry__load_le32(hdr), version = (int32_t)ferry__load_le32(hdr + 4),
+            ntok = (int32_t)ferry__load_le32(hdr + 8);
     if (magic != FERRY_TOKENS_MAGIC)
         return ferry__err(FERRY_ECORRUPT,
                           "%s: offset 0: magic %d is not 20240520 (not an llm.c token shard)", name,

@@ -2,6 +2,7 @@
  * Zip central directory reader and member inflater (zlib). See zip.h.
  */
 #include "zip.h"
+#include "../core/bytes.h"
 
 #include <string.h>
 #include <zlib.h>
@@ -11,19 +12,6 @@
 #define SIG_EOCD 0x06054b50u
 #define SIG_EOCD64 0x06064b50u
 #define SIG_LOC64 0x07064b50u
-
-static uint16_t rd16(const uint8_t *p)
-{
-    return (uint16_t)(p[0] | p[1] << 8);
-}
-static uint32_t rd32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-static uint64_t rd64(const uint8_t *p)
-{
-    return (uint64_t)rd32(p) | (uint64_t)rd32(p + 4) << 32;
-}
 
 #define ZFAIL(off, fmt, ...)                                                                       \
     do {                                                                                           \
@@ -46,7 +34,7 @@ int ferry__zip_read(const uint8_t *p, size_t n, const char *name, size_t max_mem
     size_t eocd = SIZE_MAX;
     size_t lowest = n > 22 + 65535 ? n - 22 - 65535 : 0;
     for (size_t i = n - 22 + 1; i-- > lowest;) {
-        if (rd32(p + i) == SIG_EOCD && i + 22 + rd16(p + i + 20) == n) {
+        if (ferry__load_le32(p + i) == SIG_EOCD && i + 22 + ferry__load_le16(p + i + 20) == n) {
             eocd = i;
             break;
         }
@@ -56,18 +44,18 @@ int ferry__zip_read(const uint8_t *p, size_t n, const char *name, size_t max_mem
                           "%s: offset %zu: no zip end-of-central-directory record (not a zip "
                           "archive, or cut short)",
                           name, n);
-    uint64_t entries = rd16(p + eocd + 10), cd_size = rd32(p + eocd + 12),
-             cd_off = rd32(p + eocd + 16);
+    uint64_t entries = ferry__load_le16(p + eocd + 10), cd_size = ferry__load_le32(p + eocd + 12),
+             cd_off = ferry__load_le32(p + eocd + 16);
     if (entries == 0xFFFF || cd_size == 0xFFFFFFFFu || cd_off == 0xFFFFFFFFu) {
-        if (eocd < 20 || rd32(p + eocd - 20) != SIG_LOC64)
+        if (eocd < 20 || ferry__load_le32(p + eocd - 20) != SIG_LOC64)
             ZFAIL(eocd, "zip64 sizes without a zip64 locator");
-        uint64_t r = rd64(p + eocd - 20 + 8);
-        if (r > n - 56 || n < 56 || rd32(p + r) != SIG_EOCD64)
+        uint64_t r = ferry__load_le64(p + eocd - 20 + 8);
+        if (r > n - 56 || n < 56 || ferry__load_le32(p + r) != SIG_EOCD64)
             ZFAIL(eocd - 20, "the zip64 end record it points to (offset %llu) is not there",
                   (unsigned long long)r);
-        entries = rd64(p + r + 32);
-        cd_size = rd64(p + r + 40);
-        cd_off = rd64(p + r + 48);
+        entries = ferry__load_le64(p + r + 32);
+        cd_size = ferry__load_le64(p + r + 40);
+        cd_off = ferry__load_le64(p + r + 48);
     }
     if (cd_off > n || cd_size > n - cd_off)
         ZFAIL(eocd, "the central directory (offset %llu, %llu bytes) lies past the end",
@@ -85,15 +73,16 @@ int ferry__zip_read(const uint8_t *p, size_t n, const char *name, size_t max_mem
     uint64_t at = cd_off, end = cd_off + cd_size;
     for (uint64_t k = 0; k < entries; k++) {
         ferry__zip_member *e = &m[k];
-        if (end - at < 46 || rd32(p + at) != SIG_CENTRAL)
+        if (end - at < 46 || ferry__load_le32(p + at) != SIG_CENTRAL)
             ZFAIL(at, "central directory entry %llu is not there", (unsigned long long)k);
         const uint8_t *c = p + at;
-        uint16_t flags = rd16(c + 8), nlen = rd16(c + 28), xlen = rd16(c + 30), clen = rd16(c + 32);
-        e->method = rd16(c + 10);
-        e->crc = rd32(c + 16);
-        e->csize = rd32(c + 20);
-        e->usize = rd32(c + 24);
-        e->header_off = rd32(c + 42);
+        uint16_t flags = ferry__load_le16(c + 8), nlen = ferry__load_le16(c + 28),
+                 xlen = ferry__load_le16(c + 30), clen = ferry__load_le16(c + 32);
+        e->method = ferry__load_le16(c + 10);
+        e->crc = ferry__load_le32(c + 16);
+        e->csize = ferry__load_le32(c + 20);
+        e->usize = ferry__load_le32(c + 24);
+        e->header_off = ferry__load_le32(c + 42);
         if ((uint64_t)46 + nlen + xlen + clen > end - at)
             ZFAIL(at, "central directory entry %llu runs past the directory",
                   (unsigned long long)k);
@@ -109,21 +98,22 @@ int ferry__zip_read(const uint8_t *p, size_t n, const char *name, size_t max_mem
         /* zip64: the extra field holds the sizes and offset set to all ones */
         const uint8_t *x = c + 46 + nlen, *xend = x + xlen;
         while (xend - x >= 4) {
-            uint16_t id = rd16(x), len = rd16(x + 2);
+            uint16_t id = ferry__load_le16(x), len = ferry__load_le16(x + 2);
             if (len > xend - x - 4)
                 ZFAIL((uint64_t)(x - p), "member \"%s\": an extra field runs past its entry",
                       e->name);
             if (id == 1) {
                 const uint8_t *v = x + 4, *vend = v + len;
                 uint64_t *vals[3] = {&e->usize, &e->csize, &e->header_off};
-                uint32_t lim[3] = {rd32(c + 24), rd32(c + 20), rd32(c + 42)};
+                uint32_t lim[3] = {ferry__load_le32(c + 24), ferry__load_le32(c + 20),
+                                   ferry__load_le32(c + 42)};
                 for (int j = 0; j < 3; j++) {
                     if (lim[j] != 0xFFFFFFFFu)
                         continue;
                     if (vend - v < 8)
                         ZFAIL((uint64_t)(x - p), "member \"%s\": zip64 extra field too short",
                               e->name);
-                    *vals[j] = rd64(v);
+                    *vals[j] = ferry__load_le64(v);
                     v += 8;
                 }
             }
@@ -137,9 +127,9 @@ int ferry__zip_read(const uint8_t *p, size_t n, const char *name, size_t max_mem
                   e->name, (unsigned long long)e->csize, (unsigned long long)e->usize);
         /* the local header: its name must match; its own lengths place the data */
         uint64_t h = e->header_off;
-        if (h > cd_off || cd_off - h < 30 || rd32(p + h) != SIG_LOCAL)
+        if (h > cd_off || cd_off - h < 30 || ferry__load_le32(p + h) != SIG_LOCAL)
             ZFAIL(h, "member \"%s\": no local header where the directory says", e->name);
-        uint16_t lnlen = rd16(p + h + 26), lxlen = rd16(p + h + 28);
+        uint16_t lnlen = ferry__load_le16(p + h + 26), lxlen = ferry__load_le16(p + h + 28);
         if (lnlen != nlen || (uint64_t)30 + lnlen > cd_off - h ||
             memcmp(p + h + 30, e->name, nlen) != 0)
             ZFAIL(h, "member \"%s\": the local header names another member", e->name);

@@ -98,28 +98,11 @@ static void copy_ahead(ferry_loader *l)
  * Returns false when there was nothing to do. */
 static bool work_inline(ferry_loader *l)
 {
-    uint32_t first, count, nfilled;
+    uint32_t first, count;
     ferry_batch *b = ferry__loader_claim(l, &first, &count);
-    if (!b)
-        return false;
-    l->busy_workers++;
-    pthread_mutex_unlock(&l->m);
-    worker *w = &l->inline_worker;
-    uint64_t t0 = ferry_now_ns();
-    memset(w->ctx.stage_ns, 0, sizeof w->ctx.stage_ns);
-    if (w->tb)
-        w->tb->mark = t0;
-    ferry__loader_hint_ahead(l, w, b, first);
-    ferry__loader_work_guarded(l, b, first, count, w, &nfilled);
-    uint64_t dt = ferry_now_ns() - t0;
-    if (w->tb)
-        ferry__trace_span(w->tb, FERRY__EV_READ, t0 + dt, b->number);
-    ferry__loader_finish_grain(l, b, count, nfilled, w->tb);
-    ferry__loader_account(&l->inline_worker, dt);
-    l->truncated += l->inline_worker.ctx.truncated;
-    l->inline_worker.ctx.truncated = 0;
-    l->busy_workers--;
-    return true;
+    if (b)
+        ferry__loader_run_grain(l, &l->inline_worker, b, first, count);
+    return b != NULL;
 }
 
 /* The consumer waited from t0 until now, for batch `number` (UINT64_MAX: none

@@ -344,6 +344,7 @@ static void wait_workers_idle(ferry_loader *l)
         pthread_cond_wait(&l->ready_cv, &l->m);
 }
 
+/* Starts epoch at first_batch (where l->resuming says, when set). Under m. */
 int ferry__loader_start_locked(ferry_loader *l, uint64_t epoch, uint64_t first_batch)
 {
     int rc = 0;
@@ -664,7 +665,7 @@ static void compact(ferry_loader *l, ferry_batch *b, uint32_t nslots)
  * accounted for (all of them, done or dropped). Outside m. */
 /* Adds a grain's time (dt) to w's counters: busy, and each stage the dataset
  * claimed, the rest as READ. Under m. */
-void ferry__loader_account(worker *w, uint64_t dt)
+static void account(worker *w, uint64_t dt)
 {
     uint64_t claimed = 0;
     w->busy_ns += dt;
@@ -824,8 +825,8 @@ __attribute__((noinline)) static void work(ferry_loader *l, ferry_batch *b, uint
  * for every sample (a sigsetjmp each). A file cut short under the reader fails
  * the sample in hand, with the dataset's message naming the file, and the grain
  * goes on with the next sample. */
-void ferry__loader_work_guarded(ferry_loader *l, ferry_batch *b, uint32_t first, uint32_t count,
-                                worker *w, uint32_t *nfilled)
+static void work_guarded(ferry_loader *l, ferry_batch *b, uint32_t first, uint32_t count, worker *w,
+                         uint32_t *nfilled)
 {
     ferry_ctx *ctx = &w->ctx;
     if (b->shard >= 0) {
@@ -904,8 +905,8 @@ static void publish(ferry_loader *l, ferry_batch *b, uint32_t nslots, ferry__tbu
 
 /* Finishes a grain: counts it and, if it was the batch's last, prepares and
  * publishes the batch. Takes m. */
-void ferry__loader_finish_grain(ferry_loader *l, ferry_batch *b, uint32_t count, uint32_t nfilled,
-                                ferry__tbuf *tb)
+static void finish_grain(ferry_loader *l, ferry_batch *b, uint32_t count, uint32_t nfilled,
+                         ferry__tbuf *tb)
 {
     /* Read the size while this grain still pins the batch: once the count is in,
      * another worker may finish, publish and reschedule the buffer. */
@@ -923,6 +924,7 @@ void ferry__loader_finish_grain(ferry_loader *l, ferry_batch *b, uint32_t count,
         publish(l, b, nfilled, tb);
 }
 
+/* The batches ready and in flight, as a counter event of tb's. Under m. */
 void ferry__loader_trace_queue(ferry_loader *l, ferry__tbuf *tb)
 {
     uint64_t ready = l->nready, flight = l->undelivered > ready ? l->undelivered - ready : 0;
@@ -933,7 +935,7 @@ void ferry__loader_trace_queue(ferry_loader *l, ferry__tbuf *tb)
 /* A worker that opens batch k tells the dataset which samples batch k + prefetch
  * will read: that batch comes next in this buffer, so its reads can be under way
  * while the pool drains. Outside m. */
-void ferry__loader_hint_ahead(ferry_loader *l, worker *w, const ferry_batch *b, uint32_t first)
+static void hint_ahead(ferry_loader *l, worker *w, const ferry_batch *b, uint32_t first)
 {
     if (first != 0 || !w->hint || b->shard >= 0 || l->ds->near_hints_only)
         return;
@@ -946,14 +948,34 @@ void ferry__loader_hint_ahead(ferry_loader *l, worker *w, const ferry_batch *b, 
     l->ds->vt->hint(l->ds->self, w->hint, (size_t)count, 0);
 }
 
-static void *worker_main_thread(void *arg);
-
-void ferry__loader_worker_job(void *arg)
+/* Runs a grain claimed under m: the samples outside m, then, under m again, the
+ * batch counted (and published when it was its last) and the time in w's
+ * counters. Returns under m, with the grain's time in ns. */
+uint64_t ferry__loader_run_grain(ferry_loader *l, worker *w, ferry_batch *b, uint32_t first,
+                                 uint32_t count)
 {
-    worker_main_thread(arg);
+    l->busy_workers++;
+    pthread_mutex_unlock(&l->m);
+    uint64_t t0 = ferry_now_ns();
+    memset(w->ctx.stage_ns, 0, sizeof w->ctx.stage_ns);
+    if (w->tb)
+        w->tb->mark = t0;
+    hint_ahead(l, w, b, first);
+    uint32_t nfilled;
+    work_guarded(l, b, first, count, w, &nfilled);
+    uint64_t dt = ferry_now_ns() - t0;
+    if (w->tb) /* what no sample's slice holds (a replayed batch, a fault) */
+        ferry__trace_span(w->tb, FERRY__EV_READ, t0 + dt, b->number);
+    finish_grain(l, b, count, nfilled, w->tb);
+    account(w, dt);
+    l->truncated += w->ctx.truncated;
+    w->ctx.truncated = 0;
+    l->busy_workers--;
+    return dt;
 }
 
-static void *worker_main_thread(void *arg)
+/* A worker's loop: a job of the pool, one per worker. */
+void ferry__loader_worker_job(void *arg)
 {
     worker *w = arg;
     ferry_loader *l = w->l;
@@ -999,27 +1021,8 @@ static void *worker_main_thread(void *arg)
         /* another batch may be open for claiming: wake a peer */
         if (l->open_count && l->idle_workers)
             pthread_cond_signal(&l->work_cv);
-        l->busy_workers++;
-        pthread_mutex_unlock(&l->m);
-
-        uint64_t t0 = ferry_now_ns();
-        memset(w->ctx.stage_ns, 0, sizeof w->ctx.stage_ns);
-        if (w->tb)
-            w->tb->mark = t0;
-        ferry__loader_hint_ahead(l, w, b, first);
-        uint32_t nfilled;
-        ferry__loader_work_guarded(l, b, first, count, w, &nfilled);
-        uint64_t dt = ferry_now_ns() - t0;
-        if (w->tb) /* what no sample's slice holds (a replayed batch, a fault) */
-            ferry__trace_span(w->tb, FERRY__EV_READ, t0 + dt, b->number);
-
-        ferry__loader_finish_grain(l, b, count, nfilled, w->tb);
-        uint64_t per = dt / (count ? count : 1);
+        uint64_t per = ferry__loader_run_grain(l, w, b, first, count) / (count ? count : 1);
         l->ns_per_sample = l->ns_per_sample ? (7 * l->ns_per_sample + per) / 8 : per + 1;
-        ferry__loader_account(w, dt);
-        l->truncated += w->ctx.truncated;
-        w->ctx.truncated = 0;
-        l->busy_workers--;
         if (l->busy_workers == 0)
             pthread_cond_broadcast(&l->ready_cv);
     }
@@ -1027,5 +1030,4 @@ static void *worker_main_thread(void *arg)
     pthread_mutex_unlock(&l->m);
     if (last)
         ferry__loader_destroy(l); /* free returned without this worker, and no batch is held */
-    return NULL;
 }

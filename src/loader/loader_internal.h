@@ -228,7 +228,8 @@ static inline int ferry__loader_set_errmsg(ferry_loader *l, int rc)
     return rc;
 }
 
-/* ---- engine.c (each function's comment is at its definition) ---- */
+/* Shared by the files; each function's comment is at its definition. */
+/* engine.c */
 int ferry__loader_alloc_buffers(ferry_loader *l, uint32_t nbufs);
 void ferry__loader_destroy(ferry_loader *l);
 void ferry__block_retire(ferry_loader *l, block *k);
@@ -240,38 +241,18 @@ void ferry__loader_free_replay(ferry_loader *l);
 void ferry__loader_stop_epoch(ferry_loader *l);
 int ferry__loader_start_locked(ferry_loader *l, uint64_t epoch, uint64_t first_batch);
 bool ferry__loader_sched_done(const ferry_loader *l);
-/* A grain's steps, as a worker takes them: claim (under m); the read-ahead hint
- * and the samples (outside m); finish_grain, which publishes a completed batch,
- * and account (under m). */
 ferry_batch *ferry__loader_claim(ferry_loader *l, uint32_t *first, uint32_t *count);
-void ferry__loader_hint_ahead(ferry_loader *l, worker *w, const ferry_batch *b, uint32_t first);
-void ferry__loader_work_guarded(ferry_loader *l, ferry_batch *b, uint32_t first, uint32_t count,
-                                worker *w, uint32_t *nfilled);
-void ferry__loader_finish_grain(ferry_loader *l, ferry_batch *b, uint32_t count, uint32_t nfilled,
-                                ferry__tbuf *tb);
-/* Under m: the batches ready and in flight, as a counter of tb's. */
+uint64_t ferry__loader_run_grain(ferry_loader *l, worker *w, ferry_batch *b, uint32_t first,
+                                 uint32_t count);
 void ferry__loader_trace_queue(ferry_loader *l, ferry__tbuf *tb);
-void ferry__loader_account(worker *w, uint64_t dt);
-/* A worker's loop, for the pool. */
 void ferry__loader_worker_job(void *arg);
-
-/* ---- options.c ---- */
-
-/* Checks the options' bounds; stream_shards 0 becomes 1. */
+/* options.c */
 int ferry__loader_check_opts(ferry_loader_opts *o);
-/* The memory the settings ask for against the budget; sets the default prefetch
- * and the spares kept. */
 int ferry__loader_check_budget(ferry_loader *l);
-/* The device options: a device name, pin_memory. */
 int ferry__loader_open_device(ferry_loader *l);
-/* The ring of device buffers, once the blocks' size is known. */
 int ferry__loader_open_ring(ferry_loader *l);
-
-/* ---- state.c ---- */
-
-/* Under m: the rotation and next batch as of the batches handed out, b taken. */
+/* state.c */
 void ferry__loader_note_done(ferry_loader *l, ferry_batch *b);
-/* Under m, from start_locked: puts the just opened shards where l->resuming says. */
 int ferry__loader_restore_shards(ferry_loader *l, uint64_t epoch);
 
 #endif

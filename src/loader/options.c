@@ -28,6 +28,7 @@ void ferry_loader_opts_default(ferry_loader_opts *o)
     o->skip_budget = FERRY_SKIP_BUDGET_DEFAULT;
 }
 
+/* Checks the options' bounds; stream_shards 0 becomes 1. */
 int ferry__loader_check_opts(ferry_loader_opts *o)
 {
     if (o->batch_size < 1 || o->batch_size > MAX_BATCH)
@@ -210,6 +211,7 @@ int ferry__loader_open_device(ferry_loader *l)
     return rc < 0 ? ferry__err_prefix(rc, "pin_memory") : 0;
 }
 
+/* The ring of device buffers, once the blocks' size is known. */
 int ferry__loader_open_ring(ferry_loader *l)
 {
     if (l->device < 0)

@@ -3,7 +3,7 @@
  * resume that puts a loader back there.
  */
 #include "loader_internal.h"
-#include "ferry/records.h" /* ferry_crc32c, for the state blob */
+#include "../core/bytes.h"
 
 #include <string.h>
 
@@ -26,28 +26,6 @@
 #define STATE_MAGIC "ferry-ls"
 #define STATE_VERSION 2u
 #define STATE_HEAD 96u
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
-}
 
 /* Under m: the batches are taken in order; follow the rotation as schedule() and
  * publish() did for them. */
@@ -72,52 +50,6 @@ void ferry__loader_note_done(ferry_loader *l, ferry_batch *b)
     }
 }
 
-static int get_u32(ferry_state *r, uint32_t *v)
-{
-    uint8_t b[4];
-    int rc = ferry_state_get(r, b, 4);
-    *v = rc < 0 ? 0 : get32(b);
-    return rc;
-}
-
-static void put_u32(ferry_state *w, uint32_t v)
-{
-    uint8_t b[4];
-    put32(b, v);
-    ferry_state_put(w, b, 4);
-}
-
-/* Samples' places: four little-endian u64 each (on a little-endian machine, the
- * bytes of ferry_pos). */
-#define POS_LE (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ && sizeof(ferry_pos) == 32)
-
-static void put_places(ferry_state *w, const ferry_pos *pos, uint32_t n)
-{
-    if (POS_LE) {
-        ferry_state_put(w, pos, (size_t)n * sizeof *pos);
-        return;
-    }
-    for (uint32_t i = 0; i < n; i++) {
-        ferry_state_put_u64(w, pos[i].epoch);
-        ferry_state_put_u64(w, pos[i].a);
-        ferry_state_put_u64(w, pos[i].b);
-        ferry_state_put_u64(w, pos[i].c);
-    }
-}
-
-static int get_places(ferry_state *r, ferry_pos *pos, uint32_t n)
-{
-    if (POS_LE)
-        return ferry_state_get(r, pos, (size_t)n * sizeof *pos);
-    int rc = 0;
-    for (uint32_t i = 0; i < n && rc == 0; i++)
-        if ((rc = ferry_state_get_u64(r, &pos[i].epoch)) == 0 &&
-            (rc = ferry_state_get_u64(r, &pos[i].a)) == 0 &&
-            (rc = ferry_state_get_u64(r, &pos[i].b)) == 0)
-            rc = ferry_state_get_u64(r, &pos[i].c);
-    return rc;
-}
-
 /* Under m, from start_locked with the shards just opened: puts each shard where
  * the state (l->resuming, checked whole) says. A resumable stream restores each
  * shard's saved position (a shuffle buffer's samples are read again from their
@@ -129,7 +61,7 @@ int ferry__loader_restore_shards(ferry_loader *l, uint64_t epoch)
 {
     int rc = 0;
     ferry_state r = {.in = l->resuming + STATE_HEAD, .n = l->resuming_len - STATE_HEAD - 4};
-    uint32_t version = get32(l->resuming + 8);
+    uint32_t version = ferry__load_le32(l->resuming + 8);
     ferry_ctx *ctx = &l->inline_worker.ctx;
     ctx->epoch = epoch;
     uint8_t *mem = NULL;
@@ -186,9 +118,9 @@ int ferry__loader_restore_shards(ferry_loader *l, uint64_t epoch)
     l->cursor = l->done_cursor;
     if (version >= 2) {
         uint32_t cursor, live, npend;
-        FERRY_TRY(get_u32(&r, &cursor));
-        FERRY_TRY(get_u32(&r, &live));
-        FERRY_TRY(get_u32(&r, &npend));
+        FERRY_TRY(ferry__state_get_u32(&r, &cursor));
+        FERRY_TRY(ferry__state_get_u32(&r, &live));
+        FERRY_TRY(ferry__state_get_u32(&r, &npend));
         if (resumable) {
             l->live = live;
             l->cursor = cursor;
@@ -206,14 +138,14 @@ int ferry__loader_restore_shards(ferry_loader *l, uint64_t epoch)
             pending *e = &l->replay[k];
             l->nreplay = k + 1;
             uint32_t flags, rc32, mlen;
-            FERRY_TRY(get_u32(&r, &e->shard));
-            FERRY_TRY(get_u32(&r, &e->n));
-            FERRY_TRY(get_u32(&r, &e->skipped));
-            FERRY_TRY(get_u32(&r, &flags));
+            FERRY_TRY(ferry__state_get_u32(&r, &e->shard));
+            FERRY_TRY(ferry__state_get_u32(&r, &e->n));
+            FERRY_TRY(ferry__state_get_u32(&r, &e->skipped));
+            FERRY_TRY(ferry__state_get_u32(&r, &flags));
             FERRY_TRY(ferry_state_get_u64(&r, &e->calls));
-            FERRY_TRY(get_u32(&r, &rc32));
-            FERRY_TRY(get_u32(&r, &e->fail_slot));
-            FERRY_TRY(get_u32(&r, &mlen));
+            FERRY_TRY(ferry__state_get_u32(&r, &rc32));
+            FERRY_TRY(ferry__state_get_u32(&r, &e->fail_slot));
+            FERRY_TRY(ferry__state_get_u32(&r, &mlen));
             if (e->shard >= l->nshards || e->n > l->o.batch_size || flags > 3 ||
                 mlen >= sizeof e->fail_msg || ((flags & 2) && e->n == 0))
                 FERRY_FAIL(FERRY_ECORRUPT, "loader state: batch %u of those read is damaged", k);
@@ -226,7 +158,7 @@ int ferry__loader_restore_shards(ferry_loader *l, uint64_t epoch)
                 FERRY_FAIL(FERRY_ECORRUPT, "loader state: batch %u of those read is cut short", k);
             if (e->n && !(e->pos = ferry__malloc(e->n * sizeof *e->pos)))
                 FERRY_FAIL(FERRY_ENOMEM, "loader: out of memory");
-            FERRY_TRY(get_places(&r, e->pos, e->n));
+            FERRY_TRY(ferry__state_get_pos(&r, e->pos, e->n));
         }
     }
     if (r.off != r.n)
@@ -285,20 +217,20 @@ static int state_build(ferry_loader *l, ferry_state *w)
     }
     uint8_t head[STATE_HEAD];
     memcpy(head, STATE_MAGIC, 8);
-    put32(head + 8, STATE_VERSION);
-    put32(head + 12, l->st ? 2 : 1);
-    put64(head + 16, source_id(l));
-    put64(head + 24, l->o.batch_size);
-    put64(head + 32, l->o.seed);
-    put32(head + 40, l->o.drop_last ? 1 : 0);
-    put32(head + 44, l->st ? l->nshards : 0);
-    put64(head + 48, (uint64_t)l->o.world_size);
-    put64(head + 56, (uint64_t)l->o.rank);
-    put64(head + 64, l->epoch);
-    put64(head + 72, l->done_next);
-    put64(head + 80, l->epoch_skipped);
-    put32(head + 88, l->st ? l->done_cursor : 0);
-    put32(head + 92, l->st ? l->done_live : 0);
+    ferry__store_le32(head + 8, STATE_VERSION);
+    ferry__store_le32(head + 12, l->st ? 2 : 1);
+    ferry__store_le64(head + 16, source_id(l));
+    ferry__store_le64(head + 24, l->o.batch_size);
+    ferry__store_le64(head + 32, l->o.seed);
+    ferry__store_le32(head + 40, l->o.drop_last ? 1 : 0);
+    ferry__store_le32(head + 44, l->st ? l->nshards : 0);
+    ferry__store_le64(head + 48, (uint64_t)l->o.world_size);
+    ferry__store_le64(head + 56, (uint64_t)l->o.rank);
+    ferry__store_le64(head + 64, l->epoch);
+    ferry__store_le64(head + 72, l->done_next);
+    ferry__store_le64(head + 80, l->epoch_skipped);
+    ferry__store_le32(head + 88, l->st ? l->done_cursor : 0);
+    ferry__store_le32(head + 92, l->st ? l->done_live : 0);
     ferry_state_put(w, head, sizeof head);
     ferry_state pw = {.grow = true};
     for (uint32_t s = 0; l->st && s < l->nshards; s++) {
@@ -313,11 +245,11 @@ static int state_build(ferry_loader *l, ferry_state *w)
         ferry_state_put(w, pw.buf, pw.len);
     }
     if (l->st) {
-        put_u32(w, l->st ? l->cursor : 0);
-        put_u32(w, l->st ? l->live : 0);
+        ferry__state_put_u32(w, l->st ? l->cursor : 0);
+        ferry__state_put_u32(w, l->st ? l->live : 0);
         uint64_t inflight = resumable ? l->next_sched - l->done_next : 0;
         uint32_t queued = resumable ? l->nreplay - l->replay_head : 0;
-        put_u32(w, (uint32_t)(inflight + queued));
+        ferry__state_put_u32(w, (uint32_t)(inflight + queued));
         for (uint64_t k = 0; k < inflight + queued; k++) {
             const ferry_batch *b = NULL;
             const pending *e = NULL;
@@ -335,17 +267,17 @@ static int state_build(ferry_loader *l, ferry_state *w)
                   : e->last_failed;
             const char *msg = b ? b->fail_msg : e->fail_msg;
             size_t mlen = (b ? b->skipped : e->skipped) ? strlen(msg) : 0;
-            put_u32(w, b ? (uint32_t)b->shard : e->shard);
-            put_u32(w, n);
-            put_u32(w, b ? b->skipped : e->skipped);
-            put_u32(w,
-                    (uint32_t)(b ? b->shard_ended : e->shard_ended) | (uint32_t)last_failed << 1);
+            ferry__state_put_u32(w, b ? (uint32_t)b->shard : e->shard);
+            ferry__state_put_u32(w, n);
+            ferry__state_put_u32(w, b ? b->skipped : e->skipped);
+            ferry__state_put_u32(w, (uint32_t)(b ? b->shard_ended : e->shard_ended) |
+                                        (uint32_t)last_failed << 1);
             ferry_state_put_u64(w, b ? b->calls : e->calls);
-            put_u32(w, (uint32_t)(b ? b->fail_rc : e->fail_rc));
-            put_u32(w, b ? b->fail_slot : e->fail_slot);
-            put_u32(w, (uint32_t)mlen);
+            ferry__state_put_u32(w, (uint32_t)(b ? b->fail_rc : e->fail_rc));
+            ferry__state_put_u32(w, b ? b->fail_slot : e->fail_slot);
+            ferry__state_put_u32(w, (uint32_t)mlen);
             ferry_state_put(w, msg, mlen);
-            put_places(w, b ? b->pos : e->pos, n);
+            ferry__state_put_pos(w, b ? b->pos : e->pos, n);
         }
     }
     if (w->nomem || pw.nomem)
@@ -388,7 +320,7 @@ int ferry_loader_state_save(ferry_loader *l, void *buf, size_t cap, size_t *len)
         rc = ferry__err(FERRY_EOVERFLOW, "loader state: %zu bytes needed, %zu given", need, cap);
     if (rc == 0) {
         memcpy(buf, w.buf, w.len);
-        put32((uint8_t *)buf + w.len, ferry_crc32c(0, buf, w.len));
+        ferry__store_le32((uint8_t *)buf + w.len, ferry_crc32c(0, buf, w.len));
     }
     ferry__free(w.buf);
     return ferry__loader_set_errmsg(l, rc);
@@ -410,37 +342,39 @@ int ferry_loader_state_resume(ferry_loader *l, const void *buf, size_t n)
     ferry__err_clear();
     if (!buf || n < STATE_HEAD + 4 || memcmp(p, STATE_MAGIC, 8) != 0)
         FERRY_FAIL(FERRY_ECORRUPT, "loader state: %zu bytes that are not a ferry loader state", n);
-    uint32_t version = get32(p + 8), nsh = get32(p + 44);
+    uint32_t version = ferry__load_le32(p + 8), nsh = ferry__load_le32(p + 44);
     if (version != STATE_VERSION && version != 1)
         FERRY_FAIL(FERRY_ENOTSUP, "loader state: version %u, this library reads versions 1 to %u",
                    version, STATE_VERSION);
     uint32_t crc = ferry_crc32c(0, p, n - 4);
-    if (crc != get32(p + n - 4))
+    if (crc != ferry__load_le32(p + n - 4))
         FERRY_FAIL(FERRY_ECORRUPT,
                    "loader state: CRC mismatch (stored %08x, computed %08x): "
                    "the state is damaged",
-                   get32(p + n - 4), crc);
-    if (get32(p + 12) != (l->st ? 2u : 1u))
+                   ferry__load_le32(p + n - 4), crc);
+    if (ferry__load_le32(p + 12) != (l->st ? 2u : 1u))
         FERRY_FAIL(FERRY_EINVAL, "loader state: saved from a %s loader, this one is %s",
-                   get32(p + 12) == 2 ? "stream" : "map-style", l->st ? "a stream" : "map-style");
-    if (get64(p + 16) != source_id(l))
+                   ferry__load_le32(p + 12) == 2 ? "stream" : "map-style",
+                   l->st ? "a stream" : "map-style");
+    if (ferry__load_le64(p + 16) != source_id(l))
         FERRY_FAIL(FERRY_EINVAL, "loader state: saved from another source (its schema%s differ)",
                    l->ds ? " or length" : "");
-    STATE_SAME("batch_size", get64(p + 24), l->o.batch_size);
-    STATE_SAME("seed", get64(p + 32), l->o.seed);
-    STATE_SAME("drop_last", get32(p + 40), l->o.drop_last ? 1 : 0);
-    if ((int64_t)get64(p + 48) != l->o.world_size || (int64_t)get64(p + 56) != l->o.rank)
+    STATE_SAME("batch_size", ferry__load_le64(p + 24), l->o.batch_size);
+    STATE_SAME("seed", ferry__load_le64(p + 32), l->o.seed);
+    STATE_SAME("drop_last", ferry__load_le32(p + 40), l->o.drop_last ? 1 : 0);
+    if ((int64_t)ferry__load_le64(p + 48) != l->o.world_size ||
+        (int64_t)ferry__load_le64(p + 56) != l->o.rank)
         FERRY_FAIL(FERRY_EINVAL,
                    "loader state: saved with rank %lld of world_size %lld, this loader has "
                    "rank %lld of %lld",
-                   (long long)get64(p + 56), (long long)get64(p + 48), (long long)l->o.rank,
-                   (long long)l->o.world_size);
+                   (long long)ferry__load_le64(p + 56), (long long)ferry__load_le64(p + 48),
+                   (long long)l->o.rank, (long long)l->o.world_size);
     STATE_SAME("stream_shards", nsh, l->st ? l->nshards : 0);
     if (!l->st && n != STATE_HEAD + 4)
         FERRY_FAIL(FERRY_ECORRUPT, "loader state: %zu bytes, a map-style state has %u", n,
                    STATE_HEAD + 4);
     /* the rotation as of the batches handed out; the rest is read by the restore */
-    uint32_t cursor = get32(p + 88), live = get32(p + 92), ended = 0;
+    uint32_t cursor = ferry__load_le32(p + 88), live = ferry__load_le32(p + 92), ended = 0;
     ferry_state r = {.in = p + STATE_HEAD, .n = n - STATE_HEAD - 4};
     for (uint32_t s = 0; s < nsh; s++) {
         uint64_t calls, e, e2 = 0, plen = 0;
@@ -472,10 +406,10 @@ int ferry_loader_state_resume(ferry_loader *l, const void *buf, size_t n)
     l->done_live = live;
     l->resuming = p;
     l->resuming_len = n;
-    rc = ferry__loader_start_locked(l, get64(p + 64), get64(p + 72));
+    rc = ferry__loader_start_locked(l, ferry__load_le64(p + 64), ferry__load_le64(p + 72));
     l->resuming = NULL;
     if (rc == 0)
-        l->epoch_skipped = get64(p + 80);
+        l->epoch_skipped = ferry__load_le64(p + 80);
 cleanup:
     if (locked)
         pthread_mutex_unlock(&l->m);

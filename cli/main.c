@@ -10,28 +10,27 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: ferry COMMAND [options]\n"
-            "\n"
-            "commands:\n"
-            "  bench SOURCE [options]   run a loading pipeline and report its throughput\n"
-            "  report TRACE [-o HTML]   summarise a trace (bench --trace), or write it as a page\n"
-            "  index FILE               write the line index of a text file (FILE.fidx)\n"
-            "  head SOURCE [-n N]       print the first records of a source\n"
-            "  pack SOURCE OUTDIR       write a source as record shards and a manifest\n"
-            "  ls DIR|FILE              list record shards\n"
-            "  cat FILE [-f I] [-n N]   print records of a shard\n"
-            "  verify DIR|FILE          check every record's CRC and the manifest\n"
-            "  stat DIR|FILE            summarise record shards\n"
-            "  (ls, cat and verify also read .safetensors files: names, dtypes, shapes, CRCs)\n"
-            "  tokens SOURCE OUT        write a field of token ids as an llm.c token shard\n"
-            "  classes SOURCE           the classes of an image folder and their labels\n"
-            "  version                  print the version (also -V, --version)\n"
-            "  help                     this text\n"
-            "\n"
-            "SOURCE is KIND:LOCATION[,key=value...], e.g. synthetic:100000,bytes=16 or\n"
-            "lines:train.txt,max=512.\n"
-            "'ferry COMMAND --help' describes a command.\n");
+    fprintf(f, "usage: ferry COMMAND [options]\n"
+               "\n"
+               "commands:\n"
+               "  bench SOURCE [options]   run a loading pipeline and report its throughput\n"
+               "  report TRACE [-o HTML]   summarise a trace (bench --trace) or write a page\n"
+               "  index FILE               write the line index of a text file (FILE.fidx)\n"
+               "  head SOURCE [-n N]       print the first records of a source\n"
+               "  pack SOURCE OUTDIR       write a source as record shards and a manifest\n"
+               "  ls DIR|FILE              list record shards\n"
+               "  cat FILE [-f I] [-n N]   print records of a shard\n"
+               "  verify DIR|FILE          check every record's CRC and the manifest\n"
+               "  stat DIR|FILE            summarise record shards\n"
+               "  (ls, cat and verify also read .safetensors files: names, dtypes, shapes, CRCs)\n"
+               "  tokens SOURCE OUT        write a field of token ids as an llm.c token shard\n"
+               "  classes SOURCE           the classes of an image folder and their labels\n"
+               "  version                  print the version (also -V, --version)\n"
+               "  help                     this text\n"
+               "\n"
+               "SOURCE is KIND:LOCATION[,key=value...], e.g. synthetic:100000,bytes=16 or\n"
+               "lines:train.txt,max=512.\n"
+               "'ferry COMMAND --help' describes a command.\n");
 }
 
 int main(int argc, char **argv)

@@ -121,6 +121,8 @@ typedef struct ev {
     int32_t slot;
     double ready, flight;
     bool has_ready;
+    uint32_t grain;
+    int32_t first;
 } ev;
 
 static void args(jcur *c, ev *e)
@@ -146,6 +148,10 @@ static void args(jcur *c, ev *e)
             e->ready = num(c), e->has_ready = true;
         else if (!strcmp(k, "in flight"))
             e->flight = num(c);
+        else if (!strcmp(k, "samples"))
+            e->grain = (uint32_t)num(c);
+        else if (!strcmp(k, "first"))
+            e->first = (int32_t)num(c);
         else
             skip(c, 2);
     } while (!c->bad && eat(c, ','));
@@ -250,8 +256,12 @@ static bool add(rtrace *t, const ev *e)
         if (k == UINT32_MAX ||
             !grow((void **)&t->slices, &t->cap_slices, t->nslices, sizeof(rslice)))
             return false;
-        t->slices[t->nslices++] =
-            (rslice){e->ts, e->dur, e->index, e->batch, e->slot, k, (uint32_t)kind_of(e->name)};
+        rslice r = {e->ts, e->dur, e->index, e->batch, e->slot, k, (uint32_t)kind_of(e->name), 0};
+        if (e->grain) { /* a grain of samples too cheap to trace one by one */
+            r.slot = e->first;
+            r.grain = e->grain;
+        }
+        t->slices[t->nslices++] = r;
         return true;
     }
     if (e->ph[0] == 'C' && e->has_ready) {
@@ -437,9 +447,9 @@ static void analyse(rtrace *t)
             continue;
         /* a sample's slices follow one another on its track */
         bool same = open && cur.track == s->track && cur.batch == s->batch && cur.slot == s->slot &&
-                    s->ts <= cur.ts + cur.dur + 0.002;
+                    cur.grain == s->grain && s->ts <= cur.ts + cur.dur + 0.002;
         if (!same) {
-            if (open)
+            if (open && !cur.grain)
                 keep_slowest(t, &cur);
             memset(&cur, 0, sizeof cur);
             cur.ts = s->ts;
@@ -447,13 +457,14 @@ static void analyse(rtrace *t)
             cur.batch = s->batch;
             cur.slot = s->slot;
             cur.track = s->track;
+            cur.grain = s->grain;
             open = true;
-            k->samples++;
+            k->samples += s->grain ? s->grain : 1; /* a grain of cheap samples, or one */
         }
         cur.dur = s->ts + s->dur - cur.ts;
         cur.stage[s->kind] += s->dur;
     }
-    if (open)
+    if (open && !cur.grain)
         keep_slowest(t, &cur);
     /* the queue, weighted by time: each value holds until the next */
     double weighted = 0, empty = 0, covered = 0;

@@ -18,8 +18,9 @@ extern const char *const report_kind_names[RK_COUNT];
 typedef struct rslice {
     double ts, dur;        /* µs from the trace's first event */
     uint64_t index, batch; /* UINT64_MAX: none */
-    int32_t slot;          /* -1: not a sample's */
+    int32_t slot;          /* -1: not a sample's; a grain's first */
     uint32_t track, kind;
+    uint32_t grain; /* a grain's samples (too cheap to be traced one by one); 0: one */
 } rslice;
 
 typedef struct rtrack {
@@ -48,7 +49,7 @@ typedef struct rsample {
     double ts, dur, stage[RK_COUNT];
     uint64_t index, batch;
     int32_t slot;
-    uint32_t track;
+    uint32_t track, grain;
 } rsample;
 
 #define REPORT_SLOWEST 20

@@ -110,7 +110,8 @@ static const char script[] =
     "   var x0=Math.max(xOf(tr.s[j]),LABEL-1),w=xOf(e)-x0,px=Math.floor(x0),k=tr.k[j];\n"
     "   if(w<1){if(px===lp&&k===lk)continue;w=1;}lp=Math.floor(x0+w-1);lk=k;"
     "var hh=k===4?ROW-4:ROW-8;\n"
-    "   ctx.fillStyle=COL[k];ctx.fillRect(px,y+(ROW-hh)/2,Math.max(1,Math.round(x0+w)-px),hh);n++;}}\n"
+    "   "
+    "ctx.fillStyle=COL[k];ctx.fillRect(px,y+(ROW-hh)/2,Math.max(1,Math.round(x0+w)-px),hh);n++;}}\n"
     " for(i=0;i<inst.t.length;i++){if(inst.t[i]<v0||inst.t[i]>v1)continue;var ix=xOf(inst.t[i]),"
     "iy=RULER+inst.tr[i]*ROW;\n"
     "  ctx.fillStyle=inst.e[i]?'#d00':'#f90';ctx.beginPath();ctx.moveTo(ix,iy+2);"
@@ -315,7 +316,9 @@ static void slowest_table(const rtrace *t, FILE *f)
 {
     fputs("<h2>The slowest samples</h2>", f);
     if (!t->nslowest) {
-        fputs("<p class=muted>No sample slices in this trace.</p>\n", f);
+        fputs("<p class=muted>No sample of its own in this trace: samples under 2 &micro;s are "
+              "traced a grain (a run of a batch's slots) at a time.</p>\n",
+              f);
         return;
     }
     fputs("<table><tr><th>index</th><th>batch</th><th>slot</th><th class=l>track</th>"

@@ -134,6 +134,39 @@ TEST(slices_of_each_stage_add_up_to_the_stats)
     test_remove_dir();
 }
 
+TEST(cheap_samples_are_traced_a_grain_at_a_time)
+{
+    char path[512];
+    test_make_dir("trace_grain");
+    test_path("t.json", path);
+    ferry_dataset *ds;
+    ferry_synthetic_opts so = {.count = 300000, .bytes = 8};
+    CHECK_OK(ferry_dataset_synthetic(&ds, &so));
+    ferry_loader_opts o;
+    ferry_loader_opts_default(&o);
+    o.batch_size = 64;
+    o.num_workers = 2;
+    o.trace = path;
+    ferry_loader *l;
+    CHECK_OK(ferry_loader_create(&l, ds, &o));
+    run_epoch(l);
+    ferry_loader_stats st;
+    CHECK_OK(ferry_loader_stats_get(l, &st));
+    CHECK_OK(ferry_loader_free_within(l, 5000));
+    size_t n;
+    char *json = (char *)test_read_file(path, &n);
+    json[n] = 0;
+    CHECK_CONTAINS(json, "\"first\":0,\"samples\":");
+    uint64_t count;
+    double us = sum_dur(json, "read", "X", &count), want = (double)st.stage_ns[0] / 1000;
+    if (us < 0.9 * want || us > 1.1 * want)
+        test_fail(__FILE__, __LINE__, "read slices add up to %.1f us; stats %.1f", us, want);
+    CHECK(count < 300000 / 8); /* a few slices a grain, not one a sample */
+    free(json);
+    ferry_dataset_free(ds);
+    test_remove_dir();
+}
+
 TEST(a_full_buffer_drops_and_counts)
 {
     char path[512];

@@ -721,8 +721,9 @@ static void replay_batch(ferry_loader *l, ferry_batch *b, ferry_ctx *ctx, uint32
 
 __attribute__((noinline)) static void work(ferry_loader *l, ferry_batch *b, uint32_t first,
                                            uint32_t count, ferry_ctx *ctx, uint32_t *nfilled,
-                                           volatile uint32_t *cur, ferry__tbuf *tb)
+                                           volatile uint32_t *cur, worker *w)
 {
+    ferry__tbuf *tb = w->tb; /* errors and skips */
     ctx->epoch = b->epoch;
     ctx->gen_now = &l->gen;
     ctx->gen = b->gen;
@@ -740,16 +741,17 @@ __attribute__((noinline)) static void work(ferry_loader *l, ferry_batch *b, uint
             l->ds->vt->hint(l->ds->self, b->indices + first, count, 1);
     }
     uint64_t claimed[FERRY_STAGE_COUNT];
-    if (tb && ferry__trace_full(tb)) {
-        tb->dropped += count - 1; /* full: the grain's samples are dropped, and counted */
-        tb = NULL;
+    ferry__tbuf *ts = w->trace_samples ? w->tb : NULL; /* each sample's slices */
+    if (ts && ferry__trace_full(ts)) {
+        ts->dropped += count - 1; /* full: the grain's samples are dropped, and counted */
+        ts = NULL;
     }
-    if (tb)
-        ferry__trace_span(tb, FERRY__EV_HINTS, ferry_now_ns(), b->number);
+    if (ts)
+        ferry__trace_span(ts, FERRY__EV_HINTS, ferry_now_ns(), b->number);
     for (uint32_t i = first; i < first + count; i++) {
         if (atomic_load_explicit(&l->gen, memory_order_relaxed) != b->gen)
             break; /* stale: drop the rest */
-        if (tb)
+        if (ts)
             memcpy(claimed, ctx->stage_ns, sizeof claimed);
         if (cur)
             *cur = i;
@@ -796,10 +798,10 @@ __attribute__((noinline)) static void work(ferry_loader *l, ferry_batch *b, uint
             if (rc < 0 && l->o.on_error == FERRY_ON_ERROR_SKIP && l->o.on_skip)
                 l->o.on_skip(b->epoch, index, rc, ferry_last_errmsg(), l->o.on_skip_arg);
         }
-        if (tb) {
+        if (ts) {
             for (int s = 0; s < FERRY_STAGE_COUNT; s++)
                 claimed[s] = ctx->stage_ns[s] - claimed[s];
-            ferry__trace_sample(tb, ferry_now_ns(), claimed, index, b->number, (int32_t)i);
+            ferry__trace_sample(ts, ferry_now_ns(), claimed, index, b->number, (int32_t)i);
         }
         b->indices[i] = index;
         if (rc < 0) {
@@ -830,7 +832,7 @@ static void work_guarded(ferry_loader *l, ferry_batch *b, uint32_t first, uint32
 {
     ferry_ctx *ctx = &w->ctx;
     if (b->shard >= 0) {
-        work(l, b, first, count, ctx, nfilled, NULL, w->tb);
+        work(l, b, first, count, ctx, nfilled, NULL, w);
         return;
     }
     volatile uint32_t cur = first, from = first;
@@ -853,7 +855,7 @@ static void work_guarded(ferry_loader *l, ferry_batch *b, uint32_t first, uint32
             continue;
         }
         cur = from; /* a fault in the grain's hint fails its first sample */
-        work(l, b, from, first + count - from, ctx, nfilled, &cur, w->tb);
+        work(l, b, from, first + count - from, ctx, nfilled, &cur, w);
         ferry__guard_pop(&g);
         return;
     }
@@ -956,6 +958,8 @@ uint64_t ferry__loader_run_grain(ferry_loader *l, worker *w, ferry_batch *b, uin
 {
     l->busy_workers++;
     pthread_mutex_unlock(&l->m);
+    /* samples cheaper than FERRY_TRACE_SAMPLE_NS are traced a grain at a time */
+    w->trace_samples = !w->trace_ns || w->trace_ns >= FERRY_TRACE_SAMPLE_NS;
     uint64_t t0 = ferry_now_ns();
     memset(w->ctx.stage_ns, 0, sizeof w->ctx.stage_ns);
     if (w->tb)
@@ -964,8 +968,14 @@ uint64_t ferry__loader_run_grain(ferry_loader *l, worker *w, ferry_batch *b, uin
     uint32_t nfilled;
     work_guarded(l, b, first, count, w, &nfilled);
     uint64_t dt = ferry_now_ns() - t0;
-    if (w->tb) /* what no sample's slice holds (a replayed batch, a fault) */
+    if (w->tb && w->trace_samples) /* what no sample's slice holds (a replay, a fault) */
         ferry__trace_span(w->tb, FERRY__EV_READ, t0 + dt, b->number);
+    else if (w->tb)
+        ferry__trace_grain(w->tb, t0 + dt, w->ctx.stage_ns, b->number, first, count);
+    if (w->tb) {
+        uint64_t per = dt / (count ? count : 1);
+        w->trace_ns = w->trace_ns ? (7 * w->trace_ns + per) / 8 : per + 1;
+    }
     finish_grain(l, b, count, nfilled, w->tb);
     account(w, dt);
     l->truncated += w->ctx.truncated;

@@ -125,7 +125,9 @@ typedef struct worker {
     ferry_ctx ctx;
     uint64_t *hint; /* batch_size indices, for datasets that take read-ahead hints */
     uint64_t busy_ns, idle_ns, stage_ns[FERRY_STAGE_COUNT]; /* under l->m */
-    ferry__tbuf *tb; /* its events, or NULL without a trace */
+    ferry__tbuf *tb;    /* its events, or NULL without a trace */
+    bool trace_samples; /* this grain's samples each have slices (else the grain has) */
+    uint64_t trace_ns;  /* its samples' cost, a moving average; 0 = unknown */
 } worker;
 
 struct ferry_loader {

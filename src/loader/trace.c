@@ -165,26 +165,39 @@ void ferry__trace_free(ferry__trace *t)
     ferry__free(t);
 }
 
-void ferry__trace_sample(ferry__tbuf *b, uint64_t end, const uint64_t *claimed, uint64_t index,
-                         uint64_t batch, int32_t slot)
+/* The slices of [b->mark, end): the unclaimed time as reading (as the stats
+ * count it), then the stages the dataset claimed, in their order, so that they
+ * add up to the time. */
+static void stages(ferry__tbuf *b, uint8_t ph, uint64_t end, const uint64_t *claimed,
+                   uint64_t index, uint64_t batch, int32_t slot)
 {
     uint64_t at = b->mark, total = end > at ? end - at : 0, other = 0;
     for (int s = 1; s < FERRY_STAGE_COUNT; s++)
         other += claimed[s];
-    /* the unclaimed time is reading (as the stats count it), then the stages the
-     * dataset claimed, in their order: the sum is the sample's time */
     uint64_t read = total > other ? total - other : 0;
     if (read || !other)
-        ferry__trace_add(b, FERRY__EV_READ, FERRY__PH_SLICE, at, read, index, batch, slot, 0);
+        ferry__trace_add(b, FERRY__EV_READ, ph, at, read, index, batch, slot, 0);
     at += read;
     for (int s = 1; s < FERRY_STAGE_COUNT; s++) {
         if (!claimed[s])
             continue;
         uint64_t d = claimed[s] < end - at ? claimed[s] : end - at;
-        ferry__trace_add(b, (uint8_t)s, FERRY__PH_SLICE, at, d, index, batch, slot, 0);
+        ferry__trace_add(b, (uint8_t)s, ph, at, d, index, batch, slot, 0);
         at += d;
     }
     b->mark = end;
+}
+
+void ferry__trace_sample(ferry__tbuf *b, uint64_t end, const uint64_t *claimed, uint64_t index,
+                         uint64_t batch, int32_t slot)
+{
+    stages(b, FERRY__PH_SLICE, end, claimed, index, batch, slot);
+}
+
+void ferry__trace_grain(ferry__tbuf *b, uint64_t end, const uint64_t *claimed, uint64_t batch,
+                        uint32_t first, uint32_t count)
+{
+    stages(b, FERRY__PH_GRAIN, end, claimed, count, batch, (int32_t)first);
 }
 
 void ferry__trace_span(ferry__tbuf *b, uint8_t name, uint64_t end, uint64_t batch)
@@ -206,12 +219,13 @@ static void put_us(FILE *f, const char *key, uint64_t ns)
 static void put_event(FILE *f, const ferry__trace *t, uint32_t tid, const ferry__tev *e)
 {
     uint64_t ts = e->ts > t->t0 ? e->ts - t->t0 : 0;
-    const char *ph = e->ph == FERRY__PH_SLICE ? "X" : e->ph == FERRY__PH_COUNTER ? "C" : "i";
+    bool slice = e->ph == FERRY__PH_SLICE || e->ph == FERRY__PH_GRAIN;
+    const char *ph = slice ? "X" : e->ph == FERRY__PH_COUNTER ? "C" : "i";
     fprintf(f, ",\n{\"name\":\"%s\",\"ph\":\"%s\",\"pid\":%" PRId64, names[e->name], ph, t->rank);
     if (e->ph != FERRY__PH_COUNTER)
         fprintf(f, ",\"tid\":%u", tid);
     put_us(f, "ts", ts);
-    if (e->ph == FERRY__PH_SLICE)
+    if (slice)
         put_us(f, "dur", e->dur);
     if (e->ph == FERRY__PH_INSTANT)
         fputs(",\"s\":\"t\"", f);
@@ -221,6 +235,11 @@ static void put_event(FILE *f, const ferry__trace *t, uint32_t tid, const ferry_
         return;
     }
     fputs(",\"args\":{", f);
+    if (e->ph == FERRY__PH_GRAIN) {
+        fprintf(f, "\"batch\":%" PRIu64 ",\"first\":%d,\"samples\":%" PRIu64 "}}", e->batch,
+                e->slot, e->index);
+        return;
+    }
     const char *sep = "";
     if (e->batch != UINT64_MAX) {
         fprintf(f, "\"batch\":%" PRIu64, e->batch);

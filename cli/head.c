@@ -79,9 +79,9 @@ int cmd_head(int argc, char **argv)
     void *data[FERRY_MAX_FIELDS];
     int64_t len[FERRY_MAX_FIELDS];
     size_t total = 0;
-    for (int f = 0; f < nf; f++) {
+    for (int f = 0; f < nf; f++) { /* each field 64-byte aligned, as in a batch */
         fields[f] = ds ? ferry_dataset_field(ds, f) : ferry_stream_field(st, f);
-        total += ferry_field_nbytes(fields[f]);
+        total += (ferry_field_nbytes(fields[f]) + 63) & ~(size_t)63;
     }
     bool json = force_json || nf != 1 || fields[0]->dtype != FERRY_U8 || !fields[0]->variable;
     buf = malloc(total ? total : 1);
@@ -89,9 +89,9 @@ int cmd_head(int argc, char **argv)
         status = cli_error(1, "out of memory");
         goto done;
     }
-    for (int f = 0, off = 0; f < nf; f++) {
+    for (size_t f = 0, off = 0; f < (size_t)nf; f++) {
         data[f] = buf + off;
-        off += (int)ferry_field_nbytes(fields[f]);
+        off += (ferry_field_nbytes(fields[f]) + 63) & ~(size_t)63;
     }
     ferry_sample s = {nf, data, len, {0}};
     if (st && (rc = ferry_stream_open(st, 0, 1, 0, &it)) < 0) {

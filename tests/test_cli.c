@@ -198,6 +198,25 @@ TEST(index_then_head_and_bench_a_text_file)
     CHECK(system(args) == 0);
 }
 
+/* head of a TFRecord whose int64 field follows a bytes field of 3 bytes: each
+ * field is stored aligned (UBSan checks the stores). */
+TEST(head_stores_fields_aligned)
+{
+    /* one Example: a = ["xyz"], b = [5, 6] (int64), c = [1.5, 2.5] */
+    static const char rec[] =
+        "\x30\x00\x00\x00\x00\x00\x00\x00\x95\xf5\xd0\x5f\x0a\x2e\x0a\x0c\x0a\x01\x61\x12"
+        "\x07\x0a\x05\x0a\x03\x78\x79\x7a\x0a\x0b\x0a\x01\x62\x12\x06\x1a\x04\x0a\x02\x05"
+        "\x06\x0a\x11\x0a\x01\x63\x12\x0c\x12\x0a\x0a\x08\x00\x00\xc0\x3f\x00\x00\x20\x40"
+        "\xa3\x19\xeb\xe7";
+    char path[512], args[700], out[4096];
+    test_make_dir("cli-head-aligned");
+    test_write_file(test_path("mis.tfrecord", path), rec, sizeof rec - 1);
+    snprintf(args, sizeof args, "head tfrecord:%s", path);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
+    CHECK_CONTAINS(out, "{\"a\": \"xyz\", \"b\": [5, 6], \"c\": [1.5, 2.5]}");
+    test_remove_dir();
+}
+
 /* verify of something that is neither a shard nor a set's directory says what it
  * is, and exits with an error. */
 TEST(verify_of_a_device_or_fifo_says_what_it_is)

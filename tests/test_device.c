@@ -12,6 +12,7 @@
 #include "device/ring.h"   /* the ring of device buffers */
 
 #include <dlfcn.h>
+#include <sys/stat.h>
 #include <stdint.h>
 #include <unistd.h>
 
@@ -167,6 +168,24 @@ TEST(opts_default_is_unpinned_on_the_host)
     ferry_loader_free(l);
     CHECK_EQ(fake().inits, 0);
     CHECK_EQ(fake().registers, 0);
+    ferry_dataset_free(ds);
+}
+
+/* A FIFO given as the driver: refused at once (dlopen would wait for a writer). */
+TEST(a_fifo_as_the_driver_is_refused)
+{
+    ferry_dataset *ds = synthetic(64, 16, 0);
+    ferry_loader_opts o = pinned(8, 2, 2);
+    ferry_loader *l;
+    char fifo[600];
+    test_make_dir("device-fifo");
+    test_path("libcuda.so.1", fifo);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    CHECK(setenv("FERRY_CUDA_LIBRARY", fifo, 1) == 0);
+    CHECK_RC(ferry_loader_create(&l, ds, &o), FERRY_ENOTSUP);
+    check_has(ferry_last_errmsg(), "is not a regular file");
+    CHECK(unsetenv("FERRY_CUDA_LIBRARY") == 0);
+    test_remove_dir();
     ferry_dataset_free(ds);
 }
 

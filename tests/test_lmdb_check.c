@@ -182,6 +182,12 @@ static void meta_root_meta(uint8_t *f, size_t n)
     put64(f + 16 + 72 + 40, 1);
     put64(f + PSIZE + 16 + 72 + 40, 1);
 }
+static void last_page_wraps(uint8_t *f, size_t n)
+{
+    /* both meta pages: the last page number (at 120), 2^64 - 1: one more wraps */
+    put64(f + 16 + 120, UINT64_MAX);
+    put64(f + PSIZE + 16 + 120, UINT64_MAX);
+}
 static void dupsort(uint8_t *f, size_t n)
 {
     put16(f + 16 + 72 + 4, 0x04);
@@ -223,6 +229,7 @@ TEST(damaged_pages_are_errors_that_name_the_page)
     expect_damage(p, bad_page_size, FERRY_ECORRUPT, "a page size of 1000 bytes");
     expect_damage(p, meta_depth, FERRY_ECORRUPT, "a tree of depth 40");
     expect_damage(p, meta_root_meta, FERRY_ECORRUPT, "a root page number outside");
+    expect_damage(p, last_page_wraps, FERRY_ECORRUPT, "holds 18446744073709551616 pages");
     expect_damage(p, dupsort, FERRY_EINVAL, "keeps duplicate keys (MDB_DUPSORT)");
     expect_damage(p, dupdata_node, FERRY_ECORRUPT, "holding duplicates");
     test_path("big.mdb", q);

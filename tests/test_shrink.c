@@ -1,6 +1,7 @@
 /*
  * Files cut short under a reader: every mapped reader (a record shard, a lines
- * file, a line index, an LMDB environment) read by a loader with 2 workers, and
+ * file, a line index, an LMDB environment, a .npy, a stored .npz member, a token
+ * shard, an MDS shard) read by a loader with 2 workers, and
  * by the ferry command, while the file is truncated. The read must end in an
  * error that names the file, never in a SIGBUS.
  */
@@ -11,6 +12,8 @@
 #include <ferry/lmdb.h>
 #include <ferry/loader.h>
 #include <ferry/records.h>
+#include <ferry/tensors.h>
+#include <ferry/tokens.h>
 
 #include <dirent.h>
 #include <signal.h>
@@ -102,6 +105,102 @@ static void make_lmdb(fixture *x)
     ferry_lmdb_writer_free(w);
     snprintf(x->spec, sizeof x->spec, "lmdb:%s,datum=0", dir);
     snprintf(x->victim, sizeof x->victim, "%s/data.mdb", dir);
+}
+
+/* NREC rows of REC_BYTES as one uint8 .npy; with npz, as the stored member x.npy
+ * of a .npz (no compression, so mapped). */
+static void make_npy(fixture *x, int npz)
+{
+    static uint8_t data[NREC * REC_BYTES + 4096];
+    size_t o = 0, nl = 5;
+#define P16(v) (data[o++] = (uint8_t)(v), data[o++] = (uint8_t)((v) >> 8))
+#define P32(v) (P16((v)&0xffff), P16(((uint32_t)(v)) >> 16))
+    if (npz) { /* the local header; sizes filled in below */
+        P32(0x04034b50u), P16(20), P16(0), P16(0), P32(0), P32(0), P32(0), P32(0), P16(nl), P16(0);
+        memcpy(data + o, "x.npy", nl);
+        o += nl;
+    }
+    size_t start = o;
+    char dict[128];
+    int dl =
+        snprintf(dict, sizeof dict, "{'descr': '|u1', 'fortran_order': False, 'shape': (%d, %d), }",
+                 NREC, REC_BYTES);
+    memcpy(data + o, "\x93NUMPY\x01\x00", 8);
+    data[o + 8] = (uint8_t)(128 - 10);
+    data[o + 9] = 0;
+    memset(data + o + 10, ' ', 118);
+    memcpy(data + o + 10, dict, (size_t)dl);
+    data[o + 127] = '\n';
+    o += 128;
+    for (int i = 0; i < NREC; i++, o += REC_BYTES)
+        memset(data + o, i & 0xff, REC_BYTES);
+    uint32_t size = (uint32_t)(o - start);
+    if (npz) {
+        memcpy(data + 18, &size, 4);
+        memcpy(data + 22, &size, 4);
+        size_t cd = o;
+        P32(0x02014b50u), P16(20), P16(20), P16(0), P16(0), P32(0), P32(0), P32(size), P32(size);
+        P16(nl), P16(0), P16(0), P16(0), P16(0), P32(0), P32(0);
+        memcpy(data + o, "x.npy", nl);
+        o += nl;
+        size_t cdlen = o - cd;
+        P32(0x06054b50u), P16(0), P16(0), P16(1), P16(1), P32(cdlen), P32(cd), P16(0);
+    }
+#undef P16
+#undef P32
+    test_path(npz ? "a.npz" : "a.npy", x->victim);
+    test_write_file(x->victim, data, o);
+    snprintf(x->spec, sizeof x->spec, "npy:%s", x->victim);
+}
+
+static void make_tokens(fixture *x, int arg)
+{
+    test_path("train_000.bin", x->victim);
+    ferry_tokens_writer *w;
+    CHECK_OK(ferry_tokens_writer_open(&w, x->victim, FERRY_U16));
+    static uint16_t t[NREC * 256];
+    for (size_t k = 0; k < sizeof t / 2; k++)
+        t[k] = (uint16_t)(k * 7);
+    CHECK_OK(ferry_tokens_writer_append(w, t, sizeof t / 2));
+    CHECK_OK(ferry_tokens_writer_commit(w));
+    snprintf(x->spec, sizeof x->spec, "tokens:%s,seq=255,out=i32", x->victim);
+}
+
+/* One MDS shard of NREC samples, one bytes column of REC_BYTES each. */
+static void make_mds(fixture *x, int arg)
+{
+    size_t table = 4 + 4 * (NREC + 1), n = table + (size_t)NREC * (4 + REC_BYTES);
+    uint8_t *buf = calloc(1, n);
+    CHECK(buf != NULL);
+    uint32_t u = NREC;
+    memcpy(buf, &u, 4);
+    for (uint32_t j = 0; j <= NREC; j++) {
+        u = (uint32_t)(table + j * (4 + REC_BYTES));
+        memcpy(buf + 4 + 4 * j, &u, 4);
+        if (j < NREC) {
+            uint32_t len = REC_BYTES;
+            memcpy(buf + u, &len, 4);
+            memset(buf + u + 4, (int)(j & 0xff), REC_BYTES);
+        }
+    }
+    char dir[512], text[1024];
+    test_path("mds", dir);
+    CHECK(mkdir(dir, 0755) == 0);
+    snprintf(x->victim, sizeof x->victim, "%s/shard.00000.mds", dir);
+    test_write_file(x->victim, buf, n);
+    free(buf);
+    int tl = snprintf(text, sizeof text,
+                      "{\"shards\": [{\"column_encodings\": [\"bytes\"], \"column_names\": "
+                      "[\"x\"], \"column_sizes\": [null], \"compression\": null, \"format\": "
+                      "\"mds\", \"hashes\": [], \"raw_data\": {\"basename\": "
+                      "\"shard.00000.mds\", \"bytes\": %zu, \"hashes\": {}}, \"samples\": %d, "
+                      "\"size_limit\": 67108864, \"version\": 2, \"zip_data\": null}], "
+                      "\"version\": 2}",
+                      n, NREC);
+    char ix[600];
+    snprintf(ix, sizeof ix, "%s/index.json", dir);
+    test_write_file(ix, text, (size_t)tl);
+    snprintf(x->spec, sizeof x->spec, "mds:%s", dir);
 }
 
 static uint64_t file_size(const char *path)
@@ -198,6 +297,26 @@ TEST(an_lmdb_environment_cut_short_under_a_loader_is_an_error)
     cut_each_way(make_lmdb_, 0);
 }
 
+TEST(an_npy_file_cut_short_under_a_loader_is_an_error)
+{
+    cut_each_way(make_npy, 0);
+}
+
+TEST(a_stored_npz_member_cut_short_under_a_loader_is_an_error)
+{
+    cut_each_way(make_npy, 1);
+}
+
+TEST(a_token_shard_cut_short_under_a_loader_is_an_error)
+{
+    cut_each_way(make_tokens, 0);
+}
+
+TEST(an_mds_shard_cut_short_under_a_loader_is_an_error)
+{
+    cut_each_way(make_mds, 0);
+}
+
 /* ferry bench over the source while the victim is cut: exits by itself, non-zero,
  * naming the file; never dies of a signal. */
 static void bench_through_a_cut(const fixture *x, const char *extra)
@@ -266,15 +385,21 @@ TEST(ferry_bench_reports_each_file_cut_short_and_exits)
  * readers set a region of their own: the same error. */
 TEST(direct_reads_of_a_file_cut_short_are_errors)
 {
-    for (int kind = 0; kind < 3; kind++) {
+    for (int kind = 0; kind < 7; kind++) {
         test_make_dir("shrinkdirect");
         fixture x;
         if (kind == 0)
             make_records(&x);
         else if (kind == 1)
             make_lines(&x, 0);
-        else
+        else if (kind == 2)
             make_lmdb(&x);
+        else if (kind < 5)
+            make_npy(&x, kind == 4);
+        else if (kind == 5)
+            make_tokens(&x, 0);
+        else
+            make_mds(&x, 0);
         ferry_dataset *ds;
         CHECK_OK(ferry_dataset_open(&ds, x.spec));
         int nf = ferry_dataset_nfields(ds);

@@ -12,6 +12,8 @@
 
 #include <dirent.h>
 #include <signal.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -259,6 +261,37 @@ static void save_abc(const char *path)
     CHECK_OK(ferry_tensors_save(path, src, 3, NULL));
 }
 
+/* A killed writer's temporary beside path (not locked: stale) and a live one
+ * (locked through *fd); after a write of path only the live one must be left. */
+static void leave_temps(const char *path, char *stale, char *live, int *fd)
+{
+    sprintf(stale, "%s.tmp.Ab3x9Z", path);
+    sprintf(live, "%s.tmp.LiVe12", path);
+    test_write_file(stale, "partial", 7);
+    test_write_file(live, "writing", 7);
+    *fd = open(live, O_RDONLY);
+    CHECK(*fd >= 0 && flock(*fd, LOCK_EX) == 0);
+}
+
+static void check_temps(const char *stale, const char *live, int fd)
+{
+    CHECK(access(stale, F_OK) != 0);
+    CHECK(access(live, F_OK) == 0);
+    close(fd);
+    unlink(live);
+}
+TEST(a_killed_saves_temporary_goes_at_the_next_save)
+{
+    test_make_dir("tensors_stale");
+    char path[512], stale[600], live[600];
+    int fd;
+    test_path("abc.safetensors", path);
+    leave_temps(path, stale, live, &fd);
+    save_abc(path);
+    check_temps(stale, live, fd);
+    test_remove_dir();
+}
+
 TEST(select_and_rename)
 {
     test_make_dir("tensors_sel");
@@ -331,6 +364,28 @@ TEST(copy_outlives_file)
     CHECK_EQ(((const float *)ti->data)[3], 4);
     CHECK_EQ(((const float *)ferry_tensors_find(t, "opt.c")->data)[0], 7);
     CHECK_OK(ferry_tensors_verify(t, 0));
+    ferry_tensors_free(t);
+    test_remove_dir();
+}
+
+/* A file cut short while it is open: verify (a read of the mapping) is an error
+ * naming it, not a SIGBUS. */
+TEST(a_file_cut_short_under_verify_is_an_error)
+{
+    test_make_dir("tensors_cut");
+    char path[512];
+    test_path("big.safetensors", path);
+    static float big[1 << 18];
+    int64_t shape = 1 << 18;
+    ferry_tensor_src src[] = {{"w", FERRY_ST_F32, 1, &shape, big}};
+    CHECK_OK(ferry_tensors_save(path, src, 1, NULL));
+    ferry_tensors *t;
+    ferry_tensors_opts o = {.flags = FERRY_TENSORS_NO_VERIFY};
+    CHECK_OK(ferry_tensors_open(&t, path, &o));
+    CHECK_EQ(truncate(path, 4096), 0);
+    CHECK_RC(ferry_tensors_verify(t, 0), FERRY_EIO);
+    CHECK_CONTAINS(ferry_last_errmsg(), path);
+    CHECK_CONTAINS(ferry_last_errmsg(), "tensor \"w\": the file was cut short while it was read");
     ferry_tensors_free(t);
     test_remove_dir();
 }

@@ -392,6 +392,60 @@ static table read_bytes(const char *name, const void *b, size_t n, const char *o
     return read_source(spec, 0, 1, 0);
 }
 
+/* Field `field` (length-delimited): its tag, its length as a varint, the bytes. */
+static size_t pb(uint8_t *out, int field, const void *data, size_t n)
+{
+    size_t o = 0;
+    out[o++] = (uint8_t)(field << 3 | 2);
+    for (uint64_t v = n;;) {
+        out[o++] = (uint8_t)((v & 0x7f) | (v >> 7 ? 0x80 : 0));
+        if (!(v >>= 7))
+            break;
+    }
+    memcpy(out + o, data, n);
+    return o + n;
+}
+
+/* An Example whose bytes feature "x" holds count values of len bytes. */
+static size_t bytes_example(uint8_t *out, int count, size_t len)
+{
+    static uint8_t a[1 << 17], b[1 << 17], v[1 << 16];
+    memset(v, 'v', len);
+    size_t n = 0;
+    for (int i = 0; i < count; i++)
+        n += pb(a + n, 1, v, len); /* BytesList.value */
+    n = pb(b, 1, a, n);            /* Feature.bytes_list */
+    size_t m = pb(a, 1, "x", 1);   /* the map entry's key */
+    m += pb(a + m, 2, b, n);       /* and value */
+    n = pb(b, 1, a, m);            /* Features.feature */
+    return pb(out, 1, b, n);       /* Example.features */
+}
+
+/* The most values (one record) times the longest value (another) would pad every
+ * sample of an 80 KB file to 400 MB: refused, naming the file and the feature. */
+TEST(padding_from_two_records_is_bounded)
+{
+    test_make_dir("tfrecord-pad");
+    static uint8_t file[1 << 18], ex[1 << 17];
+    size_t at = frame(file, ex, bytes_example(ex, 20000, 1));
+    at += frame(file + at, ex, bytes_example(ex, 1, 20000));
+    CHECK(at < 100000);
+    table t = read_bytes("pad.tfrecord", file, at, "");
+    CHECK_EQ(t.rc, FERRY_EOVERFLOW);
+    CHECK_CONTAINS(t.msg, "pad.tfrecord: feature \"x\": 20000 values (record 0) of up to 20000 "
+                          "bytes (in record 1)");
+    CHECK_CONTAINS(t.msg, "far over the 20000 of its fullest record");
+    table_free(&t);
+    /* small padding: read as before */
+    at = frame(file, ex, bytes_example(ex, 30, 10));
+    at += frame(file + at, ex, bytes_example(ex, 1, 40));
+    t = read_bytes("small.tfrecord", file, at, "");
+    CHECK_EQ(t.rc, FERRY_END);
+    CHECK_EQ(t.n, 2);
+    table_free(&t);
+    test_remove_dir();
+}
+
 TEST(bad_framing)
 {
     test_make_dir("tfrecord-bad");

@@ -366,6 +366,33 @@ TEST(missing_fields)
     test_remove_dir();
 }
 
+/* max_member= bounds map-style datasets too (the slot of a field is its largest
+ * member): at open, naming the file, the sample and the member. */
+TEST(max_member_bounds_map_style)
+{
+    test_make_dir("wds-max-member");
+    tarbuf t = {calloc(1, 1 << 16), 0};
+    static const char big[100] = {0};
+    member(&t, "a.txt", "aa", 2);
+    member(&t, "a.bin", "a", 1);
+    member(&t, "b.txt", big, sizeof big);
+    member(&t, "b.bin", big, sizeof big);
+    finish(&t);
+    int orc;
+    table r = read_tar("big.tar", &t, ",max_member=50", &orc);
+    CHECK_RC(orc, FERRY_EOVERFLOW);
+    CHECK_CONTAINS(r.msg, "big.tar: sample b: its .");
+    CHECK_CONTAINS(r.msg, "100 bytes, over the limit of 50 (max_member=)");
+    table_free(&r);
+    r = read_tar("big.tar", &t, ",max_member=100", &orc);
+    CHECK_OK(orc);
+    CHECK_EQ(r.rc, FERRY_END);
+    CHECK_EQ(r.n, 2);
+    table_free(&r);
+    free(t.p);
+    test_remove_dir();
+}
+
 TEST(bad_archives)
 {
     test_make_dir("wds-bad");

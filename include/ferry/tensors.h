@@ -36,9 +36,12 @@
  * bounded by the header size (at most the header limit), never by what the header claims.
  *
  * A mapping shows the file as it is: if another process truncates the file while
- * it is open, touching a view past the new end raises SIGBUS, as with any mapped
- * file (replacing it by rename, as ferry_tensors_save does, is safe: the mapping
- * keeps the old file). FERRY_TENSORS_COPY takes the bytes at open instead.
+ * it is open, ferry's own reads of it (the header, the CRC checks and the copy at
+ * open, ferry_tensors_verify) fail with FERRY_EIO naming the file, but the views
+ * handed out are the caller's: touching one past the new end raises SIGBUS, as
+ * with any mapped file (replacing it by rename, as ferry_tensors_save does, is
+ * safe: the mapping keeps the old file). FERRY_TENSORS_COPY takes the bytes at
+ * open instead.
  *
  * Threads: a ferry_tensors handle is read-only after open and may be read from any
  * number of threads. ferry_tensors_save may run on several threads at once for

@@ -451,6 +451,10 @@ class Dataset:
             raise IndexError("index %d is outside a dataset of %d samples" % (i, n))
         return _read(self._src, i)
 
+    def __reduce__(self):
+        # pickle (multiprocessing's 'spawn' workers): opened again by its text
+        return (Dataset, (self.source,))
+
     def __repr__(self):
         return "ferry.Dataset(%r)" % (self.source,)
 
@@ -1266,7 +1270,7 @@ class DataLoader:
         if state["seed"] >= 1 << 64:
             raise ValueError("state: seed %r is out of range" % (state["seed"],))
         blob = None
-        if self._stream and state["batches"]:
+        if self._stream and (state["batches"] or "stream" in state):
             try:
                 blob = bytes.fromhex(state["stream"])
             except (KeyError, TypeError, ValueError):
@@ -1280,6 +1284,17 @@ class DataLoader:
             if self._loader is not None:
                 self._loader.close()
             self._make_loader()
+        if blob is not None and self._loader is not None:
+            # checked now, not at the next `for`: a damaged state is refused here
+            try:
+                at = self._loader.state_check(blob)
+            except Error as e:
+                raise InvalidError("state: its 'stream' entry is refused: %s" % e) from e
+            if at != (state["epoch"], state["batches"]):
+                raise InvalidError("state: its 'stream' entry is at epoch %d, batch %d; the "
+                                   "state says epoch %d, batch %d" % (*at, state["epoch"],
+                                                                      state["batches"]))
+            blob = blob if state["batches"] else None
         self._epoch, self._first, self._resume = state["epoch"], state["batches"], True
         self._stream_state = blob
 

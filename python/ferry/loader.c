@@ -5,6 +5,7 @@
  */
 #include "_ferry.h"
 
+#include <pthread.h>
 #include <time.h>
 
 typedef struct {
@@ -20,12 +21,15 @@ typedef struct {
     unsigned long busy_thread; /* which */
     int closing;               /* close() was called by the thread inside next() (a signal handler,
                                 * a __getitem__): the loader is freed when next() returns */
+    int closed_by_other;       /* close() by another thread (a worker's __getitem__) during next():
+                                * the iteration ends there too */
     int nfields;
     int variable[FERRY_MAX_FIELDS];
     PyObject *names[FERRY_MAX_FIELDS];
     PyObject *len_names[FERRY_MAX_FIELDS];
     PyObject *init_exc;  /* what worker_init_fn raised */
     PyObject *stream_fn; /* () -> the consumer's CUDA stream (an int) or None, or NULL */
+    unsigned forks;      /* `forks` when the loader was made */
 } LoaderObject;
 
 PyTypeObject *fpy_loader_type;
@@ -33,8 +37,29 @@ PyObject *fpy_batch_type;
 PyObject *fpy_tuple_type;
 static PyObject *g_str_epoch, *g_str_number, *g_str_size, *g_str_idx, *g_str_lengths;
 
+/* Forks this process descends through since the module was loaded. A loader
+ * made before a fork belongs to the parent: its workers are not in the child,
+ * and its mutexes may have been held by them at the fork. The child must not
+ * touch it, not even to free it (its close only forgets it); the handler only
+ * counts, which is safe in a child of a threaded process. */
+static volatile unsigned forks;
+
+static void after_fork_child(void)
+{
+    forks++;
+}
+
+static bool other_process(const LoaderObject *self)
+{
+    return self->forks != forks;
+}
+
 int fpy_loader_init(void)
 {
+    if (pthread_atfork(NULL, NULL, after_fork_child) != 0) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot register the fork handler");
+        return -1;
+    }
     g_str_epoch = PyUnicode_InternFromString("epoch");
     g_str_number = PyUnicode_InternFromString("number");
     g_str_size = PyUnicode_InternFromString("size");
@@ -94,7 +119,13 @@ static void loader_close(LoaderObject *self)
 {
     if (!self->l)
         return;
+    if (other_process(self)) {
+        self->l = NULL; /* the parent's: left as it is */
+        self->busy = 0;
+        return;
+    }
     if (self->busy) {
+        self->closed_by_other = self->busy_thread != PyThread_get_thread_ident();
         ferry_loader_cancel(self->l);
         if (self->busy_thread == PyThread_get_thread_ident()) {
             self->closing = 1;
@@ -155,6 +186,11 @@ static void loader_dealloc(PyObject *self)
 
 static int check_open(LoaderObject *self)
 {
+    if (self->l && other_process(self)) {
+        fpy_raise_rc(FERRY_ESTATE, "ferry: this loader was created in another process: create "
+                                   "one after fork");
+        return -1;
+    }
     if (self->l)
         return 0;
     PyErr_SetString(PyExc_ValueError, "the loader is closed");
@@ -311,6 +347,7 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         return NULL;
     }
     self->l = l;
+    self->forks = forks;
     if (self->py)
         atomic_store(&self->py->loader, l);
     return (PyObject *)self;
@@ -508,13 +545,20 @@ static PyObject *loader_next(PyObject *op, PyObject *args)
         Py_RETURN_NONE;
     }
     self->busy = 0;
-    if (rc == FERRY_END)
+    if (rc == FERRY_END || (rc == FERRY_ECANCELED && self->closed_by_other)) {
+        if (rc != FERRY_END) /* closed by another thread: what was in flight is dropped */
+            Py_XDECREF(self->py ? fpy_take_exception(self->py, UINT64_MAX) : NULL);
         Py_RETURN_NONE;
+    }
     if (rc < 0) {
         if (rc == FERRY_ETIMEDOUT && self->poll) {
+            /* the loader's own wait was the short poll: say the caller's */
             char msg[1024];
-            snprintf(msg, sizeof msg, "no batch within timeout=%g s: %s", timeout,
-                     ferry_loader_errmsg(self->l));
+            const char *m = ferry_loader_errmsg(self->l), *w = strstr(m, " waiting for batch");
+            if (w && !strncmp(m, "loader: timed out after ", 24))
+                m = w + 1;
+            snprintf(msg, sizeof msg, "no batch within timeout=%g s: %s%s", timeout,
+                     m == ferry_loader_errmsg(self->l) ? "" : "loader: ", m);
             return fpy_raise_rc(rc, msg);
         }
         return raise_loader(self, rc);
@@ -573,6 +617,26 @@ static PyObject *loader_state_save(PyObject *op, PyObject *unused)
     return r;
 }
 
+/* The library's check of a saved state, as state_resume makes it (loader/state.c). */
+int ferry__loader_state_check(const ferry_loader *l, const void *buf, size_t n, uint64_t *epoch,
+                              uint64_t *first);
+
+/* state_check(bytes) -> (epoch, next batch): what state_resume would refuse, raised
+ * now, without touching the loader */
+static PyObject *loader_state_check(PyObject *op, PyObject *args)
+{
+    LoaderObject *self = (LoaderObject *)op;
+    const char *buf;
+    Py_ssize_t len;
+    uint64_t epoch, first;
+    if (!PyArg_ParseTuple(args, "y#", &buf, &len) || check_open(self) < 0)
+        return NULL;
+    int rc = ferry__loader_state_check(self->l, buf, (size_t)len, &epoch, &first);
+    if (rc < 0)
+        return fpy_raise_last(rc);
+    return Py_BuildValue("(KK)", (unsigned long long)epoch, (unsigned long long)first);
+}
+
 /* state_resume(bytes): continues where the state says (a stream restores its
  * shards' positions, or reads them again up to there, on this thread) */
 static PyObject *loader_state_resume(PyObject *op, PyObject *args)
@@ -600,7 +664,7 @@ static PyObject *loader_state_resume(PyObject *op, PyObject *args)
 static PyObject *loader_cancel(PyObject *op, PyObject *unused)
 {
     LoaderObject *self = (LoaderObject *)op;
-    if (self->l)
+    if (self->l && !other_process(self))
         ferry_loader_cancel(self->l);
     Py_RETURN_NONE;
 }
@@ -616,7 +680,12 @@ static Py_ssize_t loader_len(PyObject *op)
     LoaderObject *self = (LoaderObject *)op;
     if (check_open(self) < 0)
         return -1;
-    return (Py_ssize_t)ferry_loader_len(self->l);
+    uint64_t n = ferry_loader_len(self->l);
+    if (n > (uint64_t)PY_SSIZE_T_MAX) { /* a stream's: not known */
+        PyErr_SetString(PyExc_TypeError, "a stream loader has no length");
+        return -1;
+    }
+    return (Py_ssize_t)n;
 }
 
 #define STAT(key, expr)                                                                            \
@@ -700,7 +769,8 @@ static PyObject *loader_stats(PyObject *op, PyObject *unused)
 static PyObject *loader_errmsg(PyObject *op, void *unused)
 {
     LoaderObject *self = (LoaderObject *)op;
-    return PyUnicode_FromString(self->l ? ferry_loader_errmsg(self->l) : "");
+    return PyUnicode_FromString(self->l && !other_process(self) ? ferry_loader_errmsg(self->l)
+                                                                : "");
 }
 
 static PyObject *loader_closed(PyObject *op, void *unused)
@@ -714,6 +784,7 @@ static PyMethodDef loader_methods[] = {
     {"cancel", loader_cancel, METH_NOARGS, "cancel(): a waiting next() returns at once"},
     {"state_save", loader_state_save, METH_NOARGS, "state_save() -> bytes"},
     {"state_resume", loader_state_resume, METH_VARARGS, "state_resume(bytes)"},
+    {"state_check", loader_state_check, METH_VARARGS, "state_check(bytes) -> (epoch, batch)"},
     {"close", loader_close_m, METH_NOARGS, "close(): stops the workers"},
     {"stats", loader_stats, METH_NOARGS, "stats() -> dict"},
     {NULL}};

@@ -84,7 +84,8 @@ static PyType_Slot sampler_slots[] = {{Py_tp_dealloc, sampler_dealloc},
                                       {0, NULL}};
 
 PyType_Spec fpy_sampler_spec = {"ferry._ferry.Sampler", sizeof(SamplerObject), 0,
-                                Py_TPFLAGS_DEFAULT, sampler_slots};
+                                Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+                                sampler_slots};
 
 static PyObject *sampler_wrap(ferry_sampler *s, int rc)
 {

@@ -163,7 +163,8 @@ static PyType_Slot source_slots[] = {{Py_tp_dealloc, source_dealloc},
                                      {Py_tp_doc, "A ferry dataset or stream (internal)."},
                                      {0, NULL}};
 
-PyType_Spec fpy_source_spec = {"ferry._ferry.Source", sizeof(SourceObject), 0, Py_TPFLAGS_DEFAULT,
+PyType_Spec fpy_source_spec = {"ferry._ferry.Source", sizeof(SourceObject), 0,
+                               Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION,
                                source_slots};
 
 static SourceObject *source_alloc(void)

@@ -315,7 +315,8 @@ static PyType_Slot tensor_slots[] = {
                 "(torch.from_dlpack); the memory lives while any view of it does."},
     {0, NULL}};
 
-PyType_Spec fpy_tensor_spec = {"ferry._ferry.Tensor", sizeof(TensorObject), 0, Py_TPFLAGS_DEFAULT,
+PyType_Spec fpy_tensor_spec = {"ferry._ferry.Tensor", sizeof(TensorObject), 0,
+                               Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION,
                                tensor_slots};
 
 /* Exporting the same memory twice: the owner is the batch (or the object holding

@@ -141,13 +141,15 @@ PyObject *fpy_mod_load_tensors(PyObject *m, PyObject *args)
     for (size_t i = 0; list && meta && i < n; i++) {
         const ferry_tensor_info *ti = ferry_tensors_at(h->t, i);
         ferry_dtype dt = view_dtype(ti->dtype);
+        char msg[1024];
         if (dt == FERRY_DTYPE_INVALID || ti->ndim > FERRY_MAX_DIMS) {
-            PyErr_Format(PyExc_NotImplementedError,
-                         "%s: tensor \"%s\": %s%s cannot be viewed from Python (%d dimensions; "
-                         "at most %d)",
-                         path, ti->name, ferry_st_dtype_name(ti->dtype),
-                         dt == FERRY_DTYPE_INVALID ? " (no NumPy or torch dtype)" : "", ti->ndim,
-                         FERRY_MAX_DIMS);
+            snprintf(msg, sizeof msg,
+                     "%s: tensor \"%s\": %s%s cannot be viewed from Python (%d dimensions; at "
+                     "most %d)",
+                     path, ti->name, ferry_st_dtype_name(ti->dtype),
+                     dt == FERRY_DTYPE_INVALID ? " (no NumPy or torch dtype)" : "", ti->ndim,
+                     FERRY_MAX_DIMS);
+            fpy_raise_rc(FERRY_ENOTSUP, msg); /* ferry.NotSupportedError, a NotImplementedError */
             Py_CLEAR(list);
             break;
         }
@@ -156,8 +158,14 @@ PyObject *fpy_mod_load_tensors(PyObject *m, PyObject *args)
             shape[d] = ti->shape[d];
         static const uint8_t empty[64] __attribute__((aligned(64)));
         ferry_tensor t;
-        ferry_tensor_wrap(&t, ti->data ? (void *)ti->data : (void *)empty, dt, ti->ndim, shape,
-                          NULL);
+        int wrc = ferry_tensor_wrap(&t, ti->data ? (void *)ti->data : (void *)empty, dt, ti->ndim,
+                                    shape, NULL);
+        if (wrc < 0) { /* a shape no tensor can have, e.g. [0, 2^62] of 8-byte values */
+            snprintf(msg, sizeof msg, "%s: tensor \"%s\": %s", path, ti->name, ferry_last_errmsg());
+            fpy_raise_rc(wrc, msg);
+            Py_CLEAR(list);
+            break;
+        }
         atomic_fetch_add(&h->refs, 1);
         t.owner = h;
         t.release = tensors_unref;

@@ -300,6 +300,46 @@ def test_timeout():
     dl.close()
 
 
+def test_the_timeout_message_says_the_callers_timeout():
+    dl = ferry.DataLoader("synthetic:10,sleep_us=2000000", batch_size=10, num_workers=1,
+                          timeout=0.5)
+    with pytest.raises(ferry.TimeoutError) as e:
+        next(iter(dl))
+    assert "no batch within timeout=0.5 s: loader: waiting for batch 0" in str(e.value)
+    assert " ms" not in str(e.value)  # not the internal poll's 100 ms
+    dl.close()
+
+
+def test_internal_types_cannot_be_made_empty():
+    # their objects come only from ferry's functions; an empty one would crash
+    for t in (ferry._ferry.Sampler, ferry._ferry.Source, ferry._ferry.Tensor):
+        with pytest.raises(TypeError):
+            t.__new__(t)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_close_inside_getitem_ends_the_iteration(workers):
+    class D:
+        def __len__(self):
+            return 400
+
+        def __getitem__(self, i):
+            if i == 150:
+                while dl is None:  # workers may read ahead of the assignment
+                    time.sleep(0.001)
+                dl.close()
+            return {"x": np.full(4, i, np.int32)}
+
+    dl = None
+    dl = ferry.DataLoader(D(), batch_size=10, num_workers=workers, output="numpy")
+    n = sum(1 for _ in dl)  # ends, no error
+    assert n < 40
+    deadline = time.monotonic() + 10  # a worker's close() returns just after
+    while dl._loader is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert dl._loader is None
+
+
 def test_getitem_raising_is_chained():
     class Bad:
         def __len__(self):
@@ -472,6 +512,32 @@ def test_stream_state_resumes_exactly(tmp_path):
         next(iter(again))
     with pytest.raises(ValueError, match="batch_size"):
         ferry.DataLoader(src, batch_size=8).load_state_dict(state)
+
+
+def test_a_damaged_stream_state_is_refused_when_loaded(tmp_path):
+    d = tmp_path / "csv"
+    d.mkdir()
+    (d / "part-00000").write_text("".join("%d,%d\n" % (i, i % 7) for i in range(200)))
+    src = "csv:%s" % d
+    dl = ferry.DataLoader(src, batch_size=7, output="numpy")
+    it = iter(dl)
+    head = [next(it) for _ in range(3)]
+    state = dl.state_dict()
+    rest = list(it)
+    again = ferry.DataLoader(src, batch_size=7, output="numpy")
+    blob = bytearray.fromhex(state["stream"])
+    blob[len(blob) // 2] ^= 1
+    with pytest.raises(ValueError, match="'stream' entry is refused: .*CRC mismatch"):
+        again.load_state_dict(dict(state, stream=blob.hex()))
+    # batches=0 with a stream entry: checked too, not ignored
+    with pytest.raises(ValueError, match="at epoch 0, batch 3; the state says epoch 0, batch 0"):
+        again.load_state_dict(dict(state, batches=0))
+    with pytest.raises(ValueError, match="CRC mismatch"):
+        again.load_state_dict(dict(state, batches=0, stream=blob.hex()))
+    again.load_state_dict(state)  # nothing was changed by the refusals
+    got = list(again)
+    assert len(head) + len(got) == len(head) + len(rest)
+    assert all(np.array_equal(a[k], b[k]) for a, b in zip(got, rest) for k in a)
 
 
 def test_streams_refuse_shuffle_and_have_no_len(tmp_path):

@@ -118,3 +118,24 @@ def test_files_written_by_other_tools():
         assert got, name
     f64 = ferry.load(os.path.join(d, "syoyo_model_f64_random.safetensors"), output="numpy")
     assert all(v.dtype == np.float64 for v in f64.values())
+
+
+def _raw_file(path, header):
+    import json
+    import struct
+    text = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+
+
+def test_shapes_python_cannot_view_are_ferry_errors(tmp_path):
+    p = str(tmp_path / "odd.safetensors")
+    # no bytes, but no tensor can have this shape (2^64 bytes a row)
+    _raw_file(p, {"t": {"dtype": "F32", "shape": [0, 1 << 62], "data_offsets": [0, 0]}})
+    with pytest.raises(ferry.TooLargeError, match='odd.safetensors: tensor "t": '):
+        ferry.load(p)
+    _raw_file(p, {"t": {"dtype": "F32", "shape": [1] * 64, "data_offsets": [0, 4]}})
+    with open(p, "ab") as f:
+        f.write(b"\0" * 4)
+    with pytest.raises(ferry.NotSupportedError, match="64 dimensions"):
+        ferry.load(p)

@@ -4,6 +4,7 @@
  */
 #include "ferry/tensors.h"
 
+#include "../core/guard.h"
 #include "../core/internal.h"
 #include "../core/bytes.h"
 #include "../formats/json.h"
@@ -694,11 +695,8 @@ typedef struct verify_ctx {
     uint32_t *got; /* the CRCs of tensors in runs */
 } verify_ctx;
 
-static int verify_job(void *p, size_t i, unsigned worker)
+static void verify_piece(verify_ctx *c, piece *pc)
 {
-    verify_ctx *c = p;
-    piece *pc = &c->pieces[i];
-    (void)worker;
     if (pc->part) {
         const ferry_tensor_info *ti = &c->t->sel[pc->first];
         if (c->src)
@@ -706,7 +704,7 @@ static int verify_job(void *p, size_t i, unsigned worker)
                    pc->len);
         if (c->check && ti->has_crc)
             pc->crc = ferry_crc32c(0, (const uint8_t *)ti->data + pc->off, pc->len);
-        return 0;
+        return;
     }
     for (size_t k = pc->first; k < pc->first + pc->count; k++) {
         const ferry_tensor_info *ti = &c->t->sel[k];
@@ -715,6 +713,21 @@ static int verify_job(void *p, size_t i, unsigned worker)
         if (c->check && ti->has_crc)
             c->got[k] = ti->nbytes ? ferry_crc32c(0, ti->data, ti->nbytes) : 0;
     }
+}
+
+/* The tensors are read from the mapping under a region: a file cut short while
+ * it is checked or copied is an error naming it, not a SIGBUS. */
+static int verify_job(void *p, size_t i, unsigned worker)
+{
+    verify_ctx *c = p;
+    (void)worker;
+    ferry__guard g;
+    ferry__guard_push(&g);
+    if (sigsetjmp(g.jb, 0))
+        return ferry__guard_err(g.addr, c->t->label, c->t->map.data, "tensor \"%s\"",
+                                c->t->sel[c->pieces[i].first].file_name);
+    verify_piece(c, &c->pieces[i]);
+    ferry__guard_pop(&g);
     return 0;
 }
 
@@ -826,7 +839,12 @@ int ferry_tensors_verify(const ferry_tensors *t, size_t i)
     if (!ti->has_crc)
         return ferry__err(FERRY_ENOENT, "%s: tensor \"%s\": the file stores no CRC", t->label,
                           ti->file_name);
+    ferry__guard g;
+    ferry__guard_push(&g);
+    if (sigsetjmp(g.jb, 0))
+        return ferry__guard_err(g.addr, t->label, t->map.data, "tensor \"%s\"", ti->file_name);
     uint32_t crc = ti->nbytes ? ferry_crc32c(0, ti->data, ti->nbytes) : 0;
+    ferry__guard_pop(&g);
     return crc == ti->crc ? 0 : crc_mismatch(t, ti, crc);
 }
 
@@ -954,12 +972,15 @@ static void advise_selected(const ferry_tensors *t)
     }
 }
 
-static int open_bytes(ferry_tensors *t, const ferry_tensors_opts *o)
+/* The header, parsed from the mapping under a region (what it allocates is
+ * t's): a file cut short meanwhile is an error naming it, not a SIGBUS. */
+__attribute__((noinline)) static int read_header(ferry_tensors *t, uint64_t max_header)
 {
+    ferry__guard g;
+    ferry__guard_push(&g);
+    if (sigsetjmp(g.jb, 0))
+        return ferry__guard_err(g.addr, t->label, t->map.data, "reading the header");
     int rc = 0;
-    size_t *by_off = NULL;
-    name_index ix = {0};
-    uint64_t max_header = o->max_header ? o->max_header : FERRY_TENSORS_DEFAULT_MAX_HEADER;
     if (t->size < 8)
         FERRY_FAIL(FERRY_ECORRUPT, "%s: %zu bytes, shorter than the 8-byte header length", t->label,
                    t->size);
@@ -981,7 +1002,18 @@ static int open_bytes(ferry_tensors *t, const ferry_tensors_opts *o)
     if (!t->arena)
         FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory for a %llu-byte header", t->label,
                    (unsigned long long)n);
-    FERRY_TRY(parse_json(t, t->base + 8, (size_t)n));
+    rc = parse_json(t, t->base + 8, (size_t)n);
+cleanup:
+    ferry__guard_pop(&g);
+    return rc;
+}
+
+static int open_bytes(ferry_tensors *t, const ferry_tensors_opts *o)
+{
+    int rc = 0;
+    size_t *by_off = NULL;
+    name_index ix = {0};
+    FERRY_TRY(read_header(t, o->max_header ? o->max_header : FERRY_TENSORS_DEFAULT_MAX_HEADER));
     FERRY_TRY(check_header(t, t->size - t->data_start, &by_off, &ix));
     FERRY_TRY(select_and_rename(t, by_off, &ix, o));
     bool check = !(o->flags & FERRY_TENSORS_NO_VERIFY);
@@ -1066,6 +1098,7 @@ int ferry_tensors_open(ferry_tensors **out, const char *path, const ferry_tensor
     if (!t->label)
         FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", path);
     t->hash_key = ferry_hash64(ferry_now_ns(), (uint64_t)(uintptr_t)t);
+    FERRY_TRY(ferry__guard_install());
     FERRY_TRY(ferry__map_file(&t->map, path));
     t->base = t->map.data;
     t->size = t->map.size;
@@ -1458,6 +1491,7 @@ int ferry_tensors_save(const char *path, const ferry_tensor_src *src, size_t n,
             jl[nj - 1].count = 1;
     }
 
+    ferry__atomic_remove_stale(path); /* what a killed save left */
     FERRY_TRY(ferry__atomic_open(&w, path));
     uint64_t data_start = 8 + h.n;
     FERRY_TRY(ferry__atomic_reserve(&w, data_start + data_len));

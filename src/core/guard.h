@@ -115,4 +115,71 @@ static inline ferry__guard *ferry__guard_direct(const void *self)
         (g)->reading = NULL;                                                                       \
     } while (0)
 
+/* Defines a dataset's get, `name`, that runs read(self, i, out, ctx) under the
+ * caller's direct region or, called any other way, a region of its own; a fault
+ * returns fault(&reading, addr) with the reading's arg = self, item = i. read must
+ * not allocate (a fault would leak it). */
+#define FERRY__GUARDED_GET(name, read, fault)                                                      \
+    __attribute__((noinline)) static int name##_own(void *self, uint64_t i, ferry_sample *out,     \
+                                                    ferry_ctx *ctx)                                \
+    {                                                                                              \
+        ferry__reading rd = {fault, self, i, NULL};                                                \
+        int rc;                                                                                    \
+        FERRY__GUARDED(rc, &rd, read(self, i, out, ctx));                                          \
+        return rc;                                                                                 \
+    }                                                                                              \
+    static int name(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)                     \
+    {                                                                                              \
+        ferry__guard *g = ferry__guard_direct(self);                                               \
+        if (!g)                                                                                    \
+            return name##_own(self, i, out, ctx);                                                  \
+        ferry__reading rd = {fault, self, i, NULL};                                                \
+        int rc;                                                                                    \
+        FERRY__DIRECT_READ(rc, g, &rd, read(self, i, out, ctx));                                   \
+        return rc;                                                                                 \
+    }
+
+/* The same for a hint, `name`, over hint(self, indices, count, soon): under a
+ * direct region a fault fails the sample in hand (item UINT64_MAX: "reading
+ * ahead"); under its own it only ends the hint (the reads report the file). */
+#define FERRY__GUARDED_HINT(name, hint, fault)                                                     \
+    static int name##_quiet(const ferry__reading *rd_, uintptr_t addr_)                            \
+    {                                                                                              \
+        (void)rd_;                                                                                 \
+        (void)addr_;                                                                               \
+        return 0;                                                                                  \
+    }                                                                                              \
+    __attribute__((noinline)) static void name##_own(void *self, const uint64_t *indices,          \
+                                                     size_t count, int soon)                       \
+    {                                                                                              \
+        ferry__reading rd = {name##_quiet, self, UINT64_MAX, NULL};                                \
+        int rc;                                                                                    \
+        FERRY__GUARDED(rc, &rd, (hint(self, indices, count, soon), 0));                            \
+        (void)rc;                                                                                  \
+    }                                                                                              \
+    static void name(void *self, const uint64_t *indices, size_t count, int soon)                  \
+    {                                                                                              \
+        ferry__guard *g = ferry__guard_direct(self);                                               \
+        if (!g) {                                                                                  \
+            name##_own(self, indices, count, soon);                                                \
+            return;                                                                                \
+        }                                                                                          \
+        ferry__reading rd = {fault, self, UINT64_MAX, NULL};                                       \
+        int rc;                                                                                    \
+        FERRY__DIRECT_READ(rc, g, &rd, (hint(self, indices, count, soon), 0));                     \
+        (void)rc;                                                                                  \
+    }
+
+/* The error for a fault at addr inside the mapping m of the file at path, or 1
+ * when addr is not inside m. */
+static inline int ferry__guard_map_err(uintptr_t addr, const void *data, size_t size,
+                                       const char *path, uint64_t item)
+{
+    if (!data || addr < (uintptr_t)data || addr - (uintptr_t)data >= size)
+        return 1;
+    if (item == UINT64_MAX)
+        return ferry__guard_err(addr, path, data, "reading ahead");
+    return ferry__guard_err(addr, path, data, "sample %llu", (unsigned long long)item);
+}
+
 #endif

@@ -1,38 +1,28 @@
 /*
- * Stream decorators: shuffle buffer, group-batch, shard, repeat, take and skip.
+ * Stream decorators: shuffle buffer, shard, repeat, take and skip, and what all of
+ * them share (decorators_internal.h); group-batch is decorator_group.c.
  *
  * A decorator's own struct (its settings) is read-only after construction and
  * starts with the inner stream it owns; everything that changes while reading
  * lives in the iterator that open() makes, so shards of one stream can be read on
  * several threads at once. Buffers are allocated in open(), never per sample.
  */
-#include "ferry/stream.h"
-#include "dataset_internal.h"
+#include "decorators_internal.h"
 
-#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* ---- Common ---- */
 
-/* Every decorator's struct starts with this, so that one destroy frees them all. */
-typedef struct decorator {
-    ferry_stream *inner; /* owned */
-} decorator;
-
-static void dec_destroy(void *self)
+void ferry__dec_destroy(void *self)
 {
-    ferry_stream_free(((decorator *)self)->inner);
+    ferry_stream_free(((ferry__decorator *)self)->inner);
     ferry__free(self);
 }
 
-/* Fails a constructor before its struct exists: frees the inner stream (which the
- * constructor owns) and sets the message. The message is formatted first, as its
- * arguments may point into inner, and set last, so that nothing run by the free
- * replaces it. */
-__attribute__((format(printf, 3, 4))) static int reject(ferry_stream *inner, int rc,
-                                                        const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) int ferry__dec_reject(ferry_stream *inner, int rc,
+                                                            const char *fmt, ...)
 {
     char msg[FERRY_ERRMSG_MAX];
     va_list ap;
@@ -43,8 +33,7 @@ __attribute__((format(printf, 3, 4))) static int reject(ferry_stream *inner, int
     return ferry__err(rc, "%s", msg);
 }
 
-/* The same, keeping the message a check already set. */
-static int reject_kept(ferry_stream *inner, int rc)
+int ferry__dec_reject_kept(ferry_stream *inner, int rc)
 {
     char msg[FERRY_ERRMSG_MAX];
     ferry__err_copy(msg);
@@ -52,12 +41,8 @@ static int reject_kept(ferry_stream *inner, int rc)
     return ferry__err(rc, "%s", msg);
 }
 
-/* Wraps self (a decorator over inner) as a stream with the inner's schema. If this
- * fails, ferry_stream_create calls destroy(self), which frees inner too. */
-/* bytes: what each iterator of the new stream holds besides its inner's, which a
- * loader counts against its memory budget (once per stream shard it opens). */
-static int wrap(ferry_stream **out, const ferry_stream_vtable *vt, void *self, ferry_stream *inner,
-                size_t bytes)
+int ferry__dec_wrap(ferry_stream **out, const ferry_stream_vtable *vt, void *self,
+                    ferry_stream *inner, size_t bytes)
 {
     uint64_t below = inner->iter_bytes;
     int rc = ferry_stream_create(out, vt, self, inner->fields, inner->nfields);
@@ -69,7 +54,7 @@ static int wrap(ferry_stream **out, const ferry_stream_vtable *vt, void *self, f
     return rc;
 }
 
-static int check_sample(const char *who, const ferry_sample *out, int nfields)
+int ferry__dec_check_sample(const char *who, const ferry_sample *out, int nfields)
 {
     if (out->nfields != nfields)
         return ferry__err(FERRY_EINVAL, "%s: the sample has %d fields, the stream %d", who,
@@ -77,24 +62,20 @@ static int check_sample(const char *who, const ferry_sample *out, int nfields)
     return 0;
 }
 
-/* ---- Saved positions (ferry_stream_save) ----
- * Each decorator's state starts with its kind and settings, so a state saved by
- * another chain is refused, not misread; a sample is saved as its ferry_pos. */
+/* ---- Saved positions (the layout: decorators_internal.h) ---- */
 
-enum { KIND_SHUFFLE = 1, KIND_GROUP, KIND_SHARD, KIND_REPEAT, KIND_TAKE, KIND_SKIP };
 static const char *const kind_name[] = {"?",      "shuffle", "group_batch", "shard",
                                         "repeat", "take",    "skip"};
 
-static void put_kind(ferry_state *w, int kind, uint64_t a, uint64_t b)
+void ferry__dec_put_kind(ferry_state *w, int kind, uint64_t a, uint64_t b)
 {
     ferry_state_put_u64(w, (uint64_t)kind);
     ferry_state_put_u64(w, a);
     ferry_state_put_u64(w, b);
 }
 
-/* Reads a kind and two settings and checks them against this decorator's. */
-static int get_kind(ferry_state *r, int kind, uint64_t a, uint64_t b, const char *sa,
-                    const char *sb)
+int ferry__dec_get_kind(ferry_state *r, int kind, uint64_t a, uint64_t b, const char *sa,
+                        const char *sb)
 {
     uint64_t k, x, y;
     int rc;
@@ -128,7 +109,7 @@ static void put_pos_gather(ferry_state *w, const ferry_pos *pos, const uint32_t 
     }
 }
 
-static int get_count(ferry_state *r, uint64_t max, const char *what, uint64_t *n)
+int ferry__dec_get_count(ferry_state *r, uint64_t max, const char *what, uint64_t *n)
 {
     int rc = ferry_state_get_u64(r, n);
     if (rc < 0)
@@ -139,34 +120,19 @@ static int get_count(ferry_state *r, uint64_t max, const char *what, uint64_t *n
     return 0;
 }
 
-/* A decorator's fetch: the sample comes from the inner, whatever this level. */
-static int pass_fetch(ferry_stream_iter *inner, const ferry_pos *pos, ferry_sample *out,
-                      ferry_ctx *ctx)
+int ferry__dec_pass_fetch(ferry_stream_iter *inner, const ferry_pos *pos, ferry_sample *out,
+                          ferry_ctx *ctx)
 {
     return ferry_stream_fetch(inner, pos, out, ctx);
 }
 
-/* ---- Sample slots: where the buffering decorators keep copies of samples ----
- * A slot holds int64_t lengths[nfields], then each field at its full size. Every
- * part is 16-byte aligned (the buffer is 64-byte aligned and the slot stride a
- * multiple of 16), so a dataset writing into a slot finds each field at least as
- * aligned as its dtype, as it would in a batch buffer. */
+/* ---- Sample slots (the layout: decorators_internal.h) ---- */
 
 #define ALIGN16(n) (((n) + 15) & ~(size_t)15)
 
-typedef struct layout {
-    int nfields;
-    size_t stride;                      /* bytes per slot */
-    size_t off[FERRY_MAX_FIELDS];       /* field f within a slot (lengths are at 0) */
-    size_t nbytes[FERRY_MAX_FIELDS];    /* field f at full size */
-    size_t row_bytes[FERRY_MAX_FIELDS]; /* variable fields: bytes per row; 0 for fixed */
-    int64_t bound[FERRY_MAX_FIELDS];    /* variable fields: the most rows */
-} layout;
-
-/* Lays out slots for inner's schema and checks that `capacity` of them fit in one
- * buffer (*total bytes); `setting` names what sets the capacity. */
-static int layout_init(layout *L, const ferry_stream *inner, size_t capacity, const char *who,
-                       const char *setting, size_t setting_value, size_t *total)
+int ferry__slot_layout_init(ferry__slot_layout *L, const ferry_stream *inner, size_t capacity,
+                            const char *who, const char *setting, size_t setting_value,
+                            size_t *total)
 {
     memset(L, 0, sizeof *L);
     L->nfields = inner->nfields;
@@ -201,23 +167,19 @@ static inline int64_t *slot_lengths(uint8_t *slot)
     return (int64_t *)(void *)slot;
 }
 
-/* A view of a slot as a sample (data has room for L->nfields pointers). */
-static ferry_sample slot_view(const layout *L, uint8_t *slot, void **data)
+ferry_sample ferry__slot_view(const ferry__slot_layout *L, uint8_t *slot, void **data)
 {
     for (int f = 0; f < L->nfields; f++)
         data[f] = slot + L->off[f];
     return (ferry_sample){L->nfields, data, slot_lengths(slot), {0}};
 }
 
-/* Reads the inner's next sample into a slot, and its position into *pos (or,
- * with fetch set, the sample at *pos again). Lengths are checked here, because
- * they decide how many bytes are later copied out. */
-static int read_slot(const layout *L, const ferry_stream *inner, uint8_t *slot,
+int ferry__slot_read(const ferry__slot_layout *L, const ferry_stream *inner, uint8_t *slot,
                      ferry_stream_iter *it, ferry_ctx *ctx, const char *who, ferry_pos *pos,
                      bool fetch)
 {
     void *data[FERRY_MAX_FIELDS];
-    ferry_sample s = slot_view(L, slot, data);
+    ferry_sample s = ferry__slot_view(L, slot, data);
     memset(s.length, 0, (size_t)L->nfields * sizeof(int64_t));
     int rc = fetch ? ferry_stream_fetch(it, pos, &s, ctx) : ferry_stream_next(it, &s, ctx);
     if (rc != 0)
@@ -232,9 +194,8 @@ static int read_slot(const layout *L, const ferry_stream *inner, uint8_t *slot,
     return 0;
 }
 
-/* Copies a slot's sample out: fixed fields whole, variable ones up to their
- * length (the loader zeroes the rest). */
-static void copy_slot(const layout *L, uint8_t *slot, const ferry_pos *pos, ferry_sample *out)
+void ferry__slot_copy(const ferry__slot_layout *L, uint8_t *slot, const ferry_pos *pos,
+                      ferry_sample *out)
 {
     const int64_t *len = slot_lengths(slot);
     out->pos = *pos;
@@ -258,11 +219,9 @@ static int cmp_pos(const void *x, const void *y, void *arg)
     return (p->c > q->c) - (p->c < q->c);
 }
 
-/* A restore: reads the samples of slots [0, n) again from pos[0..n), in the
- * order of their pos (file, then offset), so that a source that can only skip
- * forward (a compressed file) passes over each file once. */
-static int refill(const layout *L, const ferry_stream *inner, uint8_t *buf, ferry_pos *pos,
-                  size_t n, ferry_stream_iter *it, ferry_ctx *ctx, const char *who)
+int ferry__slot_refill(const ferry__slot_layout *L, const ferry_stream *inner, uint8_t *buf,
+                       ferry_pos *pos, size_t n, ferry_stream_iter *it, ferry_ctx *ctx,
+                       const char *who)
 {
     if (n == 0)
         return 0;
@@ -276,7 +235,7 @@ static int refill(const layout *L, const ferry_stream *inner, uint8_t *buf, ferr
     for (size_t k = 0; k < n && rc == 0; k++) {
         uint32_t i = order[k];
         ferry_pos p = pos[i];
-        rc = read_slot(L, inner, buf + (size_t)i * L->stride, it, ctx, who, &pos[i], true);
+        rc = ferry__slot_read(L, inner, buf + (size_t)i * L->stride, it, ctx, who, &pos[i], true);
         pos[i] = p;
         if (rc > 0)
             rc = ferry__err(FERRY_ECORRUPT, "the stream gave no sample");
@@ -293,10 +252,10 @@ static int refill(const layout *L, const ferry_stream *inner, uint8_t *buf, ferr
 #define SHUFFLE_PURPOSE 0x73687566666c65ull /* "shuffle" */
 
 typedef struct shuffle {
-    decorator base;
+    ferry__decorator base;
     size_t cap;
     uint64_t seed;
-    layout L;
+    ferry__slot_layout L;
     size_t bytes; /* of one iterator's buffer */
 } shuffle;
 
@@ -359,7 +318,7 @@ static int shuf_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
 {
     shuffle_iter *it = iter;
     const shuffle *sh = it->sh;
-    int rc = check_sample("shuffle", out, sh->L.nfields);
+    int rc = ferry__dec_check_sample("shuffle", out, sh->L.nfields);
     if (rc < 0)
         return rc;
     /* Fill the buffer: all of it on the first call, then the slot the last call
@@ -368,8 +327,8 @@ static int shuf_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
         if (ferry__ctx_dropped(ctx))
             return ferry__err(FERRY_ECANCELED, "shuffle: the loader dropped this work");
         uint32_t k = it->perm[it->count];
-        rc = read_slot(&sh->L, sh->base.inner, it->buf + (size_t)k * sh->L.stride, it->it, ctx,
-                       "shuffle", &it->pos[k], false);
+        rc = ferry__slot_read(&sh->L, sh->base.inner, it->buf + (size_t)k * sh->L.stride, it->it,
+                              ctx, "shuffle", &it->pos[k], false);
         if (rc == FERRY_END)
             it->ended = true;
         else if (rc != 0)
@@ -398,7 +357,7 @@ static int shuf_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
                                 sh->base.inner->fields[f].name, (long long)out->length[f],
                                 (long long)sh->L.bound[f]);
     } else {
-        copy_slot(&sh->L, it->buf + (size_t)s * sh->L.stride, &it->pos[s], out);
+        ferry__slot_copy(&sh->L, it->buf + (size_t)s * sh->L.stride, &it->pos[s], out);
     }
     it->perm[p] = it->perm[it->count - 1];
     it->perm[it->count - 1] = s;
@@ -412,7 +371,7 @@ static int shuf_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
 static int shuf_save(void *iter, ferry_state *w)
 {
     shuffle_iter *it = iter;
-    put_kind(w, KIND_SHUFFLE, it->sh->cap, it->sh->seed);
+    ferry__dec_put_kind(w, FERRY__DEC_SHUFFLE, it->sh->cap, it->sh->seed);
     const ferry_rng *g = &it->rng;
     uint32_t words[11] = {g->key[0], g->key[1], g->ctr[0], g->ctr[1], g->ctr[2], g->ctr[3],
                           g->buf[0], g->buf[1], g->buf[2], g->buf[3], g->used};
@@ -430,13 +389,13 @@ static int shuf_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
     const shuffle *sh = it->sh;
     uint64_t ended, count;
     uint32_t words[11];
-    int rc = get_kind(r, KIND_SHUFFLE, sh->cap, sh->seed, "buffer_size", "seed");
+    int rc = ferry__dec_get_kind(r, FERRY__DEC_SHUFFLE, sh->cap, sh->seed, "buffer_size", "seed");
     for (int i = 0; rc == 0 && i < 11; i++)
         rc = ferry__state_get_u32(r, &words[i]);
     if (rc == 0)
         rc = ferry_state_get_u64(r, &ended);
     if (rc == 0)
-        rc = get_count(r, sh->cap, "buffered samples", &count);
+        rc = ferry__dec_get_count(r, sh->cap, "buffered samples", &count);
     if (rc < 0)
         return rc;
     if (ended > 1 || words[10] > 4)
@@ -456,8 +415,8 @@ static int shuf_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
         /* each is read from its place when drawn: a resume reads nothing now */
         memset(it->lazy, 1, count);
         it->nlazy = count;
-    } else if ((rc = refill(&sh->L, sh->base.inner, it->buf, it->pos, count, it->it, ctx,
-                            "shuffle")) < 0) {
+    } else if ((rc = ferry__slot_refill(&sh->L, sh->base.inner, it->buf, it->pos, count, it->it,
+                                        ctx, "shuffle")) < 0) {
         return rc;
     }
     it->count = count;
@@ -466,11 +425,11 @@ static int shuf_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
 
 static int shuf_fetch(void *iter, const ferry_pos *pos, ferry_sample *out, ferry_ctx *ctx)
 {
-    return pass_fetch(((shuffle_iter *)iter)->it, pos, out, ctx);
+    return ferry__dec_pass_fetch(((shuffle_iter *)iter)->it, pos, out, ctx);
 }
 
-static const ferry_stream_vtable shuffle_vtable = {shuf_open, shuf_next,    shuf_close, dec_destroy,
-                                                   shuf_save, shuf_restore, shuf_fetch};
+static const ferry_stream_vtable shuffle_vtable = {
+    shuf_open, shuf_next, shuf_close, ferry__dec_destroy, shuf_save, shuf_restore, shuf_fetch};
 
 int ferry_stream_shuffle(ferry_stream **out, ferry_stream *inner, size_t buffer_size, uint64_t seed)
 {
@@ -478,530 +437,31 @@ int ferry_stream_shuffle(ferry_stream **out, ferry_stream *inner, size_t buffer_
     if (!inner)
         return ferry__err(FERRY_EINVAL, "shuffle: the inner stream is NULL");
     if (buffer_size < 1 || buffer_size > FERRY_STREAM_MAX_BUFFER)
-        return reject(inner, FERRY_EINVAL, "shuffle: buffer_size %zu is outside [1, %zu]",
-                      buffer_size, FERRY_STREAM_MAX_BUFFER);
-    layout L;
+        return ferry__dec_reject(inner, FERRY_EINVAL,
+                                 "shuffle: buffer_size %zu is outside [1, %zu]", buffer_size,
+                                 FERRY_STREAM_MAX_BUFFER);
+    ferry__slot_layout L;
     size_t bytes;
-    int rc = layout_init(&L, inner, buffer_size, "shuffle", "buffer_size", buffer_size, &bytes);
+    int rc = ferry__slot_layout_init(&L, inner, buffer_size, "shuffle", "buffer_size", buffer_size,
+                                     &bytes);
     if (rc < 0)
-        return reject_kept(inner, rc);
+        return ferry__dec_reject_kept(inner, rc);
     shuffle *sh = ferry__calloc(1, sizeof *sh);
     if (!sh)
-        return reject(inner, FERRY_ENOMEM, "shuffle: out of memory");
+        return ferry__dec_reject(inner, FERRY_ENOMEM, "shuffle: out of memory");
     sh->base.inner = inner;
     sh->cap = buffer_size;
     sh->seed = seed;
     sh->L = L;
     sh->bytes = bytes;
-    return wrap(out, &shuffle_vtable, sh, inner,
-                bytes + buffer_size * (sizeof(uint32_t) + sizeof(ferry_pos) + 1));
-}
-
-/* ---- Group-batch ---- */
-
-typedef struct grouper {
-    decorator base;
-    ferry_group_key_fn key_fn;
-    void *key_arg;
-    size_t batch, max_buffered;
-    size_t cap;   /* slots and group records per iterator: max_buffered + 1 */
-    size_t nhash; /* hash buckets, a power of two >= cap */
-    layout L;
-    size_t bytes; /* of one iterator's slots */
-    /* group_by_length's key */
-    int length_field;
-    uint64_t width;
-} grouper;
-
-/* A group with samples waiting. Indices are int32_t, -1 for none: the limits keep
- * the counts of slots and groups under 2^31. */
-typedef struct group {
-    int64_t key;
-    uint64_t serial; /* its number in the order of first arrival */
-    uint32_t count;
-    int32_t head, tail;   /* its slots, in arrival order, linked by slot_next */
-    int32_t hnext;        /* hash chain; the free list for unused records */
-    int32_t aprev, anext; /* groups in the order of their first arrival */
-    int32_t bprev, bnext; /* groups of the same count, in the order they reached it */
-} group;
-
-typedef struct group_iter {
-    const grouper *g;
-    ferry_stream_iter *it;
-    uint8_t *slots;
-    ferry_pos *pos;         /* [cap]: where the sample in each slot came from */
-    void *index_mem;        /* one allocation for the arrays below */
-    group *groups;          /* [cap] */
-    int32_t *slot_next;     /* [cap]: the next slot of the same group or of the free list */
-    int32_t *hash;          /* [nhash] */
-    int32_t *bhead, *btail; /* [batch]: groups by count, 1 .. batch-1 */
-    int32_t free_slot, free_group;
-    int32_t ahead, atail;
-    uint32_t maxcount; /* the buckets above it are empty */
-    size_t buffered;   /* samples in groups (not those being emitted) */
-    uint64_t serial;   /* the next group's number */
-    int32_t emit;      /* the next slot to emit, or -1 */
-    bool emit_break, ended;
-} group_iter;
-
-static size_t key_bucket(const group_iter *it, int64_t key)
-{
-    return (size_t)(ferry_hash64((uint64_t)key, 0x67726f7570ull) & (it->g->nhash - 1));
-}
-
-static void bucket_unlink(group_iter *it, int32_t gi)
-{
-    group *gr = &it->groups[gi];
-    if (gr->bprev >= 0)
-        it->groups[gr->bprev].bnext = gr->bnext;
-    else
-        it->bhead[gr->count] = gr->bnext;
-    if (gr->bnext >= 0)
-        it->groups[gr->bnext].bprev = gr->bprev;
-    else
-        it->btail[gr->count] = gr->bprev;
-}
-
-static void bucket_append(group_iter *it, int32_t gi)
-{
-    group *gr = &it->groups[gi];
-    gr->bnext = -1;
-    gr->bprev = it->btail[gr->count];
-    if (gr->bprev >= 0)
-        it->groups[gr->bprev].bnext = gi;
-    else
-        it->bhead[gr->count] = gi;
-    it->btail[gr->count] = gi;
-    if (gr->count > it->maxcount)
-        it->maxcount = gr->count;
-}
-
-/* Takes group gi out of every index and makes its slots the ones to emit, after a
- * break. Its record goes back to the free list. */
-static void start_emit(group_iter *it, int32_t gi)
-{
-    group *gr = &it->groups[gi];
-    if (gr->count < it->g->batch)
-        bucket_unlink(it, gi);
-    if (gr->aprev >= 0)
-        it->groups[gr->aprev].anext = gr->anext;
-    else
-        it->ahead = gr->anext;
-    if (gr->anext >= 0)
-        it->groups[gr->anext].aprev = gr->aprev;
-    else
-        it->atail = gr->aprev;
-    int32_t *p = &it->hash[key_bucket(it, gr->key)];
-    while (*p != gi)
-        p = &it->groups[*p].hnext;
-    *p = gr->hnext;
-    it->buffered -= gr->count;
-    it->emit = gr->head;
-    it->emit_break = true;
-    gr->hnext = it->free_group;
-    it->free_group = gi;
-}
-
-/* Files the sample in slot s under its group; starts emitting a group that is
- * full, or the fullest when too much is buffered. */
-static void add_sample(group_iter *it, int32_t s)
-{
-    const grouper *g = it->g;
-    void *data[FERRY_MAX_FIELDS];
-    ferry_sample view = slot_view(&g->L, it->slots + (size_t)s * g->L.stride, data);
-    int64_t key = g->key_fn(&view, g->base.inner->fields, g->key_arg);
-    size_t b = key_bucket(it, key);
-    int32_t gi = it->hash[b];
-    while (gi >= 0 && it->groups[gi].key != key)
-        gi = it->groups[gi].hnext;
-    if (gi < 0) {
-        /* a free record exists: groups in the index hold at least one of the
-         * cap - 1 samples at most buffered before this one */
-        gi = it->free_group;
-        assert(gi >= 0);
-        group *gr = &it->groups[gi];
-        it->free_group = gr->hnext;
-        gr->key = key;
-        gr->serial = it->serial++;
-        gr->count = 0;
-        gr->head = gr->tail = -1;
-        gr->hnext = it->hash[b];
-        it->hash[b] = gi;
-        gr->anext = -1;
-        gr->aprev = it->atail;
-        if (it->atail >= 0)
-            it->groups[it->atail].anext = gi;
-        else
-            it->ahead = gi;
-        it->atail = gi;
-    }
-    group *gr = &it->groups[gi];
-    if (gr->count)
-        bucket_unlink(it, gi);
-    it->slot_next[s] = -1;
-    if (gr->tail >= 0)
-        it->slot_next[gr->tail] = s;
-    else
-        gr->head = s;
-    gr->tail = s;
-    gr->count++;
-    it->buffered++;
-    if (gr->count == g->batch) {
-        start_emit(it, gi);
-        return;
-    }
-    bucket_append(it, gi);
-    if (it->buffered > g->max_buffered) {
-        while (it->bhead[it->maxcount] < 0)
-            it->maxcount--;
-        start_emit(it, it->bhead[it->maxcount]);
-    }
-}
-
-static void grp_close(void *iter)
-{
-    group_iter *it = iter;
-    if (!it)
-        return;
-    ferry_stream_close(it->it);
-    ferry__aligned_free(it->slots);
-    ferry__free(it->index_mem);
-    ferry__free(it->pos);
-    ferry__free(it);
-}
-
-static int grp_open(void *self, uint64_t shard, uint64_t nshards, uint64_t epoch, void **iter)
-{
-    int rc = 0;
-    const grouper *g = self;
-    group_iter *it = ferry__calloc(1, sizeof *it);
-    if (!it)
-        return ferry__err(FERRY_ENOMEM, "group_batch: out of memory");
-    it->g = g;
-    /* groups first (8-byte aligned), then the int32_t arrays; sizes are bounded by
-     * the limits on max_buffered and batch_size */
-    size_t n32 = g->cap + g->nhash + 2 * g->batch;
-    size_t index_bytes = g->cap * sizeof(group) + n32 * sizeof(int32_t);
-    it->slots = ferry__aligned_alloc(g->bytes);
-    it->index_mem = ferry__malloc(index_bytes);
-    it->pos = ferry__malloc(g->cap * sizeof *it->pos);
-    if (!it->slots || !it->index_mem || !it->pos)
-        FERRY_FAIL(FERRY_ENOMEM, "group_batch: cannot allocate buffers for %zu samples (%zu bytes)",
-                   g->cap, g->bytes + index_bytes);
-    it->groups = it->index_mem;
-    it->slot_next = (int32_t *)(void *)(it->groups + g->cap);
-    it->hash = it->slot_next + g->cap;
-    it->bhead = it->hash + g->nhash;
-    it->btail = it->bhead + g->batch;
-    for (size_t i = 0; i < g->cap; i++) {
-        it->slot_next[i] = i + 1 < g->cap ? (int32_t)(i + 1) : -1;
-        it->groups[i].hnext = i + 1 < g->cap ? (int32_t)(i + 1) : -1;
-    }
-    memset(it->hash, 0xff, (g->nhash + 2 * g->batch) * sizeof(int32_t)); /* all -1 */
-    it->free_slot = it->free_group = 0;
-    it->ahead = it->atail = it->emit = -1;
-    FERRY_TRY(ferry_stream_open(g->base.inner, shard, nshards, epoch, &it->it));
-    *iter = it;
-    return 0;
-cleanup:
-    grp_close(it);
-    return rc;
-}
-
-static int grp_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
-{
-    group_iter *it = iter;
-    const grouper *g = it->g;
-    int rc = check_sample("group_batch", out, g->L.nfields);
-    if (rc < 0)
-        return rc;
-    for (;;) {
-        if (it->emit_break) {
-            it->emit_break = false;
-            return FERRY_BREAK;
-        }
-        if (it->emit >= 0) {
-            int32_t s = it->emit;
-            copy_slot(&g->L, it->slots + (size_t)s * g->L.stride, &it->pos[s], out);
-            it->emit = it->slot_next[s];
-            it->slot_next[s] = it->free_slot;
-            it->free_slot = s;
-            return 0;
-        }
-        if (it->ended) {
-            if (it->ahead < 0)
-                return FERRY_END;
-            start_emit(it, it->ahead); /* the partial groups, by first arrival */
-            continue;
-        }
-        if (ferry__ctx_dropped(ctx))
-            return ferry__err(FERRY_ECANCELED, "group_batch: the loader dropped this work");
-        /* at most max_buffered samples are buffered here, and there are one more
-         * slots than that */
-        int32_t s = it->free_slot;
-        assert(s >= 0);
-        rc = read_slot(&g->L, g->base.inner, it->slots + (size_t)s * g->L.stride, it->it, ctx,
-                       "group_batch", &it->pos[s], false);
-        if (rc == FERRY_END) {
-            it->ended = true;
-            continue;
-        }
-        if (rc != 0)
-            return rc; /* an error or the inner's break; the slot stays free */
-        it->free_slot = it->slot_next[s];
-        add_sample(it, s);
-    }
-}
-
-/* The state: 24 bytes of kind and settings; the flags (8); the samples left to
- * emit of the group being emitted: their count (8) and pos (32 each); the groups,
- * by first arrival: their count (8) and the next arrival number (8), then each
- * group's key, arrival number and number of samples (24) and the samples' pos
- * (32 each); then, size by size, the arrival numbers of the groups of that size
- * in the order they reached it (8 each); then the inner's. About 32 bytes per
- * buffered sample and 32 per group. */
-static int grp_save(void *iter, ferry_state *w)
-{
-    group_iter *it = iter;
-    const grouper *g = it->g;
-    put_kind(w, KIND_GROUP, g->batch, g->max_buffered);
-    ferry_state_put_u64(w, (uint64_t)it->ended | (uint64_t)it->emit_break << 1);
-    uint64_t n = 0;
-    for (int32_t s = it->emit; s >= 0; s = it->slot_next[s])
-        n++;
-    ferry_state_put_u64(w, n);
-    for (int32_t s = it->emit; s >= 0; s = it->slot_next[s])
-        ferry__state_put_pos(w, &it->pos[s], 1);
-    n = 0;
-    for (int32_t gi = it->ahead; gi >= 0; gi = it->groups[gi].anext)
-        n++;
-    ferry_state_put_u64(w, n);
-    ferry_state_put_u64(w, it->serial);
-    for (int32_t gi = it->ahead; gi >= 0; gi = it->groups[gi].anext) {
-        const group *gr = &it->groups[gi];
-        ferry_state_put_u64(w, (uint64_t)gr->key);
-        ferry_state_put_u64(w, gr->serial);
-        ferry_state_put_u64(w, gr->count);
-        for (int32_t s = gr->head; s >= 0; s = it->slot_next[s])
-            ferry__state_put_pos(w, &it->pos[s], 1);
-    }
-    for (uint32_t c = 1; c < g->batch && c <= it->maxcount; c++)
-        for (int32_t gi = it->bhead[c]; gi >= 0; gi = it->groups[gi].bnext)
-            ferry_state_put_u64(w, it->groups[gi].serial);
-    return ferry_stream_save_to(it->it, w);
-}
-
-/* The group of arrival number `serial` among groups[0..n), which are in arrival
- * order; -1 if none. */
-static int32_t find_serial(const group_iter *it, int32_t n, uint64_t serial)
-{
-    int32_t lo = 0, hi = n;
-    while (lo < hi) {
-        int32_t mid = lo + (hi - lo) / 2;
-        if (it->groups[mid].serial < serial)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < n && it->groups[lo].serial == serial ? lo : -1;
-}
-
-static int grp_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
-{
-    group_iter *it = iter;
-    const grouper *g = it->g;
-    uint64_t flags, nemit, ngroups;
-    int rc = get_kind(r, KIND_GROUP, g->batch, g->max_buffered, "batch_size", "max_buffered");
-    if (rc == 0)
-        rc = ferry_state_get_u64(r, &flags);
-    if (rc == 0)
-        rc = get_count(r, g->batch, "samples left to emit", &nemit);
-    if (rc < 0)
-        return rc;
-    if (flags > 3)
-        return ferry__err(FERRY_ECORRUPT, "group_batch: the state is damaged (flags %llu)",
-                          (unsigned long long)flags);
-    /* slots are taken in order: the ones to emit, then each group's */
-    int32_t used = 0;
-    for (uint64_t i = 0; i < nemit; i++, used++)
-        if ((rc = ferry__state_get_pos(r, &it->pos[used], 1)) < 0)
-            return rc;
-    if ((rc = get_count(r, g->cap - nemit, "groups", &ngroups)) < 0 ||
-        (rc = ferry_state_get_u64(r, &it->serial)) < 0)
-        return rc;
-    for (int32_t gi = 0; gi < (int32_t)ngroups; gi++) {
-        group *gr = &it->groups[gi];
-        uint64_t key, serial, count;
-        if ((rc = ferry_state_get_u64(r, &key)) < 0 || (rc = ferry_state_get_u64(r, &serial)) < 0 ||
-            (rc = ferry_state_get_u64(r, &count)) < 0)
-            return rc;
-        if (count < 1 || count >= g->batch || count > g->max_buffered - it->buffered ||
-            count > g->cap - (size_t)used || serial >= it->serial ||
-            (gi > 0 && serial <= it->groups[gi - 1].serial))
-            return ferry__err(FERRY_ECORRUPT,
-                              "group_batch: the state is damaged (group %d: %llu samples, "
-                              "number %llu)",
-                              (int)gi, (unsigned long long)count, (unsigned long long)serial);
-        gr->key = (int64_t)key;
-        gr->serial = serial;
-        gr->count = (uint32_t)count;
-        gr->head = used;
-        for (uint64_t i = 0; i < count; i++, used++) {
-            if ((rc = ferry__state_get_pos(r, &it->pos[used], 1)) < 0)
-                return rc;
-            it->slot_next[used] = i + 1 < count ? used + 1 : -1;
-        }
-        gr->tail = used - 1;
-        gr->bnext = -2; /* not in a size bucket yet */
-        gr->aprev = gi - 1;
-        gr->anext = gi + 1 < (int32_t)ngroups ? gi + 1 : -1;
-        size_t b = key_bucket(it, gr->key);
-        gr->hnext = it->hash[b];
-        it->hash[b] = gi;
-        it->buffered += count;
-    }
-    /* the size buckets, in the order saved: each group once, by its size */
-    for (uint64_t k = 0; k < ngroups; k++) {
-        uint64_t serial;
-        if ((rc = ferry_state_get_u64(r, &serial)) < 0)
-            return rc;
-        int32_t gi = find_serial(it, (int32_t)ngroups, serial);
-        if (gi < 0 || it->groups[gi].bnext != -2)
-            return ferry__err(FERRY_ECORRUPT,
-                              "group_batch: the state is damaged (group number %llu in the sizes)",
-                              (unsigned long long)serial);
-        bucket_append(it, gi);
-    }
-    /* and the rest of the records and slots free */
-    it->ahead = ngroups ? 0 : -1;
-    it->atail = (int32_t)ngroups - 1;
-    it->free_group = ngroups < g->cap ? (int32_t)ngroups : -1;
-    it->free_slot = used < (int32_t)g->cap ? used : -1;
-    for (size_t i = (size_t)used; i < g->cap; i++)
-        it->slot_next[i] = i + 1 < g->cap ? (int32_t)(i + 1) : -1;
-    for (size_t i = ngroups; i < g->cap; i++)
-        it->groups[i].hnext = i + 1 < g->cap ? (int32_t)(i + 1) : -1;
-    for (int32_t i = 0; i + 1 < (int32_t)nemit; i++)
-        it->slot_next[i] = i + 1;
-    if (nemit)
-        it->slot_next[nemit - 1] = -1;
-    it->emit = nemit ? 0 : -1;
-    it->ended = flags & 1;
-    it->emit_break = flags & 2;
-    if ((rc = ferry_stream_restore_from(it->it, r, ctx)) < 0)
-        return rc;
-    if ((rc = refill(&g->L, g->base.inner, it->slots, it->pos, (size_t)used, it->it, ctx,
-                     "group_batch")) < 0)
-        return rc;
-    /* a group's key comes from its samples: a source that changed since the save
-     * shows here */
-    for (int32_t gi = 0; gi < (int32_t)ngroups; gi++) {
-        const group *gr = &it->groups[gi];
-        for (int32_t s = gr->head; s >= 0; s = it->slot_next[s]) {
-            void *data[FERRY_MAX_FIELDS];
-            ferry_sample view = slot_view(&g->L, it->slots + (size_t)s * g->L.stride, data);
-            int64_t key = g->key_fn(&view, g->base.inner->fields, g->key_arg);
-            if (key != gr->key)
-                return ferry__err(FERRY_ECORRUPT,
-                                  "group_batch: a buffered sample read again has the key %lld, "
-                                  "the state says %lld (did the source change?)",
-                                  (long long)key, (long long)gr->key);
-        }
-    }
-    return 0;
-}
-
-static int grp_fetch(void *iter, const ferry_pos *pos, ferry_sample *out, ferry_ctx *ctx)
-{
-    return pass_fetch(((group_iter *)iter)->it, pos, out, ctx);
-}
-
-static const ferry_stream_vtable group_vtable = {grp_open, grp_next,    grp_close, dec_destroy,
-                                                 grp_save, grp_restore, grp_fetch};
-
-static int64_t length_key(const ferry_sample *s, const ferry_field *fields, void *arg)
-{
-    (void)fields;
-    const grouper *g = arg;
-    return (int64_t)((uint64_t)s->length[g->length_field] / g->width);
-}
-
-/* Both group constructors: key_fn, or (when NULL) the length of length_field. */
-static int group_create(ferry_stream **out, ferry_stream *inner, ferry_group_key_fn key_fn,
-                        void *key_arg, size_t batch_size, size_t max_buffered, int length_field,
-                        uint64_t width, const char *who)
-{
-    if (batch_size < 1 || batch_size > FERRY_STREAM_MAX_BATCH)
-        return reject(inner, FERRY_EINVAL, "%s: batch_size %zu is outside [1, %zu]", who,
-                      batch_size, FERRY_STREAM_MAX_BATCH);
-    if (max_buffered < batch_size || max_buffered > FERRY_STREAM_MAX_BUFFER)
-        return reject(inner, FERRY_EINVAL,
-                      "%s: max_buffered %zu is outside [batch_size = %zu, %zu]", who, max_buffered,
-                      batch_size, FERRY_STREAM_MAX_BUFFER);
-    layout L;
-    size_t bytes;
-    int rc = layout_init(&L, inner, max_buffered + 1, who, "max_buffered", max_buffered, &bytes);
-    if (rc < 0)
-        return reject_kept(inner, rc);
-    grouper *g = ferry__calloc(1, sizeof *g);
-    if (!g)
-        return reject(inner, FERRY_ENOMEM, "%s: out of memory", who);
-    g->base.inner = inner;
-    g->key_fn = key_fn;
-    g->key_arg = key_arg;
-    if (!key_fn) {
-        g->key_fn = length_key;
-        g->key_arg = g;
-        g->length_field = length_field;
-        g->width = width;
-    }
-    g->batch = batch_size;
-    g->max_buffered = max_buffered;
-    g->cap = max_buffered + 1;
-    g->nhash = 16;
-    while (g->nhash < g->cap)
-        g->nhash *= 2;
-    g->L = L;
-    g->bytes = bytes;
-    return wrap(out, &group_vtable, g, inner,
-                bytes + g->cap * (4 * sizeof(int32_t) + sizeof(ferry_pos)));
-}
-
-int ferry_stream_group_batch(ferry_stream **out, ferry_stream *inner, ferry_group_key_fn key_fn,
-                             void *key_arg, size_t batch_size, size_t max_buffered)
-{
-    *out = NULL;
-    if (!inner)
-        return ferry__err(FERRY_EINVAL, "group_batch: the inner stream is NULL");
-    if (!key_fn)
-        return reject(inner, FERRY_EINVAL, "group_batch: key_fn is NULL");
-    return group_create(out, inner, key_fn, key_arg, batch_size, max_buffered, -1, 0,
-                        "group_batch");
-}
-
-int ferry_stream_group_by_length(ferry_stream **out, ferry_stream *inner, int field_index,
-                                 uint64_t bucket_width, size_t batch_size, size_t max_buffered)
-{
-    *out = NULL;
-    if (!inner)
-        return ferry__err(FERRY_EINVAL, "group_by_length: the inner stream is NULL");
-    if (field_index < 0 || field_index >= inner->nfields)
-        return reject(inner, FERRY_EINVAL, "group_by_length: field_index %d is outside [0, %d)",
-                      field_index, inner->nfields);
-    if (!inner->fields[field_index].variable)
-        return reject(inner, FERRY_EINVAL,
-                      "group_by_length: field_index %d (\"%s\") is not a variable field",
-                      field_index, inner->fields[field_index].name);
-    if (bucket_width < 1)
-        return reject(inner, FERRY_EINVAL, "group_by_length: bucket_width 0 is outside [1, 2^64)");
-    return group_create(out, inner, NULL, NULL, batch_size, max_buffered, field_index, bucket_width,
-                        "group_by_length");
+    return ferry__dec_wrap(out, &shuffle_vtable, sh, inner,
+                           bytes + buffer_size * (sizeof(uint32_t) + sizeof(ferry_pos) + 1));
 }
 
 /* ---- Shard ---- */
 
 typedef struct shard_dec {
-    decorator base;
+    ferry__decorator base;
     uint64_t k, n;
 } shard_dec;
 
@@ -1049,24 +509,25 @@ static void shard_close(void *iter)
 static int shard_save(void *iter, ferry_state *w)
 {
     shard_iter *it = iter;
-    put_kind(w, KIND_SHARD, it->sd->k, it->sd->n);
+    ferry__dec_put_kind(w, FERRY__DEC_SHARD, it->sd->k, it->sd->n);
     return ferry_stream_save_to(it->it, w);
 }
 
 static int shard_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
 {
     shard_iter *it = iter;
-    int rc = get_kind(r, KIND_SHARD, it->sd->k, it->sd->n, "k", "n");
+    int rc = ferry__dec_get_kind(r, FERRY__DEC_SHARD, it->sd->k, it->sd->n, "k", "n");
     return rc < 0 ? rc : ferry_stream_restore_from(it->it, r, ctx);
 }
 
 static int shard_fetch(void *iter, const ferry_pos *pos, ferry_sample *out, ferry_ctx *ctx)
 {
-    return pass_fetch(((shard_iter *)iter)->it, pos, out, ctx);
+    return ferry__dec_pass_fetch(((shard_iter *)iter)->it, pos, out, ctx);
 }
 
-static const ferry_stream_vtable shard_vtable = {
-    shard_open, shard_next, shard_close, dec_destroy, shard_save, shard_restore, shard_fetch};
+static const ferry_stream_vtable shard_vtable = {shard_open,         shard_next, shard_close,
+                                                 ferry__dec_destroy, shard_save, shard_restore,
+                                                 shard_fetch};
 
 int ferry_stream_shard(ferry_stream **out, ferry_stream *inner, uint64_t k, uint64_t n)
 {
@@ -1074,21 +535,21 @@ int ferry_stream_shard(ferry_stream **out, ferry_stream *inner, uint64_t k, uint
     if (!inner)
         return ferry__err(FERRY_EINVAL, "shard: the inner stream is NULL");
     if (n == 0 || k >= n)
-        return reject(inner, FERRY_EINVAL, "shard: k %llu is outside [0, n = %llu)",
-                      (unsigned long long)k, (unsigned long long)n);
+        return ferry__dec_reject(inner, FERRY_EINVAL, "shard: k %llu is outside [0, n = %llu)",
+                                 (unsigned long long)k, (unsigned long long)n);
     shard_dec *sd = ferry__calloc(1, sizeof *sd);
     if (!sd)
-        return reject(inner, FERRY_ENOMEM, "shard: out of memory");
+        return ferry__dec_reject(inner, FERRY_ENOMEM, "shard: out of memory");
     sd->base.inner = inner;
     sd->k = k;
     sd->n = n;
-    return wrap(out, &shard_vtable, sd, inner, 0);
+    return ferry__dec_wrap(out, &shard_vtable, sd, inner, 0);
 }
 
 /* ---- Repeat ---- */
 
 typedef struct repeat {
-    decorator base;
+    ferry__decorator base;
     uint64_t times; /* 0 = endless */
 } repeat;
 
@@ -1175,7 +636,7 @@ static int rep_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
 static int rep_save(void *iter, ferry_state *w)
 {
     repeat_iter *it = iter;
-    put_kind(w, KIND_REPEAT, it->r->times, 0);
+    ferry__dec_put_kind(w, FERRY__DEC_REPEAT, it->r->times, 0);
     ferry_state_put_u64(w, it->pass);
     ferry_state_put_u64(w, (uint64_t)it->got | (uint64_t)it->ended << 1 | (uint64_t) !!it->it << 2);
     return it->it ? ferry_stream_save_to(it->it, w) : 0;
@@ -1185,7 +646,7 @@ static int rep_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
 {
     repeat_iter *it = iter;
     uint64_t pass, flags;
-    int rc = get_kind(r, KIND_REPEAT, it->r->times, 0, "times", "-");
+    int rc = ferry__dec_get_kind(r, FERRY__DEC_REPEAT, it->r->times, 0, "times", "-");
     if (rc == 0)
         rc = ferry_state_get_u64(r, &pass);
     if (rc == 0)
@@ -1215,18 +676,18 @@ static int rep_fetch(void *iter, const ferry_pos *pos, ferry_sample *out, ferry_
 {
     repeat_iter *it = iter;
     if (it->it)
-        return pass_fetch(it->it, pos, out, ctx);
+        return ferry__dec_pass_fetch(it->it, pos, out, ctx);
     if (!it->fetch_it) {
         int rc = ferry_stream_open(it->r->base.inner, it->shard, it->nshards, pass_epoch(it),
                                    &it->fetch_it);
         if (rc < 0)
             return ferry__err_prefix(rc, "repeat: opening the stream to fetch a sample");
     }
-    return pass_fetch(it->fetch_it, pos, out, ctx);
+    return ferry__dec_pass_fetch(it->fetch_it, pos, out, ctx);
 }
 
-static const ferry_stream_vtable repeat_vtable = {rep_open, rep_next,    rep_close, dec_destroy,
-                                                  rep_save, rep_restore, rep_fetch};
+static const ferry_stream_vtable repeat_vtable = {
+    rep_open, rep_next, rep_close, ferry__dec_destroy, rep_save, rep_restore, rep_fetch};
 
 int ferry_stream_repeat(ferry_stream **out, ferry_stream *inner, uint64_t times)
 {
@@ -1235,18 +696,18 @@ int ferry_stream_repeat(ferry_stream **out, ferry_stream *inner, uint64_t times)
         return ferry__err(FERRY_EINVAL, "repeat: the inner stream is NULL");
     repeat *r = ferry__calloc(1, sizeof *r);
     if (!r)
-        return reject(inner, FERRY_ENOMEM, "repeat: out of memory");
+        return ferry__dec_reject(inner, FERRY_ENOMEM, "repeat: out of memory");
     r->base.inner = inner;
     r->times = times;
-    return wrap(out, &repeat_vtable, r, inner, 0);
+    return ferry__dec_wrap(out, &repeat_vtable, r, inner, 0);
 }
 
 /* ---- Take and skip ---- */
 
 typedef struct counted {
-    decorator base;
+    ferry__decorator base;
     uint64_t n;
-    int kind; /* KIND_TAKE or KIND_SKIP */
+    int kind; /* FERRY__DEC_TAKE or FERRY__DEC_SKIP */
 } counted;
 
 typedef struct counted_iter {
@@ -1309,7 +770,7 @@ static int skip_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
 static int cnt_save(void *iter, ferry_state *w)
 {
     counted_iter *it = iter;
-    put_kind(w, it->c->kind, it->c->n, 0);
+    ferry__dec_put_kind(w, it->c->kind, it->c->n, 0);
     ferry_state_put_u64(w, it->seen);
     return ferry_stream_save_to(it->it, w);
 }
@@ -1317,21 +778,21 @@ static int cnt_save(void *iter, ferry_state *w)
 static int cnt_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
 {
     counted_iter *it = iter;
-    int rc = get_kind(r, it->c->kind, it->c->n, 0, "n", "-");
+    int rc = ferry__dec_get_kind(r, it->c->kind, it->c->n, 0, "n", "-");
     if (rc == 0)
-        rc = get_count(r, it->c->n, "samples counted", &it->seen);
+        rc = ferry__dec_get_count(r, it->c->n, "samples counted", &it->seen);
     return rc < 0 ? rc : ferry_stream_restore_from(it->it, r, ctx);
 }
 
 static int cnt_fetch(void *iter, const ferry_pos *pos, ferry_sample *out, ferry_ctx *ctx)
 {
-    return pass_fetch(((counted_iter *)iter)->it, pos, out, ctx);
+    return ferry__dec_pass_fetch(((counted_iter *)iter)->it, pos, out, ctx);
 }
 
-static const ferry_stream_vtable take_vtable = {cnt_open, take_next,   cnt_close, dec_destroy,
-                                                cnt_save, cnt_restore, cnt_fetch};
-static const ferry_stream_vtable skip_vtable = {cnt_open, skip_next,   cnt_close, dec_destroy,
-                                                cnt_save, cnt_restore, cnt_fetch};
+static const ferry_stream_vtable take_vtable = {
+    cnt_open, take_next, cnt_close, ferry__dec_destroy, cnt_save, cnt_restore, cnt_fetch};
+static const ferry_stream_vtable skip_vtable = {
+    cnt_open, skip_next, cnt_close, ferry__dec_destroy, cnt_save, cnt_restore, cnt_fetch};
 
 static int counted_create(ferry_stream **out, ferry_stream *inner, uint64_t n,
                           const ferry_stream_vtable *vt, const char *who)
@@ -1341,11 +802,11 @@ static int counted_create(ferry_stream **out, ferry_stream *inner, uint64_t n,
         return ferry__err(FERRY_EINVAL, "%s: the inner stream is NULL", who);
     counted *c = ferry__calloc(1, sizeof *c);
     if (!c)
-        return reject(inner, FERRY_ENOMEM, "%s: out of memory", who);
+        return ferry__dec_reject(inner, FERRY_ENOMEM, "%s: out of memory", who);
     c->base.inner = inner;
     c->n = n;
-    c->kind = vt == &take_vtable ? KIND_TAKE : KIND_SKIP;
-    return wrap(out, vt, c, inner, 0);
+    c->kind = vt == &take_vtable ? FERRY__DEC_TAKE : FERRY__DEC_SKIP;
+    return ferry__dec_wrap(out, vt, c, inner, 0);
 }
 
 int ferry_stream_take(ferry_stream **out, ferry_stream *inner, uint64_t n)

@@ -5,6 +5,7 @@
  * batch slot.
  */
 #include "spec.h"
+#include "../core/guard.h"
 #include "../formats/mds_internal.h"
 #include "../io/io.h"
 #include "../core/bytes.h"
@@ -137,7 +138,7 @@ static const shard *find(const mds_ds *d, uint64_t i, size_t *s)
     return &d->sh[lo];
 }
 
-static int mds_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
+static int mds_read(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
 {
     const mds_ds *d = self;
     (void)ctx;
@@ -184,7 +185,24 @@ static int mds_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
     return 0;
 }
 
-static void mds_hint(void *self, const uint64_t *indices, size_t count, int soon)
+/* The shards are read from mappings: one cut short under the reader is an error
+ * naming it, not a SIGBUS. */
+static int mds_fault(const ferry__reading *rd, uintptr_t addr)
+{
+    const mds_ds *d = rd->arg;
+    for (size_t k = 0; k < d->ix.nshards; k++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", d->dir, d->ix.shards[k].raw);
+        int rc = ferry__guard_map_err(addr, d->sh[k].map.data, d->sh[k].map.size, path, rd->item);
+        if (rc <= 0)
+            return rc;
+    }
+    return ferry__guard_err(addr, d->dir, NULL, "sample %llu", (unsigned long long)rd->item);
+}
+
+FERRY__GUARDED_GET(mds_get, mds_read, mds_fault)
+
+static void mds_hint_mapped(void *self, const uint64_t *indices, size_t count, int soon)
 {
     const mds_ds *d = self;
     for (size_t k = 0; k < count; k++) {
@@ -207,6 +225,8 @@ static void mds_hint(void *self, const uint64_t *indices, size_t count, int soon
         madvise((void *)(addr & ~(page - 1)), (b - a) + (addr & (page - 1)), MADV_WILLNEED);
     }
 }
+
+FERRY__GUARDED_HINT(mds_hint, mds_hint_mapped, mds_fault)
 
 static void mds_destroy(void *self)
 {
@@ -321,7 +341,10 @@ static int load_shard(mds_ds *d, size_t s, uint64_t *zstd_left, uint64_t zstd_ma
     shard *sh = &d->sh[s];
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", d->dir, e->raw);
-    int rc = ferry__map_file(&sh->map, path);
+    int rc = ferry__guard_install();
+    if (rc < 0)
+        return rc;
+    rc = ferry__map_file(&sh->map, path);
     if (rc == 0) {
         sh->p = sh->map.data;
         sh->size = sh->map.size;

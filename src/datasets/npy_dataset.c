@@ -7,6 +7,7 @@
  */
 #include "spec.h"
 #include "ferry/npy.h"
+#include "../core/guard.h"
 #include "../formats/zip.h"
 #include "../io/io.h"
 
@@ -36,6 +37,7 @@ typedef struct npy_col {
 typedef struct npy_ds {
     int nmaps;
     ferry__map maps[MAX_ARRAYS];
+    char *files[MAX_ARRAYS]; /* each map's file */
     int narrays;
     npy_array arr[MAX_ARRAYS];
     int ncols;
@@ -74,7 +76,7 @@ static void swap_units(uint8_t *p, size_t n, unsigned unit)
     }
 }
 
-static int npy_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
+static int npy_read(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
 {
     const npy_ds *d = self;
     (void)ctx;
@@ -120,6 +122,22 @@ static int npy_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
     return 0;
 }
 
+/* The arrays are read from mappings: a file cut short under the reader is an
+ * error naming it, not a SIGBUS. */
+static int npy_fault(const ferry__reading *rd, uintptr_t addr)
+{
+    const npy_ds *d = rd->arg;
+    for (int k = 0; k < d->nmaps; k++) {
+        int rc =
+            ferry__guard_map_err(addr, d->maps[k].data, d->maps[k].size, d->files[k], rd->item);
+        if (rc <= 0)
+            return rc;
+    }
+    return ferry__guard_err(addr, NULL, NULL, "sample %llu", (unsigned long long)rd->item);
+}
+
+FERRY__GUARDED_GET(npy_get, npy_read, npy_fault)
+
 /* soon: pull the rows' first lines into the cache; later batches (only for rows
  * of FAR_HINT_MIN bytes and more: smaller ones cost a system call each for no
  * gain, and the dataset then asks the loader for near hints only): ask the
@@ -153,8 +171,10 @@ static void npy_destroy(void *self)
     npy_ds *d = self;
     if (!d)
         return;
-    for (int k = 0; k < d->nmaps; k++)
+    for (int k = 0; k < d->nmaps; k++) {
         ferry__unmap(&d->maps[k]);
+        ferry__free(d->files[k]);
+    }
     for (int k = 0; k < d->narrays; k++)
         ferry__free(d->arr[k].owned);
     ferry__free(d);
@@ -255,7 +275,11 @@ static int open_path(opening *op, const char *path, const char *name)
     ferry__map *map = &d->maps[d->nmaps];
     if ((rc = ferry__map_file(map, file)) < 0)
         return rc;
-    d->nmaps++;
+    d->files[d->nmaps++] = ferry__strdup(file);
+    if (!d->files[d->nmaps - 1])
+        return ferry__err(FERRY_ENOMEM, "npy: out of memory");
+    if ((rc = ferry__guard_install()) < 0)
+        return rc;
     const uint8_t *p = map->data;
     size_t n = map->size;
     bool is_zip = n >= 4 && p[0] == 'P' && p[1] == 'K' && p[2] == 3 && p[3] == 4;

@@ -17,6 +17,10 @@
 
 #define DEFAULT_INFER 1000
 #define DEFAULT_MAX_RECORD ((uint64_t)256 << 20)
+/* A padded slot (the most values of one record times the longest value of
+ * another) may exceed what one record holds by this much at most; past it the
+ * schema is refused: memory must follow the data. */
+#define PAD_FLOOR ((uint64_t)1 << 20)
 
 typedef struct col {
     int kind; /* FERRY__FEAT_* */
@@ -292,7 +296,10 @@ typedef struct stat_ {
     char name[FERRY_MAX_NAME];
     int kind, seq;
     uint64_t min_count, max_count, max_len, seen;
-    uint64_t max_steps, max_per_step; /* feature lists */
+    uint64_t max_steps, max_per_step;  /* feature lists */
+    uint64_t max_product;              /* the most values x width of one record */
+    const char *count_file, *len_file; /* where max_count (max_steps), max_len were */
+    uint64_t count_rec, len_rec;
 } stat_;
 
 typedef struct infer_state {
@@ -334,7 +341,7 @@ static int on_infer(void *arg, const ferry__feature *f)
                           st->file, (unsigned long long)st->rec, (unsigned long long)st->off,
                           s->name);
     s->seq = f->seq;
-    uint64_t count = 0, max_len = 0;
+    uint64_t count = 0, max_len = 0, per_step = 0;
     int rc = 0;
     if (f->seq) {
         size_t pos = 0;
@@ -350,14 +357,18 @@ static int on_infer(void *arg, const ferry__feature *f)
                                   "with raw=1)",
                                   st->file, (unsigned long long)st->rec,
                                   (unsigned long long)st->off, s->name, (unsigned long long)c);
-            if (c > s->max_per_step)
-                s->max_per_step = c;
+            if (c > per_step)
+                per_step = c;
             if (l > max_len)
                 max_len = l;
             count++;
         }
-        if (count > s->max_steps)
+        if (count > s->max_steps) {
             s->max_steps = count;
+            s->count_file = st->file, s->count_rec = st->rec;
+        }
+        if (per_step > s->max_per_step)
+            s->max_per_step = per_step;
     } else {
         rc = ferry__feature_count(f, &count, &max_len);
     }
@@ -376,11 +387,41 @@ static int on_infer(void *arg, const ferry__feature *f)
     s->seen = st->records + 1;
     if (count < s->min_count)
         s->min_count = count;
-    if (count > s->max_count)
+    if (count > s->max_count) {
         s->max_count = count;
-    if (max_len > s->max_len)
+        if (!f->seq)
+            s->count_file = st->file, s->count_rec = st->rec;
+    }
+    if (max_len > s->max_len) {
         s->max_len = max_len;
+        s->len_file = st->file, s->len_rec = st->rec;
+    }
+    uint64_t width = f->kind == FERRY__FEAT_BYTES ? max_len : f->seq ? per_step : 1, product;
+    if (__builtin_mul_overflow(count, width, &product))
+        product = UINT64_MAX;
+    if (product > s->max_product)
+        s->max_product = product;
     return 0;
+}
+
+/* A slot of rows x width from two records' maxima, refused where it is far over
+ * what one record holds (an 80 KB file asked 394 MB a sample). */
+static int check_padding(const stat_ *s, uint64_t rows, uint64_t width)
+{
+    uint64_t slot;
+    if (!__builtin_mul_overflow(rows, width, &slot) &&
+        (slot <= PAD_FLOOR || slot <= s->max_product))
+        return 0;
+    return ferry__err(FERRY_EOVERFLOW,
+                      "%s: feature \"%s\": %llu %s (record %llu) of up to %llu %s (%s record "
+                      "%llu) would pad every sample to %llu x %llu, far over the %llu of its "
+                      "fullest record: give its shape with features=, or read with raw=1",
+                      s->count_file, s->name, (unsigned long long)rows, s->seq ? "steps" : "values",
+                      (unsigned long long)s->count_rec, (unsigned long long)width,
+                      s->kind == FERRY__FEAT_BYTES ? "bytes" : "values",
+                      s->len_file == s->count_file ? "in" : s->len_file,
+                      (unsigned long long)s->len_rec, (unsigned long long)rows,
+                      (unsigned long long)width, (unsigned long long)s->max_product);
 }
 
 static int cmp_field(const void *a, const void *b)
@@ -462,6 +503,8 @@ static int infer_schema(tfr *t, uint64_t *max_raw)
                                                           : FERRY_I64;
                 f->ndim = s->kind != FERRY__FEAT_BYTES && w <= 1 ? 1 : 2;
                 f->shape[1] = f->ndim == 2 ? (int64_t)(w ? w : 1) : 0;
+                if ((rc = check_padding(s, s->max_steps, w)) < 0)
+                    break;
             } else if (s->kind == FERRY__FEAT_BYTES) {
                 f->dtype = FERRY_U8;
                 f->variable = 1;
@@ -473,6 +516,8 @@ static int infer_schema(tfr *t, uint64_t *max_raw)
                     f->ndim = 2;
                     f->shape[0] = (int64_t)s->max_count;
                     f->shape[1] = width;
+                    if ((rc = check_padding(s, s->max_count, s->max_len)) < 0)
+                        break;
                 }
             } else {
                 f->dtype = s->kind == FERRY__FEAT_FLOAT ? FERRY_F32 : FERRY_I64;

@@ -4,6 +4,7 @@
  * the window twice (input, then target one token later) into the batch slot.
  */
 #include "spec.h"
+#include "../core/guard.h"
 #include "../formats/tokens_internal.h"
 #include "../io/io.h"
 
@@ -60,7 +61,7 @@ static const shard *locate(const tokens_ds *d, uint64_t i, uint64_t *start)
     return s;
 }
 
-static int tk_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
+static int tk_read(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
 {
     const tokens_ds *d = self;
     (void)ctx;
@@ -111,6 +112,22 @@ static int tk_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
     }
     return 0;
 }
+
+/* The shards are read from mappings: one cut short under the reader is an error
+ * naming it, not a SIGBUS. */
+static int tk_fault(const ferry__reading *rd, uintptr_t addr)
+{
+    const tokens_ds *d = rd->arg;
+    for (size_t k = 0; k < d->n; k++) {
+        const shard *s = &d->s[k];
+        int rc = ferry__guard_map_err(addr, s->map.data, s->map.size, s->path, rd->item);
+        if (rc <= 0)
+            return rc;
+    }
+    return ferry__guard_err(addr, NULL, NULL, "sample %llu", (unsigned long long)rd->item);
+}
+
+FERRY__GUARDED_GET(tk_get, tk_read, tk_fault)
 
 static void tk_hint(void *self, const uint64_t *indices, size_t count, int soon)
 {
@@ -217,6 +234,7 @@ int ferry_dataset_tokens(ferry_dataset **out, const ferry_tokens_opts *o)
     for (size_t k = 0; k < g.gl_pathc; k++) { /* glob sorts */
         const char *path = g.gl_pathv[k];
         shard *s = &d->s[d->n];
+        FERRY_TRY(ferry__guard_install());
         FERRY_TRY(ferry__map_file(&s->map, path));
         d->n++;
         if (!(s->path = ferry__strdup(path)))

@@ -294,6 +294,27 @@ static int build_schema(wds *w, const char *chosen)
     return ferry__check_fields(w->fields, w->nfields);
 }
 
+/* Map-style: a member of a read field over max_member is refused at open, as a
+ * stream refuses it when it reads it (the field's slot is its largest member). */
+static int check_member_sizes(const wds *w)
+{
+    for (uint64_t i = 0; i < w->nsamples; i++) {
+        const sample *s = &w->samples[i];
+        for (uint64_t m = s->member0; m < s->member0 + s->nmem; m++) {
+            const member *mb = &w->members[m];
+            if (mb->ext < 0 || mb->size <= w->o.max_member)
+                continue;
+            return ferry__err(FERRY_EOVERFLOW,
+                              "%s: sample %.*s: its .%s member at offset %llu: %llu bytes, over "
+                              "the limit of %llu (max_member=)",
+                              w->files.paths[s->file], (int)s->key_len, w->keys + s->key_off,
+                              w->fields[mb->ext].name, (unsigned long long)mb->off,
+                              (unsigned long long)mb->size, (unsigned long long)w->o.max_member);
+        }
+    }
+    return 0;
+}
+
 /* Missing fields: which of the sample's fields are there. */
 static uint64_t present(const wds *w, const sample *s)
 {
@@ -364,6 +385,8 @@ static int wds_open(wds **out, const char *location, const ferry_wds_opts *o, bo
             FERRY_FAIL(FERRY_ECORRUPT, "%s: no samples in the first tars", location);
     }
     FERRY_TRY(build_schema(w, chosen));
+    if (map)
+        FERRY_TRY(check_member_sizes(w));
     if (map && w->o.missing == FERRY_WDS_MISSING_SKIP) {
         /* leave out the samples that miss a field */
         uint64_t keep = 0;

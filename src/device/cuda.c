@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define DRIVER_LIBRARY "libcuda.so.1"
@@ -60,6 +61,9 @@ static int driver_load(driver *d)
     const char *path = getenv("FERRY_CUDA_LIBRARY");
     if (!path || !*path)
         path = DRIVER_LIBRARY;
+    struct stat st; /* a FIFO or a device given by path would block dlopen's read */
+    if (strchr(path, '/') && stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return ferry__err(FERRY_ENOTSUP, "no usable CUDA device: %s is not a regular file", path);
     dlerror();
     d->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (!d->lib) {

@@ -328,13 +328,16 @@ int ferry__lmdb_check(const char *file, const char *name, const char *db, uint64
     }
     const uint8_t *meta = m[pick] + META_OFF;
     w.last_pg = ferry__load_le64(meta + 120);
-    uint64_t need;
-    if (w.last_pg < 1 || __builtin_mul_overflow(w.last_pg + 1, (uint64_t)w.psize, &need) ||
-        need > size)
+    /* last_pg + 1 pages fit: compared without the + 1, which wraps at 2^64 - 1 */
+    if (w.last_pg < 1 || w.last_pg >= size / w.psize) {
+        char pages[24] = "18446744073709551616";
+        if (w.last_pg != UINT64_MAX)
+            snprintf(pages, sizeof pages, "%llu", (unsigned long long)w.last_pg + 1);
         FERRY_FAIL(FERRY_ECORRUPT,
-                   "%s: the file is %llu bytes, but its meta page says it holds %llu pages of %u "
+                   "%s: the file is %llu bytes, but its meta page says it holds %s pages of %u "
                    "bytes (truncated?)",
-                   name, (unsigned long long)size, (unsigned long long)w.last_pg + 1, w.psize);
+                   name, (unsigned long long)size, pages, w.psize);
+    }
     out->txnid = pick ? t1 : t0;
     out->last_pg = w.last_pg;
     out->psize = w.psize;

@@ -9,12 +9,38 @@
 #include "../core/internal.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* Limits on what a file may ask of a reader. */
 #define FERRY__RECORD_MAX_SCHEMA ((uint32_t)64 << 10) /* schema bytes S */
 #define FERRY__RECORD_MAX_SIZE ((uint32_t)1 << 31)    /* a record's stored or raw size */
 #define FERRY__MANIFEST_MAX ((uint64_t)64 << 20)      /* bytes of a NAME.manifest */
+
+/* ---- The byte layout, shared by the writer (records_write.c) and the reader ---- */
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the record format is little-endian; this host is not"
+#endif
+#define FERRY__REC_MAGIC "FERRYREC"
+#define FERRY__REC_END_MAGIC "FERRYEND"
+#define FERRY__REC_VERSION 1u
+#define FERRY__REC_FLAG_ZSTD 1u
+#define FERRY__REC_FLAG_SET 2u /* the set identity follows the header */
+#define FERRY__REC_HEADER 24u
+#define FERRY__REC_IDENTITY 16u /* u64 set id, u32 shard index, u32 zero */
+#define FERRY__REC_RECORD_HEADER 16u
+#define FERRY__REC_TRAILER 32u
+
+static inline uint64_t ferry__align8(uint64_t n)
+{
+    return (n + 7) & ~(uint64_t)7;
+}
+
+/* A compression context that allocates through ferry, so that zstd's allocations
+ * fail under the tests' injection like every other; NULL when out of memory. */
+struct ZSTD_CCtx_s *ferry__record_cctx_new(void);
+/* FERRY_ENOMEM for a zstd error that is an allocation failure, else FERRY_ECORRUPT. */
+int ferry__record_zstd_rc(size_t r);
 
 /* ---- The manifest (NAME.manifest) ---- */
 typedef struct ferry__manifest_entry {

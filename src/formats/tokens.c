@@ -61,6 +61,7 @@ int ferry_tokens_writer_open(ferry_tokens_writer **out, const char *path, ferry_
     if (!w)
         return ferry__err(FERRY_ENOMEM, "tokens writer: out of memory");
     w->size = dtype == FERRY_U16 ? 2 : 4;
+    ferry__atomic_remove_stale(path); /* what a killed writer left */
     int rc = ferry__atomic_open(&w->f, path);
     if (rc == 0) {
         uint8_t zero[FERRY_TOKENS_HEADER] = {0}; /* the header is written at commit */

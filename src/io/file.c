@@ -3,6 +3,7 @@
  */
 #include "io.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -246,7 +248,36 @@ int ferry__atomic_open(ferry__atomic_file *w, const char *path)
                           strerror(e));
     }
     fchmod(w->fd, 0644);
+    (void)flock(w->fd, LOCK_EX | LOCK_NB); /* "a live writer's": see remove_stale */
     return 0;
+}
+
+void ferry__atomic_remove_stale(const char *path)
+{
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    char dir[4096] = ".";
+    if (slash && (size_t)(slash - path) + 2 > sizeof dir)
+        return;
+    if (slash)
+        snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    size_t n = strlen(base);
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, base, n) != 0 || strncmp(e->d_name + n, ".tmp.", 5) != 0 ||
+            strlen(e->d_name + n + 5) != 6)
+            continue;
+        int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+        struct stat st;
+        if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+            flock(fd, LOCK_EX | LOCK_NB) == 0)
+            unlinkat(dirfd(d), e->d_name, 0);
+        if (fd >= 0)
+            close(fd);
+    }
+    closedir(d);
 }
 
 static int write_at(ferry__atomic_file *w, const void *p, size_t n, uint64_t off)

@@ -46,8 +46,14 @@ typedef struct ferry__atomic_file {
     size_t held;  /* how many: they belong at off - held */
 } ferry__atomic_file;
 
-/* Creates a temporary in the target's directory. */
+/* Creates a temporary in the target's directory (PATH.tmp.XXXXXX), locked
+ * (flock) until it is committed or aborted. */
 int ferry__atomic_open(ferry__atomic_file *w, const char *path);
+/* Removes the temporaries of path that killed writers left: those that no live
+ * writer holds locked (the kernel drops a dead process's locks). Writers of one
+ * file at a time call it before ferry__atomic_open; a writer of many files (a
+ * set) cleans its own way, once. */
+void ferry__atomic_remove_stale(const char *path);
 /* Appends after what ferry__atomic_write wrote before (pwrite does not move it).
  * Appends are buffered; a failure (here, in pwrite or in commit) leaves the file
  * good only for ferry__atomic_abort. */

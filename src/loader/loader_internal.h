@@ -242,6 +242,11 @@ void ferry__loader_close_shards(ferry_loader *l);
 void ferry__loader_free_replay(ferry_loader *l);
 void ferry__loader_stop_epoch(ferry_loader *l);
 int ferry__loader_start_locked(ferry_loader *l, uint64_t epoch, uint64_t first_batch);
+/* Checks a saved state as ferry_loader_state_resume would (FERRY_ECORRUPT,
+ * FERRY_EINVAL, FERRY_ENOTSUP, the same messages), changing nothing; its epoch and
+ * next batch. */
+int ferry__loader_state_check(const ferry_loader *l, const void *buf, size_t n, uint64_t *epoch,
+                              uint64_t *first);
 bool ferry__loader_sched_done(const ferry_loader *l);
 ferry_batch *ferry__loader_claim(ferry_loader *l, uint32_t *first, uint32_t *count);
 uint64_t ferry__loader_run_grain(ferry_loader *l, worker *w, ferry_batch *b, uint32_t first,

@@ -334,13 +334,13 @@ int ferry_loader_state_save(ferry_loader *l, void *buf, size_t cap, size_t *len)
                        what, (unsigned long long)(saved), (unsigned long long)(now));              \
     } while (0)
 
-int ferry_loader_state_resume(ferry_loader *l, const void *buf, size_t n)
+/* Checks a state against the loader (its settings and source) without touching
+ * what the workers use: the rotation it holds in *cursor, *live. */
+static int check_state(const ferry_loader *l, const uint8_t *p, size_t n, uint32_t *cursor,
+                       uint32_t *live)
 {
     int rc = 0;
-    const uint8_t *p = buf;
-    bool locked = false;
-    ferry__err_clear();
-    if (!buf || n < STATE_HEAD + 4 || memcmp(p, STATE_MAGIC, 8) != 0)
+    if (!p || n < STATE_HEAD + 4 || memcmp(p, STATE_MAGIC, 8) != 0)
         FERRY_FAIL(FERRY_ECORRUPT, "loader state: %zu bytes that are not a ferry loader state", n);
     uint32_t version = ferry__load_le32(p + 8), nsh = ferry__load_le32(p + 44);
     if (version != STATE_VERSION && version != 1)
@@ -374,7 +374,9 @@ int ferry_loader_state_resume(ferry_loader *l, const void *buf, size_t n)
         FERRY_FAIL(FERRY_ECORRUPT, "loader state: %zu bytes, a map-style state has %u", n,
                    STATE_HEAD + 4);
     /* the rotation as of the batches handed out; the rest is read by the restore */
-    uint32_t cursor = ferry__load_le32(p + 88), live = ferry__load_le32(p + 92), ended = 0;
+    uint32_t ended = 0;
+    *cursor = ferry__load_le32(p + 88);
+    *live = ferry__load_le32(p + 92);
     ferry_state r = {.in = p + STATE_HEAD, .n = n - STATE_HEAD - 4};
     for (uint32_t s = 0; s < nsh; s++) {
         uint64_t calls, e, e2 = 0, plen = 0;
@@ -397,9 +399,34 @@ int ferry_loader_state_resume(ferry_loader *l, const void *buf, size_t n)
     }
     if (version < 2 && r.off != r.n)
         FERRY_FAIL(FERRY_ECORRUPT, "loader state: %zu bytes left over", r.n - r.off);
-    if (l->st && (live != nsh - ended || (live ? cursor >= live : cursor != 0)))
+    if (l->st && (*live != nsh - ended || (*live ? *cursor >= *live : *cursor != 0)))
         FERRY_FAIL(FERRY_ECORRUPT, "loader state: rotation cursor %u of %u live shards (%u ended)",
-                   cursor, live, ended);
+                   *cursor, *live, ended);
+cleanup:
+    return rc;
+}
+
+int ferry__loader_state_check(const ferry_loader *l, const void *buf, size_t n, uint64_t *epoch,
+                              uint64_t *first)
+{
+    uint32_t cursor, live;
+    ferry__err_clear();
+    int rc = check_state(l, buf, n, &cursor, &live);
+    if (rc == 0) {
+        *epoch = ferry__load_le64((const uint8_t *)buf + 64);
+        *first = ferry__load_le64((const uint8_t *)buf + 72);
+    }
+    return rc;
+}
+
+int ferry_loader_state_resume(ferry_loader *l, const void *buf, size_t n)
+{
+    int rc = 0;
+    const uint8_t *p = buf;
+    bool locked = false;
+    uint32_t cursor, live;
+    ferry__err_clear();
+    FERRY_TRY(check_state(l, p, n, &cursor, &live));
     pthread_mutex_lock(&l->m);
     locked = true;
     l->done_cursor = cursor;

@@ -18,6 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* loader/state.c: a state checked without resuming (what Python's
+ * load_state_dict calls) */
+int ferry__loader_state_check(const ferry_loader *l, const void *buf, size_t n, uint64_t *epoch,
+                              uint64_t *first);
+
 static ferry_dataset *ds;
 
 static ferry_stream *chain(void)
@@ -115,7 +120,14 @@ static void loader_state(const uint8_t *body, size_t n)
     ferry_loader *l;
     if (ferry_loader_create_stream(&l, st, &o))
         abort();
-    if (ferry_loader_state_resume(l, buf, n + 4) == 0) {
+    /* the check made when a state is loaded (Python's load_state_dict) never
+     * refuses what the resume accepts */
+    uint64_t epoch, first;
+    int checked = ferry__loader_state_check(l, buf, n + 4, &epoch, &first);
+    int resumed = ferry_loader_state_resume(l, buf, n + 4);
+    if (resumed == 0 && checked != 0)
+        abort();
+    if (resumed == 0) {
         for (int k = 0; k < 600; k++) {
             ferry_batch *b;
             int rc = ferry_loader_next(l, &b);

@@ -50,6 +50,15 @@ static void read_rows(const uint8_t *data, size_t size)
         int nf = ferry_dataset_nfields(ds);
         void *bufs[FERRY_MAX_FIELDS];
         int64_t len[FERRY_MAX_FIELDS];
+        uint64_t row = 0;
+        for (int k = 0; k < nf; k++)
+            row += ferry_field_nbytes(ferry_dataset_field(ds, k));
+        if (row > ((uint64_t)64 << 20)) { /* a small file may claim huge rows: not read here */
+            ferry_ctx_free(ctx);
+            ferry_dataset_free(ds);
+            unlink(path);
+            return;
+        }
         for (int k = 0; k < nf; k++) {
             bufs[k] = malloc(ferry_field_nbytes(ferry_dataset_field(ds, k)) + 1);
             if (!bufs[k])

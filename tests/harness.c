@@ -1,5 +1,7 @@
 #include "harness.h"
 
+#include <ferry/core.h>
+
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -149,4 +151,54 @@ int test_ferry_cli(const char *args, char *out, size_t cap)
     (void)cap;
     SKIP("the ferry command is not built");
 #endif
+}
+
+const char *test_json_field(const char *json, const char *key, char *buf, size_t cap)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\": ", key);
+    const char *p = strstr(json, pat);
+    if (!p)
+        return NULL;
+    p += strlen(pat);
+    size_t i = 0;
+    while (*p && *p != ',' && *p != '}' && i + 1 < cap)
+        buf[i++] = *p++;
+    buf[i] = 0;
+    return buf;
+}
+
+uint32_t test_tfrecord_mask(uint32_t crc)
+{
+    return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
+}
+
+size_t test_tfrecord_frame(uint8_t *out, const void *data, uint64_t n)
+{
+    memcpy(out, &n, 8);
+    uint32_t c = test_tfrecord_mask(ferry_crc32c(0, out, 8));
+    memcpy(out + 8, &c, 4);
+    memcpy(out + 12, data, n);
+    c = test_tfrecord_mask(ferry_crc32c(0, data, n));
+    memcpy(out + 12 + n, &c, 4);
+    return 16 + n;
+}
+
+void test_tar_header(uint8_t *h, const char *name, char type, uint64_t size, int gnu)
+{
+    memset(h, 0, 512);
+    snprintf((char *)h, 100, "%s", name);
+    snprintf((char *)h + 100, 8, "%07o", 0644);
+    snprintf((char *)h + 108, 8, "%07o", 0);
+    snprintf((char *)h + 116, 8, "%07o", 0);
+    snprintf((char *)h + 124, 12, "%011llo", (unsigned long long)size);
+    snprintf((char *)h + 136, 12, "%011o", 0);
+    h[156] = (uint8_t)type;
+    memcpy(h + 257, gnu ? "ustar  " : "ustar\00000", 8);
+    memset(h + 148, ' ', 8);
+    unsigned sum = 0;
+    for (int i = 0; i < 512; i++)
+        sum += h[i];
+    snprintf((char *)h + 148, 8, "%06o", sum);
+    h[155] = ' ';
 }

@@ -104,6 +104,16 @@ unsigned char *test_read_file(const char *path, size_t *n);
  * test executable, so the caller names it) cannot be read: ../shared is absent. */
 void test_need_shared(const char *path);
 
+/* The value of "key": in a one-line JSON object (the command's --json), as text
+ * in buf (cap bytes); NULL when the object has no such key. */
+const char *test_json_field(const char *json, const char *key, char *buf, size_t cap);
+/* A TFRecord frame of n bytes of data at out (16 + n bytes, its length returned):
+ * the length, its masked CRC-32C, the data and the data's masked CRC-32C. */
+uint32_t test_tfrecord_mask(uint32_t crc);
+size_t test_tfrecord_frame(uint8_t *out, const void *data, uint64_t n);
+/* A 512-byte tar header at h for a member of size bytes, of type ('0' a file,
+ * 'L' a GNU long name, 'x' pax), ustar magic, or GNU's when gnu. */
+void test_tar_header(uint8_t *h, const char *name, char type, uint64_t size, int gnu);
 /* FNV-1a over bytes, for comparing batches. */
 static inline uint64_t test_hash(uint64_t h, const void *p, size_t n)
 {

@@ -7,22 +7,6 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-/* The value of "key": in a one-line JSON object, as a string. */
-static const char *json_field(const char *json, const char *key, char *buf, size_t cap)
-{
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\": ", key);
-    const char *p = strstr(json, pat);
-    if (!p)
-        return NULL;
-    p += strlen(pat);
-    size_t i = 0;
-    while (*p && *p != ',' && *p != '}' && i + 1 < cap)
-        buf[i++] = *p++;
-    buf[i] = 0;
-    return buf;
-}
-
 TEST(bench_json_has_the_summary_fields)
 {
     char out[8192], v[128];
@@ -40,12 +24,12 @@ TEST(bench_json_has_the_summary_fields)
                                  "errors",
                                  "digest"};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
-        if (!json_field(out, keys[i], v, sizeof v))
+        if (!test_json_field(out, keys[i], v, sizeof v))
             test_fail(__FILE__, __LINE__, "no \"%s\" in %s", keys[i], out);
-    CHECK(!strcmp(json_field(out, "samples", v, sizeof v), "1000"));
-    CHECK(!strcmp(json_field(out, "batches", v, sizeof v), "16"));
-    CHECK(!strcmp(json_field(out, "errors", v, sizeof v), "0"));
-    CHECK(strtod(json_field(out, "bytes_per_s", v, sizeof v), NULL) > 0);
+    CHECK(!strcmp(test_json_field(out, "samples", v, sizeof v), "1000"));
+    CHECK(!strcmp(test_json_field(out, "batches", v, sizeof v), "16"));
+    CHECK(!strcmp(test_json_field(out, "errors", v, sizeof v), "0"));
+    CHECK(strtod(test_json_field(out, "bytes_per_s", v, sizeof v), NULL) > 0);
 }
 
 TEST(digest_is_the_same_for_any_workers)
@@ -58,7 +42,7 @@ TEST(digest_is_the_same_for_any_workers)
                  "--epochs 2 --json --digest --no-progress",
                  w);
         CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
-        CHECK(json_field(out, "digest", v, sizeof v));
+        CHECK(test_json_field(out, "digest", v, sizeof v));
         if (!want[0])
             strcpy(want, v);
         if (strcmp(want, v))
@@ -70,7 +54,7 @@ TEST(digest_is_the_same_for_any_workers)
                  "--epochs 2 --json --digest --no-progress",
                  out, sizeof out),
              0);
-    CHECK(strcmp(json_field(out, "digest", v, sizeof v), want) != 0);
+    CHECK(strcmp(test_json_field(out, "digest", v, sizeof v), want) != 0);
 }
 
 TEST(bad_options_name_the_option_and_range)
@@ -116,7 +100,7 @@ TEST(environment_that_is_not_a_number_is_an_error)
     setenv("RANK", "1", 1);
     CHECK_EQ(test_ferry_cli("bench synthetic:1000 --json --no-progress", out, sizeof out), 0);
     char v[64];
-    CHECK(!strcmp(json_field(out, "samples", v, sizeof v), "500")); /* rank 1 of 2 */
+    CHECK(!strcmp(test_json_field(out, "samples", v, sizeof v), "500")); /* rank 1 of 2 */
     unsetenv("RANK");
     unsetenv("WORLD_SIZE");
     setenv("SLURM_PROCID", "0", 1);
@@ -139,8 +123,8 @@ TEST(a_bad_sample_fails_the_run_with_its_index)
                        out, sizeof out),
         0);
     char v[64];
-    CHECK(!strcmp(json_field(out, "samples", v, sizeof v), "997"));
-    CHECK(!strcmp(json_field(out, "skipped", v, sizeof v), "3"));
+    CHECK(!strcmp(test_json_field(out, "samples", v, sizeof v), "997"));
+    CHECK(!strcmp(test_json_field(out, "skipped", v, sizeof v), "3"));
 }
 
 TEST(help_documents_every_option)
@@ -182,7 +166,7 @@ TEST(index_then_head_and_bench_a_text_file)
     snprintf(args, sizeof args, "bench lines:%s,max=32 --shuffle --json --no-progress", file);
     CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
     char v[64];
-    CHECK(!strcmp(json_field(out, "samples", v, sizeof v), "1000"));
+    CHECK(!strcmp(test_json_field(out, "samples", v, sizeof v), "1000"));
     f = fopen(file, "a"); /* the file changes: the index is stale */
     fputs("one more\n", f);
     fclose(f);

@@ -25,22 +25,6 @@ static void sh(const char *fmt, ...)
         test_fail(__FILE__, __LINE__, "command failed: %s", cmd);
 }
 
-/* The value of "key": in a one-line JSON object, as text. */
-static const char *json_field(const char *json, const char *key, char *buf, size_t cap)
-{
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\": ", key);
-    const char *p = strstr(json, pat);
-    if (!p)
-        return NULL;
-    p += strlen(pat);
-    size_t i = 0;
-    while (*p && *p != ',' && *p != '}' && i + 1 < cap)
-        buf[i++] = *p++;
-    buf[i] = 0;
-    return buf;
-}
-
 /* test_dir/part-00000: 4 classes of 500 rows, one class after the other. */
 static void class_sorted_csv(void)
 {
@@ -60,7 +44,7 @@ TEST(bench_shuffle_on_a_stream_shuffles)
     snprintf(args, sizeof args, "bench csv:%s,dtype=i64 --batch 50 --json --digest --no-progress",
              test_dir);
     CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
-    CHECK(json_field(out, "digest", plain, sizeof plain));
+    CHECK(test_json_field(out, "digest", plain, sizeof plain));
     CHECK_CONTAINS(out, "\"order\": \"stream\"");
     for (int w = 1; w <= 3; w += 2) {
         snprintf(args, sizeof args,
@@ -68,13 +52,13 @@ TEST(bench_shuffle_on_a_stream_shuffles)
                  "--digest --no-progress",
                  test_dir, w);
         CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
-        CHECK(json_field(out, "digest", v, sizeof v));
+        CHECK(test_json_field(out, "digest", v, sizeof v));
         CHECK(strcmp(v, plain) != 0); /* the order changed */
         if (!want[0])
             strcpy(want, v);
         CHECK(!strcmp(v, want)); /* and is the same for any worker count */
         CHECK_CONTAINS(out, "\"shuffle_buffer\": 8192");
-        CHECK(!strcmp(json_field(out, "samples", v, sizeof v), "2000"));
+        CHECK(!strcmp(test_json_field(out, "samples", v, sizeof v), "2000"));
     }
     /* the source's own shuffle=N,seed=S is the same shuffle */
     snprintf(args, sizeof args,
@@ -82,7 +66,7 @@ TEST(bench_shuffle_on_a_stream_shuffles)
              "--no-progress",
              test_dir);
     CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
-    CHECK(!strcmp(json_field(out, "digest", v, sizeof v), want));
+    CHECK(!strcmp(test_json_field(out, "digest", v, sizeof v), want));
     /* the summary says what happened, and never "shuffled" on a stream read in order */
     snprintf(args, sizeof args, "bench csv:%s,dtype=i64 --batch 50 --no-progress", test_dir);
     CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
@@ -120,8 +104,8 @@ TEST(compressed_input_is_read_or_named)
                  "bench csv:%s,header=1 --batch 100 --json --digest --no-progress",
                  test_path(names[i], p));
         CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
-        CHECK(!strcmp(json_field(out, "samples", v, sizeof v), "3000"));
-        CHECK(json_field(out, "digest", v, sizeof v));
+        CHECK(!strcmp(test_json_field(out, "samples", v, sizeof v), "3000"));
+        CHECK(test_json_field(out, "digest", v, sizeof v));
         if (!want[0])
             strcpy(want, v);
         CHECK(!strcmp(v, want));
@@ -198,9 +182,9 @@ TEST(skipped_samples_are_named_and_cut_lines_counted)
     CHECK_CONTAINS(out, "143 samples were longer than their field and were cut");
     snprintf(args, sizeof args, "bench lines:%s,max=4096 --no-progress --json", p);
     CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
-    CHECK(!strcmp(json_field(out, "truncated", v, sizeof v), "0"));
-    double data = strtod(json_field(out, "bytes_per_s", v, sizeof v), NULL);
-    double buf = strtod(json_field(out, "buffer_bytes_per_s", v, sizeof v), NULL);
+    CHECK(!strcmp(test_json_field(out, "truncated", v, sizeof v), "0"));
+    double data = strtod(test_json_field(out, "bytes_per_s", v, sizeof v), NULL);
+    double buf = strtod(test_json_field(out, "buffer_bytes_per_s", v, sizeof v), NULL);
     CHECK(data > 0 && buf > 100 * data); /* 4096-byte slots for lines of 5 to 40 bytes */
     snprintf(args, sizeof args, "head lines:%s,max=16 -n 8", p);
     CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);

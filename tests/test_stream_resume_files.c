@@ -298,22 +298,6 @@ static int restore_into(const char *spec, uint64_t shard, uint64_t nshards, cons
 
 /* ---- TFRecord ---- */
 
-static uint32_t mask(uint32_t c)
-{
-    return ((c >> 15) | (c << 17)) + 0xa282ead8u;
-}
-
-static size_t frame(uint8_t *out, const void *data, uint64_t n)
-{
-    memcpy(out, &n, 8);
-    uint32_t c = mask(ferry_crc32c(0, out, 8));
-    memcpy(out + 8, &c, 4);
-    memcpy(out + 12, data, n);
-    c = mask(ferry_crc32c(0, data, n));
-    memcpy(out + 12 + n, &c, 4);
-    return 16 + n;
-}
-
 /* A file of count records, record i of 1 + (i * 37 + seed) % 300 bytes; plain, or
  * gzip in one member or (flags & 1) two; flags & 2: record count / 3 has a bad data
  * CRC (an error for it alone) and record 2 * count / 3 a bad length CRC (the rest
@@ -328,7 +312,7 @@ static void write_tfr(const char *name, int count, int seed, int gzip, int flags
         size_t n = 1 + (size_t)(i * 37 + seed) % 300;
         for (size_t j = 0; j < n; j++)
             data[j] = (uint8_t)(seed * 131 + i * 7 + j);
-        size_t f = frame(file + at, data, n);
+        size_t f = test_tfrecord_frame(file + at, data, n);
         if ((flags & 2) && i == count / 3)
             file[at + f - 1] ^= 1;
         if ((flags & 2) && i == 2 * count / 3)
@@ -509,22 +493,7 @@ typedef struct tarbuf {
 
 static void header(tarbuf *t, const char *name, char type, uint64_t size)
 {
-    uint8_t *h = t->p + t->n;
-    memset(h, 0, 512);
-    snprintf((char *)h, 100, "%s", name);
-    snprintf((char *)h + 100, 8, "%07o", 0644);
-    snprintf((char *)h + 108, 8, "%07o", 0);
-    snprintf((char *)h + 116, 8, "%07o", 0);
-    snprintf((char *)h + 124, 12, "%011llo", (unsigned long long)size);
-    snprintf((char *)h + 136, 12, "%011o", 0);
-    h[156] = (uint8_t)type;
-    memcpy(h + 257, type == 'L' ? "ustar  " : "ustar\00000", 8);
-    memset(h + 148, ' ', 8);
-    unsigned sum = 0;
-    for (int i = 0; i < 512; i++)
-        sum += h[i];
-    snprintf((char *)h + 148, 8, "%06o", sum);
-    h[155] = ' ';
+    test_tar_header(t->p + t->n, name, type, size, type == 'L');
     t->n += 512;
 }
 

@@ -1042,19 +1042,6 @@ TEST(alloc_failures)
 /* ---- the command: ls, verify and cat on .safetensors ---- */
 
 #ifdef FERRY_CLI
-static int run_cli(const char *args, char *out, size_t cap)
-{
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s %s 2>&1", FERRY_CLI, args);
-    FILE *p = popen(cmd, "r");
-    CHECK(p != NULL);
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = 0;
-    int st = pclose(p);
-    CHECK(WIFEXITED(st));
-    return WEXITSTATUS(st);
-}
-
 TEST(cli_ls_verify_cat)
 {
     test_make_dir("tensors_cli");
@@ -1062,20 +1049,20 @@ TEST(cli_ls_verify_cat)
     test_path("abc.safetensors", path);
     save_abc(path);
     snprintf(args, sizeof args, "ls %s", path);
-    CHECK_EQ(run_cli(args, out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
     CHECK_CONTAINS(out, "3 tensors  36 bytes of data  3 CRCs");
     CHECK_CONTAINS(out, "\"model.b\"  F32 [2]  8 bytes at");
     CHECK_CONTAINS(out, "crc32c ");
     snprintf(args, sizeof args, "verify %s", path);
-    CHECK_EQ(run_cli(args, out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
     CHECK_CONTAINS(out, "3 CRCs checked, 0 without a CRC (not checked), 0 problems");
     snprintf(args, sizeof args, "cat %s opt.c model.a -n 2", path);
-    CHECK_EQ(run_cli(args, out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
     CHECK_CONTAINS(out, "{\"name\":\"model.a\",\"dtype\":\"F32\",\"shape\":[4],\"crc32c\":\"");
     CHECK_CONTAINS(out, "\"numel\":4,\"shown\":2,\"values\":[1,2]}");
     CHECK_CONTAINS(out, "\"values\":[7,8]}");
     snprintf(args, sizeof args, "cat %s nope", path);
-    CHECK_EQ(run_cli(args, out, sizeof out), 1);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 1);
     CHECK_CONTAINS(out, "no tensor named \"nope\"");
     /* damage: verify names the tensor, cat refuses, ls still lists */
     size_t n;
@@ -1084,20 +1071,20 @@ TEST(cli_ls_verify_cat)
     test_write_file(path, b, n);
     free(b);
     snprintf(args, sizeof args, "verify %s", path);
-    CHECK_EQ(run_cli(args, out, sizeof out), 1);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 1);
     CHECK_CONTAINS(out, "damaged: ");
     CHECK_CONTAINS(out, "tensor \"opt.c\" at offset");
     CHECK_CONTAINS(out, "1 problem\n");
     snprintf(args, sizeof args, "cat %s", path);
-    CHECK_EQ(run_cli(args, out, sizeof out), 1);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 1);
     CHECK_CONTAINS(out, "CRC mismatch");
     snprintf(args, sizeof args, "ls %s", path);
-    CHECK_EQ(run_cli(args, out, sizeof out), 0);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
     /* a hostile file: a clear error naming it */
     const char *abuse = SHARED_ST "syoyo_abuse_attempt_1_header_len_exceeds_file.safetensors";
     if (access(abuse, R_OK) == 0) {
         snprintf(args, sizeof args, "verify %s", abuse);
-        CHECK_EQ(run_cli(args, out, sizeof out), 1);
+        CHECK_EQ(test_ferry_cli(args, out, sizeof out), 1);
         CHECK_CONTAINS(out, "header length 1000 runs past the end of the file");
     }
     test_remove_dir();

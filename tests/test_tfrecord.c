@@ -260,22 +260,6 @@ TEST(sentences)
 
 /* ---- Files written here ---- */
 
-static uint32_t mask(uint32_t c)
-{
-    return ((c >> 15) | (c << 17)) + 0xa282ead8u;
-}
-
-static size_t frame(uint8_t *out, const void *data, uint64_t n)
-{
-    memcpy(out, &n, 8);
-    uint32_t c = mask(ferry_crc32c(0, out, 8));
-    memcpy(out + 8, &c, 4);
-    memcpy(out + 12, data, n);
-    c = mask(ferry_crc32c(0, data, n));
-    memcpy(out + 12 + n, &c, 4);
-    return 16 + n;
-}
-
 /* An Example with float feature "x" = [v] and bytes feature "s" = [text]. */
 static size_t example(uint8_t *out, float v, const char *text)
 {
@@ -303,7 +287,7 @@ static void write_set(const char *name, int count)
         char text[32];
         snprintf(text, sizeof text, "s%d", i);
         size_t n = example(ex, (float)i, text);
-        at += frame(file + at, ex, n);
+        at += test_tfrecord_frame(file + at, ex, n);
     }
     char path[512];
     test_write_file(test_path(name, path), file, at);
@@ -427,8 +411,8 @@ TEST(padding_from_two_records_is_bounded)
 {
     test_make_dir("tfrecord-pad");
     static uint8_t file[1 << 18], ex[1 << 17];
-    size_t at = frame(file, ex, bytes_example(ex, 20000, 1));
-    at += frame(file + at, ex, bytes_example(ex, 1, 20000));
+    size_t at = test_tfrecord_frame(file, ex, bytes_example(ex, 20000, 1));
+    at += test_tfrecord_frame(file + at, ex, bytes_example(ex, 1, 20000));
     CHECK(at < 100000);
     table t = read_bytes("pad.tfrecord", file, at, "");
     CHECK_EQ(t.rc, FERRY_EOVERFLOW);
@@ -437,8 +421,8 @@ TEST(padding_from_two_records_is_bounded)
     CHECK_CONTAINS(t.msg, "far over the 20000 of its fullest record");
     table_free(&t);
     /* small padding: read as before */
-    at = frame(file, ex, bytes_example(ex, 30, 10));
-    at += frame(file + at, ex, bytes_example(ex, 1, 40));
+    at = test_tfrecord_frame(file, ex, bytes_example(ex, 30, 10));
+    at += test_tfrecord_frame(file + at, ex, bytes_example(ex, 1, 40));
     t = read_bytes("small.tfrecord", file, at, "");
     CHECK_EQ(t.rc, FERRY_END);
     CHECK_EQ(t.n, 2);
@@ -450,7 +434,8 @@ TEST(bad_framing)
 {
     test_make_dir("tfrecord-bad");
     uint8_t f[1024], ex[256];
-    size_t n = example(ex, 1, "ab"), a = frame(f, ex, n), b = a + frame(f + a, ex, n);
+    size_t n = example(ex, 1, "ab"), a = test_tfrecord_frame(f, ex, n),
+           b = a + test_tfrecord_frame(f + a, ex, n);
     /* a data CRC mismatch in record 1: map-style and stream both say where */
     f[a + 20] ^= 1;
     table t = read_bytes("crc.tfrecord", f, b, ",raw=1");
@@ -490,7 +475,7 @@ TEST(bad_framing)
     uint8_t h[16];
     uint64_t huge = UINT64_MAX - 3;
     memcpy(h, &huge, 8);
-    uint32_t c = mask(ferry_crc32c(0, h, 8));
+    uint32_t c = test_tfrecord_mask(ferry_crc32c(0, h, 8));
     memcpy(h + 8, &c, 4);
     memcpy(f + a, h, 12);
     t = read_bytes("huge.tfrecord", f, b, ",raw=1");
@@ -509,7 +494,7 @@ TEST(bad_framing)
 static void bad_proto(const char *name, const uint8_t *pb, size_t n, const char *want)
 {
     uint8_t f[512];
-    size_t at = frame(f, pb, n);
+    size_t at = test_tfrecord_frame(f, pb, n);
     table t = read_bytes(name, f, at, ",features=x:f32");
     CHECK_EQ(t.n, 0);
     CHECK_EQ(t.rc, FERRY_ECORRUPT);
@@ -637,7 +622,7 @@ TEST(gzip_members)
     for (int i = 0; i < 3; i++) {
         char text[8];
         snprintf(text, sizeof text, "m%d", i);
-        at += frame(f + at, ex, example(ex, (float)i, text));
+        at += test_tfrecord_frame(f + at, ex, example(ex, (float)i, text));
     }
     char a[512], b[512], both[512];
     test_path("a.gz", a);
@@ -683,7 +668,7 @@ TEST(large_raw_records)
     for (int r = 0; r < 3; r++) {
         for (size_t i = 0; i < rec; i++)
             d[i] = (uint8_t)(i * 31 + (size_t)r);
-        at += frame(f + at, d, rec);
+        at += test_tfrecord_frame(f + at, d, rec);
     }
     char path[512], spec[600];
     test_write_file(test_path("big.tfrecord", path), f, at);

@@ -61,6 +61,14 @@ static inline int ferry__state_get_pos(ferry_state *r, ferry_pos *pos, size_t n)
 int ferry__stream_snapshot(ferry_stream_iter *it, ferry_state *w);
 int ferry__stream_resume(ferry_stream_iter *it, const uint8_t *buf, size_t n, ferry_ctx *ctx);
 
+/* images' fields (ferry_dataset_images, ferry_stream_images): the n fields in,
+ * field f the decoded "image" (p's dtype and [H, W, C]; mode none: the bytes as
+ * they are) into out. who ("dataset", "stream") names the source when another
+ * field is named "image" already. */
+struct ferry_image_pipeline;
+int ferry__images_fields(ferry_field *out, const ferry_field *in, int n, int f,
+                         const struct ferry_image_pipeline *p, const char *who);
+
 /* Record i of a records dataset as stored (zero-copy, CRC checked), and whether
  * its shard is compressed. */
 int ferry__records_raw(const ferry_dataset *ds, uint64_t i, const void **payload, size_t *n,

@@ -96,6 +96,28 @@ static int images_get(void *self, uint64_t index, ferry_sample *out, ferry_ctx *
 static const ferry_dataset_vtable images_vtable = {
     .len = images_len, .get = images_get, .destroy = images_destroy, .hint = images_hint};
 
+int ferry__images_fields(ferry_field *out, const ferry_field *in, int n, int f,
+                         const ferry_image_pipeline *p, const char *who)
+{
+    memcpy(out, in, sizeof(ferry_field) * (size_t)n);
+    for (int k = 0; k < n; k++)
+        if (k != f && !strcmp(in[k].name, "image"))
+            return ferry__err(FERRY_EINVAL, "images: the %s already has a field \"image\"", who);
+    ferry_field *img = &out[f];
+    strcpy(img->name, "image");
+    if (p->mode == FERRY_PIPELINE_NONE)
+        return 0;
+    int64_t shape[3];
+    int rc = ferry_image_pipeline_shape(p, shape);
+    if (rc < 0)
+        return rc;
+    img->dtype = p->dtype;
+    img->ndim = 3;
+    img->variable = 0;
+    memcpy(img->shape, shape, sizeof shape);
+    return 0;
+}
+
 int ferry_dataset_images(ferry_dataset **out, ferry_dataset *inner, const char *field,
                          const ferry_image_pipeline *p, int own_inner)
 {
@@ -139,20 +161,7 @@ int ferry_dataset_images(ferry_dataset **out, ferry_dataset *inner, const char *
     d->enc_bound = (size_t)ef->shape[0];
 
     ferry_field f[FERRY_MAX_FIELDS];
-    memcpy(f, inner->fields, sizeof(ferry_field) * (size_t)d->nin);
-    for (int k = 0; k < d->nin; k++)
-        if (k != d->field && !strcmp(f[k].name, "image"))
-            FERRY_FAIL(FERRY_EINVAL, "images: the dataset already has a field \"image\"");
-    ferry_field *img = &f[d->field];
-    strcpy(img->name, "image");
-    if (p->mode != FERRY_PIPELINE_NONE) {
-        int64_t shape[3];
-        FERRY_TRY(ferry_image_pipeline_shape(p, shape));
-        img->dtype = p->dtype;
-        img->ndim = 3;
-        img->variable = 0;
-        memcpy(img->shape, shape, sizeof shape);
-    }
+    FERRY_TRY(ferry__images_fields(f, inner->fields, d->nin, d->field, p, "dataset"));
     ferry_dataset *ds = NULL;
     rc = ferry_dataset_create(&ds, &images_vtable, d, f, d->nin);
     d = NULL; /* the dataset owns it now, also on failure */

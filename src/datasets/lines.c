@@ -164,34 +164,9 @@ static void hint_mapped(lines *d, const uint64_t *indices, size_t count, int soo
     }
 }
 
-static int no_fault(const ferry__reading *rd, uintptr_t addr)
-{
-    return 0;
-}
-
-__attribute__((noinline)) static void hint_guarded(lines *d, const uint64_t *indices, size_t count,
-                                                   int soon)
-{
-    ferry__reading rd = {no_fault, d, UINT64_MAX, NULL};
-    int rc;
-    FERRY__GUARDED(rc, &rd, (hint_mapped(d, indices, count, soon), 0));
-    (void)rc; /* a file cut short: the reads of its lines report it */
-}
-
 /* Under a worker's direct region a fault fails the sample in hand, as the read
  * of its line would. */
-static void lines_hint(void *self, const uint64_t *indices, size_t count, int soon)
-{
-    ferry__guard *g = ferry__guard_direct(self);
-    if (!g) {
-        hint_guarded(self, indices, count, soon);
-        return;
-    }
-    ferry__reading rd = {line_fault, self, UINT64_MAX, NULL};
-    int rc;
-    FERRY__DIRECT_READ(rc, g, &rd, (hint_mapped(self, indices, count, soon), 0));
-    (void)rc;
-}
+FERRY__GUARDED_HINT(lines_hint, hint_mapped, line_fault)
 
 static void lines_destroy(void *self)
 {

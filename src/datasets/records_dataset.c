@@ -443,34 +443,9 @@ static int hint_fault(const ferry__reading *rd, uintptr_t addr)
     return ferry__guard_err(addr, NULL, NULL, "reading ahead");
 }
 
-static int no_fault(const ferry__reading *rd, uintptr_t addr)
-{
-    return 0;
-}
-
-__attribute__((noinline)) static void hint_guarded(shard_set *s, const uint64_t *indices,
-                                                   size_t count, int soon)
-{
-    ferry__reading rd = {no_fault, s, UINT64_MAX, NULL};
-    int rc;
-    FERRY__GUARDED(rc, &rd, (hint_mapped(s, indices, count, soon), 0));
-    (void)rc; /* a shard cut short: the reads of its records report it */
-}
-
 /* Under a worker's direct region a fault fails the sample in hand, as the read
  * of its record would. */
-static void set_hint(void *self, const uint64_t *indices, size_t count, int soon)
-{
-    ferry__guard *g = ferry__guard_direct(self);
-    if (!g) {
-        hint_guarded(self, indices, count, soon);
-        return;
-    }
-    ferry__reading rd = {hint_fault, self, UINT64_MAX, NULL};
-    int rc;
-    FERRY__DIRECT_READ(rc, g, &rd, (hint_mapped(self, indices, count, soon), 0));
-    (void)rc;
-}
+FERRY__GUARDED_HINT(set_hint, hint_mapped, hint_fault)
 
 static void set_destroy(void *self)
 {

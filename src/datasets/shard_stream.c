@@ -4,6 +4,8 @@
  */
 #include "shard_stream.h"
 
+#include "../io/seqread.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <glob.h>
@@ -95,6 +97,25 @@ void ferry__shard_files_free(ferry__shard_files *s)
     ferry__free(s->paths);
     s->paths = NULL;
     s->n = 0;
+}
+
+bool ferry__shard_files_compressed(const char *kind, const char *location,
+                                   bool (*want)(const char *name), const char *what,
+                                   int compression)
+{
+    ferry__shard_files f;
+    bool compressed = false;
+    if (ferry__shard_files_list(&f, kind, location, want, what) < 0)
+        return false;
+    for (size_t k = 0; k < f.n && !compressed; k++) {
+        ferry__seqread r;
+        if (ferry__seqread_open(&r, f.paths[k], f.paths[k], compression, 4096) == 0) {
+            compressed = r.compressed != NULL;
+            ferry__seqread_close(&r);
+        }
+    }
+    ferry__shard_files_free(&f);
+    return compressed;
 }
 
 /* ---- Part files ---- */

@@ -35,6 +35,13 @@ int ferry__shard_files_list(ferry__shard_files *out, const char *kind, const cha
 int ferry__shard_files_parts(ferry__shard_files *out, const char *kind, const char *dir,
                              const char *prefix, unsigned digits, const char *suffix);
 void ferry__shard_files_free(ferry__shard_files *s);
+/* Whether any file at location (as ferry__shard_files_list lists them) is
+ * compressed, opened with compression (FERRY__COMP_*): such a file cannot be
+ * indexed, so the source is a stream. False when they cannot be listed or
+ * opened: opening the source then says why. */
+bool ferry__shard_files_compressed(const char *kind, const char *location,
+                                   bool (*want)(const char *name), const char *what,
+                                   int compression);
 
 /* What a format's next returns for a sample it passed over (WebDataset's
  * missing=skip): the engine reads the next one. */

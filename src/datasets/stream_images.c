@@ -159,25 +159,14 @@ int ferry_stream_images(ferry_stream **out, ferry_stream *inner, const char *fie
     const ferry_field *ef = &inner->fields[f];
     if (ef->dtype != FERRY_U8 || ef->ndim != 1 || !ef->variable)
         FERRY_FAIL(FERRY_EINVAL, "images: field \"%s\" must be variable uint8 bytes", ef->name);
-    for (int k = 0; k < inner->nfields; k++)
-        if (k != f && !strcmp(inner->fields[k].name, "image"))
-            FERRY_FAIL(FERRY_EINVAL, "images: the stream already has a field \"image\"");
+    ferry_field fields[FERRY_MAX_FIELDS];
+    FERRY_TRY(ferry__images_fields(fields, inner->fields, inner->nfields, f, p, "stream"));
     if (!(s = ferry__calloc(1, sizeof *s)))
         FERRY_FAIL(FERRY_ENOMEM, "images: out of memory");
     s->inner = inner;
     s->field = f;
     s->enc_bound = (size_t)ef->shape[0];
     s->p = *p;
-    ferry_field fields[FERRY_MAX_FIELDS];
-    memcpy(fields, inner->fields, sizeof(ferry_field) * (size_t)inner->nfields);
-    ferry_field *img = &fields[f];
-    strcpy(img->name, "image");
-    int64_t shape[3];
-    FERRY_TRY(ferry_image_pipeline_shape(p, shape));
-    img->dtype = p->dtype;
-    img->ndim = 3;
-    img->variable = 0;
-    memcpy(img->shape, shape, sizeof shape);
     int nf = inner->nfields;
     bool resumable = inner->resumable, anywhere = inner->fetch_anywhere;
     inner = NULL; /* s owns it now */

@@ -1013,19 +1013,9 @@ int ferry__tfrecord_open_spec(ferry_dataset **ds, ferry_stream **st, ferry__spec
     }
     if (stream < 0) {
         /* map-style where every file can be indexed; else a stream */
-        stream = o.compression == FERRY_TFRECORD_GZIP;
-        ferry__shard_files f;
-        if (!stream && ferry__shard_files_list(&f, "tfrecord", s->location, want_tfrecord,
-                                               "TFRecord files") == 0) {
-            for (size_t k = 0; k < f.n && !stream; k++) {
-                ferry__seqread r;
-                if (ferry__seqread_open(&r, f.paths[k], f.paths[k], o.compression, 4096) == 0) {
-                    stream = r.compressed != NULL;
-                    ferry__seqread_close(&r);
-                }
-            }
-            ferry__shard_files_free(&f);
-        }
+        stream = o.compression == FERRY_TFRECORD_GZIP ||
+                 ferry__shard_files_compressed("tfrecord", s->location, want_tfrecord,
+                                               "TFRecord files", o.compression);
     }
     if (stream)
         return st ? ferry_stream_tfrecord(st, s->location, &o, seed)

@@ -796,18 +796,8 @@ int ferry__wds_open_spec(ferry_dataset **ds, ferry_stream **st, ferry__spec *s)
                           missing);
     if (stream < 0) {
         /* map-style when every tar can be indexed (uncompressed); else a stream */
-        stream = 0;
-        ferry__shard_files f;
-        if (ferry__shard_files_list(&f, "wds", s->location, want_tar, "tar files") == 0) {
-            for (size_t k = 0; k < f.n && !stream; k++) {
-                ferry__seqread r;
-                if (ferry__seqread_open(&r, f.paths[k], f.paths[k], FERRY__COMP_AUTO, 4096) == 0) {
-                    stream = r.compressed != NULL;
-                    ferry__seqread_close(&r);
-                }
-            }
-            ferry__shard_files_free(&f);
-        }
+        stream = ferry__shard_files_compressed("wds", s->location, want_tar, "tar files",
+                                               FERRY__COMP_AUTO);
     }
     if (stream)
         return st ? ferry_stream_wds(st, s->location, &o, seed)

@@ -19,30 +19,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
-
-static char dir[256], part[300];
-
-static void cleanup(void)
-{
-    unlink(part);
-    rmdir(dir);
-}
-
-static void setup(void)
-{
-    if (dir[0])
-        return;
-    const char *t = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/ferry-fuzz-XXXXXX", t ? t : "/tmp");
-    if (!mkdtemp(dir))
-        abort();
-    snprintf(part, sizeof part, "%s/part-00000", dir);
-    atexit(cleanup);
-}
+#include "scratch.h"
 
 static void write_part(const uint8_t *data, size_t size)
 {
-    FILE *f = fopen(part, "wb");
+    FILE *f = fopen(fuzz_path, "wb");
     if (!f)
         abort();
     if (size && (data[0] & 1)) {
@@ -131,11 +112,11 @@ static void check_positions(ferry_stream *st, ferry_ctx *ctx, size_t n, size_t k
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    setup();
+    fuzz_scratch("ferry-fuzz", "part-00000");
     write_part(data, size);
     ferry_csv_opts o;
     ferry_csv_opts_default(&o);
-    o.dir = dir;
+    o.dir = fuzz_dir;
     o.cols = 3;
     o.dtype = FERRY_I64;
     o.missing = "0";

@@ -14,28 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "scratch.h"
 
 #define MAX_READS 4096
-
-static char dir[256], path[300];
-
-static void cleanup(void)
-{
-    unlink(path);
-    rmdir(dir);
-}
-
-static void setup(void)
-{
-    if (dir[0])
-        return;
-    const char *t = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/ferry-fuzz-lmdb-XXXXXX", t ? t : "/tmp");
-    if (!mkdtemp(dir))
-        abort();
-    snprintf(path, sizeof path, "%s/data.mdb", dir);
-    atexit(cleanup);
-}
 
 static void read_all(ferry_dataset *ds, const uint8_t *data, size_t size, int plain)
 {
@@ -72,8 +53,8 @@ out:
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    setup();
-    FILE *f = fopen(path, "wb");
+    fuzz_scratch("ferry-fuzz-lmdb", "data.mdb");
+    FILE *f = fopen(fuzz_path, "wb");
     if (!f || fwrite(data, 1, size, f) != size || fclose(f) != 0)
         abort();
     static const char *dbs[] = {NULL, "dbnew"};
@@ -81,14 +62,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (int datum = FERRY_LMDB_DATUM_AUTO; datum <= FERRY_LMDB_DATUM_OFF; datum += 2) {
             ferry_lmdb_opts o;
             ferry_lmdb_opts_default(&o);
-            o.path = path;
+            o.path = fuzz_path;
             o.db = dbs[k];
             o.datum = datum;
             o.max_len = datum == FERRY_LMDB_DATUM_OFF ? ((uint64_t)1 << 20) : 0;
             ferry_dataset *ds = NULL;
             int rc = ferry_dataset_lmdb(&ds, &o);
             if (rc < 0) {
-                if (!strstr(ferry_last_errmsg(), path))
+                if (!strstr(ferry_last_errmsg(), fuzz_path))
                     abort(); /* an error that does not name the file */
                 continue;
             }

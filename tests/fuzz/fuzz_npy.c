@@ -12,36 +12,18 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static char dir[256], path[300];
-
-static void cleanup(void)
-{
-    rmdir(dir);
-}
-
-static void setup(void)
-{
-    if (dir[0])
-        return;
-    const char *t = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/ferry-fuzz-XXXXXX", t ? t : "/tmp");
-    if (!mkdtemp(dir))
-        abort();
-    snprintf(path, sizeof path, "%s/a.npy", dir);
-    atexit(cleanup);
-}
+#include "scratch.h"
 
 static void read_rows(const uint8_t *data, size_t size)
 {
-    setup();
-    FILE *f = fopen(path, "wb");
+    fuzz_scratch("ferry-fuzz", "a.npy");
+    FILE *f = fopen(fuzz_path, "wb");
     if (!f)
         abort();
     fwrite(data, 1, size, f);
     fclose(f);
     char spec[400];
-    snprintf(spec, sizeof spec, "npy:%s", path);
+    snprintf(spec, sizeof spec, "npy:%s", fuzz_path);
     ferry_dataset *ds = NULL;
     if (ferry_dataset_open(&ds, spec) == 0) {
         ferry_ctx *ctx;
@@ -56,7 +38,7 @@ static void read_rows(const uint8_t *data, size_t size)
         if (row > ((uint64_t)64 << 20)) { /* a small file may claim huge rows: not read here */
             ferry_ctx_free(ctx);
             ferry_dataset_free(ds);
-            unlink(path);
+            unlink(fuzz_path);
             return;
         }
         for (int k = 0; k < nf; k++) {
@@ -74,7 +56,7 @@ static void read_rows(const uint8_t *data, size_t size)
         ferry_ctx_free(ctx);
         ferry_dataset_free(ds);
     }
-    unlink(path);
+    unlink(fuzz_path);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -16,30 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "scratch.h"
 #include "fixed_sums.h"
 
 #define MAX_READS 4096
 #define MAX_SAMPLE_BYTES ((size_t)16 << 20) /* skip decoding schemas larger than this */
-
-static char dir[256], path[300];
-
-static void cleanup(void)
-{
-    unlink(path);
-    rmdir(dir);
-}
-
-static void setup(void)
-{
-    if (dir[0])
-        return;
-    const char *t = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/ferry-fuzz-records-XXXXXX", t ? t : "/tmp");
-    if (!mkdtemp(dir))
-        abort();
-    snprintf(path, sizeof path, "%s/in.ferry", dir);
-    atexit(cleanup);
-}
 
 static uint32_t get32(const uint8_t *p)
 {
@@ -136,15 +117,11 @@ static void read_all(ferry_record_file *f, const uint8_t *data, size_t size, fer
 
 static void run(const uint8_t *data, size_t size, ferry_ctx *ctx)
 {
-    FILE *fp = fopen(path, "wb");
-    if (!fp)
-        return;
-    size_t wrote = fwrite(data, 1, size, fp);
-    if (fclose(fp) != 0 || wrote != size)
+    if (fuzz_write(data, size) != 0)
         return;
     for (int flags = 0; flags <= FERRY_RECORD_RECOVER; flags++) {
         ferry_record_file *f;
-        if (ferry_record_file_open(&f, path, flags) != 0)
+        if (ferry_record_file_open(&f, fuzz_path, flags) != 0)
             continue;
         read_all(f, data, size, ctx);
         ferry_record_file_free(f);
@@ -153,6 +130,6 @@ static void run(const uint8_t *data, size_t size, ferry_ctx *ctx)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    setup();
+    fuzz_scratch("ferry-fuzz-records", "in.ferry");
     return fuzz_as_is_and_fixed(data, size, run, fix_crcs);
 }

@@ -13,30 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "read_all.h"
+#include "scratch.h"
 #include "fixed_sums.h"
 
 #define MAX_READS 2000
 #define MAX_SAMPLE_BYTES ((size_t)4 << 20)
-
-static char dir[256], path[300];
-
-static void cleanup(void)
-{
-    unlink(path);
-    rmdir(dir);
-}
-
-static void setup(void)
-{
-    if (dir[0])
-        return;
-    const char *t = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/ferry-fuzz-tfrecord-XXXXXX", t ? t : "/tmp");
-    if (!mkdtemp(dir))
-        abort();
-    snprintf(path, sizeof path, "%s/in.tfrecord", dir);
-    atexit(cleanup);
-}
 
 static uint32_t mask(uint32_t c)
 {
@@ -59,67 +41,34 @@ static void fix_crcs(uint8_t *b, size_t n)
     }
 }
 
-static void read_all(ferry_dataset *ds, ferry_stream *st, const uint8_t *data, size_t size, int raw,
-                     ferry_ctx *ctx)
+typedef struct input {
+    const uint8_t *data;
+    size_t size;
+} input;
+
+/* raw: a record is never longer than the file (a gzip file inflates to more) */
+static void check_raw(const ferry_sample *s, void *arg)
 {
-    int nf = ds ? ferry_dataset_nfields(ds) : ferry_stream_nfields(st);
-    void *ptr[FERRY_MAX_FIELDS] = {0};
-    int64_t len[FERRY_MAX_FIELDS];
-    size_t total = 0;
-    const ferry_field *f[FERRY_MAX_FIELDS];
-    for (int k = 0; k < nf; k++) {
-        f[k] = ds ? ferry_dataset_field(ds, k) : ferry_stream_field(st, k);
-        total += ferry_field_nbytes(f[k]);
-    }
-    if (total > MAX_SAMPLE_BYTES)
-        return;
-    for (int k = 0; k < nf; k++)
-        if (!(ptr[k] = malloc(ferry_field_nbytes(f[k]) + 1)))
-            goto done;
-    ferry_sample s = {nf, ptr, len, {0}};
-    ferry_stream_iter *it = NULL;
-    if (st && ferry_stream_open(st, 0, 1, 0, &it) != 0)
-        goto done;
-    uint64_t n = ds ? ferry_dataset_len(ds) : MAX_READS;
-    for (uint64_t i = 0; i < n && i < MAX_READS; i++) {
-        for (int k = 0; k < nf; k++)
-            len[k] = -1;
-        int rc = ds ? ferry_dataset_get(ds, i, &s, ctx) : ferry_stream_next(it, &s, ctx);
-        if (rc == FERRY_END)
-            break;
-        if (rc != 0)
-            continue;
-        for (int k = 0; k < nf; k++)
-            if (f[k]->variable && (len[k] < 0 || len[k] > f[k]->shape[0]))
-                abort();
-        if (raw && (size_t)len[0] > size) /* a record is never longer than the file */
-            if (data[0] != 0x1f)          /* (a gzip file inflates to more) */
-                abort();
-    }
-    ferry_stream_close(it);
-done:
-    for (int k = 0; k < nf; k++)
-        free(ptr[k]);
+    const input *in = arg;
+    if ((size_t)s->length[0] > in->size && in->data[0] != 0x1f)
+        abort();
 }
 
 static void run(const uint8_t *data, size_t size, ferry_ctx *ctx)
 {
-    FILE *fp = fopen(path, "wb");
-    if (!fp)
+    if (fuzz_write(data, size) != 0)
         return;
-    size_t wrote = fwrite(data, 1, size, fp);
-    if (fclose(fp) != 0 || wrote != size)
-        return;
+    input in = {data, size};
     for (int raw = 0; raw <= 1; raw++) {
         ferry_tfrecord_opts o = {.raw = raw, .infer = 50, .max_record = 1 << 20};
         ferry_dataset *ds;
         ferry_stream *st;
-        if (ferry_dataset_tfrecord(&ds, path, &o) == 0) {
-            read_all(ds, NULL, data, size, raw, ctx);
+        if (ferry_dataset_tfrecord(&ds, fuzz_path, &o) == 0) {
+            fuzz_read_all(ds, NULL, ctx, MAX_READS, MAX_SAMPLE_BYTES, raw ? check_raw : NULL, &in);
             ferry_dataset_free(ds);
         }
-        if (ferry_stream_tfrecord(&st, path, &o, 1) == 0) {
-            read_all(NULL, st, data, size, raw, ctx);
+        if (ferry_stream_tfrecord(&st, fuzz_path, &o, 1) == 0) {
+            fuzz_read_all(NULL, st, ctx, MAX_READS, MAX_SAMPLE_BYTES, raw ? check_raw : NULL, &in);
             ferry_stream_free(st);
         }
     }
@@ -127,6 +76,6 @@ static void run(const uint8_t *data, size_t size, ferry_ctx *ctx)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    setup();
+    fuzz_scratch("ferry-fuzz-tfrecord", "in.tfrecord");
     return fuzz_as_is_and_fixed(data, size, run, fix_crcs);
 }

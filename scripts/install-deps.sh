@@ -14,6 +14,8 @@ pkgs=(build-essential cmake pkg-config python3 python3-pil python3-numpy libzstd
 # zlib1g-dev: gzip (CSV streams, TFRecord, tars); libisal-dev: faster gzip (optional);
 # zstd: the tests compress files with it
 pkgs+=(zlib1g-dev libisal-dev zstd)
+# lmdb-utils and python3-lmdb: the LMDB reader is compared with mdb_dump and py-lmdb
+pkgs+=(lmdb-utils python3-lmdb)
 if [ "${1:-}" = fuzz ]; then
   pkgs+=(clang libclang-rt-14-dev)
 fi

@@ -3,8 +3,10 @@
 #include <ferry/core.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -201,4 +203,22 @@ void test_tar_header(uint8_t *h, const char *name, char type, uint64_t size, int
         sum += h[i];
     snprintf((char *)h + 148, 8, "%06o", sum);
     h[155] = ' ';
+}
+
+void test_leave_temps(const char *path, char *stale, char *live, int *fd)
+{
+    sprintf(stale, "%s.tmp.Ab3x9Z", path);
+    sprintf(live, "%s.tmp.LiVe12", path);
+    test_write_file(stale, "partial", 7);
+    test_write_file(live, "writing", 7);
+    *fd = open(live, O_RDONLY);
+    CHECK(*fd >= 0 && flock(*fd, LOCK_EX) == 0);
+}
+
+void test_check_temps(const char *stale, const char *live, int fd)
+{
+    CHECK(access(stale, F_OK) != 0);
+    CHECK(access(live, F_OK) == 0);
+    close(fd);
+    unlink(live);
 }

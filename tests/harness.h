@@ -114,6 +114,11 @@ size_t test_tfrecord_frame(uint8_t *out, const void *data, uint64_t n);
 /* A 512-byte tar header at h for a member of size bytes, of type ('0' a file,
  * 'L' a GNU long name, 'x' pax), ustar magic, or GNU's when gnu. */
 void test_tar_header(uint8_t *h, const char *name, char type, uint64_t size, int gnu);
+/* A killed writer's temporary beside path (not locked: stale) and a live one
+ * (locked through *fd); after a write of path only the live one must be left:
+ * test_check_temps checks that and closes and removes the live one. */
+void test_leave_temps(const char *path, char *stale, char *live, int *fd);
+void test_check_temps(const char *stale, const char *live, int fd);
 /* FNV-1a over bytes, for comparing batches. */
 static inline uint64_t test_hash(uint64_t h, const void *p, size_t n)
 {

@@ -247,11 +247,6 @@ static void reseal(uint8_t *b, size_t len)
     memcpy(b + 12, &l, 4);
 }
 
-static void put64(uint8_t *p, uint64_t v)
-{
-    memcpy(p, &v, 8);
-}
-
 /* Saves shard `shard` of nshards after k samples of spec's leaf. */
 static size_t save_after(const char *spec, uint64_t shard, uint64_t nshards, size_t k,
                          uint8_t *state)
@@ -294,6 +289,20 @@ static int restore_into(const char *spec, uint64_t shard, uint64_t nshards, cons
     ferry_stream_close(it);
     src_close(&s);
     return rc;
+}
+
+/* st with the 8 bytes at `at` of the state's own set to v, resealed, given to
+ * shard 0 of 3 of spec: refused as corrupt, with want in the message. */
+static void check_forged(const char *spec, const uint8_t *st, size_t len, size_t at, uint64_t v,
+                         const char *want)
+{
+    static uint8_t b[STATE_CAP];
+    char msg[512];
+    memcpy(b, st, len);
+    memcpy(b + 16 + at, &v, 8);
+    reseal(b, len);
+    CHECK_RC(restore_into(spec, 0, 3, b, len, msg), FERRY_ECORRUPT);
+    CHECK_CONTAINS(msg, want);
 }
 
 /* ---- TFRecord ---- */
@@ -421,21 +430,9 @@ TEST(tfrecord_bad_states)
     CHECK(refused);
     len = save_after(spec, 0, 3, 5, st);
     /* forged: offset past the file's end, more records than fit, another size, a tag */
-    memcpy(b, st, len);
-    put64(b + 16 + 32, 1 << 20);
-    reseal(b, len);
-    CHECK_RC(restore_into(spec, 0, 3, b, len, msg), FERRY_ECORRUPT);
-    CHECK_CONTAINS(msg, "which ends at");
-    memcpy(b, st, len);
-    put64(b + 16 + 40, 1000);
-    reseal(b, len);
-    CHECK_RC(restore_into(spec, 0, 3, b, len, msg), FERRY_ECORRUPT);
-    CHECK_CONTAINS(msg, "more records than fit there");
-    memcpy(b, st, len);
-    put64(b + 16 + 24, 12);
-    reseal(b, len);
-    CHECK_RC(restore_into(spec, 0, 3, b, len, msg), FERRY_ECORRUPT);
-    CHECK_CONTAINS(msg, "the file changed");
+    check_forged(spec, st, len, 32, 1 << 20, "which ends at");
+    check_forged(spec, st, len, 40, 1000, "more records than fit there");
+    check_forged(spec, st, len, 24, 12, "the file changed");
     memcpy(b, st, len);
     b[16] ^= 0x20;
     reseal(b, len);
@@ -650,31 +647,12 @@ TEST(wds_bad_states)
     CHECK_RC(restore_into(spec, 2, 3, st, len, msg), FERRY_ECORRUPT);
     CHECK_CONTAINS(msg, "not one of stream shard 2 of 3");
     /* forged: not a header's place, past the end, another size, a key too long */
-    memcpy(b, st, len);
-    put64(b + 16 + 32, 700);
-    reseal(b, len);
-    CHECK_RC(restore_into(spec, 0, 3, b, len, msg), FERRY_ECORRUPT);
-    CHECK_CONTAINS(msg, "not a place in a tar");
-    memcpy(b, st, len);
-    put64(b + 16 + 32, 512 << 12);
-    reseal(b, len);
-    CHECK_RC(restore_into(spec, 0, 3, b, len, msg), FERRY_ECORRUPT);
-    CHECK_CONTAINS(msg, "which ends at");
-    memcpy(b, st, len);
-    put64(b + 16 + 24, 513);
-    reseal(b, len);
-    CHECK_RC(restore_into(spec, 0, 3, b, len, msg), FERRY_ECORRUPT);
-    CHECK_CONTAINS(msg, "the tar changed");
-    memcpy(b, st, len);
-    put64(b + 16 + 56, 1 << 20);
-    reseal(b, len);
-    CHECK_RC(restore_into(spec, 0, 3, b, len, msg), FERRY_ECORRUPT);
-    CHECK_CONTAINS(msg, "a key of");
-    memcpy(b, st, len);
-    put64(b + 16 + 56, 100); /* a key announced, its bytes missing */
-    reseal(b, len);
-    CHECK_RC(restore_into(spec, 0, 3, b, len, msg), FERRY_ECORRUPT);
-    CHECK_CONTAINS(msg, "cut short");
+    check_forged(spec, st, len, 32, 700, "not a place in a tar");
+    check_forged(spec, st, len, 32, 512 << 12, "which ends at");
+    check_forged(spec, st, len, 24, 513, "the tar changed");
+    check_forged(spec, st, len, 56, 1 << 20, "a key of");
+    /* a key announced, its bytes missing */
+    check_forged(spec, st, len, 56, 100, "cut short");
     /* a TFRecord stream's state, and this one given to a TFRecord stream */
     test_make_dir("resume-wds-bad-tfr");
     write_tfr("t.tfrecord", 10, 1, 0, 0);

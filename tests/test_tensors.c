@@ -12,8 +12,6 @@
 
 #include <dirent.h>
 #include <signal.h>
-#include <fcntl.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -261,34 +259,15 @@ static void save_abc(const char *path)
     CHECK_OK(ferry_tensors_save(path, src, 3, NULL));
 }
 
-/* A killed writer's temporary beside path (not locked: stale) and a live one
- * (locked through *fd); after a write of path only the live one must be left. */
-static void leave_temps(const char *path, char *stale, char *live, int *fd)
-{
-    sprintf(stale, "%s.tmp.Ab3x9Z", path);
-    sprintf(live, "%s.tmp.LiVe12", path);
-    test_write_file(stale, "partial", 7);
-    test_write_file(live, "writing", 7);
-    *fd = open(live, O_RDONLY);
-    CHECK(*fd >= 0 && flock(*fd, LOCK_EX) == 0);
-}
-
-static void check_temps(const char *stale, const char *live, int fd)
-{
-    CHECK(access(stale, F_OK) != 0);
-    CHECK(access(live, F_OK) == 0);
-    close(fd);
-    unlink(live);
-}
 TEST(a_killed_saves_temporary_goes_at_the_next_save)
 {
     test_make_dir("tensors_stale");
     char path[512], stale[600], live[600];
     int fd;
     test_path("abc.safetensors", path);
-    leave_temps(path, stale, live, &fd);
+    test_leave_temps(path, stale, live, &fd);
     save_abc(path);
-    check_temps(stale, live, fd);
+    test_check_temps(stale, live, fd);
     test_remove_dir();
 }
 

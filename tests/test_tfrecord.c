@@ -87,6 +87,22 @@ static void check_toy(const table *t, size_t first, size_t count)
     }
 }
 
+/* spec's 3 payloads are byte-identical to those of the uncompressed toy shard. */
+static void check_raw_as_toy(const char *spec)
+{
+    table a = read_source(spec, 0, 1, 0);
+    table b =
+        read_source("tfrecord:" TF "/ydf_toy_uncompressed-00000-of-00002.tfrecord,raw=1", 0, 1, 0);
+    CHECK_EQ(a.n, 3);
+    CHECK_EQ(b.n, 3);
+    for (size_t i = 0; i < 3; i++) {
+        CHECK_EQ(a.rows[i].len[0], b.rows[i].len[0]);
+        CHECK(!memcmp(a.rows[i].data[0], b.rows[i].data[0], (size_t)a.rows[i].len[0]));
+    }
+    table_free(&a);
+    table_free(&b);
+}
+
 TEST(ydf_toy_uncompressed)
 {
     test_need_shared(TF "/ydf_toy_uncompressed-00000-of-00002.tfrecord");
@@ -127,17 +143,7 @@ TEST(ydf_toy_gzip)
     CHECK(!strcmp(str(&t, 0, "Cat_set_1", 2), "z"));
     table_free(&t);
     /* the payloads after gunzip are byte-identical to the uncompressed shard's */
-    table a = read_source("tfrecord:" TF "/ydf_toy_gzip-00000-of-00002.tfrecord.gz,raw=1", 0, 1, 0);
-    table b =
-        read_source("tfrecord:" TF "/ydf_toy_uncompressed-00000-of-00002.tfrecord,raw=1", 0, 1, 0);
-    CHECK_EQ(a.n, 3);
-    CHECK_EQ(b.n, 3);
-    for (size_t i = 0; i < 3; i++) {
-        CHECK_EQ(a.rows[i].len[0], b.rows[i].len[0]);
-        CHECK(!memcmp(a.rows[i].data[0], b.rows[i].data[0], (size_t)a.rows[i].len[0]));
-    }
-    table_free(&a);
-    table_free(&b);
+    check_raw_as_toy("tfrecord:" TF "/ydf_toy_gzip-00000-of-00002.tfrecord.gz,raw=1");
 }
 
 TEST(penguin)
@@ -569,17 +575,7 @@ TEST(zstd_files)
     check_toy(&t, 0, 3);
     table_free(&t);
     snprintf(spec, sizeof spec, "tfrecord:%s,raw=1", path);
-    table a = read_source(spec, 0, 1, 0);
-    table b =
-        read_source("tfrecord:" TF "/ydf_toy_uncompressed-00000-of-00002.tfrecord,raw=1", 0, 1, 0);
-    CHECK_EQ(a.n, 3);
-    CHECK_EQ(b.n, 3);
-    for (size_t i = 0; i < 3; i++) {
-        CHECK_EQ(a.rows[i].len[0], b.rows[i].len[0]);
-        CHECK(!memcmp(a.rows[i].data[0], b.rows[i].data[0], (size_t)a.rows[i].len[0]));
-    }
-    table_free(&a);
-    table_free(&b);
+    check_raw_as_toy(spec);
     ferry_dataset *ds;
     CHECK_RC(ferry_dataset_tfrecord(&ds, path, NULL), FERRY_ENOTSUP);
     CHECK_CONTAINS(ferry_last_errmsg(), "toy.tfrecord.zst: zstd-compressed");

@@ -11,8 +11,6 @@
 #include <ferry/tokens.h>
 #include "core/internal.h"
 
-#include <fcntl.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -122,34 +120,15 @@ static void write_shard(const char *path, ferry_dtype dt, uint32_t first, size_t
     CHECK_OK(ferry_tokens_writer_commit(w));
 }
 
-/* A killed writer's temporary beside path (not locked: stale) and a live one
- * (locked through *fd); after a write of path only the live one must be left. */
-static void leave_temps(const char *path, char *stale, char *live, int *fd)
-{
-    sprintf(stale, "%s.tmp.Ab3x9Z", path);
-    sprintf(live, "%s.tmp.LiVe12", path);
-    test_write_file(stale, "partial", 7);
-    test_write_file(live, "writing", 7);
-    *fd = open(live, O_RDONLY);
-    CHECK(*fd >= 0 && flock(*fd, LOCK_EX) == 0);
-}
-
-static void check_temps(const char *stale, const char *live, int fd)
-{
-    CHECK(access(stale, F_OK) != 0);
-    CHECK(access(live, F_OK) == 0);
-    close(fd);
-    unlink(live);
-}
 TEST(a_killed_writers_temporary_goes_at_the_next_write)
 {
     test_make_dir("tokens-stale");
     char path[512], stale[600], live[600];
     int fd;
     test_path("train_000.bin", path);
-    leave_temps(path, stale, live, &fd);
+    test_leave_temps(path, stale, live, &fd);
     write_shard(path, FERRY_U16, 0, 100);
-    check_temps(stale, live, fd);
+    test_check_temps(stale, live, fd);
     test_remove_dir();
 }
 

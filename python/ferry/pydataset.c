@@ -358,6 +358,21 @@ static uint64_t pyds_len(void *self)
     return ((pyds *)self)->len;
 }
 
+/* The sample written from item, the callback's result (a reference it takes),
+ * or where the callback raised (item NULL) its error, named pre<index>post. */
+static int take_item(pyds *p, PyObject *item, uint64_t index, const char *pre, const char *post,
+                     ferry_sample *out)
+{
+    if (!item) {
+        char what[64];
+        snprintf(what, sizeof what, "%s%llu%s", pre, (unsigned long long)index, post);
+        return callback_error(p, index, what);
+    }
+    int rc = write_sample(p, item, index, out);
+    Py_DECREF(item);
+    return rc;
+}
+
 static int pyds_get(void *self, uint64_t index, ferry_sample *out, ferry_ctx *ctx)
 {
     pyds *p = self;
@@ -365,18 +380,10 @@ static int pyds_get(void *self, uint64_t index, ferry_sample *out, ferry_ctx *ct
     if (!ts)
         return ferry_error(FERRY_ENOMEM, "dataset[%llu]: no Python thread state (out of memory)",
                            (unsigned long long)index);
-    int rc;
     PyObject *key = PyLong_FromUnsignedLongLong(index);
     PyObject *item = key ? PyObject_GetItem(p->obj, key) : NULL;
     Py_XDECREF(key);
-    if (!item) {
-        char what[64];
-        snprintf(what, sizeof what, "dataset[%llu]", (unsigned long long)index);
-        rc = callback_error(p, index, what);
-    } else {
-        rc = write_sample(p, item, index, out);
-        Py_DECREF(item);
-    }
+    int rc = take_item(p, item, index, "dataset[", "]", out);
     fpy_gil_leave(ts);
     return rc;
 }
@@ -432,14 +439,7 @@ static int transform_get(void *self, uint64_t index, ferry_sample *out, ferry_ct
     PyObject *views = views_dict(p, buf, len);
     PyObject *item = views ? PyObject_CallFunctionObjArgs(p->transform, views, NULL) : NULL;
     Py_XDECREF(views);
-    if (!item) {
-        char what[64];
-        snprintf(what, sizeof what, "transform(sample %llu)", (unsigned long long)index);
-        rc = callback_error(p, index, what);
-    } else {
-        rc = write_sample(p, item, index, out);
-        Py_DECREF(item);
-    }
+    rc = take_item(p, item, index, "transform(sample ", ")", out);
     fpy_gil_leave(ts);
     return rc;
 }

@@ -191,6 +191,35 @@ PyObject *fpy_mod_open_source(PyObject *m, PyObject *args)
     return (PyObject *)s;
 }
 
+/* A Python-backed dataset with fields parsed from the fields argument; NULL,
+ * with the exception set, on failure. */
+static pyds *pyds_with_fields(PyObject *fields)
+{
+    pyds *p = fpy_pyds_new();
+    if (p && fpy_parse_fields(fields, p->fields, p->names, &p->nfields) < 0) {
+        fpy_pyds_destroy(p);
+        return NULL;
+    }
+    return p;
+}
+
+/* A source over p through vt; p is the source's (destroyed on failure). */
+static PyObject *pyds_source(pyds *p, const ferry_dataset_vtable *vt)
+{
+    SourceObject *s = source_alloc();
+    if (!s) {
+        fpy_pyds_destroy(p);
+        return NULL;
+    }
+    int rc = ferry_dataset_create(&s->ds, vt, p, p->fields, p->nfields);
+    if (rc < 0) {
+        Py_DECREF(s);
+        return fpy_raise_last(rc); /* p was destroyed by the failed create */
+    }
+    s->py = p;
+    return (PyObject *)s;
+}
+
 /* python_source(obj, length, fields, keyed) */
 PyObject *fpy_mod_python_source(PyObject *m, PyObject *args)
 {
@@ -199,28 +228,13 @@ PyObject *fpy_mod_python_source(PyObject *m, PyObject *args)
     int keyed;
     if (!PyArg_ParseTuple(args, "OKOi", &obj, &len, &fields, &keyed))
         return NULL;
-    pyds *p = fpy_pyds_new();
+    pyds *p = pyds_with_fields(fields);
     if (!p)
         return NULL;
-    if (fpy_parse_fields(fields, p->fields, p->names, &p->nfields) < 0) {
-        fpy_pyds_destroy(p);
-        return NULL;
-    }
     p->obj = Py_NewRef(obj);
     p->len = len;
     p->keyed = keyed;
-    SourceObject *s = source_alloc();
-    if (!s) {
-        fpy_pyds_destroy(p);
-        return NULL;
-    }
-    int rc = ferry_dataset_create(&s->ds, &fpy_pyds_vt, p, p->fields, p->nfields);
-    if (rc < 0) {
-        Py_DECREF(s);
-        return fpy_raise_last(rc); /* p was destroyed by the failed create */
-    }
-    s->py = p;
-    return (PyObject *)s;
+    return pyds_source(p, &fpy_pyds_vt);
 }
 
 /* transform_source(inner, fn, fields, keyed) */
@@ -236,13 +250,9 @@ PyObject *fpy_mod_transform_source(PyObject *m, PyObject *args)
                                           "source has no random access to transform");
         return NULL;
     }
-    pyds *p = fpy_pyds_new();
+    pyds *p = pyds_with_fields(fields);
     if (!p)
         return NULL;
-    if (fpy_parse_fields(fields, p->fields, p->names, &p->nfields) < 0) {
-        fpy_pyds_destroy(p);
-        return NULL;
-    }
     p->transform = Py_NewRef(fn);
     p->inner_src = Py_NewRef(inner);
     p->inner = in->ds;
@@ -259,16 +269,5 @@ PyObject *fpy_mod_transform_source(PyObject *m, PyObject *args)
             return NULL;
         }
     }
-    SourceObject *s = source_alloc();
-    if (!s) {
-        fpy_pyds_destroy(p);
-        return NULL;
-    }
-    int rc = ferry_dataset_create(&s->ds, &fpy_transform_vt, p, p->fields, p->nfields);
-    if (rc < 0) {
-        Py_DECREF(s);
-        return fpy_raise_last(rc);
-    }
-    s->py = p;
-    return (PyObject *)s;
+    return pyds_source(p, &fpy_transform_vt);
 }

@@ -222,3 +222,31 @@ void test_check_temps(const char *stale, const char *live, int fd)
     close(fd);
     unlink(live);
 }
+
+ferry_loader_opts test_stream_opts(uint32_t batch, uint32_t workers, uint32_t shards)
+{
+    ferry_loader_opts o;
+    ferry_loader_opts_default(&o);
+    o.batch_size = batch;
+    o.num_workers = workers;
+    o.stream_shards = shards;
+    o.rank = 0;
+    o.world_size = 1;
+    return o;
+}
+
+ferry_dataset *test_synthetic(uint64_t count, uint64_t var, uint64_t fail_every)
+{
+    ferry_synthetic_opts o = {
+        .count = count, .bytes = 8, .var_max = var, .fail_every = fail_every, .seed = 7};
+    ferry_dataset *ds;
+    CHECK_OK(ferry_dataset_synthetic(&ds, &o));
+    return ds;
+}
+
+ferry_stream *test_stream_of(ferry_dataset *ds)
+{
+    ferry_stream *st;
+    CHECK_OK(ferry_stream_from_dataset(&st, ds));
+    return st;
+}

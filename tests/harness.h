@@ -7,6 +7,9 @@
 #ifndef FERRY_TEST_HARNESS_H
 #define FERRY_TEST_HARNESS_H
 
+#include <ferry/loader.h>
+#include <ferry/stream.h>
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,6 +122,14 @@ void test_tar_header(uint8_t *h, const char *name, char type, uint64_t size, int
  * test_check_temps checks that and closes and removes the live one. */
 void test_leave_temps(const char *path, char *stale, char *live, int *fd);
 void test_check_temps(const char *stale, const char *live, int fd);
+/* A synthetic dataset of count samples (seed 7): 8 bytes, variable up to var
+ * when nonzero, every fail_every-th one failing when nonzero. */
+ferry_dataset *test_synthetic(uint64_t count, uint64_t var, uint64_t fail_every);
+/* A stream over ds, in index order. */
+ferry_stream *test_stream_of(ferry_dataset *ds);
+/* Loader options for a stream read whole by one process: batch, workers and
+ * stream shards set, rank 0 of a world of 1, the rest the defaults. */
+ferry_loader_opts test_stream_opts(uint32_t batch, uint32_t workers, uint32_t shards);
 /* FNV-1a over bytes, for comparing batches. */
 static inline uint64_t test_hash(uint64_t h, const void *p, size_t n)
 {

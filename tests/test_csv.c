@@ -1285,13 +1285,7 @@ TEST(loader_reads_every_row_once)
         free(t.p);
     }
     ferry_stream *st = open_csv(dir, "id:0:i64;v:1-2", FERRY_F32);
-    ferry_loader_opts o;
-    ferry_loader_opts_default(&o);
-    o.batch_size = 8;
-    o.num_workers = 2;
-    o.stream_shards = 2;
-    o.rank = 0;
-    o.world_size = 1;
+    ferry_loader_opts o = test_stream_opts(8, 2, 2);
     ferry_loader *l;
     CHECK_OK(ferry_loader_create_stream(&l, st, &o));
     uint8_t *seen = calloc((size_t)total, 1);
@@ -1337,13 +1331,7 @@ static void class_mix(const char *spec, int *mixed, int *batches)
     ferry_stream *st = NULL;
     CHECK_OK(ferry_source_open(spec, &ds, &st));
     CHECK(ds == NULL && st != NULL);
-    ferry_loader_opts o;
-    ferry_loader_opts_default(&o);
-    o.batch_size = 50;
-    o.num_workers = 2;
-    o.stream_shards = 1;
-    o.rank = 0;
-    o.world_size = 1;
+    ferry_loader_opts o = test_stream_opts(50, 2, 1);
     ferry_loader *l;
     CHECK_OK(ferry_loader_create_stream(&l, st, &o));
     uint8_t seen[2000] = {0};
@@ -1420,13 +1408,7 @@ TEST(a_long_line_is_one_bad_row)
     write_bytes(dir, "part-00000", t.p, t.n);
     free(t.p);
     ferry_stream *st = open_csv(dir, NULL, FERRY_I64);
-    ferry_loader_opts o;
-    ferry_loader_opts_default(&o);
-    o.batch_size = 64;
-    o.num_workers = 2;
-    o.stream_shards = 1;
-    o.rank = 0;
-    o.world_size = 1;
+    ferry_loader_opts o = test_stream_opts(64, 2, 1);
     o.on_error = FERRY_ON_ERROR_SKIP;
     o.skip_budget = 5;
     ferry_loader *l;

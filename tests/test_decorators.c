@@ -13,22 +13,6 @@
 
 /* ---- Helpers ---- */
 
-static ferry_dataset *synthetic(uint64_t count, uint64_t var, uint64_t fail_every)
-{
-    ferry_synthetic_opts o = {
-        .count = count, .bytes = 8, .var_max = var, .fail_every = fail_every, .seed = 7};
-    ferry_dataset *ds;
-    CHECK_OK(ferry_dataset_synthetic(&ds, &o));
-    return ds;
-}
-
-static ferry_stream *from(ferry_dataset *ds)
-{
-    ferry_stream *st;
-    CHECK_OK(ferry_stream_from_dataset(&st, ds));
-    return st;
-}
-
 /* A scripted stream: samples v = shard, shard + nshards, ... < n, with a
  * FERRY_BREAK before each v that is a multiple of break_every (when nonzero), and
  * FERRY_ECORRUPT instead of each v with v % fail_every == fail_every - 1. Fields:
@@ -256,13 +240,7 @@ static int cmp_i64(const void *a, const void *b)
 
 static ferry_loader_opts stream_opts(uint32_t batch, uint32_t workers, uint32_t shards)
 {
-    ferry_loader_opts o;
-    ferry_loader_opts_default(&o);
-    o.batch_size = batch;
-    o.num_workers = workers;
-    o.stream_shards = shards;
-    o.rank = 0;
-    o.world_size = 1;
+    ferry_loader_opts o = test_stream_opts(batch, workers, shards);
     o.seed = 99;
     return o;
 }
@@ -312,10 +290,10 @@ static uint64_t loader_epoch(ferry_stream *st, const ferry_loader_opts *o, uint6
 
 TEST(shuffle_is_a_permutation_of_each_shard)
 {
-    ferry_dataset *ds = synthetic(900, 12, 0);
+    ferry_dataset *ds = test_synthetic(900, 12, 0);
     const size_t buffer = 64;
     ferry_stream *st;
-    CHECK_OK(ferry_stream_shuffle(&st, from(ds), buffer, 5));
+    CHECK_OK(ferry_stream_shuffle(&st, test_stream_of(ds), buffer, 5));
     CHECK_EQ(ferry_stream_nfields(st), 3);
     CHECK(!strcmp(ferry_stream_field(st, 2)->name, "text"));
     CHECK(ferry_stream_field(st, 2)->variable);
@@ -350,7 +328,7 @@ static uint64_t order_digest(ferry_dataset *ds, size_t buffer, uint64_t seed, ui
                              uint64_t shard, uint64_t nshards)
 {
     ferry_stream *st;
-    CHECK_OK(ferry_stream_shuffle(&st, from(ds), buffer, seed));
+    CHECK_OK(ferry_stream_shuffle(&st, test_stream_of(ds), buffer, seed));
     trace t = read_shard(st, shard, nshards, epoch, NULL, 0, NULL);
     uint64_t h = test_hash(0xcbf29ce484222325ull, t.ev, t.n * sizeof *t.ev);
     trace_free(&t);
@@ -360,7 +338,7 @@ static uint64_t order_digest(ferry_dataset *ds, size_t buffer, uint64_t seed, ui
 
 TEST(shuffle_order_is_a_function_of_seed_epoch_and_shard)
 {
-    ferry_dataset *ds = synthetic(500, 0, 0);
+    ferry_dataset *ds = test_synthetic(500, 0, 0);
     uint64_t base = order_digest(ds, 100, 1, 0, 0, 1);
     CHECK_U64(order_digest(ds, 100, 1, 0, 0, 1), base);               /* reproducible */
     CHECK(order_digest(ds, 100, 2, 0, 0, 1) != base);                 /* seed */
@@ -369,7 +347,7 @@ TEST(shuffle_order_is_a_function_of_seed_epoch_and_shard)
     /* the shard: shards 0 and 1 of 2 hold 2i and 2i+1; the same key would move
      * them alike */
     ferry_stream *st;
-    CHECK_OK(ferry_stream_shuffle(&st, from(ds), 100, 1));
+    CHECK_OK(ferry_stream_shuffle(&st, test_stream_of(ds), 100, 1));
     trace t0 = read_shard(st, 0, 2, 0, NULL, 0, NULL), t1 = read_shard(st, 1, 2, 0, NULL, 0, NULL);
     CHECK(t0.n == 250 && t1.n == 250);
     int same = 1;
@@ -384,9 +362,9 @@ TEST(shuffle_order_is_a_function_of_seed_epoch_and_shard)
 
 TEST(shuffle_buffer_one_keeps_the_order)
 {
-    ferry_dataset *ds = synthetic(300, 5, 0);
+    ferry_dataset *ds = test_synthetic(300, 5, 0);
     ferry_stream *st;
-    CHECK_OK(ferry_stream_shuffle(&st, from(ds), 1, 77));
+    CHECK_OK(ferry_stream_shuffle(&st, test_stream_of(ds), 1, 77));
     for (uint64_t s = 0; s < 2; s++) {
         trace t = read_shard(st, s, 2, 3, ds, 0, NULL);
         CHECK_U64(t.samples, 150);
@@ -396,7 +374,7 @@ TEST(shuffle_buffer_one_keeps_the_order)
     }
     ferry_stream_free(st);
     /* a buffer larger than the shard: the whole shard shuffled, nothing lost */
-    CHECK_OK(ferry_stream_shuffle(&st, from(ds), 1000, 77));
+    CHECK_OK(ferry_stream_shuffle(&st, test_stream_of(ds), 1000, 77));
     trace t = read_shard(st, 0, 1, 0, ds, 0, NULL);
     CHECK_U64(t.samples, 300);
     trace_free(&t);
@@ -406,9 +384,9 @@ TEST(shuffle_buffer_one_keeps_the_order)
 
 TEST(shuffle_gives_the_same_batches_for_any_workers)
 {
-    ferry_dataset *ds = synthetic(997, 12, 0);
+    ferry_dataset *ds = test_synthetic(997, 12, 0);
     ferry_stream *st;
-    CHECK_OK(ferry_stream_shuffle(&st, from(ds), 37, 11));
+    CHECK_OK(ferry_stream_shuffle(&st, test_stream_of(ds), 37, 11));
     uint32_t workers[] = {0, 1, 2, 4};
     uint64_t want[2] = {0, 0};
     for (size_t w = 0; w < sizeof workers / sizeof *workers; w++) {
@@ -425,7 +403,7 @@ TEST(shuffle_gives_the_same_batches_for_any_workers)
     }
     CHECK(want[0] != want[1]);
     /* and the shuffle did something */
-    ferry_stream *plain = from(ds);
+    ferry_stream *plain = test_stream_of(ds);
     ferry_loader_opts o = stream_opts(16, 2, 3);
     uint64_t n;
     CHECK(loader_epoch(plain, &o, 0, &n, NULL, NULL) != want[0]);
@@ -464,9 +442,9 @@ static void check_one_bucket(const ferry_batch *b, void *arg)
 TEST(group_by_length_batches_hold_one_bucket)
 {
     const uint64_t count = 997, var = 40, width = 5;
-    ferry_dataset *ds = synthetic(count, var, 0);
+    ferry_dataset *ds = test_synthetic(count, var, 0);
     ferry_stream *st;
-    CHECK_OK(ferry_stream_group_by_length(&st, from(ds), 2, width, 8, 1000));
+    CHECK_OK(ferry_stream_group_by_length(&st, test_stream_of(ds), 2, width, 8, 1000));
     uint64_t want = 0;
     uint32_t workers[] = {0, 1, 2, 4};
     for (size_t w = 0; w < sizeof workers / sizeof *workers; w++) {
@@ -486,7 +464,7 @@ TEST(group_by_length_batches_hold_one_bucket)
     }
     /* a small memory bound still gives one bucket per batch, each sample once */
     ferry_stream_free(st);
-    CHECK_OK(ferry_stream_group_by_length(&st, from(ds), 2, width, 8, 8));
+    CHECK_OK(ferry_stream_group_by_length(&st, test_stream_of(ds), 2, width, 8, 8));
     bucket_check c = {.width = width};
     ferry_loader_opts o = stream_opts(8, 2, 3);
     uint64_t n;
@@ -600,14 +578,14 @@ TEST(group_batch_bounds_memory_by_flushing_the_fullest_group)
 TEST(shard_parts_are_disjoint_covering_and_compose)
 {
     const uint64_t count = 503;
-    ferry_dataset *ds = synthetic(count, 0, 0);
+    ferry_dataset *ds = test_synthetic(count, 0, 0);
     static uint16_t hits[503];
     for (uint64_t n = 1; n <= 4; n++) {
         for (uint64_t m = 1; m <= 3; m++) {
             memset(hits, 0, sizeof hits);
             for (uint64_t k = 0; k < n; k++) {
                 ferry_stream *st;
-                CHECK_OK(ferry_stream_shard(&st, from(ds), k, n));
+                CHECK_OK(ferry_stream_shard(&st, test_stream_of(ds), k, n));
                 for (uint64_t s = 0; s < m; s++) {
                     trace t = read_shard(st, s, m, 0, ds, 0, NULL);
                     /* the same as the inner's shard k*m + s of n*m */
@@ -628,7 +606,7 @@ TEST(shard_parts_are_disjoint_covering_and_compose)
     for (uint64_t k1 = 0; k1 < 2; k1++) {
         for (uint64_t k2 = 0; k2 < 3; k2++) {
             ferry_stream *st;
-            CHECK_OK(ferry_stream_shard(&st, from(ds), k1, 2));
+            CHECK_OK(ferry_stream_shard(&st, test_stream_of(ds), k1, 2));
             CHECK_OK(ferry_stream_shard(&st, st, k2, 3));
             for (uint64_t s = 0; s < 2; s++) {
                 trace t = read_shard(st, s, 2, 0, NULL, 0, NULL);
@@ -645,7 +623,7 @@ TEST(shard_parts_are_disjoint_covering_and_compose)
     uint64_t total = 0;
     for (uint64_t rank = 0; rank < 3; rank++) {
         ferry_stream *st;
-        CHECK_OK(ferry_stream_shard(&st, from(ds), rank, 3));
+        CHECK_OK(ferry_stream_shard(&st, test_stream_of(ds), rank, 3));
         ferry_loader_opts o = stream_opts(10, 2, 4);
         uint64_t n;
         loader_epoch(st, &o, 0, &n, NULL, NULL);
@@ -671,9 +649,9 @@ TEST(shard_open_overflow_is_an_error)
 
 TEST(repeat_makes_passes_with_a_new_order_each)
 {
-    ferry_dataset *ds = synthetic(200, 6, 0);
+    ferry_dataset *ds = test_synthetic(200, 6, 0);
     ferry_stream *st;
-    CHECK_OK(ferry_stream_shuffle(&st, from(ds), 50, 3));
+    CHECK_OK(ferry_stream_shuffle(&st, test_stream_of(ds), 50, 3));
     CHECK_OK(ferry_stream_repeat(&st, st, 3));
     trace t = read_shard(st, 0, 1, 4, ds, 0, NULL);
     CHECK_U64(t.samples, 600);
@@ -730,9 +708,9 @@ TEST(repeat_opens_each_pass_with_a_hashed_epoch)
 
 TEST(endless_repeat_with_take_terminates)
 {
-    ferry_dataset *ds = synthetic(50, 0, 0);
+    ferry_dataset *ds = test_synthetic(50, 0, 0);
     ferry_stream *st;
-    CHECK_OK(ferry_stream_shuffle(&st, from(ds), 10, 1));
+    CHECK_OK(ferry_stream_shuffle(&st, test_stream_of(ds), 10, 1));
     CHECK_OK(ferry_stream_repeat(&st, st, 0));
     CHECK_OK(ferry_stream_take(&st, st, 1234));
     trace t = read_shard(st, 0, 1, 0, NULL, 0, NULL);
@@ -749,9 +727,9 @@ TEST(endless_repeat_with_take_terminates)
 
 TEST(repeat_over_an_empty_stream_ends)
 {
-    ferry_dataset *ds = synthetic(0, 0, 0);
+    ferry_dataset *ds = test_synthetic(0, 0, 0);
     ferry_stream *st;
-    CHECK_OK(ferry_stream_repeat(&st, from(ds), 0));
+    CHECK_OK(ferry_stream_repeat(&st, test_stream_of(ds), 0));
     trace t = read_shard(st, 0, 1, 0, NULL, 0, NULL);
     CHECK_U64(t.n, 0);
     trace_free(&t);
@@ -762,16 +740,16 @@ TEST(repeat_over_an_empty_stream_ends)
     ferry_stream_free(st);
     ferry_dataset_free(ds);
     /* a shard that is empty while others are not (3 samples, 4 shards) */
-    ds = synthetic(3, 0, 0);
-    CHECK_OK(ferry_stream_repeat(&st, from(ds), 0));
+    ds = test_synthetic(3, 0, 0);
+    CHECK_OK(ferry_stream_repeat(&st, test_stream_of(ds), 0));
     t = read_shard(st, 3, 4, 0, NULL, 0, NULL);
     CHECK_U64(t.n, 0);
     trace_free(&t);
     ferry_stream_free(st);
     ferry_dataset_free(ds);
     /* a stream of nothing but failures: each pass yields errors, no sample: ends */
-    ds = synthetic(5, 0, 1);
-    CHECK_OK(ferry_stream_repeat(&st, from(ds), 0));
+    ds = test_synthetic(5, 0, 1);
+    CHECK_OK(ferry_stream_repeat(&st, test_stream_of(ds), 0));
     t = read_shard(st, 0, 1, 0, NULL, FERRY_ECORRUPT, "injected failure");
     CHECK_U64(t.samples, 0);
     CHECK_U64(t.errors, 5);
@@ -782,9 +760,9 @@ TEST(repeat_over_an_empty_stream_ends)
 
 TEST(repeat_retries_a_pass_whose_open_failed)
 {
-    ferry_dataset *ds = synthetic(5, 0, 0);
+    ferry_dataset *ds = test_synthetic(5, 0, 0);
     ferry_stream *st;
-    CHECK_OK(ferry_stream_repeat(&st, from(ds), 2));
+    CHECK_OK(ferry_stream_repeat(&st, test_stream_of(ds), 2));
     uint8_t d[8];
     int64_t lab, len[2];
     void *data[2] = {d, &lab};
@@ -814,7 +792,7 @@ TEST(repeat_retries_a_pass_whose_open_failed)
 
 TEST(take_and_skip_count_per_shard)
 {
-    ferry_dataset *ds = synthetic(100, 3, 0);
+    ferry_dataset *ds = test_synthetic(100, 3, 0);
     struct {
         int take;
         uint64_t n, want_per_shard[3];
@@ -825,9 +803,9 @@ TEST(take_and_skip_count_per_shard)
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         ferry_stream *st;
         if (cases[c].take)
-            CHECK_OK(ferry_stream_take(&st, from(ds), cases[c].n));
+            CHECK_OK(ferry_stream_take(&st, test_stream_of(ds), cases[c].n));
         else
-            CHECK_OK(ferry_stream_skip(&st, from(ds), cases[c].n));
+            CHECK_OK(ferry_stream_skip(&st, test_stream_of(ds), cases[c].n));
         uint64_t total = 0;
         for (uint64_t s = 0; s < 3; s++) {
             trace t = read_shard(st, s, 3, 0, ds, 0, NULL);
@@ -887,10 +865,10 @@ static const struct {
 TEST(errors_pass_through_with_their_message)
 {
     /* samples 6, 13, 20, ... of 50 fail: 7 errors, 43 good */
-    ferry_dataset *ds = synthetic(50, 10, 7);
+    ferry_dataset *ds = test_synthetic(50, 10, 7);
     for (size_t w = 0; w < NWRAPPERS; w++) {
         ferry_stream *st;
-        CHECK_OK(wrappers[w].fn(&st, from(ds)));
+        CHECK_OK(wrappers[w].fn(&st, test_stream_of(ds)));
         trace t = read_shard(st, 0, 1, 0, ds, FERRY_ECORRUPT, "synthetic: sample");
         uint64_t passes = wrappers[w].fn == w_repeat ? 2 : 1;
         uint64_t skipped = wrappers[w].fn == w_skip ? 3 : 0;
@@ -1007,11 +985,11 @@ static const ctor_fn ctors[] = {c_shuffle, c_group, c_group_fn, c_shard,
 
 TEST(constructors_free_the_inner_on_every_allocation_failure)
 {
-    ferry_dataset *ds = synthetic(40, 9, 0);
+    ferry_dataset *ds = test_synthetic(40, 9, 0);
     for (size_t c = 0; c < sizeof ctors / sizeof *ctors; c++) {
         int done = 0, failures = 0;
         for (long n = 0; n < 200 && !done; n++) {
-            ferry_stream *inner = from(ds), *st = (ferry_stream *)1;
+            ferry_stream *inner = test_stream_of(ds), *st = (ferry_stream *)1;
             ferry__test_fail_alloc(n);
             int rc = ctors[c](&st, inner);
             ferry__test_fail_alloc(-1);
@@ -1051,10 +1029,10 @@ TEST(constructors_free_the_inner_on_every_allocation_failure)
 
 TEST(open_survives_every_allocation_failure)
 {
-    ferry_dataset *ds = synthetic(40, 9, 0);
+    ferry_dataset *ds = test_synthetic(40, 9, 0);
     for (size_t c = 0; c < sizeof ctors / sizeof *ctors; c++) {
         ferry_stream *st;
-        CHECK_OK(ctors[c](&st, from(ds)));
+        CHECK_OK(ctors[c](&st, test_stream_of(ds)));
         int done = 0;
         for (long n = 0; n < 200 && !done; n++) {
             ferry_stream_iter *it = (ferry_stream_iter *)1;
@@ -1110,49 +1088,54 @@ static ferry_stream *big_schema(int64_t bytes)
 
 TEST(invalid_settings_name_the_setting)
 {
-    ferry_dataset *ds = synthetic(10, 4, 0);
+    ferry_dataset *ds = test_synthetic(10, 4, 0);
     ferry_stream *out = (ferry_stream *)1;
     /* each rejected call frees its inner (ASan checks) */
-    CHECK_RC(ferry_stream_shuffle(&out, from(ds), 0, 1), FERRY_EINVAL);
+    CHECK_RC(ferry_stream_shuffle(&out, test_stream_of(ds), 0, 1), FERRY_EINVAL);
     CHECK(out == NULL);
     CHECK_CONTAINS(ferry_last_errmsg(), "buffer_size 0 is outside [1, 16777216]");
-    CHECK_RC(ferry_stream_shuffle(&out, from(ds), ((size_t)1 << 24) + 1, 1), FERRY_EINVAL);
+    CHECK_RC(ferry_stream_shuffle(&out, test_stream_of(ds), ((size_t)1 << 24) + 1, 1),
+             FERRY_EINVAL);
     CHECK_CONTAINS(ferry_last_errmsg(), "buffer_size 16777217");
     CHECK_RC(ferry_stream_shuffle(&out, big_schema((int64_t)1 << 34), 128, 1), FERRY_EOVERFLOW);
     CHECK_CONTAINS(ferry_last_errmsg(), "shuffle: buffer_size 128");
     CHECK_OK(ferry_stream_shuffle(&out, big_schema((int64_t)1 << 20), 1024, 1)); /* 1 GiB: ok */
     ferry_stream_free(out);
 
-    CHECK_RC(ferry_stream_group_batch(&out, from(ds), label_key, NULL, 0, 10), FERRY_EINVAL);
-    CHECK_CONTAINS(ferry_last_errmsg(), "batch_size 0 is outside [1, 1048576]");
-    CHECK_RC(ferry_stream_group_batch(&out, from(ds), label_key, NULL, (1 << 20) + 1, 1 << 21),
+    CHECK_RC(ferry_stream_group_batch(&out, test_stream_of(ds), label_key, NULL, 0, 10),
              FERRY_EINVAL);
+    CHECK_CONTAINS(ferry_last_errmsg(), "batch_size 0 is outside [1, 1048576]");
+    CHECK_RC(
+        ferry_stream_group_batch(&out, test_stream_of(ds), label_key, NULL, (1 << 20) + 1, 1 << 21),
+        FERRY_EINVAL);
     CHECK_CONTAINS(ferry_last_errmsg(), "batch_size 1048577");
-    CHECK_RC(ferry_stream_group_batch(&out, from(ds), label_key, NULL, 8, 7), FERRY_EINVAL);
+    CHECK_RC(ferry_stream_group_batch(&out, test_stream_of(ds), label_key, NULL, 8, 7),
+             FERRY_EINVAL);
     CHECK_CONTAINS(ferry_last_errmsg(), "max_buffered 7 is outside [batch_size = 8, 16777216]");
-    CHECK_RC(ferry_stream_group_batch(&out, from(ds), label_key, NULL, 8, ((size_t)1 << 24) + 1),
+    CHECK_RC(ferry_stream_group_batch(&out, test_stream_of(ds), label_key, NULL, 8,
+                                      ((size_t)1 << 24) + 1),
              FERRY_EINVAL);
     CHECK_CONTAINS(ferry_last_errmsg(), "max_buffered 16777217");
-    CHECK_RC(ferry_stream_group_batch(&out, from(ds), NULL, NULL, 8, 8), FERRY_EINVAL);
+    CHECK_RC(ferry_stream_group_batch(&out, test_stream_of(ds), NULL, NULL, 8, 8), FERRY_EINVAL);
     CHECK_CONTAINS(ferry_last_errmsg(), "key_fn");
     CHECK_RC(ferry_stream_group_batch(&out, big_schema((int64_t)1 << 34), label_key, NULL, 8, 100),
              FERRY_EOVERFLOW);
     CHECK_CONTAINS(ferry_last_errmsg(), "group_batch: max_buffered 100");
 
-    CHECK_RC(ferry_stream_group_by_length(&out, from(ds), 1, 4, 8, 8), FERRY_EINVAL);
+    CHECK_RC(ferry_stream_group_by_length(&out, test_stream_of(ds), 1, 4, 8, 8), FERRY_EINVAL);
     CHECK_CONTAINS(ferry_last_errmsg(), "field_index 1 (\"label\") is not a variable field");
-    CHECK_RC(ferry_stream_group_by_length(&out, from(ds), 3, 4, 8, 8), FERRY_EINVAL);
+    CHECK_RC(ferry_stream_group_by_length(&out, test_stream_of(ds), 3, 4, 8, 8), FERRY_EINVAL);
     CHECK_CONTAINS(ferry_last_errmsg(), "field_index 3 is outside [0, 3)");
-    CHECK_RC(ferry_stream_group_by_length(&out, from(ds), -1, 4, 8, 8), FERRY_EINVAL);
+    CHECK_RC(ferry_stream_group_by_length(&out, test_stream_of(ds), -1, 4, 8, 8), FERRY_EINVAL);
     CHECK_CONTAINS(ferry_last_errmsg(), "field_index -1");
-    CHECK_RC(ferry_stream_group_by_length(&out, from(ds), 2, 0, 8, 8), FERRY_EINVAL);
+    CHECK_RC(ferry_stream_group_by_length(&out, test_stream_of(ds), 2, 0, 8, 8), FERRY_EINVAL);
     CHECK_CONTAINS(ferry_last_errmsg(), "bucket_width 0");
-    CHECK_RC(ferry_stream_group_by_length(&out, from(ds), 2, 1, 0, 8), FERRY_EINVAL);
+    CHECK_RC(ferry_stream_group_by_length(&out, test_stream_of(ds), 2, 1, 0, 8), FERRY_EINVAL);
     CHECK_CONTAINS(ferry_last_errmsg(), "group_by_length: batch_size 0");
 
-    CHECK_RC(ferry_stream_shard(&out, from(ds), 2, 2), FERRY_EINVAL);
+    CHECK_RC(ferry_stream_shard(&out, test_stream_of(ds), 2, 2), FERRY_EINVAL);
     CHECK_CONTAINS(ferry_last_errmsg(), "shard: k 2 is outside [0, n = 2)");
-    CHECK_RC(ferry_stream_shard(&out, from(ds), 0, 0), FERRY_EINVAL);
+    CHECK_RC(ferry_stream_shard(&out, test_stream_of(ds), 0, 0), FERRY_EINVAL);
     CHECK_CONTAINS(ferry_last_errmsg(), "n = 0");
 
     /* a NULL inner (a failed earlier step) is an error, not a crash */

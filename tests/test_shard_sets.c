@@ -153,13 +153,7 @@ TEST(the_loader_and_bench_read_a_packed_set_like_its_source)
     snprintf(path, sizeof path, "%s/set", test_dir);
     ferry_stream *st;
     CHECK_OK(ferry_stream_records(&st, path, 7));
-    ferry_loader_opts o;
-    ferry_loader_opts_default(&o);
-    o.batch_size = 64;
-    o.num_workers = 2;
-    o.stream_shards = 2;
-    o.rank = 0;
-    o.world_size = 1;
+    ferry_loader_opts o = test_stream_opts(64, 2, 2);
     ferry_loader *l;
     CHECK_OK(ferry_loader_create_stream(&l, st, &o));
     uint8_t seen[2000] = {0};

@@ -12,22 +12,6 @@
 
 /* ---- Helpers ---- */
 
-static ferry_dataset *synthetic(uint64_t count, uint64_t var, uint64_t fail_every)
-{
-    ferry_synthetic_opts o = {
-        .count = count, .bytes = 8, .var_max = var, .fail_every = fail_every, .seed = 7};
-    ferry_dataset *ds;
-    CHECK_OK(ferry_dataset_synthetic(&ds, &o));
-    return ds;
-}
-
-static ferry_stream *from(ferry_dataset *ds)
-{
-    ferry_stream *st;
-    CHECK_OK(ferry_stream_from_dataset(&st, ds));
-    return st;
-}
-
 /* One event of a read: what next() returned and, for a sample, a hash of its
  * bytes (variable fields up to their length) and of its pos. */
 typedef struct event {
@@ -179,8 +163,8 @@ static size_t check_every_stop(ferry_stream *st, uint64_t shard, uint64_t nshard
 
 TEST(dataset_in_order)
 {
-    ferry_dataset *ds = synthetic(50, 6, 0);
-    ferry_stream *st = from(ds);
+    ferry_dataset *ds = test_synthetic(50, 6, 0);
+    ferry_stream *st = test_stream_of(ds);
     for (uint64_t s = 0; s < 3; s++)
         check_every_stop(st, s, 3, 0);
     ferry_stream_free(st);
@@ -189,8 +173,8 @@ TEST(dataset_in_order)
 
 TEST(shuffle)
 {
-    ferry_dataset *ds = synthetic(80, 6, 0);
-    ferry_stream *st = from(ds);
+    ferry_dataset *ds = test_synthetic(80, 6, 0);
+    ferry_stream *st = test_stream_of(ds);
     CHECK_OK(ferry_stream_shuffle(&st, st, 9, 3));
     size_t most = check_every_stop(st, 1, 2, 4);
     /* the buffer as positions: 32 bytes a sample, not the samples' bytes */
@@ -202,8 +186,8 @@ TEST(shuffle)
 TEST(shuffle_with_errors)
 {
     /* errors pass through and the decorator goes on: a stop right after one too */
-    ferry_dataset *ds = synthetic(60, 0, 7);
-    ferry_stream *st = from(ds);
+    ferry_dataset *ds = test_synthetic(60, 0, 7);
+    ferry_stream *st = test_stream_of(ds);
     CHECK_OK(ferry_stream_shuffle(&st, st, 5, 1));
     check_every_stop(st, 0, 1, 0);
     ferry_stream_free(st);
@@ -212,8 +196,8 @@ TEST(shuffle_with_errors)
 
 TEST(group_by_length)
 {
-    ferry_dataset *ds = synthetic(120, 9, 0);
-    ferry_stream *st = from(ds);
+    ferry_dataset *ds = test_synthetic(120, 9, 0);
+    ferry_stream *st = test_stream_of(ds);
     int text = -1;
     for (int f = 0; f < ferry_stream_nfields(st); f++)
         if (ferry_stream_field(st, f)->variable)
@@ -238,8 +222,8 @@ static int64_t mod_key(const ferry_sample *s, const ferry_field *fields, void *a
 
 TEST(group_many_keys)
 {
-    ferry_dataset *ds = synthetic(200, 0, 0);
-    ferry_stream *st = from(ds);
+    ferry_dataset *ds = test_synthetic(200, 0, 0);
+    ferry_stream *st = test_stream_of(ds);
     uint64_t groups = 13;
     CHECK_OK(ferry_stream_group_batch(&st, st, mod_key, &groups, 5, 20));
     check_every_stop(st, 0, 1, 0);
@@ -249,8 +233,8 @@ TEST(group_many_keys)
 
 TEST(repeat_take_skip_shard)
 {
-    ferry_dataset *ds = synthetic(40, 3, 0);
-    ferry_stream *st = from(ds);
+    ferry_dataset *ds = test_synthetic(40, 3, 0);
+    ferry_stream *st = test_stream_of(ds);
     CHECK_OK(ferry_stream_shard(&st, st, 1, 2));
     CHECK_OK(ferry_stream_shuffle(&st, st, 4, 5));
     CHECK_OK(ferry_stream_repeat(&st, st, 3));
@@ -265,8 +249,8 @@ TEST(shuffle_over_repeat_over_shuffle)
 {
     /* the outer buffer holds samples of several passes: each is read again under
      * its own pass's epoch */
-    ferry_dataset *ds = synthetic(30, 5, 0);
-    ferry_stream *st = from(ds);
+    ferry_dataset *ds = test_synthetic(30, 5, 0);
+    ferry_stream *st = test_stream_of(ds);
     CHECK_OK(ferry_stream_shuffle(&st, st, 4, 2));
     CHECK_OK(ferry_stream_repeat(&st, st, 3));
     CHECK_OK(ferry_stream_shuffle(&st, st, 11, 5));
@@ -277,8 +261,8 @@ TEST(shuffle_over_repeat_over_shuffle)
 
 TEST(bad_states)
 {
-    ferry_dataset *ds = synthetic(50, 0, 0);
-    ferry_stream *st = from(ds), *other = from(ds);
+    ferry_dataset *ds = test_synthetic(50, 0, 0);
+    ferry_stream *st = test_stream_of(ds), *other = test_stream_of(ds);
     CHECK_OK(ferry_stream_shuffle(&st, st, 8, 1));
     CHECK_OK(ferry_stream_shuffle(&other, other, 9, 1));
     reader r;
@@ -475,8 +459,8 @@ TEST(own_stream_refilled_in_order)
  * read (a buffer restored but not yet read again is saved as it is). */
 TEST(resume_chains)
 {
-    ferry_dataset *ds = synthetic(200, 4, 0);
-    ferry_stream *st = from(ds);
+    ferry_dataset *ds = test_synthetic(200, 4, 0);
+    ferry_stream *st = test_stream_of(ds);
     CHECK_OK(ferry_stream_shuffle(&st, st, 12, 8));
     CHECK_OK(ferry_stream_repeat(&st, st, 2));
     CHECK_OK(ferry_stream_shuffle(&st, st, 5, 1));

@@ -105,6 +105,16 @@ static void fetch_rec(src *s, ferry_stream_iter *it, const ferry_pos *pos, rec *
     keep(s, ferry_stream_fetch(it, pos, &smp, s->ctx), &smp, r);
 }
 
+/* What a fetch of the pos {epoch 0, a, b} returns (the sample dropped). */
+static int fetch_rc(src *s, ferry_stream_iter *it, uint64_t a, uint64_t b)
+{
+    ferry_pos pos = {0, a, b, 0};
+    rec r;
+    fetch_rec(s, it, &pos, &r);
+    free(r.b);
+    return r.rc;
+}
+
 static int same(const rec *a, const rec *b)
 {
     return a->rc == b->rc && a->n == b->n && (a->n == 0 || !memcmp(a->b, b->b, a->n)) &&
@@ -445,24 +455,14 @@ TEST(tfrecord_bad_states)
     /* fetch of a pos that names nothing */
     src s;
     ferry_stream_iter *it;
-    rec r;
     src_open(&s, spec, 0, 0);
     CHECK_OK(ferry_stream_open(s.st, 0, 1, 0, &it));
-    ferry_pos p = {0, 7, 0, 0};
-    fetch_rec(&s, it, &p, &r);
-    CHECK_EQ(r.rc, FERRY_ERANGE);
-    p.a = 1;
-    p.b = 1 << 20;
-    fetch_rec(&s, it, &p, &r);
-    CHECK_EQ(r.rc, FERRY_ERANGE);
+    CHECK_EQ(fetch_rc(&s, it, 7, 0), FERRY_ERANGE);
+    CHECK_EQ(fetch_rc(&s, it, 1, 1 << 20), FERRY_ERANGE);
     CHECK_CONTAINS(ferry_last_errmsg(), "the file ends at");
-    p.b = 5; /* not a record's start: its header's CRC fails */
-    fetch_rec(&s, it, &p, &r);
-    CHECK_EQ(r.rc, FERRY_ECORRUPT);
-    p.b = 0;
-    fetch_rec(&s, it, &p, &r); /* and the next fetch reads again */
-    CHECK_EQ(r.rc, 0);
-    free(r.b);
+    /* not a record's start: its header's CRC fails */
+    CHECK_EQ(fetch_rc(&s, it, 1, 5), FERRY_ECORRUPT);
+    CHECK_EQ(fetch_rc(&s, it, 1, 0), 0); /* and the next fetch reads again */
     ferry_stream_close(it);
     src_close(&s);
     test_remove_dir();
@@ -668,28 +668,15 @@ TEST(wds_bad_states)
     /* fetch of a pos that names nothing */
     src s;
     ferry_stream_iter *it;
-    rec r;
     src_open(&s, spec, 0, 0);
     CHECK_OK(ferry_stream_open(s.st, 0, 1, 0, &it));
-    ferry_pos p = {0, 9, 0, 0};
-    fetch_rec(&s, it, &p, &r);
-    CHECK_EQ(r.rc, FERRY_ERANGE);
-    p.a = 1;
-    p.b = 100;
-    fetch_rec(&s, it, &p, &r);
-    CHECK_EQ(r.rc, FERRY_ERANGE);
+    CHECK_EQ(fetch_rc(&s, it, 9, 0), FERRY_ERANGE);
+    CHECK_EQ(fetch_rc(&s, it, 1, 100), FERRY_ERANGE);
     CHECK_CONTAINS(ferry_last_errmsg(), "not a header's offset");
-    p.b = 512 << 12;
-    fetch_rec(&s, it, &p, &r);
-    CHECK_EQ(r.rc, FERRY_ERANGE);
+    CHECK_EQ(fetch_rc(&s, it, 1, 512 << 12), FERRY_ERANGE);
     CHECK_CONTAINS(ferry_last_errmsg(), "the tar ends at");
-    p.b = 512; /* the data of the first member: not a header */
-    fetch_rec(&s, it, &p, &r);
-    CHECK(r.rc < 0);
-    p.b = 0;
-    fetch_rec(&s, it, &p, &r); /* and the next fetch reads again */
-    CHECK_EQ(r.rc, 0);
-    free(r.b);
+    CHECK(fetch_rc(&s, it, 1, 512) < 0); /* the data of the first member: not a header */
+    CHECK_EQ(fetch_rc(&s, it, 1, 0), 0); /* and the next fetch reads again */
     ferry_stream_close(it);
     src_close(&s);
     test_remove_dir();

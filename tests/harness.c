@@ -155,6 +155,16 @@ int test_ferry_cli(const char *args, char *out, size_t cap)
 #endif
 }
 
+void test_ferry_cli_says(const char *args, int status, const char *want)
+{
+    size_t cap = 1 << 20;
+    char *out = malloc(cap);
+    CHECK(out != NULL);
+    CHECK_EQ(test_ferry_cli(args, out, cap), status);
+    CHECK_CONTAINS(out, want);
+    free(out);
+}
+
 const char *test_json_field(const char *json, const char *key, char *buf, size_t cap)
 {
     char pat[64];

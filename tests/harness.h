@@ -91,6 +91,9 @@ const char *test_path(const char *name, char *buf);
  * its exit status, with its stdout and stderr in out (cap bytes, NUL-terminated).
  * Fails the test if it did not exit; skips it where the command is not built. */
 int test_ferry_cli(const char *args, char *out, size_t cap);
+/* Runs it with args as test_ferry_cli does: it must exit status, its output
+ * holding want. */
+void test_ferry_cli_says(const char *args, int status, const char *want);
 /* The command's path, for a fragment that runs it more than once. */
 #ifdef FERRY_CLI
 #define TEST_FERRY_CLI FERRY_CLI

@@ -72,8 +72,7 @@ TEST(bad_options_name_the_option_and_range)
     CHECK_CONTAINS(out, "--order");
     CHECK_EQ(test_ferry_cli("bench", out, sizeof out), 2);
     CHECK_CONTAINS(out, "SOURCE is missing");
-    CHECK_EQ(test_ferry_cli("frobnicate", out, sizeof out), 2);
-    CHECK_CONTAINS(out, "unknown command");
+    test_ferry_cli_says("frobnicate", 2, "unknown command");
 }
 
 TEST(bad_sources_name_the_problem)
@@ -85,8 +84,7 @@ TEST(bad_sources_name_the_problem)
     CHECK_CONTAINS(out, "unknown option \"colour\"");
     CHECK_EQ(test_ferry_cli("bench synthetic:10,bytes=lots", out, sizeof out), 2);
     CHECK_CONTAINS(out, "bytes=\"lots\" is not a number");
-    CHECK_EQ(test_ferry_cli("bench synthetic:ten", out, sizeof out), 2);
-    CHECK_CONTAINS(out, "COUNT \"ten\"");
+    test_ferry_cli_says("bench synthetic:ten", 2, "COUNT \"ten\"");
 }
 
 TEST(environment_that_is_not_a_number_is_an_error)
@@ -95,8 +93,7 @@ TEST(environment_that_is_not_a_number_is_an_error)
     CHECK_EQ(test_ferry_cli("bench synthetic:10 --no-progress", out, sizeof out), 0);
     setenv("RANK", "abc", 1);
     setenv("WORLD_SIZE", "2", 1);
-    CHECK_EQ(test_ferry_cli("bench synthetic:10", out, sizeof out), 2);
-    CHECK_CONTAINS(out, "RANK=\"abc\"");
+    test_ferry_cli_says("bench synthetic:10", 2, "RANK=\"abc\"");
     setenv("RANK", "1", 1);
     CHECK_EQ(test_ferry_cli("bench synthetic:1000 --json --no-progress", out, sizeof out), 0);
     char v[64];
@@ -105,8 +102,7 @@ TEST(environment_that_is_not_a_number_is_an_error)
     unsetenv("WORLD_SIZE");
     setenv("SLURM_PROCID", "0", 1);
     setenv("SLURM_NTASKS", "4x", 1);
-    CHECK_EQ(test_ferry_cli("bench synthetic:10", out, sizeof out), 2);
-    CHECK_CONTAINS(out, "SLURM_NTASKS");
+    test_ferry_cli_says("bench synthetic:10", 2, "SLURM_NTASKS");
 }
 
 TEST(a_bad_sample_fails_the_run_with_its_index)
@@ -136,8 +132,7 @@ TEST(help_documents_every_option)
                                  "--digest", "--timeout",   "--on-error", "--order"};
     for (size_t i = 0; i < sizeof opts / sizeof *opts; i++)
         CHECK_CONTAINS(out, opts[i]);
-    CHECK_EQ(test_ferry_cli("version", out, sizeof out), 0);
-    CHECK_CONTAINS(out, "ferry 0.1.0");
+    test_ferry_cli_says("version", 0, "ferry 0.1.0");
 }
 
 TEST(index_then_head_and_bench_a_text_file)
@@ -155,8 +150,7 @@ TEST(index_then_head_and_bench_a_text_file)
     CHECK_EQ(test_ferry_cli(args, out, sizeof out), 2); /* no index yet */
     CHECK_CONTAINS(out, "text.txt.fidx");
     snprintf(args, sizeof args, "index %s --no-progress", file);
-    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
-    CHECK_CONTAINS(out, "1000 lines");
+    test_ferry_cli_says(args, 0, "1000 lines");
     snprintf(args, sizeof args, "head lines:%s -n 3", file);
     CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
     CHECK(!strcmp(out, "line number 0\nline number 1\nline number 2\n"));
@@ -171,13 +165,11 @@ TEST(index_then_head_and_bench_a_text_file)
     fputs("one more\n", f);
     fclose(f);
     snprintf(args, sizeof args, "head lines:%s", file);
-    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 2);
-    CHECK_CONTAINS(out, "is stale");
+    test_ferry_cli_says(args, 2, "is stale");
     snprintf(args, sizeof args, "index %s/missing.txt", dir);
     CHECK_EQ(test_ferry_cli(args, out, sizeof out), 1);
     CHECK_CONTAINS(out, "missing.txt");
-    CHECK_EQ(test_ferry_cli("head synthetic:2,bytes=2 -n 5", out, sizeof out), 0);
-    CHECK_CONTAINS(out, "\"label\": 1}");
+    test_ferry_cli_says("head synthetic:2,bytes=2 -n 5", 0, "\"label\": 1}");
     snprintf(args, sizeof args, "rm -rf '%s'", dir);
     CHECK(system(args) == 0);
 }
@@ -192,12 +184,11 @@ TEST(head_stores_fields_aligned)
         "\x07\x0a\x05\x0a\x03\x78\x79\x7a\x0a\x0b\x0a\x01\x62\x12\x06\x1a\x04\x0a\x02\x05"
         "\x06\x0a\x11\x0a\x01\x63\x12\x0c\x12\x0a\x0a\x08\x00\x00\xc0\x3f\x00\x00\x20\x40"
         "\xa3\x19\xeb\xe7";
-    char path[512], args[700], out[4096];
+    char path[512], args[700];
     test_make_dir("cli-head-aligned");
     test_write_file(test_path("mis.tfrecord", path), rec, sizeof rec - 1);
     snprintf(args, sizeof args, "head tfrecord:%s", path);
-    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
-    CHECK_CONTAINS(out, "{\"a\": \"xyz\", \"b\": [5, 6], \"c\": [1.5, 2.5]}");
+    test_ferry_cli_says(args, 0, "{\"a\": \"xyz\", \"b\": [5, 6], \"c\": [1.5, 2.5]}");
     test_remove_dir();
 }
 

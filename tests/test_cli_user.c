@@ -75,13 +75,11 @@ TEST(bench_shuffle_on_a_stream_shuffles)
     snprintf(args, sizeof args,
              "bench csv:%s,dtype=i64 --batch 50 --shuffle --shuffle-buffer 300 --no-progress",
              test_dir);
-    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
-    CHECK_CONTAINS(out, "shuffle buffer of 300 samples per shard");
+    test_ferry_cli_says(args, 0, "shuffle buffer of 300 samples per shard");
     snprintf(args, sizeof args, "bench csv:%s,shuffle=10 --shuffle", test_dir);
     CHECK_EQ(test_ferry_cli(args, out, sizeof out), 2);
     CHECK_CONTAINS(out, "use one");
-    CHECK_EQ(test_ferry_cli("bench synthetic:10 --shuffle --shuffle-buffer 5", out, sizeof out), 2);
-    CHECK_CONTAINS(out, "map-style");
+    test_ferry_cli_says("bench synthetic:10 --shuffle --shuffle-buffer 5", 2, "map-style");
     test_remove_dir();
 }
 
@@ -116,8 +114,7 @@ TEST(compressed_input_is_read_or_named)
     CHECK_CONTAINS(out, "gzip-compressed");
     CHECK_CONTAINS(out, "gunzip -k");
     snprintf(args, sizeof args, "head lines:%s,build=1", test_path("data.csv.zst", p));
-    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 2);
-    CHECK_CONTAINS(out, "zstd-compressed");
+    test_ferry_cli_says(args, 2, "zstd-compressed");
     /* a missing line index: what to run */
     snprintf(args, sizeof args, "head lines:%s", test_path("data.csv", p));
     CHECK_EQ(test_ferry_cli(args, out, sizeof out), 2);
@@ -136,16 +133,14 @@ TEST(skipped_samples_are_named_and_cut_lines_counted)
     CHECK_CONTAINS(out, "20 skipped");
     CHECK_CONTAINS(out, "skipped     epoch 0, sample 99: synthetic: sample 99");
     CHECK_CONTAINS(out, "... and 15 more");
-    CHECK_EQ(test_ferry_cli("bench --help", out, sizeof out), 0);
-    CHECK_CONTAINS(out, "(default\n                    1000");
+    test_ferry_cli_says("bench --help", 0, "(default\n                    1000");
     test_make_dir("cli-skip");
     char p[512], args[1024];
     snprintf(args, sizeof args,
              "bench synthetic:2000,fail_every=100 --on-error skip --no-progress --json "
              "--skip-report %s",
              test_path("report.txt", p));
-    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
-    CHECK_CONTAINS(out, "\"skipped_samples\": [{\"epoch\": 0, \"index\": 99, \"error\": ");
+    test_ferry_cli_says(args, 0, "\"skipped_samples\": [{\"epoch\": 0, \"index\": 99, \"error\": ");
     size_t n;
     char *rep = (char *)test_read_file(p, &n);
     rep[n] = 0;
@@ -168,8 +163,7 @@ TEST(skipped_samples_are_named_and_cut_lines_counted)
     CHECK_CONTAINS(out, "10 bad samples left out");
     snprintf(args, sizeof args, "pack synthetic:500,fail_every=50 %s --no-progress",
              test_path("failed", p));
-    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 1);
-    CHECK_CONTAINS(out, "sample 49");
+    test_ferry_cli_says(args, 1, "sample 49");
     /* lines cut at max are counted and shown; bytes_per_s counts data, not padding */
     FILE *f = fopen(test_path("t.txt", p), "w");
     CHECK(f != NULL);
@@ -193,8 +187,7 @@ TEST(skipped_samples_are_named_and_cut_lines_counted)
     char q[512];
     snprintf(args, sizeof args, "pack lines:%s,max=16 %s --no-progress", p,
              test_path("lines-packed", q));
-    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
-    CHECK_CONTAINS(out, "143 samples were longer than their field and were cut");
+    test_ferry_cli_says(args, 0, "143 samples were longer than their field and were cut");
     test_remove_dir();
 }
 
@@ -332,14 +325,12 @@ TEST(help_versions_and_one_line_mistakes)
     CHECK(!strcmp(out, want));
     CHECK_EQ(test_ferry_cli("--version", out, sizeof out), 0);
     CHECK(!strcmp(out, want));
-    CHECK_EQ(test_ferry_cli("cat --help", out, sizeof out), 0);
-    CHECK_CONTAINS(out, "usage: ferry cat FILE");
+    test_ferry_cli_says("cat --help", 0, "usage: ferry cat FILE");
     static const char *const cmds[] = {"ls", "stat", "verify", "head", "index", "pack", "bench"};
     for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
         char args[64];
         snprintf(args, sizeof args, "%s --help", cmds[i]);
-        CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
-        CHECK_CONTAINS(out, "usage: ferry");
+        test_ferry_cli_says(args, 0, "usage: ferry");
     }
     /* a mistake is one line, with what was meant */
     CHECK_EQ(test_ferry_cli("bench synthetic:10 --shufle", out, sizeof out), 2);
@@ -354,8 +345,8 @@ TEST(help_versions_and_one_line_mistakes)
     CHECK_CONTAINS(out, "did you mean \"bench\"?");
     CHECK(strchr(out, '\n') == out + strlen(out) - 1);
     /* --shard-size's default is the one the library uses */
-    CHECK_EQ(test_ferry_cli("pack --help", out, sizeof out), 0);
-    CHECK_CONTAINS(out, "--shard-size BYTES start a new shard past this size (default 1 GiB");
+    test_ferry_cli_says("pack --help", 0,
+                        "--shard-size BYTES start a new shard past this size (default 1 GiB");
 }
 
 TEST(progress_bars_show_an_eta)
@@ -406,7 +397,6 @@ TEST(classes_of_an_image_folder_and_what_was_left_out)
     /* an empty class is an error naming it */
     CHECK(mkdir(test_path("empty", p), 0755) == 0);
     snprintf(args, sizeof args, "head images:%s", test_dir);
-    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 2);
-    CHECK_CONTAINS(out, "found no valid file for the classes empty");
+    test_ferry_cli_says(args, 2, "found no valid file for the classes empty");
     test_remove_dir();
 }

@@ -315,25 +315,22 @@ TEST(writer_replaces_whole_or_not_at_all)
 TEST(ferry_head_pack_and_bench_read_tokens)
 {
     test_make_dir("tokens-cli");
-    char p[512], args[2048], out[8192];
+    char p[512], args[2048];
     write_shard(test_path("t.bin", p), FERRY_U16, 100, 41);
     snprintf(args, sizeof args, "head tokens:%s,seq=4 -n 1", p);
-    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
-    CHECK_CONTAINS(out, "{\"input\": [100, 101, 102, 103], \"target\": [101, 102, 103, 104]}");
+    test_ferry_cli_says(args, 0,
+                        "{\"input\": [100, 101, 102, 103], \"target\": [101, 102, 103, 104]}");
     snprintf(args, sizeof args, "pack tokens:%s,seq=4 %s/rec && %s head records:%s/rec -n 10", p,
              test_dir, TEST_FERRY_CLI, test_dir);
-    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
-    CHECK_CONTAINS(out, "{\"input\": [136, 137, 138, 139], \"target\": [137, 138, 139, 140]}");
+    test_ferry_cli_says(args, 0,
+                        "{\"input\": [136, 137, 138, 139], \"target\": [137, 138, 139, 140]}");
     snprintf(args, sizeof args, "bench tokens:%s,seq=4 --shuffle --batch 3 --json", p);
-    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
-    CHECK_CONTAINS(out, "\"samples\": 10,");
+    test_ferry_cli_says(args, 0, "\"samples\": 10,");
     /* 41 tokens, T = 4: 10 windows cover 41; with T = 6, 6 windows cover 37, 4 are in none */
     snprintf(args, sizeof args, "bench tokens:%s,seq=6", p);
-    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
-    CHECK_CONTAINS(out, "note        4 tokens are in no window");
+    test_ferry_cli_says(args, 0, "note        4 tokens are in no window");
     snprintf(args, sizeof args, "pack tokens:%s,seq=6 %s/rec6", p, test_dir);
-    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
-    CHECK_CONTAINS(out, "note: 4 tokens are in no window");
+    test_ferry_cli_says(args, 0, "note: 4 tokens are in no window");
     test_remove_dir();
 }
 
@@ -403,15 +400,14 @@ static void write_ids(const char *path, const int64_t *ids, size_t n)
 TEST(ferry_tokens_writes_a_shard_from_any_source)
 {
     test_make_dir("tokens-write-cli");
-    char ids_path[512], out_path[512], args[2048], out[8192];
+    char ids_path[512], out_path[512], args[2048];
     int64_t ids[300];
     for (int i = 0; i < 300; i++)
         ids[i] = i * 200;
     write_ids(test_path("ids.npy", ids_path), ids, 300);
     test_path("out.bin", out_path);
     snprintf(args, sizeof args, "tokens npy:%s %s", ids_path, out_path);
-    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
-    CHECK_CONTAINS(out, "out.bin: 300 tokens (uint16, version 1)");
+    test_ferry_cli_says(args, 0, "out.bin: 300 tokens (uint16, version 1)");
     char spec[700];
     snprintf(spec, sizeof spec, "tokens:%s,seq=299", out_path);
     ferry_dataset *ds = open_spec(spec);
@@ -425,22 +421,20 @@ TEST(ferry_tokens_writes_a_shard_from_any_source)
     /* 299 * 300 does not fit uint16: refused, the old shard left as it was */
     ids[299] = 70000;
     write_ids(ids_path, ids, 300);
-    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 1);
-    CHECK_CONTAINS(out, "sample 299, element 0: 70000 does not fit uint16; try --dtype u32");
+    test_ferry_cli_says(args, 1,
+                        "sample 299, element 0: 70000 does not fit uint16; try --dtype u32");
     size_t n;
     unsigned char *old = test_read_file(out_path, &n);
     CHECK_U64(n, 1024 + 600);
     free(old);
     snprintf(args, sizeof args, "tokens npy:%s %s --dtype u32", ids_path, out_path);
-    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
-    CHECK_CONTAINS(out, "300 tokens (uint32, version 2)");
+    test_ferry_cli_says(args, 0, "300 tokens (uint32, version 2)");
     ds = open_spec(spec);
     get_window(ds, 0, in, tg);
     CHECK_EQ(tg[298], 70000);
     ferry_dataset_free(ds);
     ids[5] = -1;
     write_ids(ids_path, ids, 300);
-    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 1);
-    CHECK_CONTAINS(out, "sample 5, element 0: -1 does not fit uint32");
+    test_ferry_cli_says(args, 1, "sample 5, element 0: -1 does not fit uint32");
     test_remove_dir();
 }

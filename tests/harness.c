@@ -83,6 +83,7 @@ unsigned char *test_read_file(const char *path, size_t *n)
     if (fread(b, 1, (size_t)len, f) != (size_t)len)
         test_fail(__FILE__, __LINE__, "cannot read %s", path);
     fclose(f);
+    b[len] = 0;
     *n = (size_t)len;
     return b;
 }

@@ -103,7 +103,7 @@ void test_ferry_cli_says(const char *args, int status, const char *want);
 
 /* Writes n bytes as the whole file at path. */
 void test_write_file(const char *path, const void *data, size_t n);
-/* The whole file at path, malloc'd with one spare byte after it (room for a NUL),
+/* The whole file at path, malloc'd with a NUL after it (text reads as a string),
  * its size in *n; fails the test, naming the file, when it cannot be read. */
 unsigned char *test_read_file(const char *path, size_t *n);
 /* SKIPs the test when path (under FERRY_SHARED_DIR, a compile definition of each

@@ -143,7 +143,6 @@ TEST(skipped_samples_are_named_and_cut_lines_counted)
     test_ferry_cli_says(args, 0, "\"skipped_samples\": [{\"epoch\": 0, \"index\": 99, \"error\": ");
     size_t n;
     char *rep = (char *)test_read_file(p, &n);
-    rep[n] = 0;
     int lines = 0;
     for (char *q = rep; (q = strchr(q, '\n')); q++)
         lines++;

@@ -178,7 +178,6 @@ TEST(penguin)
     CHECK_EQ(t.n, 234);
     size_t n;
     char *pb = (char *)test_read_file(TF "/tfx_penguin_schema.pbtxt", &n);
-    pb[n] = 0;
     int features = 0;
     for (char *at = strstr(pb, "name: \""); at; at = strstr(at + 1, "name: \"")) {
         char name[64], type[16];

@@ -97,7 +97,6 @@ TEST(slices_of_each_stage_add_up_to_the_stats)
         CHECK_OK(ferry_loader_free_within(l, 5000));
         size_t n;
         char *json = (char *)test_read_file(path, &n);
-        json[n] = 0;
         CHECK_CONTAINS(json, "\"traceEvents\"");
         CHECK_CONTAINS(json, "\"wall_start_us\":");
         CHECK_CONTAINS(json, "\"dropped\":0");
@@ -155,7 +154,6 @@ TEST(cheap_samples_are_traced_a_grain_at_a_time)
     CHECK_OK(ferry_loader_free_within(l, 5000));
     size_t n;
     char *json = (char *)test_read_file(path, &n);
-    json[n] = 0;
     CHECK_CONTAINS(json, "\"first\":0,\"samples\":");
     uint64_t count;
     double us = sum_dur(json, "read", "X", &count), want = (double)st.stage_ns[0] / 1000;
@@ -189,7 +187,6 @@ TEST(a_full_buffer_drops_and_counts)
     ferry__trace_free(t);
     size_t n;
     char *json = (char *)test_read_file(path, &n);
-    json[n] = 0;
     CHECK_CONTAINS(json, "\"dropped\":51");
     CHECK_CONTAINS(json, "\"cap\":160");
     CHECK_CONTAINS(json, "\"pid\":3"); /* the rank */
@@ -273,7 +270,6 @@ TEST(ferry_trace_is_written_at_exit)
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     size_t n;
     char *json = (char *)test_read_file(path, &n);
-    json[n] = 0;
     CHECK_CONTAINS(json, "\"name\":\"read\",\"ph\":\"X\"");
     CHECK(n > 2 && !strcmp(json + n - 4, "\n]}\n"));
     free(json);
@@ -302,7 +298,6 @@ TEST(report_prints_a_summary_and_writes_a_page)
     CHECK_EQ(test_ferry_cli(args, out, sizeof out), 0);
     size_t n;
     char *page = (char *)test_read_file(html, &n);
-    page[n] = 0;
     CHECK_CONTAINS(page, "<canvas id=tl>");
     CHECK_CONTAINS(page, "The slowest samples");
     /* self-contained: nothing fetched */

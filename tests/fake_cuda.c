@@ -10,6 +10,8 @@
  *
  * The tests steer it through fake_cuda_reset and read it through fake_cuda_get.
  */
+#include "fake_cuda.h"
+
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -28,15 +30,6 @@ enum {
     ERR_ALREADY_REGISTERED = 712,
     ERR_NOT_REGISTERED = 713,
 };
-
-typedef struct fake_cuda_state {
-    int devices;        /* what cuDeviceGetCount reports */
-    int init_result;    /* what cuInit returns */
-    long fail_register; /* the n-th cuMemHostRegister from now (1-based) fails; 0 = none */
-    /* counters */
-    long inits, registers, unregisters, live, errors, ctx_refs, max_live;
-    uint64_t live_bytes;
-} fake_cuda_state;
 
 #define MAX_RANGES 4096
 static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
@@ -325,14 +318,6 @@ typedef struct fop {
     unsigned long gen;
     uint64_t *out;
 } fop;
-
-typedef struct fake_cuda_sim {
-    long query_steps;
-    long fail_alloc; /* the n-th cuMemAlloc from now (1-based) fails; 0 = none */
-    long allocs, streams_live, events_live, allocs_live, copies, copies_unpinned, host_overwritten,
-        reads, waits, sim_errors, max_allocs;
-    uint64_t alloc_bytes;
-} fake_cuda_sim;
 
 static fake_cuda_sim sim;
 static fevent events[MAX_EVENTS];

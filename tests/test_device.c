@@ -8,6 +8,7 @@
  */
 #include "ferry/ferry.h"
 #include "harness.h"
+#include "fake_cuda.h"
 #include "core/internal.h" /* ferry__test_fail_alloc */
 #include "device/ring.h"   /* the ring of device buffers */
 
@@ -15,22 +16,6 @@
 #include <sys/stat.h>
 #include <stdint.h>
 #include <unistd.h>
-
-typedef struct fake_cuda_state {
-    int devices;
-    int init_result;
-    long fail_register;
-    long inits, registers, unregisters, live, errors, ctx_refs, max_live;
-    uint64_t live_bytes;
-} fake_cuda_state;
-
-typedef struct fake_cuda_sim {
-    long query_steps;
-    long fail_alloc; /* the n-th cuMemAlloc from now (1-based) fails; 0 = none */
-    long allocs, streams_live, events_live, allocs_live, copies, copies_unpinned, host_overwritten,
-        reads, waits, sim_errors, max_allocs;
-    uint64_t alloc_bytes;
-} fake_cuda_sim;
 
 static void (*fake_reset)(int devices, int init_result, long fail_register);
 static void (*fake_sim_reset)(long query_steps);

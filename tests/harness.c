@@ -234,12 +234,18 @@ void test_check_temps(const char *stale, const char *live, int fd)
     unlink(live);
 }
 
-ferry_loader_opts test_stream_opts(uint32_t batch, uint32_t workers, uint32_t shards)
+ferry_loader_opts test_loader_opts(uint32_t batch, uint32_t workers)
 {
     ferry_loader_opts o;
     ferry_loader_opts_default(&o);
     o.batch_size = batch;
     o.num_workers = workers;
+    return o;
+}
+
+ferry_loader_opts test_stream_opts(uint32_t batch, uint32_t workers, uint32_t shards)
+{
+    ferry_loader_opts o = test_loader_opts(batch, workers);
     o.stream_shards = shards;
     o.rank = 0;
     o.world_size = 1;

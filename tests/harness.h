@@ -130,6 +130,8 @@ void test_check_temps(const char *stale, const char *live, int fd);
 ferry_dataset *test_synthetic(uint64_t count, uint64_t var, uint64_t fail_every);
 /* A stream over ds, in index order. */
 ferry_stream *test_stream_of(ferry_dataset *ds);
+/* Loader options: the defaults with batch and workers set. */
+ferry_loader_opts test_loader_opts(uint32_t batch, uint32_t workers);
 /* Loader options for a stream read whole by one process: batch, workers and
  * stream shards set, rank 0 of a world of 1, the rest the defaults. */
 ferry_loader_opts test_stream_opts(uint32_t batch, uint32_t workers, uint32_t shards);

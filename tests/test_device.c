@@ -82,10 +82,7 @@ static ferry_dataset *synthetic(uint64_t count, uint64_t bytes, uint64_t var)
 
 static ferry_loader_opts pinned(uint32_t batch, uint32_t workers, uint32_t prefetch)
 {
-    ferry_loader_opts o;
-    ferry_loader_opts_default(&o);
-    o.batch_size = batch;
-    o.num_workers = workers;
+    ferry_loader_opts o = test_loader_opts(batch, workers);
     o.prefetch = prefetch;
     o.seed = 1234;
     o.pin_memory = 1;

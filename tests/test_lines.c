@@ -367,10 +367,7 @@ TEST(loader_reads_every_line_once_for_any_workers)
         ferry_dataset *ds;
         CHECK_OK(ferry_dataset_open(&ds, spec));
         for (uint32_t w = 0; w <= 3; w++) {
-            ferry_loader_opts o;
-            ferry_loader_opts_default(&o);
-            o.batch_size = 64;
-            o.num_workers = w;
+            ferry_loader_opts o = test_loader_opts(64, w);
             o.shuffle = 1;
             o.seed = 9;
             ferry_loader *l;
@@ -518,10 +515,7 @@ TEST(cut_lines_are_counted_in_the_loader_stats)
     ferry_dataset *ds;
     CHECK_OK(ferry_dataset_open(&ds, spec));
     for (uint32_t w = 0; w <= 2; w += 2) {
-        ferry_loader_opts o;
-        ferry_loader_opts_default(&o);
-        o.batch_size = 10;
-        o.num_workers = w;
+        ferry_loader_opts o = test_loader_opts(10, w);
         ferry_loader *l;
         CHECK_OK(ferry_loader_create(&l, ds, &o));
         ferry_batch *b;

@@ -935,10 +935,7 @@ TEST(loader_with_two_shuffling_workers_delivers_every_entry_once)
         want[i] = test_hash(FNV0, b.p[0], 3072) ^ (uint64_t)sbuf_i64(&b, 1);
     }
     sbuf_free(&b);
-    ferry_loader_opts o;
-    ferry_loader_opts_default(&o);
-    o.batch_size = 32;
-    o.num_workers = 2;
+    ferry_loader_opts o = test_loader_opts(32, 2);
     o.shuffle = 1;
     o.seed = 11;
     ferry_loader *l;

@@ -29,10 +29,7 @@ static ferry_dataset *synthetic(uint64_t count, uint64_t bytes, uint64_t var, ui
 
 static ferry_loader_opts opts(uint32_t batch, uint32_t workers, uint32_t prefetch, int shuffle)
 {
-    ferry_loader_opts o;
-    ferry_loader_opts_default(&o);
-    o.batch_size = batch;
-    o.num_workers = workers;
+    ferry_loader_opts o = test_loader_opts(batch, workers);
     o.prefetch = prefetch;
     o.shuffle = shuffle;
     o.seed = 1234;

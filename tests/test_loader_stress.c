@@ -990,10 +990,7 @@ TEST(cancel_racing_start_never_ends_an_epoch_early)
     snprintf(g_episode, sizeof g_episode, "cancel racing start");
     ferry_dataset *ds;
     EXPECT_OK(ferry_dataset_open(&ds, "synthetic:64,bytes=8"));
-    ferry_loader_opts o;
-    ferry_loader_opts_default(&o);
-    o.batch_size = 4;
-    o.num_workers = 2;
+    ferry_loader_opts o = test_loader_opts(4, 2);
     o.prefetch = 3;
     o.timeout_ms = HANG_MS;
     ferry_loader *l;
@@ -1144,10 +1141,7 @@ TEST(a_positive_status_from_get_is_not_a_sample)
     ferry_dataset *ds;
     EXPECT_OK(ferry_dataset_create(&ds, &vt, &self, f, 2));
     for (uint32_t workers = 0; workers < 3; workers += 2) {
-        ferry_loader_opts o;
-        ferry_loader_opts_default(&o);
-        o.batch_size = 4;
-        o.num_workers = workers;
+        ferry_loader_opts o = test_loader_opts(4, workers);
         o.prefetch = 1;
         o.timeout_ms = HANG_MS;
         ferry_loader *l;

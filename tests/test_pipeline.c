@@ -497,10 +497,7 @@ TEST(bad_file_in_folder_is_named)
 {
     ferry_dataset *ds = open_folder(1, "size=16,pipeline=train");
     CHECK_U64(ferry_dataset_len(ds), 5);
-    ferry_loader_opts o;
-    ferry_loader_opts_default(&o);
-    o.batch_size = 2;
-    o.num_workers = 2;
+    ferry_loader_opts o = test_loader_opts(2, 2);
     ferry_loader *l;
     CHECK_OK(ferry_loader_create(&l, ds, &o));
     ferry_batch *b;
@@ -528,10 +525,7 @@ TEST(bad_file_in_folder_is_named)
 
 static uint64_t epoch_digest(ferry_dataset *ds, uint32_t workers, ferry_loader_stats *st)
 {
-    ferry_loader_opts o;
-    ferry_loader_opts_default(&o);
-    o.batch_size = 3;
-    o.num_workers = workers;
+    ferry_loader_opts o = test_loader_opts(3, workers);
     o.shuffle = 1;
     o.seed = 5;
     ferry_loader *l;

@@ -217,10 +217,7 @@ static int read_through_a_cut(const fixture *x, int shuffle, int before, uint64_
 {
     ferry_dataset *ds;
     CHECK_OK(ferry_dataset_open(&ds, x->spec));
-    ferry_loader_opts o;
-    ferry_loader_opts_default(&o);
-    o.batch_size = 16;
-    o.num_workers = 2;
+    ferry_loader_opts o = test_loader_opts(16, 2);
     o.shuffle = shuffle;
     o.seed = 7;
     o.timeout_ms = 60000;

@@ -167,10 +167,7 @@ TEST(written_shards_behind_a_glob)
             .n = 15, .rank = rank, .world_size = 3, .shuffle = 1, .seed = 5, .drop_last = 1};
         ferry_sampler *s;
         CHECK_OK(ferry_sampler_distributed(&s, &d));
-        ferry_loader_opts lo;
-        ferry_loader_opts_default(&lo);
-        lo.batch_size = 2;
-        lo.num_workers = 2;
+        ferry_loader_opts lo = test_loader_opts(2, 2);
         lo.sampler = s;
         ferry_loader *l;
         CHECK_OK(ferry_loader_create(&l, ds, &lo));

@@ -83,10 +83,7 @@ TEST(slices_of_each_stage_add_up_to_the_stats)
     test_path("t.json", path);
     ferry_dataset *ds = slow_dataset();
     for (uint32_t workers = 0; workers <= 3; workers += 3) {
-        ferry_loader_opts o;
-        ferry_loader_opts_default(&o);
-        o.batch_size = 16;
-        o.num_workers = workers;
+        ferry_loader_opts o = test_loader_opts(16, workers);
         o.on_error = FERRY_ON_ERROR_SKIP;
         o.trace = path;
         ferry_loader *l;
@@ -141,10 +138,7 @@ TEST(cheap_samples_are_traced_a_grain_at_a_time)
     ferry_dataset *ds;
     ferry_synthetic_opts so = {.count = 300000, .bytes = 8};
     CHECK_OK(ferry_dataset_synthetic(&ds, &so));
-    ferry_loader_opts o;
-    ferry_loader_opts_default(&o);
-    o.batch_size = 64;
-    o.num_workers = 2;
+    ferry_loader_opts o = test_loader_opts(64, 2);
     o.trace = path;
     ferry_loader *l;
     CHECK_OK(ferry_loader_create(&l, ds, &o));
@@ -208,10 +202,7 @@ TEST(no_trace_is_written_unless_asked)
     ferry_dataset *ds;
     ferry_synthetic_opts so = {.count = 1000, .bytes = 8};
     CHECK_OK(ferry_dataset_synthetic(&ds, &so));
-    ferry_loader_opts o;
-    ferry_loader_opts_default(&o);
-    o.batch_size = 10;
-    o.num_workers = 2;
+    ferry_loader_opts o = test_loader_opts(10, 2);
     o.trace = ""; /* as NULL */
     ferry_loader *l;
     CHECK_OK(ferry_loader_create(&l, ds, &o));

@@ -197,12 +197,9 @@ TEST(map_resume)
     ferry_dataset *ds;
     ferry_stream *st = NULL;
     CHECK_OK(ferry_source_open("synthetic:500,bytes=8", &ds, &st));
-    ferry_loader_opts o;
-    ferry_loader_opts_default(&o);
-    o.batch_size = 16;
+    ferry_loader_opts o = test_loader_opts(16, 2);
     o.shuffle = 1;
     o.seed = 9;
-    o.num_workers = 2;
     ferry_loader *l;
     CHECK_OK(ferry_loader_create(&l, ds, &o));
     CHECK_OK(ferry_loader_start(l, 2, 0));

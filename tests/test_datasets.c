@@ -210,8 +210,7 @@ TEST(stream_from_dataset_splits_k_of_n)
 {
     ferry_dataset *ds;
     CHECK_OK(ferry_dataset_open(&ds, "synthetic:23,bytes=4"));
-    ferry_stream *st;
-    CHECK_OK(ferry_stream_from_dataset(&st, ds));
+    ferry_stream *st = test_stream_of(ds);
     CHECK_EQ(ferry_stream_nfields(st), 2);
     CHECK(!strcmp(ferry_stream_field(st, 1)->name, "label"));
     ferry_ctx *ctx;

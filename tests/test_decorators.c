@@ -949,10 +949,6 @@ static int c_shard(ferry_stream **o, ferry_stream *i)
 {
     return ferry_stream_shard(o, i, 1, 2);
 }
-static int c_repeat(ferry_stream **o, ferry_stream *i)
-{
-    return ferry_stream_repeat(o, i, 2);
-}
 static int c_take(ferry_stream **o, ferry_stream *i)
 {
     return ferry_stream_take(o, i, 5);
@@ -981,7 +977,7 @@ static int c_chain(ferry_stream **o, ferry_stream *i)
 }
 
 static const ctor_fn ctors[] = {c_shuffle, c_group, c_group_fn, c_shard,
-                                c_repeat,  c_take,  c_skip,     c_chain};
+                                w_repeat,  c_take,  c_skip,     c_chain};
 
 TEST(constructors_free_the_inner_on_every_allocation_failure)
 {

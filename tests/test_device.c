@@ -426,8 +426,7 @@ TEST(stream_loader_pins_too)
 {
     use_fake(1, 0, 0);
     ferry_dataset *ds = synthetic(100, 16, 0);
-    ferry_stream *st;
-    CHECK_OK(ferry_stream_from_dataset(&st, ds));
+    ferry_stream *st = test_stream_of(ds);
     ferry_loader_opts o = pinned(10, 2, 3);
     o.stream_shards = 2;
     o.rank = 0;

@@ -536,8 +536,7 @@ TEST(borrowed_distributed_sampler_sets_the_indices)
 TEST(stream_shards_cover_the_data_once_for_any_workers)
 {
     ferry_dataset *ds = synthetic(1003, 8, 0, 0, 0);
-    ferry_stream *st;
-    CHECK_OK(ferry_stream_from_dataset(&st, ds));
+    ferry_stream *st = test_stream_of(ds);
     uint64_t want = 0;
     for (uint32_t w = 0; w <= 4; w++) {
         ferry_loader_opts o = opts(16, w, 0, 0);
@@ -577,8 +576,7 @@ TEST(stream_shards_cover_the_data_once_for_any_workers)
 TEST(stream_ranks_split_the_shards)
 {
     ferry_dataset *ds = synthetic(500, 8, 0, 0, 0);
-    ferry_stream *st;
-    CHECK_OK(ferry_stream_from_dataset(&st, ds));
+    ferry_stream *st = test_stream_of(ds);
     uint64_t total = 0;
     for (int64_t r = 0; r < 2; r++) {
         ferry_loader_opts o = opts(7, 2, 0, 0);
@@ -772,8 +770,7 @@ TEST(kept_exports_never_starve_the_pool)
 TEST(drop_last_drops_short_stream_batches)
 {
     ferry_dataset *ds = synthetic(100, 4, 0, 0, 0);
-    ferry_stream *st;
-    CHECK_OK(ferry_stream_from_dataset(&st, ds));
+    ferry_stream *st = test_stream_of(ds);
     for (int drop = 0; drop < 2; drop++) {
         ferry_loader_opts o = opts(15, 2, 0, 0);
         o.stream_shards = 2; /* 50 samples a shard: 3 full batches and one of 5 */
@@ -977,8 +974,7 @@ TEST(a_long_run_of_skipped_samples_is_no_timeout)
 TEST(a_stream_shuffle_buffer_over_the_memory_budget_is_an_error)
 {
     ferry_dataset *ds = synthetic(100, 1 << 20, 0, 0, 0); /* 1 MiB samples */
-    ferry_stream *st;
-    CHECK_OK(ferry_stream_from_dataset(&st, ds));
+    ferry_stream *st = test_stream_of(ds);
     CHECK_OK(ferry_stream_shuffle(&st, st, 1000, 1)); /* about 1 GiB a shard */
     ferry_loader_opts o = opts(4, 2, 0, 0);
     o.rank = 0;

@@ -744,3 +744,23 @@ TEST(large_raw_records)
     free(d);
     test_remove_dir();
 }
+
+/* A feature key that is not UTF-8 cannot be a field's name: refused, naming the
+ * file and the key. */
+TEST(feature_names_that_are_not_utf8)
+{
+    test_make_dir("tfrecord-names");
+    static uint8_t file[4096], ex[1024], a[512], b[512];
+    size_t n = pb(a, 1, "v", 1);     /* BytesList.value */
+    n = pb(b, 1, a, n);              /* Feature.bytes_list */
+    size_t m = pb(a, 1, "k\xe9", 2); /* the map entry's key, latin-1 */
+    m += pb(a + m, 2, b, n);
+    n = pb(b, 1, a, m);
+    size_t at = test_tfrecord_frame(file, ex, pb(ex, 1, b, n));
+    table t = read_bytes("latin.tfrecord", file, at, "");
+    CHECK_EQ(t.rc, FERRY_ECORRUPT);
+    CHECK_CONTAINS(t.msg, "latin.tfrecord: record 0 at offset 0: feature name \"k\\xe9\" is not "
+                          "UTF-8");
+    table_free(&t);
+    test_remove_dir();
+}

@@ -218,3 +218,27 @@ def test_what_a_dataset_returns_is_never_dropped_or_taken_whole():
         list(ferry.DataLoader(Wide(), batch_size=4))
     with pytest.raises(ValueError, match="65536"):
         ferry.DataLoader("synthetic:10", num_workers=1024, prefetch_factor=100)
+
+
+@pytest.mark.filterwarnings("ignore:Stored array in format 3.0")
+def test_field_names_numpy_writes_and_names_that_are_not_utf8(tmp_path):
+    # NumPy writes a non-ASCII field name in latin-1 (version 1) or UTF-8 (version 3)
+    for name in ["\u00e9", "\u65e5"]:
+        a = np.array([(1,), (2,)], dtype=[(name, np.int32)])
+        np.save(tmp_path / "s.npy", a)
+        ds = ferry.open("npy:%s" % (tmp_path / "s.npy"))
+        assert [f.name for f in ds.fields] == [name]
+        assert int(ds[1][name]) == 2
+    # a tar member whose extension is latin-1: a ferry error naming the file and the name
+    import io
+    import tarfile
+    with tarfile.open(tmp_path / "latin.tar", "w", format=tarfile.GNU_FORMAT,
+                      encoding="latin-1") as t:
+        for n in [b"a.txt", b"a.t\xe9xt"]:
+            info = tarfile.TarInfo(n.decode("latin-1"))
+            info.size = 2
+            t.addfile(info, io.BytesIO(b"xx"))
+    raw = (tmp_path / "latin.tar").read_bytes()
+    assert b"a.t\xe9xt" in raw
+    with pytest.raises(ferry.CorruptError, match=r"latin\.tar: member \"a\.t\\xe9xt\""):
+        ferry.open("wds:%s" % (tmp_path / "latin.tar"))

@@ -1,5 +1,6 @@
 """Closing, interrupting and converting in the corners a user meets."""
 import copy
+import os
 import pickle
 import signal
 import subprocess
@@ -11,6 +12,7 @@ import pytest
 import torch
 
 import ferry
+from conftest import SHARED
 
 
 def test_close_from_a_signal_handler_during_next(run_py):
@@ -242,3 +244,23 @@ def test_field_names_numpy_writes_and_names_that_are_not_utf8(tmp_path):
     assert b"a.t\xe9xt" in raw
     with pytest.raises(ferry.CorruptError, match=r"latin\.tar: member \"a\.t\\xe9xt\""):
         ferry.open("wds:%s" % (tmp_path / "latin.tar"))
+
+
+def test_memory_refusals_name_the_source_and_field(run_py):
+    f = os.path.join(SHARED, "tfrecord", "ydf_toy_uncompressed-00000-of-00002.tfrecord")
+    if not os.path.exists(f):
+        pytest.skip("no shared test data")
+    src = "tfrecord:%s,features=x:bytes:100000x1000" % f
+    with pytest.raises(ferry.InvalidError, match=r"ydf_toy_uncompressed-00000-of-00002\.tfrecord"
+                       r": loader: field \"x\""):
+        ferry.DataLoader(src, batch_size=1000)
+    p = run_py(r'''
+import resource, sys, ferry
+resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+ds = ferry.open(sys.argv[1])
+try:
+    ds[0]
+except MemoryError as e:
+    print("refused:", e)
+''', "tfrecord:%s,features=x:bytes:100000x100000" % f)
+    assert 'refused: sample 0: out of memory for 10000000000 bytes (field "x"' in p.stdout

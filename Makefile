@@ -34,7 +34,10 @@ python: deps
 run: build python
 	@scripts/demo.sh $(BUILD)/ferry $(BUILD)/demo $(VENV)/bin/python
 
-test: deps test-release test-asan test-tsan test-python
+# the suite also opens ferry report's page in a headless browser (Debian's chromium)
+test: deps
+	@scripts/install-deps.sh browser
+	@$(MAKE) --no-print-directory test-release test-asan test-tsan test-python
 
 test-release:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null

@@ -83,6 +83,8 @@ static void bench_usage(FILE *f)
            "                    (default 4; fixed, so the batches do not depend on --workers)\n"
            "  --memory-budget B bytes of batch buffers and scratch the loader may hold\n"
            "                    (default: a quarter of physical memory)\n"
+           "  --trace FILE      write a trace of every stage to FILE (Chrome trace JSON:\n"
+           "                    Perfetto, chrome://tracing, or 'ferry report FILE')\n"
            "  -h, --help        this text\n");
 }
 
@@ -158,7 +160,8 @@ int cmd_bench(int argc, char **argv)
         O_PIPELINE,
         O_MEMORY,
         O_SHUFBUF,
-        O_REPORT
+        O_REPORT,
+        O_TRACE
     };
     static const struct option opts[] = {{"batch", required_argument, 0, O_BATCH},
                                          {"workers", required_argument, 0, O_WORKERS},
@@ -181,6 +184,7 @@ int cmd_bench(int argc, char **argv)
                                          {"memory-budget", required_argument, 0, O_MEMORY},
                                          {"shuffle-buffer", required_argument, 0, O_SHUFBUF},
                                          {"skip-report", required_argument, 0, O_REPORT},
+                                         {"trace", required_argument, 0, O_TRACE},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     ferry_loader_opts o;
@@ -290,6 +294,9 @@ int cmd_bench(int argc, char **argv)
             break;
         case O_REPORT:
             report_path = optarg;
+            break;
+        case O_TRACE:
+            o.trace = optarg;
             break;
         case O_SHUFBUF:
             if (!cli_u64("--shuffle-buffer", optarg, 1, 1u << 24, &shuffle_buffer))

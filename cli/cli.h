@@ -56,6 +56,7 @@ void cli_print_record(int nf, const ferry_field *const *fields, void *const *dat
 void cli_print_options(bool base64, bool full);
 
 int cmd_bench(int argc, char **argv);
+int cmd_report(int argc, char **argv);
 int cmd_index(int argc, char **argv);
 int cmd_head(int argc, char **argv);
 int cmd_pack(int argc, char **argv);

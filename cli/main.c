@@ -14,6 +14,7 @@ static void usage(FILE *f)
                "\n"
                "commands:\n"
                "  bench SOURCE [options]   run a loading pipeline and report its throughput\n"
+               "  report TRACE [-o HTML]   summarise a trace (bench --trace) or write a page\n"
                "  index FILE               write the line index of a text file (FILE.fidx)\n"
                "  head SOURCE [-n N]       print the first records of a source\n"
                "  pack SOURCE OUTDIR       write a source as record shards and a manifest\n"
@@ -42,6 +43,8 @@ int main(int argc, char **argv)
     opterr = 0; /* the commands report a bad option in one line (cli_bad_option) */
     if (!strcmp(cmd, "bench"))
         return cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "report"))
+        return cmd_report(argc - 1, argv + 1);
     if (!strcmp(cmd, "index"))
         return cmd_index(argc - 1, argv + 1);
     if (!strcmp(cmd, "head"))
@@ -68,8 +71,9 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
-    static const char *const commands[] = {"bench",  "index", "head",    "pack", "ls",     "cat",
-                                           "verify", "stat",  "version", "help", "classes"};
+    static const char *const commands[] = {"bench",   "index", "head",    "pack",
+                                           "ls",      "cat",   "verify",  "stat",
+                                           "version", "help",  "classes", "report"};
     const char *near = cli_closest(cmd, commands, sizeof commands / sizeof *commands);
     if (near)
         return cli_error(EXIT_USAGE,

@@ -2,6 +2,7 @@
 # Installs what ferry needs to build, test and benchmark, from Debian's packages.
 #   scripts/install-deps.sh          build + test dependencies
 #   scripts/install-deps.sh bench    also the Python side of the benchmarks
+#   scripts/install-deps.sh browser  also a headless browser for the report's page test
 # Installs only what is missing, so a second run costs nothing.
 set -euo pipefail
 
@@ -13,8 +14,15 @@ pkgs=(build-essential cmake pkg-config python3 python3-pil python3-numpy libzstd
 # zlib1g-dev: gzip (CSV streams, TFRecord, tars); libisal-dev: faster gzip (optional);
 # zstd: the tests compress files with it
 pkgs+=(zlib1g-dev libisal-dev zstd)
+# lmdb-utils and python3-lmdb: the LMDB reader is compared with mdb_dump and py-lmdb
+pkgs+=(lmdb-utils python3-lmdb)
 if [ "${1:-}" = fuzz ]; then
   pkgs+=(clang libclang-rt-14-dev)
+fi
+# chromium (about 560 MB): the test that opens ferry report's page in a browser,
+# which skips without it
+if [ "${1:-}" = browser ]; then
+  pkgs+=(chromium)
 fi
 if [ "${1:-}" = bench ]; then
   pkgs+=(python3-numpy python3-torch python3-torchvision python3-pil python3-lmdb lmdb-utils libturbojpeg0-dev)

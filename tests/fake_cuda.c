@@ -186,8 +186,23 @@ API int cuDevicePrimaryCtxRelease_v2(int dev)
     return r;
 }
 
+static long push_fail_at, pushes; /* the push_fail_at-th push from now fails */
+
+API void fake_cuda_fail_push(long n)
+{
+    pthread_mutex_lock(&m);
+    push_fail_at = n;
+    pushes = 0;
+    pthread_mutex_unlock(&m);
+}
+
 API int cuCtxPushCurrent_v2(void *ctx)
 {
+    pthread_mutex_lock(&m);
+    int fail = push_fail_at && ++pushes == push_fail_at;
+    pthread_mutex_unlock(&m);
+    if (fail)
+        return ERR_INVALID_CONTEXT; /* the driver's refusal, not a misuse */
     if (ctx != &ctx_token) {
         pthread_mutex_lock(&m);
         int r = misuse(ERR_INVALID_CONTEXT);

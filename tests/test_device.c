@@ -39,6 +39,7 @@ static long (*fake_progress)(long n);
 static int (*fake_read)(void *stream, unsigned long long p, size_t n, uint64_t *out);
 static void *(*fake_stream_new)(void);
 static void (*fake_fail_alloc)(long n);
+static void (*fake_fail_push)(long n);
 static unsigned long long (*fake_alloc)(size_t n);
 static int (*fake_copy)(void *s, unsigned long long dst, const void *src, size_t n);
 static void (*fake_get)(fake_cuda_state *out);
@@ -60,11 +61,13 @@ static void use_fake(int devices, int init_result, long fail_register)
     *(void **)&fake_read = dlsym(lib, "fake_cuda_read");
     *(void **)&fake_stream_new = dlsym(lib, "fake_cuda_stream_new");
     *(void **)&fake_fail_alloc = dlsym(lib, "fake_cuda_sim_fail_alloc");
+    *(void **)&fake_fail_push = dlsym(lib, "fake_cuda_fail_push");
     *(void **)&fake_alloc = dlsym(lib, "fake_cuda_alloc");
     *(void **)&fake_copy = dlsym(lib, "fake_cuda_copy");
     CHECK(fake_reset && fake_get && fake_is_registered && fake_sim_reset && fake_sim_get &&
           fake_progress && fake_read && fake_stream_new && fake_alloc && fake_copy &&
-          fake_fail_alloc);
+          fake_fail_alloc && fake_fail_push);
+    fake_fail_push(0);
     fake_reset(devices, init_result, fail_register);
     fake_sim_reset(0); /* queues advance only when a call must see work done */
     dlclose(lib);
@@ -944,4 +947,32 @@ TEST(device_memory_refused_ends_the_epoch_saying_so)
     CHECK_EQ(fake().live, 0);
     CHECK_EQ(fake().ctx_refs, 0);
     ferry_dataset_free(ds);
+}
+
+/* A context the driver will not make current: page-locking says so (not a
+ * registration failure), and memory it cannot unregister is not unmapped, so no
+ * later mapping meets a stale registration. */
+TEST(a_context_push_refused_is_named_and_leaves_no_stale_registration)
+{
+    use_fake(1, 0, 0);
+    ferry_device *d;
+    CHECK_OK(ferry_device_open(&d, "cuda"));
+    void *p, *q;
+    fake_fail_push(1);
+    CHECK_RC(ferry_device_host_alloc(d, 4096, &p), FERRY_EIO);
+    check_has(ferry_last_errmsg(), "cannot page-lock 4096 bytes: cuCtxPushCurrent: "
+                                   "CUDA_ERROR_INVALID_CONTEXT");
+    CHECK_EQ(fake().registers, 0);
+    CHECK_OK(ferry_device_host_alloc(d, 4096, &p));
+    fake_fail_push(1);
+    ferry_device_host_free(d, p, 4096); /* cannot unregister: kept mapped */
+    CHECK_EQ(fake().live, 1);
+    CHECK(fake_is_registered(p, 4096));
+    CHECK_OK(ferry_device_host_alloc(d, 4096, &q)); /* elsewhere: no stale range there */
+    CHECK(q != p);
+    ferry_device_host_free(d, q, 4096);
+    ferry_device_host_free(d, p, 4096); /* the context is back: now it goes */
+    CHECK_EQ(fake().live, 0);
+    CHECK_EQ(fake().errors, 0);
+    ferry_device_free(d);
 }

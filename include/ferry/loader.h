@@ -117,6 +117,17 @@ typedef struct ferry_loader_opts {
      * batch's bytes). ferry_loader_next is FERRY_ESTATE when all hold batches or
      * tensors not yet released. */
     uint32_t device_buffers;
+    /* A trace of the loader's work, written to this file (created by
+     * ferry_loader_create: FERRY_EIO naming it if it cannot be) when the loader
+     * is freed: Chrome trace-event JSON, which Perfetto, chrome://tracing and
+     * `ferry report` open (docs/trace.md). Each sample's time as slices named
+     * after the stats' stages (read, decode, transform, write) on its worker's
+     * track, the consumer's waits on its own, the batches ready and in flight,
+     * errors and skipped samples; pid = the rank. At most about a million
+     * events (40 bytes each, memory taken as they come); what comes after is
+     * dropped and counted. NULL or "": the file FERRY_TRACE names, if it is set,
+     * else no trace (a check of one pointer where it would record). */
+    const char *trace;
 } ferry_loader_opts;
 
 /* Default settings: batch 1, no workers, sequential, seed 0, rank/world from the
@@ -163,7 +174,9 @@ FERRY_API void ferry_loader_free(ferry_loader *l);
  * worker in a callback at all). Returns 0 when every worker stopped, or
  * FERRY_ETIMEDOUT ("N workers still in a dataset callback after G ms") when some
  * were left to finish on their own: then keep the dataset (or stream) until
- * their callbacks have returned. The loader is freed either way. NULL: 0. */
+ * their callbacks have returned. The loader is freed either way. NULL: 0.
+ * With a trace (ferry_loader_opts.trace), FERRY_EIO when it could not be
+ * written. */
 FERRY_API int ferry_loader_free_within(ferry_loader *l, int64_t grace_ms);
 
 /* Starts (or restarts) an epoch at batch `first_batch`, e.g. to resume where a

@@ -999,6 +999,10 @@ class DataLoader:
       error that says so. ``stats()`` adds ``copies``, ``copy_bytes``,
       ``device_bytes``, ``copy_s`` and ``copy_exposed_s`` (the part of the copy
       time the consumer's stream could have waited for).
+    - ``trace`` (default None): a file to write a trace of every stage to when
+      the loader is closed (Chrome trace JSON: Perfetto, chrome://tracing or
+      ``ferry report FILE``; docs/trace.md). ``FERRY_TRACE=FILE`` in the
+      environment does the same for every loader of the process.
     - ``fields``: a Python dataset's schema where sample 0 does not tell it all:
       ``{"text": ("uint8", (None,), 512)}`` (dtype, shape, bound of a variable
       first dimension) or ``{"x": ("float32", (3, 32, 32))}``.
@@ -1020,6 +1024,11 @@ class DataLoader:
         self.device = _device(kwargs.pop("device", None))
         self.device_buffers = _int(kwargs.pop("device_buffers", 0) or 0, "device_buffers", 0,
                                    65536)
+        self.trace = kwargs.pop("trace", None)
+        if self.trace is not None:
+            self.trace = _os.fspath(self.trace)
+            if not isinstance(self.trace, str):
+                raise TypeError("trace must be a path (str), got %s" % type(self.trace).__name__)
         for k, v in kwargs.items():
             if k not in _TORCH_ONLY:
                 raise TypeError("DataLoader() got an unexpected keyword argument %r" % k)
@@ -1125,7 +1134,7 @@ class DataLoader:
             poll_ms=100 if self.num_workers else 0,
             rank=0 if self._stream else -1, world_size=1 if self._stream else -1,
             pin_memory=self.pin_memory, device=self.device, device_buffers=self.device_buffers,
-            stream_fn=self._stream_fn())
+            stream_fn=self._stream_fn(), trace=self.trace)
 
     def _stream_fn(self):
         """The consumer's current CUDA stream, read for each batch: a device batch's

@@ -108,6 +108,7 @@ class DataLoader:
                  on_error: Literal["fail", "skip"] = ..., skip_budget: int | None = ...,
                  output: Literal["torch", "numpy"] = ..., *,
                  pin_memory: bool = ..., pin_memory_device: str = ...,
+                 trace: str | PathLike[str] | None = ...,
                  fields: Mapping[str, FieldSpec] | Sequence[FieldSpec] | None = ...,
                  transform: Callable[[dict[str, Any]], Any] | None = ...,
                  **torch_options: Any) -> None: ...

@@ -280,7 +280,7 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
                              "in_order",       "on_error",      "skip_budget", "worker_init",
                              "output",         "tuple_batch",   "poll_ms",     "rank",
                              "world_size",     "stream_shards", "pin_memory",  "device",
-                             "device_buffers", "stream_fn",     NULL};
+                             "device_buffers", "stream_fn",     "trace",       NULL};
     PyObject *source, *sampler = Py_None, *worker_init = Py_None;
     unsigned int batch_size = 1, num_workers = 0, prefetch = 0, stream_shards = 0;
     int drop_last = 0, shuffle = 0, in_order = 1, on_error = 0, output = OUT_TORCH, tuple_batch = 0;
@@ -288,13 +288,14 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     const char *device = NULL;
     unsigned int device_buffers = 0;
     PyObject *stream_fn = Py_None;
+    const char *trace = NULL;
     unsigned long long seed = 0, skip_budget = 0;
     long long poll_ms = 0, rank = -1, world = -1;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "O!|IpIIpKOpiKOipLLLIpzIO", kwlist, fpy_source_type, &source, &batch_size,
+            args, kw, "O!|IpIIpKOpiKOipLLLIpzIOz", kwlist, fpy_source_type, &source, &batch_size,
             &drop_last, &num_workers, &prefetch, &shuffle, &seed, &sampler, &in_order, &on_error,
             &skip_budget, &worker_init, &output, &tuple_batch, &poll_ms, &rank, &world,
-            &stream_shards, &pin_memory, &device, &device_buffers, &stream_fn))
+            &stream_shards, &pin_memory, &device, &device_buffers, &stream_fn, &trace))
         return NULL;
     if (sampler != Py_None && !PyObject_TypeCheck(sampler, fpy_sampler_type)) {
         PyErr_SetString(PyExc_TypeError, "sampler must be a ferry sampler");
@@ -356,6 +357,7 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     o.pin_memory = pin_memory;
     o.device = device;
     o.device_buffers = device_buffers;
+    o.trace = trace;
     if (self->worker_init) {
         o.worker_init = call_worker_init;
         o.worker_init_arg = self;

@@ -147,3 +147,24 @@ def test_torchrun_two_ranks_split_the_dataset(tmp_path):
         assert sorted(a + b) == list(range(1000))           # together, the dataset
         assert all(r["gathered"][epoch] == sorted(a + b) for r in ranks)
     assert ranks[0]["epochs"][0] != ranks[0]["epochs"][1]   # reshuffled per epoch
+
+
+def test_trace_option_and_environment(tmp_path):
+    path = tmp_path / "t.json"
+    dl = ferry.DataLoader("synthetic:200,bytes=8", batch_size=10, num_workers=2, trace=path)
+    assert sum(len(b["data"]) for b in dl) == 200
+    dl.close()
+    trace = json.loads(path.read_text())
+    names = {e["name"] for e in trace["traceEvents"]}
+    assert {"read", "queue", "thread_name"} <= names
+    assert trace["otherData"]["dropped"] == 0
+    with pytest.raises(TypeError):
+        ferry.DataLoader("synthetic:10", trace=3)
+    # FERRY_TRACE: any program, written at exit when the loader is never closed
+    env_path = tmp_path / "env.json"
+    code = ("import ferry\n"
+            "dl = ferry.DataLoader('synthetic:50', batch_size=5)\n"
+            "next(iter(dl))\n")
+    subprocess.run([sys.executable, "-c", code], check=True,
+                   env=dict(os.environ, FERRY_TRACE=str(env_path)))
+    assert json.loads(env_path.read_text())["traceEvents"]

@@ -214,16 +214,18 @@ int ferry_device_host_alloc(ferry_device *dv, size_t n, void **out)
     if (p == MAP_FAILED)
         return ferry__err(FERRY_ENOMEM, "device: cannot map %zu bytes", len);
     CUcontext prev;
+    const char *call = "cuCtxPushCurrent";
     CUresult r = d->cuCtxPushCurrent(dv->ctx);
     if (r == 0) {
+        call = "cuMemHostRegister";
         r = d->cuMemHostRegister(p, len, CU_MEMHOSTREGISTER_PORTABLE);
         d->cuCtxPopCurrent(&prev);
     }
     if (r != 0) {
         munmap(p, len);
         char buf[32];
-        return ferry__err(FERRY_EIO, "cuda:%d: cannot page-lock %zu bytes: cuMemHostRegister: %s",
-                          dv->ordinal, len, ferry__cuda_err_name(d, r, buf, sizeof buf));
+        return ferry__err(FERRY_EIO, "cuda:%d: cannot page-lock %zu bytes: %s: %s", dv->ordinal,
+                          len, call, ferry__cuda_err_name(d, r, buf, sizeof buf));
     }
     *out = p;
     return 0;
@@ -235,12 +237,16 @@ void ferry_device_host_free(ferry_device *dv, void *p, size_t n)
         return;
     const driver *d = &dv->drv;
     CUcontext prev;
-    /* a failure leaves nothing to do but free the pages (munmap unlocks them) */
-    if (d->cuCtxPushCurrent(dv->ctx) == 0) {
-        d->cuMemHostUnregister(p);
-        d->cuCtxPopCurrent(&prev);
-    }
-    munmap(p, page_round(n));
+    /* Memory the driver may still hold registered is never unmapped: a later
+     * mapping at the same address would meet a stale registration (the next
+     * cuMemHostRegister there fails). So where the context cannot be made current
+     * the pages stay mapped (and locked) until the process ends. */
+    if (d->cuCtxPushCurrent(dv->ctx) != 0)
+        return;
+    CUresult r = d->cuMemHostUnregister(p);
+    d->cuCtxPopCurrent(&prev);
+    if (r == 0)
+        munmap(p, page_round(n));
 }
 
 CUresult ferry__cuda_push(const ferry_device *dv)

@@ -105,10 +105,24 @@ static bool work_inline(ferry_loader *l)
     return b != NULL;
 }
 
+/* The consumer waited from t0 until now, for batch `number` (UINT64_MAX: none
+ * came). Under m. */
+static void waited(ferry_loader *l, uint64_t t0, uint64_t number)
+{
+    uint64_t now = ferry_now_ns();
+    l->consumer_wait_ns += now - t0;
+    if (l->trace)
+        ferry__trace_add(l->inline_worker.tb, FERRY__EV_WAIT, FERRY__PH_SLICE, t0, now - t0,
+                         UINT64_MAX, number, -1, 0);
+}
+
 /* Hands a ready batch out, or turns it into the epoch's error. Under m. */
 static int deliver(ferry_loader *l, ferry_batch *b, ferry_batch **out)
 {
     l->undelivered--;
+    l->nready--;
+    if (l->trace)
+        ferry__loader_trace_queue(l, l->inline_worker.tb);
     ferry__loader_note_done(l, b);
     if (b->skipped) {
         if (l->o.on_error == FERRY_ON_ERROR_FAIL) {
@@ -217,7 +231,7 @@ int ferry_loader_next(ferry_loader *l, ferry_batch **out)
                 /* an empty batch (every sample skipped) is progress: the timeout is for
                  * the wait on one batch, not on a run of empty ones */
                 if (t0)
-                    l->consumer_wait_ns += ferry_now_ns() - t0;
+                    waited(l, t0, b->number);
                 t0 = deadline = 0;
                 continue;
             }
@@ -264,7 +278,7 @@ int ferry_loader_next(ferry_loader *l, ferry_batch **out)
             if (b) {
                 rc = deliver(l, b, out);
                 if (rc == FERRY_END && !l->over) {
-                    l->consumer_wait_ns += ferry_now_ns() - t0;
+                    waited(l, t0, b->number);
                     t0 = deadline = 0;
                     continue;
                 }
@@ -275,8 +289,11 @@ int ferry_loader_next(ferry_loader *l, ferry_batch **out)
         }
     }
     if (t0)
-        l->consumer_wait_ns += ferry_now_ns() - t0;
+        waited(l, t0, *out ? (*out)->number : UINT64_MAX);
 done:
+    if (rc < 0 && l->trace)
+        ferry__trace_add(l->inline_worker.tb, FERRY__EV_ERROR, FERRY__PH_INSTANT, ferry_now_ns(), 0,
+                         UINT64_MAX, UINT64_MAX, -1, rc);
     pthread_mutex_unlock(&l->m);
     return ferry__loader_set_errmsg(l, rc);
 }

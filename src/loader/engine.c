@@ -198,6 +198,7 @@ void ferry__loader_destroy(ferry_loader *l)
     ferry__ctx_release(&l->inline_worker.ctx);
     ferry__free(l->shards);
     ferry_sampler_free(l->own_sampler);
+    ferry__trace_free(l->trace);
     pthread_mutex_destroy(&l->m);
     pthread_cond_destroy(&l->work_cv);
     pthread_cond_destroy(&l->ready_cv);
@@ -331,6 +332,7 @@ void ferry__loader_stop_epoch(ferry_loader *l)
     }
     l->ready_count = 0;
     l->undelivered = 0;
+    l->nready = 0;
     pthread_cond_broadcast(&l->ready_cv);
 }
 
@@ -528,9 +530,14 @@ ferry_batch *ferry__loader_claim(ferry_loader *l, uint32_t *first, uint32_t *cou
 
 /* Records a failed slot; under m. Keeps the lowest slot's message so that the
  * error reported does not depend on which worker got there first. */
-static void record_failure(ferry_loader *l, ferry_batch *b, uint32_t slot, uint64_t index, int rc)
+static void record_failure(ferry_loader *l, ferry_batch *b, uint32_t slot, uint64_t index, int rc,
+                           ferry__tbuf *tb)
 {
     b->skipped++;
+    if (tb)
+        ferry__trace_add(tb,
+                         l->o.on_error == FERRY_ON_ERROR_SKIP ? FERRY__EV_SKIP : FERRY__EV_ERROR,
+                         FERRY__PH_INSTANT, ferry_now_ns(), 0, index, b->number, (int32_t)slot, rc);
     if (l->o.on_error == FERRY_ON_ERROR_SKIP) {
         /* keep the first by (epoch, index), in order, whichever worker met them first */
         uint32_t k = l->nkept;
@@ -672,7 +679,8 @@ static void account(worker *w, uint64_t dt)
 
 /* A batch a saved state holds as its samples' places: fetched again from its
  * shard, with what the first run met (the shard's end, failures) as it was. */
-static void replay_batch(ferry_loader *l, ferry_batch *b, ferry_ctx *ctx, uint32_t *nfilled)
+static void replay_batch(ferry_loader *l, ferry_batch *b, ferry_ctx *ctx, uint32_t *nfilled,
+                         ferry__tbuf *tb)
 {
     const pending *e = b->replay;
     shard *sh = &l->shards[b->shard];
@@ -685,7 +693,7 @@ static void replay_batch(ferry_loader *l, ferry_batch *b, ferry_ctx *ctx, uint32
         if (rc < 0) {
             rc = ferry__err_prefix(rc, "reading again a sample of a saved state");
             pthread_mutex_lock(&l->m);
-            record_failure(l, b, i, UINT64_MAX, rc);
+            record_failure(l, b, i, UINT64_MAX, rc, tb);
             pthread_mutex_unlock(&l->m);
             atomic_store_explicit(&b->state[i], SLOT_FAILED, memory_order_relaxed);
             i++;
@@ -713,13 +721,14 @@ static void replay_batch(ferry_loader *l, ferry_batch *b, ferry_ctx *ctx, uint32
 
 __attribute__((noinline)) static void work(ferry_loader *l, ferry_batch *b, uint32_t first,
                                            uint32_t count, ferry_ctx *ctx, uint32_t *nfilled,
-                                           volatile uint32_t *cur)
+                                           volatile uint32_t *cur, worker *w)
 {
+    ferry__tbuf *tb = w->tb; /* errors and skips */
     ctx->epoch = b->epoch;
     ctx->gen_now = &l->gen;
     ctx->gen = b->gen;
     if (b->replay) {
-        replay_batch(l, b, ctx, nfilled);
+        replay_batch(l, b, ctx, nfilled, tb);
         return;
     }
     shard *sh = b->shard >= 0 ? &l->shards[b->shard] : NULL;
@@ -731,9 +740,19 @@ __attribute__((noinline)) static void work(ferry_loader *l, ferry_batch *b, uint
         if (l->ds->vt->hint)
             l->ds->vt->hint(l->ds->self, b->indices + first, count, 1);
     }
+    uint64_t claimed[FERRY_STAGE_COUNT];
+    ferry__tbuf *ts = w->trace_samples ? w->tb : NULL; /* each sample's slices */
+    if (ts && ferry__trace_full(ts)) {
+        ts->dropped += count - 1; /* full: the grain's samples are dropped, and counted */
+        ts = NULL;
+    }
+    if (ts)
+        ferry__trace_span(ts, FERRY__EV_HINTS, ferry_now_ns(), b->number);
     for (uint32_t i = first; i < first + count; i++) {
         if (atomic_load_explicit(&l->gen, memory_order_relaxed) != b->gen)
             break; /* stale: drop the rest */
+        if (ts)
+            memcpy(claimed, ctx->stage_ns, sizeof claimed);
         if (cur)
             *cur = i;
         uint64_t index = UINT64_MAX;
@@ -756,7 +775,7 @@ __attribute__((noinline)) static void work(ferry_loader *l, ferry_batch *b, uint
                         l->o.on_skip(b->epoch, UINT64_MAX, rc, ferry_last_errmsg(),
                                      l->o.on_skip_arg);
                     pthread_mutex_lock(&l->m);
-                    record_failure(l, b, i, UINT64_MAX, rc);
+                    record_failure(l, b, i, UINT64_MAX, rc, tb);
                     bool over_budget = b->skipped > l->o.skip_budget;
                     pthread_mutex_unlock(&l->m);
                     if (!over_budget)
@@ -779,11 +798,16 @@ __attribute__((noinline)) static void work(ferry_loader *l, ferry_batch *b, uint
             if (rc < 0 && l->o.on_error == FERRY_ON_ERROR_SKIP && l->o.on_skip)
                 l->o.on_skip(b->epoch, index, rc, ferry_last_errmsg(), l->o.on_skip_arg);
         }
+        if (ts) {
+            for (int s = 0; s < FERRY_STAGE_COUNT; s++)
+                claimed[s] = ctx->stage_ns[s] - claimed[s];
+            ferry__trace_sample(ts, ferry_now_ns(), claimed, index, b->number, (int32_t)i);
+        }
         b->indices[i] = index;
         if (rc < 0) {
             if (!recorded) {
                 pthread_mutex_lock(&l->m);
-                record_failure(l, b, i, index, rc);
+                record_failure(l, b, i, index, rc, tb);
                 pthread_mutex_unlock(&l->m);
             }
             atomic_store_explicit(&b->state[i], SLOT_FAILED, memory_order_relaxed);
@@ -803,11 +827,12 @@ __attribute__((noinline)) static void work(ferry_loader *l, ferry_batch *b, uint
  * for every sample (a sigsetjmp each). A file cut short under the reader fails
  * the sample in hand, with the dataset's message naming the file, and the grain
  * goes on with the next sample. */
-static void work_guarded(ferry_loader *l, ferry_batch *b, uint32_t first, uint32_t count,
-                         ferry_ctx *ctx, uint32_t *nfilled)
+static void work_guarded(ferry_loader *l, ferry_batch *b, uint32_t first, uint32_t count, worker *w,
+                         uint32_t *nfilled)
 {
+    ferry_ctx *ctx = &w->ctx;
     if (b->shard >= 0) {
-        work(l, b, first, count, ctx, nfilled, NULL);
+        work(l, b, first, count, ctx, nfilled, NULL, w);
         return;
     }
     volatile uint32_t cur = first, from = first;
@@ -820,7 +845,7 @@ static void work_guarded(ferry_loader *l, ferry_batch *b, uint32_t first, uint32
             uint32_t i = cur;
             int rc = g.at_fault.fault(&g.at_fault, g.addr);
             pthread_mutex_lock(&l->m);
-            record_failure(l, b, i, b->indices[i], rc);
+            record_failure(l, b, i, b->indices[i], rc, w->tb);
             pthread_mutex_unlock(&l->m);
             atomic_store_explicit(&b->state[i], SLOT_FAILED, memory_order_relaxed);
             from = i + 1;
@@ -830,7 +855,7 @@ static void work_guarded(ferry_loader *l, ferry_batch *b, uint32_t first, uint32
             continue;
         }
         cur = from; /* a fault in the grain's hint fails its first sample */
-        work(l, b, from, first + count - from, ctx, nfilled, &cur);
+        work(l, b, from, first + count - from, ctx, nfilled, &cur, w);
         ferry__guard_pop(&g);
         return;
     }
@@ -838,7 +863,7 @@ static void work_guarded(ferry_loader *l, ferry_batch *b, uint32_t first, uint32
 
 /* Called by the worker (or the inline consumer) whose grain completed batch b:
  * finish it and publish it. Under m. */
-static void publish(ferry_loader *l, ferry_batch *b, uint32_t nslots)
+static void publish(ferry_loader *l, ferry_batch *b, uint32_t nslots, ferry__tbuf *tb)
 {
     if (b->shard >= 0) {
         shard *sh = &l->shards[b->shard];
@@ -867,6 +892,9 @@ static void publish(ferry_loader *l, ferry_batch *b, uint32_t nslots)
         return;
     }
     b->ready = true;
+    l->nready++;
+    if (tb)
+        ferry__loader_trace_queue(l, tb);
     atomic_fetch_add(&l->published, 1);
     if (l->o.order == FERRY_ORDER_COMPLETION) {
         l->ready_q[(l->ready_head + l->ready_count) % l->nbufs] = b;
@@ -879,7 +907,8 @@ static void publish(ferry_loader *l, ferry_batch *b, uint32_t nslots)
 
 /* Finishes a grain: counts it and, if it was the batch's last, prepares and
  * publishes the batch. Takes m. */
-static void finish_grain(ferry_loader *l, ferry_batch *b, uint32_t count, uint32_t nfilled)
+static void finish_grain(ferry_loader *l, ferry_batch *b, uint32_t count, uint32_t nfilled,
+                         ferry__tbuf *tb)
 {
     /* Read the size while this grain still pins the batch: once the count is in,
      * another worker may finish, publish and reschedule the buffer. */
@@ -894,7 +923,15 @@ static void finish_grain(ferry_loader *l, ferry_batch *b, uint32_t count, uint32
     }
     pthread_mutex_lock(&l->m);
     if (last)
-        publish(l, b, nfilled);
+        publish(l, b, nfilled, tb);
+}
+
+/* The batches ready and in flight, as a counter event of tb's. Under m. */
+void ferry__loader_trace_queue(ferry_loader *l, ferry__tbuf *tb)
+{
+    uint64_t ready = l->nready, flight = l->undelivered > ready ? l->undelivered - ready : 0;
+    ferry__trace_add(tb, FERRY__EV_QUEUE, FERRY__PH_COUNTER, ferry_now_ns(), 0, ready, flight, -1,
+                     0);
 }
 
 /* A worker that opens batch k tells the dataset which samples batch k + prefetch
@@ -921,13 +958,25 @@ uint64_t ferry__loader_run_grain(ferry_loader *l, worker *w, ferry_batch *b, uin
 {
     l->busy_workers++;
     pthread_mutex_unlock(&l->m);
+    /* samples cheaper than FERRY_TRACE_SAMPLE_NS are traced a grain at a time */
+    w->trace_samples = !w->trace_ns || w->trace_ns >= FERRY_TRACE_SAMPLE_NS;
     uint64_t t0 = ferry_now_ns();
     memset(w->ctx.stage_ns, 0, sizeof w->ctx.stage_ns);
+    if (w->tb)
+        w->tb->mark = t0;
     hint_ahead(l, w, b, first);
     uint32_t nfilled;
-    work_guarded(l, b, first, count, &w->ctx, &nfilled);
+    work_guarded(l, b, first, count, w, &nfilled);
     uint64_t dt = ferry_now_ns() - t0;
-    finish_grain(l, b, count, nfilled);
+    if (w->tb && w->trace_samples) /* what no sample's slice holds (a replay, a fault) */
+        ferry__trace_span(w->tb, FERRY__EV_READ, t0 + dt, b->number);
+    else if (w->tb)
+        ferry__trace_grain(w->tb, t0 + dt, w->ctx.stage_ns, b->number, first, count);
+    if (w->tb) {
+        uint64_t per = dt / (count ? count : 1);
+        w->trace_ns = w->trace_ns ? (7 * w->trace_ns + per) / 8 : per + 1;
+    }
+    finish_grain(l, b, count, nfilled, w->tb);
     account(w, dt);
     l->truncated += w->ctx.truncated;
     w->ctx.truncated = 0;

@@ -9,6 +9,17 @@
  * timeout_ms, when that is longer). */
 #define FREE_GRACE_MS 5000
 
+/* The trace's pid: the rank, from the options or else the environment. */
+static int64_t trace_rank(const ferry_loader_opts *o)
+{
+    int64_t r = o->rank, w;
+    if (r < 0 && ferry_dist_from_env(&r, &w) < 0) {
+        ferry__err_clear();
+        r = 0;
+    }
+    return r < 0 ? 0 : r;
+}
+
 static int create(ferry_loader **out, ferry_dataset *ds, ferry_stream *st,
                   const ferry_loader_opts *opts)
 {
@@ -72,6 +83,9 @@ static int create(ferry_loader **out, ferry_dataset *ds, ferry_stream *st,
     FERRY_TRY(ferry__loader_open_device(l));
     FERRY_TRY(ferry__loader_alloc_buffers(l, l->o.prefetch));
     FERRY_TRY(ferry__loader_open_ring(l));
+    FERRY_TRY(ferry__trace_open(&l->trace, o.trace, o.num_workers, trace_rank(&o)));
+    l->o.trace = NULL; /* the caller's string is not kept */
+    l->inline_worker.tb = ferry__trace_buf(l->trace, -1);
     ferry__ctx_init(&l->inline_worker.ctx, 0, o.seed, 0);
     bool hints = ds && ds->vt->hint;
     if (hints && !(l->inline_worker.hint = ferry__malloc(o.batch_size * sizeof(uint64_t))))
@@ -90,6 +104,7 @@ static int create(ferry_loader **out, ferry_dataset *ds, ferry_stream *st,
         for (uint32_t i = 0; i < o.num_workers; i++) {
             l->workers[i].l = l;
             l->workers[i].id = i;
+            l->workers[i].tb = ferry__trace_buf(l->trace, (int)i);
             ferry__ctx_init(&l->workers[i].ctx, i, o.seed, 0);
             if (hints && !(l->workers[i].hint = ferry__malloc(o.batch_size * sizeof(uint64_t))))
                 FERRY_FAIL(FERRY_ENOMEM, "loader: out of memory");
@@ -164,10 +179,14 @@ int ferry_loader_free_within(ferry_loader *l, int64_t grace_ms)
                 l->shards[i].it = NULL;
     }
     ferry__loader_close_shards(l);
+    /* a worker still stuck writes no event past those already counted */
+    int trc = ferry__trace_write(l->trace);
     bool last = --l->refs == 0;
     pthread_mutex_unlock(&l->m);
     if (last)
         ferry__loader_destroy(l);
+    if (trc < 0 && !stuck)
+        return trc;
     if (stuck)
         return ferry__err(FERRY_ETIMEDOUT,
                           "loader: %u worker%s still in a dataset callback after %lld ms; left "

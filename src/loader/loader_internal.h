@@ -8,6 +8,7 @@
  *   delivery.c  the consumer: waiting for a batch, handing it out, the stats
  *   batch.c     a batch's accessors, references and exported tensors
  *   state.c     the loader state: saving an epoch's place and resuming from it
+ *   trace.c     the trace's event buffers and file (trace.h)
  *
  * One mutex guards the scheduling state; the per-sample work runs outside it.
  * A worker takes the lock once per grain (a run of slots of one batch): it claims
@@ -39,6 +40,7 @@
 #include "../datasets/dataset_internal.h"
 #include "ferry/device.h"   /* pin_memory: page-locked blocks */
 #include "../device/ring.h" /* device: the ring of device buffers */
+#include "trace.h"          /* opts.trace, FERRY_TRACE */
 
 enum { SLOT_PENDING = 0, SLOT_OK = 1, SLOT_FAILED = 2 };
 
@@ -123,6 +125,9 @@ typedef struct worker {
     ferry_ctx ctx;
     uint64_t *hint; /* batch_size indices, for datasets that take read-ahead hints */
     uint64_t busy_ns, idle_ns, stage_ns[FERRY_STAGE_COUNT]; /* under l->m */
+    ferry__tbuf *tb;    /* its events, or NULL without a trace */
+    bool trace_samples; /* this grain's samples each have slices (else the grain has) */
+    uint64_t trace_ns;  /* its samples' cost, a moving average; 0 = unknown */
 } worker;
 
 struct ferry_loader {
@@ -213,6 +218,9 @@ struct ferry_loader {
     uint64_t pinned_bytes;
     int pin_rc;
     char pin_msg[FERRY_ERRMSG_MAX];
+    /* the trace, or NULL; the batches ready for the consumer (under m) */
+    ferry__trace *trace;
+    uint32_t nready;
 };
 
 static inline int ferry__loader_set_errmsg(ferry_loader *l, int rc)
@@ -238,6 +246,7 @@ bool ferry__loader_sched_done(const ferry_loader *l);
 ferry_batch *ferry__loader_claim(ferry_loader *l, uint32_t *first, uint32_t *count);
 uint64_t ferry__loader_run_grain(ferry_loader *l, worker *w, ferry_batch *b, uint32_t first,
                                  uint32_t count);
+void ferry__loader_trace_queue(ferry_loader *l, ferry__tbuf *tb);
 void ferry__loader_worker_job(void *arg);
 /* options.c */
 int ferry__loader_check_opts(ferry_loader_opts *o);

@@ -79,14 +79,19 @@ int cmd_head(int argc, char **argv)
     void *data[FERRY_MAX_FIELDS];
     int64_t len[FERRY_MAX_FIELDS];
     size_t total = 0;
+    int widest = 0;
     for (int f = 0; f < nf; f++) { /* each field 64-byte aligned, as in a batch */
         fields[f] = ds ? ferry_dataset_field(ds, f) : ferry_stream_field(st, f);
         total += (ferry_field_nbytes(fields[f]) + 63) & ~(size_t)63;
+        if (ferry_field_nbytes(fields[f]) > ferry_field_nbytes(fields[widest]))
+            widest = f;
     }
     bool json = force_json || nf != 1 || fields[0]->dtype != FERRY_U8 || !fields[0]->variable;
     buf = malloc(total ? total : 1);
     if (!buf || ferry_ctx_create(&ctx, 0, 0) < 0) {
-        status = cli_error(1, "out of memory");
+        status = cli_error(1, "%s: out of memory for a sample of %zu bytes (field \"%s\": %zu)",
+                           argv[optind], total, fields[widest]->name,
+                           ferry_field_nbytes(fields[widest]));
         goto done;
     }
     for (size_t f = 0, off = 0; f < (size_t)nf; f++) {

@@ -621,3 +621,81 @@ TEST(ferry_head_pack_and_bench_read_mds)
     CHECK_CONTAINS(out, "\"samples\": 9999,");
     test_remove_dir();
 }
+
+/* A shard in two zstd frames, read through a cache whose parents are missing: every
+ * frame is decoded, an edited copy is decompressed again, zstd_max bounds what is
+ * written, and errors name the copy and its zstd file. */
+TEST(cache_is_checked_and_bounded)
+{
+    test_make_dir("mds-cache");
+    char p[512], z[512], spec[1200], cpath[700], text[2048];
+    const int var[1] = {1};
+    char texts[40][16];
+    cell c[40];
+    for (int j = 0; j < 40; j++) {
+        snprintf(texts[j], sizeof texts[j], "sample %d", j);
+        c[j] = (cell){texts[j], strlen(texts[j])};
+    }
+    size_t raw = write_shard(test_path("shard.00000.mds", p), 1, var, 40, c), n;
+    unsigned char *rb = test_read_file(p, &n);
+    unsigned char *zb = malloc(2 * ZSTD_compressBound(n));
+    size_t z1 = ZSTD_compress(zb, ZSTD_compressBound(n), rb, n / 2, 3);
+    size_t z2 = ZSTD_compress(zb + z1, ZSTD_compressBound(n), rb + n / 2, n - n / 2, 3);
+    CHECK(!ZSTD_isError(z1) && !ZSTD_isError(z2));
+    unlink(p);
+    test_write_file(test_path("shard.00000.mds.zstd", z), zb, z1 + z2);
+    for (int lie = 0; lie < 2; lie++) {
+        snprintf(text, sizeof text,
+                 "{\"shards\": [{\"column_encodings\": [\"str\"], \"column_names\": [\"t\"], "
+                 "\"column_sizes\": [null], \"compression\": \"zstd:3\", \"format\": \"mds\", "
+                 "\"raw_data\": {\"basename\": \"shard.00000.mds\", \"bytes\": %zu}, "
+                 "\"samples\": %d, \"zip_data\": {\"basename\": \"shard.00000.mds.zstd\", "
+                 "\"bytes\": %zu}}], \"version\": 2}",
+                 raw, lie ? 41 : 40, z1 + z2);
+        test_write_file(test_path("index.json", p), text, strlen(text));
+        if (!lie) {
+            snprintf(spec, sizeof spec, "mds:%s", test_dir);
+            ferry_dataset *ds = open_spec(spec);
+            CHECK_U64(ferry_dataset_len(ds), 40);
+            ferry_dataset_free(ds);
+        }
+    }
+    /* the index disagrees with the copy: the message names both */
+    snprintf(spec, sizeof spec, "mds:%s,cache=%s/a/b", test_dir, test_dir);
+    ferry_dataset *ds = NULL;
+    CHECK_RC(ferry_dataset_open(&ds, spec), FERRY_ECORRUPT);
+    snprintf(cpath, sizeof cpath, "%s/a/b/shard.00000.mds (cached from %s/shard.00000.mds.zstd)",
+             test_dir, test_dir);
+    CHECK_CONTAINS(ferry_last_errmsg(), cpath);
+    CHECK_CONTAINS(ferry_last_errmsg(), "40 samples, but the index says 41");
+    size_t in; /* the index back to 40 samples */
+    unsigned char *idx = test_read_file(p, &in);
+    char *at = strstr((char *)idx, "\"samples\": 41");
+    at[12] = '0';
+    test_write_file(p, idx, in);
+    free(idx);
+    snprintf(cpath, sizeof cpath, "%s/a/b/shard.00000.mds", test_dir);
+    for (int pass = 0; pass < 3; pass++) {
+        ds = open_spec(spec);
+        CHECK_U64(ferry_dataset_len(ds), 40);
+        ferry_dataset_free(ds);
+        size_t cn;
+        unsigned char *got = test_read_file(cpath, &cn);
+        CHECK_U64(cn, n);
+        CHECK(!memcmp(got, rb, n)); /* both frames, byte for byte */
+        if (pass == 1) {            /* edited in place, same size: decompressed again */
+            got[n - 3] ^= 1;
+            test_write_file(cpath, got, cn);
+        }
+        free(got);
+    }
+    /* zstd_max bounds a shard written to the cache; nothing is left there */
+    snprintf(spec, sizeof spec, "mds:%s,cache=%s/small,zstd_max=100", test_dir, test_dir);
+    CHECK_RC(ferry_dataset_open(&ds, spec), FERRY_EOVERFLOW);
+    CHECK_CONTAINS(ferry_last_errmsg(), "shard.00000.mds.zstd: decompresses to ");
+    snprintf(cpath, sizeof cpath, "%s/small/shard.00000.mds", test_dir);
+    CHECK(access(cpath, F_OK) != 0);
+    free(zb);
+    free(rb);
+    test_remove_dir();
+}

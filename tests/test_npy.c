@@ -810,3 +810,29 @@ TEST(parse_header_reports_members_and_layout)
     CHECK_RC(ferry_npy_parse_header(hdr, 40, "h.npy", &h), FERRY_ECORRUPT);
     CHECK_CONTAINS(ferry_last_errmsg(), "h.npy: offset 8: header length 117 runs past the end");
 }
+
+TEST(field_names_are_latin1_in_v1_and_v2_utf8_in_v3)
+{
+    test_make_dir("npy-names");
+    char p[512], spec[600];
+    int32_t v[2] = {1, 2};
+    /* what NumPy writes for a field named "\u00e9": latin-1 up to version 2 */
+    const char *latin = "{'descr': [('\xe9', '<i4')], 'fortran_order': False, 'shape': (2,), }";
+    const char *utf8 = "{'descr': [('\xe6\x97\xa5', '<i4')], 'fortran_order': False, 'shape': "
+                       "(2,), }";
+    for (int major = 1; major <= 3; major++) {
+        write_npy(test_path("n.npy", p), major, major < 3 ? latin : utf8, v, sizeof v);
+        snprintf(spec, sizeof spec, "npy:%s", p);
+        ferry_dataset *ds = open_spec(spec);
+        CHECK_EQ(ferry_dataset_find_field(ds, major < 3 ? "\xc3\xa9" : "\xe6\x97\xa5"), 0);
+        ferry_dataset_free(ds);
+    }
+    /* version 3 is UTF-8: a stray byte is refused, naming the file and the name */
+    write_npy(test_path("bad.npy", p), 3, latin, v, sizeof v);
+    expect_bad(p, FERRY_ECORRUPT, "a structured field's name \"\\xe9\" is not UTF-8");
+    /* a schema error names the file */
+    write_npy(test_path("big.npy", p), 1,
+              "{'descr': '<f8', 'fortran_order': False, 'shape': (0, 100000, 100000), }", NULL, 0);
+    expect_bad(p, FERRY_EINVAL, "makes a sample larger than 2^34 bytes");
+    test_remove_dir();
+}

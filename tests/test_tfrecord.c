@@ -744,3 +744,49 @@ TEST(large_raw_records)
     free(d);
     test_remove_dir();
 }
+
+/* A feature key that is not UTF-8 cannot be a field's name: refused, naming the
+ * file and the key. */
+TEST(feature_names_that_are_not_utf8)
+{
+    test_make_dir("tfrecord-names");
+    static uint8_t file[4096], ex[1024], a[512], b[512];
+    size_t n = pb(a, 1, "v", 1);     /* BytesList.value */
+    n = pb(b, 1, a, n);              /* Feature.bytes_list */
+    size_t m = pb(a, 1, "k\xe9", 2); /* the map entry's key, latin-1 */
+    m += pb(a + m, 2, b, n);
+    n = pb(b, 1, a, m);
+    size_t at = test_tfrecord_frame(file, ex, pb(ex, 1, b, n));
+    table t = read_bytes("latin.tfrecord", file, at, "");
+    CHECK_EQ(t.rc, FERRY_ECORRUPT);
+    CHECK_CONTAINS(t.msg, "latin.tfrecord: record 0 at offset 0: feature name \"k\\xe9\" is not "
+                          "UTF-8");
+    table_free(&t);
+    test_remove_dir();
+}
+
+/* A declared bound far over memory: the loader's budget refusal and ferry head's
+ * failed allocation name the source and the feature. */
+TEST(memory_refusals_name_the_file_and_feature)
+{
+    test_make_dir("tfrecord-oom");
+    static uint8_t file[4096], ex[1024];
+    char path[512], args[1200], out[4096];
+    size_t at = test_tfrecord_frame(file, ex, bytes_example(ex, 2, 3));
+    test_write_file(test_path("big.tfrecord", path), file, at);
+    snprintf(args, sizeof args, "bench 'tfrecord:%s,features=x:bytes:100000x1000' --batch 1000",
+             path);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 2);
+    CHECK_CONTAINS(out, "big.tfrecord: loader: field \"x\"");
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+    /* 9.3 GiB a sample under a 2 GiB address space */
+    snprintf(args, sizeof args,
+             "--version >/dev/null && ulimit -v 2000000 && " TEST_FERRY_CLI
+             " head 'tfrecord:%s,features=x:bytes:100000x100000'",
+             path);
+    CHECK_EQ(test_ferry_cli(args, out, sizeof out), 1);
+    CHECK_CONTAINS(out, "big.tfrecord,features=x:bytes:100000x100000: out of memory for a "
+                        "sample of 10000000000 bytes (field \"x\": 10000000000)");
+#endif
+    test_remove_dir();
+}

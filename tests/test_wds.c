@@ -661,3 +661,26 @@ TEST(cli_pack_head)
     test_remove_dir();
 }
 #endif
+
+TEST(extensions_that_are_not_utf8)
+{
+    test_make_dir("wds-names");
+    tarbuf t = {calloc(1, 1 << 16), 0};
+    int orc;
+    member(&t, "a.txt", "aa", 2);
+    member(&t, "a.t\xe9xt", "bb", 2);
+    finish(&t);
+    table r = read_tar("latin.tar", &t, "", &orc);
+    CHECK_EQ(orc, FERRY_ECORRUPT);
+    CHECK_CONTAINS(r.msg, "latin.tar: member \"a.t\\xe9xt\" at offset 1024: the extension is not "
+                          "UTF-8");
+    /* UTF-8 names are fields as they are */
+    t.n = 0;
+    member(&t, "a.t\xc3\xa9xt", "bb", 2);
+    finish(&t);
+    r = read_tar("utf8.tar", &t, "", &orc);
+    CHECK_EQ(orc, 0);
+    table_free(&r);
+    free(t.p);
+    test_remove_dir();
+}

@@ -56,11 +56,15 @@ typedef struct ferry_dataset ferry_dataset; /* made below, used through ferry/da
 
 typedef struct ferry_mds_opts {
     const char *dir;
-    uint64_t zstd_max; /* bytes of decompressed shards held in memory in all; 0 = 1 GiB */
-    /* NULL, or a directory (created if missing) where shards present only as
-     * zstd files are decompressed (each written whole or not at all, then
-     * mapped; one already there with the index's size is mapped as it is), as
-     * Streaming's local cache does: then zstd_max does not apply. */
+    /* bytes of decompressed shards held in memory in all, or with cache the bytes
+     * of any one shard written there; 0 = 1 GiB */
+    uint64_t zstd_max;
+    /* NULL, or a directory (created with its parents if missing) where shards
+     * present only as zstd files are decompressed (each written whole or not at
+     * all, then mapped), as Streaming's local cache does. One already there is
+     * mapped as it is while the record beside it (.NAME.src: the zstd file's and
+     * the copy's size, mtime and inode) still matches; an edit of either
+     * decompresses it again. Errors name the copy and its zstd file. */
     const char *cache;
 } ferry_mds_opts;
 

@@ -19,7 +19,11 @@ PyObject *fpy_raise_rc(int rc, const char *msg)
     }
     if (!cls)
         cls = fpy_error_base ? fpy_error_base : PyExc_RuntimeError;
-    PyObject *exc = PyObject_CallFunction(cls, "s", msg && *msg ? msg : ferry_strerror(rc));
+    /* a message may quote a file's bytes: those that are not UTF-8 become \xNN */
+    const char *text = msg && *msg ? msg : ferry_strerror(rc);
+    PyObject *str = PyUnicode_DecodeUTF8(text, (Py_ssize_t)strlen(text), "backslashreplace");
+    PyObject *exc = str ? PyObject_CallFunctionObjArgs(cls, str, NULL) : NULL;
+    Py_XDECREF(str);
     if (!exc)
         return NULL;
     PyObject *code = PyLong_FromLong(rc);

@@ -93,13 +93,20 @@ static PyObject *source_read(PyObject *self, PyObject *args)
     }
     int n = ferry_dataset_nfields(s->ds);
     size_t off[FERRY_MAX_FIELDS], total = 0;
+    int widest = 0;
     for (int f = 0; f < n; f++) {
         off[f] = total;
         total += (ferry_field_nbytes(ferry_dataset_field(s->ds, f)) + 63) & ~(size_t)63;
+        if (ferry_field_nbytes(ferry_dataset_field(s->ds, f)) >
+            ferry_field_nbytes(ferry_dataset_field(s->ds, widest)))
+            widest = f;
     }
     uint8_t *buf = NULL;
     if (posix_memalign((void **)&buf, 64, total ? total : 64))
-        return PyErr_NoMemory();
+        return PyErr_Format(PyExc_MemoryError,
+                            "sample %llu: out of memory for %zu bytes (field \"%s\": %zu)", i,
+                            total, ferry_dataset_field(s->ds, widest)->name,
+                            ferry_field_nbytes(ferry_dataset_field(s->ds, widest)));
     void *data[FERRY_MAX_FIELDS];
     int64_t len[FERRY_MAX_FIELDS] = {0};
     for (int f = 0; f < n; f++)

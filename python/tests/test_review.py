@@ -1,5 +1,6 @@
 """Closing, interrupting and converting in the corners a user meets."""
 import copy
+import os
 import pickle
 import signal
 import subprocess
@@ -11,6 +12,7 @@ import pytest
 import torch
 
 import ferry
+from conftest import SHARED
 
 
 def test_close_from_a_signal_handler_during_next(run_py):
@@ -218,3 +220,47 @@ def test_what_a_dataset_returns_is_never_dropped_or_taken_whole():
         list(ferry.DataLoader(Wide(), batch_size=4))
     with pytest.raises(ValueError, match="65536"):
         ferry.DataLoader("synthetic:10", num_workers=1024, prefetch_factor=100)
+
+
+@pytest.mark.filterwarnings("ignore:Stored array in format 3.0")
+def test_field_names_numpy_writes_and_names_that_are_not_utf8(tmp_path):
+    # NumPy writes a non-ASCII field name in latin-1 (version 1) or UTF-8 (version 3)
+    for name in ["\u00e9", "\u65e5"]:
+        a = np.array([(1,), (2,)], dtype=[(name, np.int32)])
+        np.save(tmp_path / "s.npy", a)
+        ds = ferry.open("npy:%s" % (tmp_path / "s.npy"))
+        assert [f.name for f in ds.fields] == [name]
+        assert int(ds[1][name]) == 2
+    # a tar member whose extension is latin-1: a ferry error naming the file and the name
+    import io
+    import tarfile
+    with tarfile.open(tmp_path / "latin.tar", "w", format=tarfile.GNU_FORMAT,
+                      encoding="latin-1") as t:
+        for n in [b"a.txt", b"a.t\xe9xt"]:
+            info = tarfile.TarInfo(n.decode("latin-1"))
+            info.size = 2
+            t.addfile(info, io.BytesIO(b"xx"))
+    raw = (tmp_path / "latin.tar").read_bytes()
+    assert b"a.t\xe9xt" in raw
+    with pytest.raises(ferry.CorruptError, match=r"latin\.tar: member \"a\.t\\xe9xt\""):
+        ferry.open("wds:%s" % (tmp_path / "latin.tar"))
+
+
+def test_memory_refusals_name_the_source_and_field(run_py):
+    f = os.path.join(SHARED, "tfrecord", "ydf_toy_uncompressed-00000-of-00002.tfrecord")
+    if not os.path.exists(f):
+        pytest.skip("no shared test data")
+    src = "tfrecord:%s,features=x:bytes:100000x1000" % f
+    with pytest.raises(ferry.InvalidError, match=r"ydf_toy_uncompressed-00000-of-00002\.tfrecord"
+                       r": loader: field \"x\""):
+        ferry.DataLoader(src, batch_size=1000)
+    p = run_py(r'''
+import resource, sys, ferry
+resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+ds = ferry.open(sys.argv[1])
+try:
+    ds[0]
+except MemoryError as e:
+    print("refused:", e)
+''', "tfrecord:%s,features=x:bytes:100000x100000" % f)
+    assert 'refused: sample 0: out of memory for 10000000000 bytes (field "x"' in p.stdout

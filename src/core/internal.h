@@ -126,9 +126,15 @@ size_t ferry__queue_size(ferry__queue *q);
 bool ferry__parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
 bool ferry__parse_u64(const char *s, uint64_t *out);
 
-/* Checks a schema: names, dtypes, shapes and byte sizes in range (core/sample.c). */
+/* Checks a schema: names (UTF-8), dtypes, shapes and byte sizes in range (core/sample.c). */
 struct ferry_field;
 int ferry__check_fields(const struct ferry_field *fields, int nfields);
+/* true when the n bytes at p are valid UTF-8 (no surrogates, no overlong forms;
+ * formats/json.c). */
+bool ferry__utf8_valid(const void *p, size_t n);
+/* A name for a message: the n bytes at p with quotes, backslashes and bytes outside
+ * printable ASCII as \xNN, cut to fit cap (core/sample.c). Returns out. */
+const char *ferry__escape(char *out, size_t cap, const void *p, size_t n);
 
 /* CRC-32C, each implementation on its own (for the tests; core/crc32c.c). */
 uint32_t ferry__crc32c_sw(uint32_t crc, const void *data, size_t n);

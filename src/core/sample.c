@@ -6,6 +6,7 @@
  */
 #include "ctx.h"
 
+#include <stdio.h>
 #include <string.h>
 
 size_t ferry_field_row_elems(const ferry_field *f)
@@ -22,6 +23,20 @@ size_t ferry_field_nbytes(const ferry_field *f)
     for (int i = 0; i < f->ndim; i++)
         n *= (size_t)f->shape[i];
     return n;
+}
+
+const char *ferry__escape(char *out, size_t cap, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    size_t o = 0;
+    for (size_t i = 0; i < n && o + 5 <= cap; i++) {
+        if (b[i] >= 0x20 && b[i] < 0x7f && b[i] != '"' && b[i] != '\\')
+            out[o++] = (char)b[i];
+        else
+            o += (size_t)snprintf(out + o, cap - o, "\\x%02x", b[i]);
+    }
+    out[o] = 0;
+    return out;
 }
 
 /* Limits on one sample's field, so that a schema read from a file cannot ask for
@@ -41,6 +56,11 @@ int ferry__check_fields(const ferry_field *fields, int nfields)
         if (namelen == 0 || namelen == FERRY_MAX_NAME)
             return ferry__err(FERRY_EINVAL, "schema: field %d: name must be 1..%d bytes", i,
                               FERRY_MAX_NAME - 1);
+        if (!ferry__utf8_valid(f->name, namelen)) {
+            char esc[4 * FERRY_MAX_NAME + 1];
+            return ferry__err(FERRY_EINVAL, "schema: field name \"%s\" is not UTF-8",
+                              ferry__escape(esc, sizeof esc, f->name, namelen));
+        }
         for (int j = 0; j < i; j++)
             if (!strcmp(fields[j].name, f->name))
                 return ferry__err(FERRY_EINVAL, "schema: field name \"%s\" appears twice", f->name);

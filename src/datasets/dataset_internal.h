@@ -19,6 +19,9 @@ struct ferry_dataset {
     /* a folder's classes and what its walk left out (files:, and datasets over one
      * such as images:), or NULL; owned by the folder dataset (ferry/folder.h) */
     const struct ferry__folder *folder;
+    /* "KIND:LOCATION" when opened from source text (ferry_source_open), else "":
+     * for messages that have no file of their own (the loader's memory budget) */
+    char source[256];
 };
 
 struct ferry_stream {
@@ -35,6 +38,7 @@ struct ferry_stream {
      * only as it hands them out. Otherwise (a file read in order, a compressed
      * one) a restore reads them all at once, in the order of their places. */
     bool fetch_anywhere;
+    char source[256]; /* as a dataset's */
 };
 
 struct ferry_stream_iter {

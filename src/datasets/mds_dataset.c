@@ -32,6 +32,7 @@ typedef struct shard {
     size_t size;
     uint32_t n;
     uint64_t first;
+    char from[8]; /* "" read as is, "zstd" decompressed, "cache" the cached copy */
 } shard;
 
 typedef struct mds_ds {
@@ -277,7 +278,7 @@ static int read_index(const char *path, char **text, size_t *n)
     return 0;
 }
 
-/* Decompresses the zstd file z (a frame of `want` bytes) into path, whole or not
+/* Decompresses the zstd file z (frames of `want` bytes) into path, whole or not
  * at all, through a bounded stream buffer. */
 static int inflate_to_file(const ferry__map *z, const char *zpath, const char *path, uint64_t want)
 {
@@ -296,7 +297,7 @@ static int inflate_to_file(const ferry__map *z, const char *zpath, const char *p
     ZSTD_inBuffer in = {z->data, z->size, 0};
     uint64_t made = 0;
     size_t r = 1;
-    while (r != 0) {
+    while (r != 0 || in.pos < in.size) { /* every frame, as ZSTD_decompress reads them */
         ZSTD_outBuffer out = {buf, cap, 0};
         r = ZSTD_decompressStream(ds, &out, &in);
         if (ZSTD_isError(r)) {
@@ -334,6 +335,80 @@ done:
     return rc;
 }
 
+/* The bytes all frames of a zstd file hold, as ZSTD_decompress reads them. */
+static unsigned long long content_size(const uint8_t *p, size_t n)
+{
+    unsigned long long total = 0;
+    while (n) {
+        unsigned long long k = ZSTD_getFrameContentSize(p, n);
+        size_t c = ZSTD_findFrameCompressedSize(p, n);
+        if (k == ZSTD_CONTENTSIZE_UNKNOWN || k == ZSTD_CONTENTSIZE_ERROR)
+            return k;
+        if (ZSTD_isError(c) || total + k < total)
+            return ZSTD_CONTENTSIZE_ERROR;
+        total += k;
+        p += c;
+        n -= c;
+    }
+    return total;
+}
+
+/* A cached copy is trusted while the record beside it (.NAME.src) still matches
+ * the zstd file's and the copy's size, mtime and inode: an edit of either, on
+ * disk, decompresses the shard again. */
+static int cache_record(const char *zpath, const char *cpath, char *out, size_t cap)
+{
+    struct stat a, b;
+    if (stat(zpath, &a) != 0 || stat(cpath, &b) != 0)
+        return -1;
+    snprintf(out, cap, "%lld %lld.%09ld %lld %lld.%09ld %llu\n", (long long)a.st_size,
+             (long long)a.st_mtim.tv_sec, a.st_mtim.tv_nsec, (long long)b.st_size,
+             (long long)b.st_mtim.tv_sec, b.st_mtim.tv_nsec, (unsigned long long)b.st_ino);
+    return 0;
+}
+
+static bool cache_fresh(const char *zpath, const char *cpath, const char *rpath)
+{
+    char want[160], got[160] = "";
+    FILE *f = fopen(rpath, "r");
+    bool ok = f && fgets(got, sizeof got, f) &&
+              cache_record(zpath, cpath, want, sizeof want) == 0 && !strcmp(want, got);
+    if (f)
+        fclose(f);
+    return ok;
+}
+
+static int cache_note(const char *zpath, const char *cpath, const char *rpath)
+{
+    char rec[160];
+    if (cache_record(zpath, cpath, rec, sizeof rec) < 0)
+        return ferry__err(FERRY_EIO, "%s: %s", cpath, strerror(errno));
+    ferry__atomic_file w;
+    int rc = ferry__atomic_open(&w, rpath);
+    if (rc == 0 && (rc = ferry__atomic_write(&w, rec, strlen(rec))) == 0)
+        return ferry__atomic_commit(&w);
+    if (rc < 0)
+        ferry__atomic_abort(&w);
+    return rc;
+}
+
+/* The cache folder and its parents. */
+static int make_dirs(const char *dir)
+{
+    char p[4096];
+    snprintf(p, sizeof p, "%s", dir);
+    for (char *c = p + 1;; c++) {
+        if (*c && *c != '/')
+            continue;
+        char was = *c;
+        *c = 0;
+        if (mkdir(p, 0755) != 0 && errno != EEXIST)
+            return ferry__err(FERRY_EIO, "%s: cannot create: %s", p, strerror(errno));
+        if (!(*c = was))
+            return 0;
+    }
+}
+
 /* Maps shard s, or decompresses its zstd file when the raw one is absent. */
 static int load_shard(mds_ds *d, size_t s, uint64_t *zstd_left, uint64_t zstd_max)
 {
@@ -352,7 +427,7 @@ static int load_shard(mds_ds *d, size_t s, uint64_t *zstd_left, uint64_t zstd_ma
     }
     if (rc != FERRY_ENOENT || !e->zip[0])
         return rc;
-    char zpath[4096];
+    char zpath[4096], cpath[4096], rpath[4096];
     snprintf(zpath, sizeof zpath, "%s/%s", d->dir, e->zip);
     ferry__map z;
     if ((rc = ferry__map_file(&z, zpath)) < 0)
@@ -362,7 +437,7 @@ static int load_shard(mds_ds *d, size_t s, uint64_t *zstd_left, uint64_t zstd_ma
                         zpath, (unsigned long long)e->zip_bytes, z.size);
         goto done;
     }
-    unsigned long long want = z.size ? ZSTD_getFrameContentSize(z.data, z.size) : 0;
+    unsigned long long want = z.size ? content_size(z.data, z.size) : 0;
     if (!z.size || want == ZSTD_CONTENTSIZE_ERROR) {
         rc = ferry__err(FERRY_ECORRUPT, "%s: offset 0: not a zstd frame", zpath);
         goto done;
@@ -376,32 +451,35 @@ static int load_shard(mds_ds *d, size_t s, uint64_t *zstd_left, uint64_t zstd_ma
     }
     if (d->cache) {
         /* decompressed onto disk once, then mapped: memory stays bounded */
-        char cpath[4096];
         snprintf(cpath, sizeof cpath, "%s/%s", d->cache, e->raw);
-        if (ferry__map_file(&sh->map, cpath) == 0 && sh->map.size == want) {
+        snprintf(rpath, sizeof rpath, "%s/.%s.src", d->cache, e->raw);
+        snprintf(sh->from, sizeof sh->from, "cache");
+        if (cache_fresh(zpath, cpath, rpath) && ferry__map_file(&sh->map, cpath) == 0 &&
+            sh->map.size == want) {
             sh->p = sh->map.data;
             sh->size = sh->map.size;
             goto done;
         }
         ferry__unmap(&sh->map);
-        if (mkdir(d->cache, 0755) != 0 && errno != EEXIST) {
-            rc = ferry__err(FERRY_EIO, "%s: cannot create: %s", d->cache, strerror(errno));
-            goto done;
-        }
-        if ((rc = inflate_to_file(&z, zpath, cpath, want)) < 0 ||
-            (rc = ferry__map_file(&sh->map, cpath)) < 0)
-            goto done;
-        sh->p = sh->map.data;
-        sh->size = sh->map.size;
-        goto done;
     }
-    if (want > *zstd_left) {
+    if (want > (d->cache ? zstd_max : *zstd_left)) {
         rc = ferry__err(FERRY_EOVERFLOW,
                         "%s: decompresses to %llu bytes: over what is left of the %llu-byte "
                         "bound on decompressed shards (zstd_max=)",
                         zpath, want, (unsigned long long)zstd_max);
         goto done;
     }
+    if (d->cache) {
+        if ((rc = make_dirs(d->cache)) < 0 || (rc = inflate_to_file(&z, zpath, cpath, want)) < 0 ||
+            (rc = cache_note(zpath, cpath, rpath)) < 0 ||
+            (rc = ferry__map_file(&sh->map, cpath)) < 0)
+            goto done;
+        sh->p = sh->map.data;
+        sh->size = sh->map.size;
+        goto done;
+    }
+    *zstd_left -= want;
+    snprintf(sh->from, sizeof sh->from, "zstd");
     sh->owned = ferry__malloc(want ? (size_t)want : 1);
     if (!sh->owned) {
         rc = ferry__err(FERRY_ENOMEM, "%s: out of memory for %llu bytes", zpath, want);
@@ -413,7 +491,6 @@ static int load_shard(mds_ds *d, size_t s, uint64_t *zstd_left, uint64_t zstd_ma
                         ZSTD_isError(got) ? ZSTD_getErrorName(got) : "fewer bytes than it says");
         goto done;
     }
-    *zstd_left -= want;
     sh->p = sh->owned;
     sh->size = (size_t)want;
 done:
@@ -426,8 +503,11 @@ static int check_shard(mds_ds *d, size_t s)
 {
     const ferry__mds_shard *e = &d->ix.shards[s];
     shard *sh = &d->sh[s];
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", d->dir, e->raw);
+    char path[8300];
+    if (!strcmp(sh->from, "cache"))
+        snprintf(path, sizeof path, "%s/%s (cached from %s/%s)", d->cache, e->raw, d->dir, e->zip);
+    else
+        snprintf(path, sizeof path, "%s/%s", d->dir, sh->from[0] ? e->zip : e->raw);
     if (sh->size != e->raw_bytes)
         return ferry__err(FERRY_ECORRUPT,
                           "%s: offset 0: the index says %llu bytes (shard %zu at index.json "

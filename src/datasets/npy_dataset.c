@@ -415,6 +415,10 @@ int ferry_dataset_npy(ferry_dataset **out, const ferry_npy_opts *o)
                 x->shape[j] = a->h.shape[j + 1];
             for (int j = 0; j < mb->ndim; j++)
                 x->shape[rowdims + j] = mb->shape[j];
+            if ((rc = ferry__check_fields(x, 1)) < 0) {
+                ferry__err_prefix(rc, "%s", a->label);
+                goto cleanup;
+            }
             npy_col *c = &d->col[d->ncols++];
             c->arr = k;
             c->member = m;

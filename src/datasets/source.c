@@ -113,6 +113,9 @@ int ferry_source_open(const char *spec, ferry_dataset **ds, ferry_stream **st)
                         "the loader (the shuffle option, ferry bench --shuffle)",
                         s->kind);
     }
+    char *name = rc < 0 ? NULL : *ds ? (*ds)->source : (*st)->source;
+    if (name)
+        snprintf(name, sizeof(*ds)->source, "%s:%s", s->kind, s->location);
     ferry__free(s);
     return rc;
 }

@@ -328,6 +328,13 @@ static int on_infer(void *arg, const ferry__feature *f)
                               "allowed)",
                               st->file, (unsigned long long)st->rec, (unsigned long long)st->off,
                               f->key_len, FERRY_MAX_NAME - 1);
+        if (!ferry__utf8_valid(f->key, f->key_len)) {
+            char esc[4 * FERRY_MAX_NAME + 1];
+            return ferry__err(FERRY_ECORRUPT,
+                              "%s: record %llu at offset %llu: feature name \"%s\" is not UTF-8",
+                              st->file, (unsigned long long)st->rec, (unsigned long long)st->off,
+                              ferry__escape(esc, sizeof esc, f->key, f->key_len));
+        }
         memset(&st->s[k], 0, sizeof st->s[k]);
         memcpy(st->s[k].name, f->key, f->key_len);
         st->s[k].min_count = st->records ? 0 : UINT64_MAX; /* absent from earlier records */

@@ -85,6 +85,13 @@ static int split(const char *file, const ferry__tar_member *m, size_t *key_len, 
     if (strlen(dot + 1) >= FERRY_MAX_NAME)
         return ferry__err(FERRY_ECORRUPT, "%s: member %s at offset %llu: extension over %d bytes",
                           file, m->name, (unsigned long long)m->header_off, FERRY_MAX_NAME - 1);
+    if (!ferry__utf8_valid(dot + 1, strlen(dot + 1))) {
+        char esc[512];
+        return ferry__err(FERRY_ECORRUPT,
+                          "%s: member \"%s\" at offset %llu: the extension is not UTF-8", file,
+                          ferry__escape(esc, sizeof esc, m->name, strlen(m->name)),
+                          (unsigned long long)m->header_off);
+    }
     *key_len = (size_t)(dot - m->name);
     *ext = dot + 1;
     return 0;

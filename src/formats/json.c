@@ -2,6 +2,7 @@
  * The bounded JSON pull reader (RFC 8259).
  */
 #include "json.h"
+#include "../core/internal.h"
 
 #include <math.h>
 #include <string.h>

@@ -105,7 +105,5 @@ bool ferry__json_number(ferry__json *j, double *num, int64_t *i, bool *is_int);
 bool ferry__json_literal(ferry__json *j, const char *word);
 /* Any value, checked and skipped. */
 bool ferry__json_skip(ferry__json *j);
-/* true when the n bytes at p are valid UTF-8 (no surrogates, no overlong forms). */
-bool ferry__utf8_valid(const void *p, size_t n);
 
 #endif

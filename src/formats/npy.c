@@ -248,6 +248,32 @@ unknown:
     return lerr(l, FERRY_ECORRUPT, why);
 }
 
+/* A field name into out as UTF-8: NumPy writes version 1 and 2 headers in latin-1
+ * (each byte one code point) and version 3 in UTF-8. */
+static int member_name(const lex *l, int major, const char *name, size_t nlen, char *out)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < nlen; i++) {
+        unsigned char c = (unsigned char)name[i];
+        if (o + (major < 3 && c >= 0x80 ? 2 : 1) >= FERRY_MAX_NAME)
+            return lerr(l, FERRY_EOVERFLOW, "a structured field's name is too long");
+        if (major < 3 && c >= 0x80) {
+            out[o++] = (char)(0xc0 | c >> 6);
+            out[o++] = (char)(0x80 | (c & 0x3f));
+        } else {
+            out[o++] = (char)c;
+        }
+    }
+    out[o] = 0;
+    if (!ferry__utf8_valid(out, o)) {
+        char esc[4 * FERRY_MAX_NAME + 1], why[4 * FERRY_MAX_NAME + 64];
+        snprintf(why, sizeof why, "a structured field's name \"%s\" is not UTF-8",
+                 ferry__escape(esc, sizeof esc, out, o));
+        return lerr(l, FERRY_ECORRUPT, why);
+    }
+    return 0;
+}
+
 /* A structured dtype: [('name', 'typestr'[, shape]), ...] at the current '['. */
 static int parse_struct(lex *l, ferry_npy_header *h)
 {
@@ -311,15 +337,13 @@ static int parse_struct(lex *l, ferry_npy_header *h)
         m.offset = off;
         off += bytes;
         if (nlen > 0) { /* unnamed members are numpy's padding */
-            if (nlen >= FERRY_MAX_NAME)
-                return lerr(l, FERRY_EOVERFLOW, "a structured field's name is too long");
             if (h->nmembers == FERRY_MAX_FIELDS) {
                 char why[64];
                 snprintf(why, sizeof why, "more than %d structured fields", FERRY_MAX_FIELDS);
                 return lerr(l, FERRY_EOVERFLOW, why);
             }
-            memcpy(m.name, name, nlen);
-            m.name[nlen] = 0;
+            if ((rc = member_name(l, h->major, name, nlen, m.name)) < 0)
+                return rc;
             h->members[h->nmembers++] = m;
         }
         if (is_punct(l, ','))

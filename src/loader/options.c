@@ -111,7 +111,7 @@ static const char *human(uint64_t n, char *buf, size_t cap)
  * allocated: the batch buffers (prefetch of them) and, per worker, scratch of up to
  * one sample (what a decoder such as a compressed shard's needs). With the default
  * prefetch, the pool is made as deep as the budget allows, down to one buffer. */
-int ferry__loader_check_budget(ferry_loader *l)
+static int check_budget(ferry_loader *l)
 {
     uint64_t budget = l->o.memory_budget ? l->o.memory_budget : default_budget();
     uint64_t B = l->o.batch_size, sample = 0, batch = 64 + 2 * B, big = 0;
@@ -182,6 +182,14 @@ int ferry__loader_check_budget(ferry_loader *l)
                           human(budget, b2, sizeof b2), (unsigned long long)fits,
                           DEFAULT_BUDGET_DIVISOR);
     return 0;
+}
+
+/* Its refusals name the source, when it has one. */
+int ferry__loader_check_budget(ferry_loader *l)
+{
+    int rc = check_budget(l);
+    const char *source = l->ds ? l->ds->source : l->st->source;
+    return rc < 0 && *source ? ferry__err_prefix(rc, "%s", source) : rc;
 }
 
 /* The device options: a device name is checked (and refused: delivery on the

@@ -530,6 +530,12 @@ TEST(row_parser_says_which_column_and_text)
     CHECK_RC(ferry_csv_parse_row(p, "", 0, dst, &e), FERRY_ECORRUPT);
     CHECK_CONTAINS(ferry_last_errmsg(), "0 columns, expected 4");
     CHECK_RC(ferry_csv_parse_row(p, "\r", 1, dst, NULL), FERRY_ECORRUPT);
+    /* one "\r" is the line ending: "\r\r" is a row of one cell, "\r" */
+    CHECK_RC(ferry_csv_parse_row(p, "\r\r", 2, dst, &e), FERRY_ECORRUPT);
+    CHECK_U64(e.column, 0);
+    CHECK_U64(e.columns, 1);
+    CHECK(!strcmp(ferry_last_errmsg(), "1 column, expected 4"));
+    CHECK_U64(ferry_csv_count_columns("\r\r", 2, ','), 1);
     /* long text is cut; bytes that do not print are shown as '?' */
     char longrow[200];
     snprintf(longrow, sizeof longrow, "1,2,3,%s",
@@ -582,6 +588,9 @@ TEST(space_and_tab_delimiters)
     CHECK(!strcmp(ferry_last_errmsg(), "column 2: \"2x\" is not a number"));
     CHECK_RC(ferry_csv_parse_row(p, "   ", 3, dst, NULL), FERRY_ECORRUPT);
     CHECK_CONTAINS(ferry_last_errmsg(), "0 columns");
+    row = "1 2 3 \r\r"; /* the second "\r" is a fourth cell */
+    CHECK_RC(ferry_csv_parse_row(p, row, strlen(row), dst, NULL), FERRY_ECORRUPT);
+    CHECK(!strcmp(ferry_last_errmsg(), "4 columns, expected 3"));
     ferry_csv_parser_free(p);
     CHECK_OK(ferry_csv_parser_create(&p, '\t', 3, dt));
     row = " 4 \t5\t 6";

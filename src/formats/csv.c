@@ -329,10 +329,11 @@ static int parse_i64(const char **ps, const char *end, void *dst)
 
 /* ---- Rows ---- */
 
-size_t ferry_csv_count_columns(const char *line, size_t len, char delim)
+/* The columns of a line whose ending ("\r" too) is already off: parse_row strips
+ * one "\r", so counting again with ferry_csv_count_columns would strip a second
+ * ("\r\r" is one column, the cell "\r", not an empty row). */
+static size_t count_columns(const char *line, size_t len, char delim)
 {
-    if (len > 0 && line[len - 1] == '\r')
-        len--;
     const char *s = line, *end = line + len;
     if (delim == ' ') {
         size_t n = 0;
@@ -355,6 +356,13 @@ size_t ferry_csv_count_columns(const char *line, size_t len, char delim)
         s++;
     }
     return n;
+}
+
+size_t ferry_csv_count_columns(const char *line, size_t len, char delim)
+{
+    if (len > 0 && line[len - 1] == '\r')
+        len--;
+    return count_columns(line, len, delim);
 }
 
 /* Writes at most 32 characters of text, quoted, with bytes that do not print as '?'. */
@@ -414,7 +422,7 @@ static void cell_bounds(const ferry_csv_parser *p, const char *cell, const char 
 static int cell_error(const ferry_csv_parser *p, const char *line, const char *end,
                       const char *cell, size_t col, int why, ferry_csv_error *err)
 {
-    size_t found = ferry_csv_count_columns(line, (size_t)(end - line), p->delim);
+    size_t found = count_columns(line, (size_t)(end - line), p->delim);
     if (found != p->ncols)
         return count_error(p, found, err);
     const char *a, *b;
@@ -517,7 +525,7 @@ int ferry_csv_parse_row(const ferry_csv_parser *p, const char *line, size_t len,
         return count_error(p, 0, err);
     for (size_t c = 0;; c++) {
         if (c == ncols)
-            return count_error(p, ferry_csv_count_columns(line, len, delim), err);
+            return count_error(p, count_columns(line, len, delim), err);
         const char *cell = s;
         int why = NUM_OK;
         switch (p->kind[c]) {

@@ -99,6 +99,8 @@ int ferry__refuse_compressed(const char *path, const char *what)
 
 /* ---- The decoders: start, restart, free, and one call ---- */
 
+static void decoder_reset(ferry__seqread *r);
+
 static int decoder_start(ferry__seqread *r)
 {
     if (r->codec == ZSTD) {
@@ -109,11 +111,9 @@ static int decoder_start(ferry__seqread *r)
         return 0;
     }
 #ifdef FERRY_HAVE_ISAL
-    struct inflate_state *st = ferry__malloc(sizeof *st);
-    if (!(r->dec = st))
+    if (!(r->dec = ferry__malloc(sizeof(struct inflate_state))))
         return ferry__err(FERRY_ENOMEM, "%s: out of memory for a gzip decoder", r->name);
-    isal_inflate_init(st);
-    st->crc_flag = ISAL_GZIP; /* the gzip header parsed, the trailer checked */
+    decoder_reset(r);
 #else
     z_stream *z = ferry__calloc(1, sizeof *z);
     if (!(r->dec = z))
@@ -136,9 +136,14 @@ static void decoder_reset(ferry__seqread *r)
         return;
     }
 #ifdef FERRY_HAVE_ISAL
+    /* Zeroed first: on a back-reference before the member's start, igzip hands out
+     * bytes of its own buffer (87 KB with the state) before the error, so what
+     * damaged data decodes to must not depend on what an earlier member or file
+     * left there (a position resumed in a fresh decoder reads the same lines). */
     struct inflate_state *st = r->dec;
-    isal_inflate_reset(st);
-    st->crc_flag = ISAL_GZIP;
+    memset(st, 0, sizeof *st);
+    isal_inflate_init(st);
+    st->crc_flag = ISAL_GZIP; /* the gzip header parsed, the trailer checked */
 #else
     inflateReset(r->dec);
 #endif

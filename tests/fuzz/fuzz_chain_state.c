@@ -18,7 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 static ferry_dataset *ds;
 
 static ferry_stream *chain(void)

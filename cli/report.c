@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 
 const char *const report_kind_names[RK_COUNT] = {"read",  "decode", "transform",
@@ -370,34 +371,37 @@ static int by_ts(const void *a, const void *b)
     return x->ts < y->ts ? -1 : x->ts > y->ts;
 }
 
+/* Keeps item (of `size` bytes, its duration `dur`) among the longest `cap` in arr,
+ * longest first; *n of them are kept. dur_off: where an entry keeps its duration. */
+static void keep_longest(void *arr, uint32_t *n, uint32_t cap, size_t size, size_t dur_off,
+                         const void *item, double dur)
+{
+    uint8_t *a = arr;
+    double d;
+    uint32_t k = *n < cap ? *n : cap - 1;
+    if (*n == cap && (memcpy(&d, a + k * size + dur_off, sizeof d), dur <= d))
+        return;
+    for (; k > 0; k--) {
+        memcpy(&d, a + (k - 1) * size + dur_off, sizeof d);
+        if (d >= dur)
+            break;
+        memcpy(a + k * size, a + (k - 1) * size, size);
+    }
+    memcpy(a + k * size, item, size);
+    if (*n < cap)
+        (*n)++;
+}
+
 static void keep_slowest(rtrace *t, const rsample *s)
 {
-    uint32_t n = t->nslowest;
-    if (n == REPORT_SLOWEST && s->dur <= t->slowest[n - 1].dur)
-        return;
-    uint32_t k = n < REPORT_SLOWEST ? n : n - 1;
-    while (k > 0 && t->slowest[k - 1].dur < s->dur) {
-        t->slowest[k] = t->slowest[k - 1];
-        k--;
-    }
-    t->slowest[k] = *s;
-    if (n < REPORT_SLOWEST)
-        t->nslowest++;
+    keep_longest(t->slowest, &t->nslowest, REPORT_SLOWEST, sizeof *s, offsetof(rsample, dur), s,
+                 s->dur);
 }
 
 static void keep_wait(rtrace *t, const rslice *s)
 {
-    uint32_t n = t->nwaits_kept;
-    if (n == REPORT_WAITS && s->dur <= t->waits[n - 1].dur)
-        return;
-    uint32_t k = n < REPORT_WAITS ? n : n - 1;
-    while (k > 0 && t->waits[k - 1].dur < s->dur) {
-        t->waits[k] = t->waits[k - 1];
-        k--;
-    }
-    t->waits[k] = *s;
-    if (n < REPORT_WAITS)
-        t->nwaits_kept++;
+    keep_longest(t->waits, &t->nwaits_kept, REPORT_WAITS, sizeof *s, offsetof(rslice, dur), s,
+                 s->dur);
 }
 
 static void analyse(rtrace *t)

@@ -7,36 +7,17 @@
 #include <ferry/ferry.h>
 
 #include "formats/tokens_internal.h"
+#include "scratch.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-static char dir[256], path[300];
-
-static void cleanup(void)
-{
-    unlink(path);
-    rmdir(dir);
-}
-
-static void setup(void)
-{
-    if (dir[0])
-        return;
-    const char *t = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/ferry-fuzz-XXXXXX", t ? t : "/tmp");
-    if (!mkdtemp(dir))
-        abort();
-    snprintf(path, sizeof path, "%s/train_000.bin", dir);
-    atexit(cleanup);
-}
-
 static void read_windows(const char *out)
 {
     char spec[400];
-    snprintf(spec, sizeof spec, "tokens:%s,seq=4%s", path, out);
+    snprintf(spec, sizeof spec, "tokens:%s,seq=4%s", fuzz_path, out);
     ferry_dataset *ds = NULL;
     if (ferry_dataset_open(&ds, spec) != 0)
         return;
@@ -72,16 +53,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (ferry__tokens_header(buf, size, size, "fuzz.bin", &tsize, &count) == 0 &&
         ((tsize != 2 && tsize != 4) || size < 1024 || count > (size - 1024) / tsize))
         abort();
-    setup();
-    FILE *f = fopen(path, "wb");
-    if (!f)
+    fuzz_scratch("ferry-fuzz-tokens", "train_000.bin");
+    if (fuzz_write(buf, size) != 0)
         abort();
-    fwrite(buf, 1, size, f);
-    fclose(f);
     read_windows("");
     read_windows(",out=i32");
     read_windows(",out=i64");
-    unlink(path);
+    unlink(fuzz_path);
     free(buf);
     return 0;
 }

@@ -201,6 +201,18 @@ FERRY_API int ferry_dataset_open(ferry_dataset **out, const char *spec);
  * *st; the other is set to NULL. Free with ferry_dataset_free / ferry_stream_free. */
 FERRY_API int ferry_source_open(const char *spec, ferry_dataset **ds, ferry_stream **st);
 
+/* How ferry_source_open_flags opens a source. */
+enum {
+    /* an image kind (images:) keeps each image's encoded file as its bytes, checked
+     * to be an image, unless the text names a pipeline=: what ferry pack and
+     * Python's ferry.pack store, so the shards stay small and the train pipeline
+     * reads them */
+    FERRY_SOURCE_ENCODED = 1u << 0
+};
+/* ferry_source_open, with flags (FERRY_SOURCE_*, or 0). */
+FERRY_API int ferry_source_open_flags(const char *spec, unsigned flags, ferry_dataset **ds,
+                                      ferry_stream **st);
+
 #ifdef __cplusplus
 }
 #endif

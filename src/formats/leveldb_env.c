@@ -7,11 +7,13 @@
 #include "lmdb_env.h"
 
 #include <leveldb/c.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
 #define BATCH_MAX ((size_t)256 << 20) /* a write batch held in memory before a part commits */
 #define CACHE_BYTES ((size_t)64 << 20)
+#define POOL 64
 
 typedef struct ldb {
     ferry__kv_base base;
@@ -21,6 +23,11 @@ typedef struct ldb {
     leveldb_readoptions_t *ro;
     const leveldb_snapshot_t *snap;
     ferry__kv_keys keys;
+    /* Iterators lent to get, one a thread at a time: a seek lends the value in
+     * the library's block, where leveldb_get would copy it twice. */
+    pthread_mutex_t lock;
+    leveldb_iterator_t *idle[POOL];
+    int nidle;
 } ldb;
 
 typedef struct ferry__kv_iter {
@@ -51,6 +58,9 @@ static void ldb_close(ferry__kv *kv)
     ldb *d = (ldb *)kv;
     if (!d)
         return;
+    for (int k = 0; k < d->nidle; k++)
+        leveldb_iter_destroy(d->idle[k]);
+    pthread_mutex_destroy(&d->lock);
     if (d->snap)
         leveldb_release_snapshot(d->db, d->snap);
     if (d->ro)
@@ -92,6 +102,7 @@ static int ldb_open(ferry__kv **out, const char *path, const ferry__kv_opts *o)
         return ferry__err(FERRY_ENOMEM, "leveldb: out of memory");
     d->base.ops = &ferry__leveldb_ops;
     snprintf(d->base.path, sizeof d->base.path, "%s", path);
+    pthread_mutex_init(&d->lock, NULL);
     d->keys.max = o ? o->index_max : 0;
     int rc = 0;
     char *err = NULL;
@@ -151,20 +162,51 @@ static int entry_err(const ldb *d, uint64_t i, char *err)
     return lib_err(d->base.path, what, err);
 }
 
+static leveldb_iterator_t *take_iter(ldb *d)
+{
+    leveldb_iterator_t *it = NULL;
+    pthread_mutex_lock(&d->lock);
+    if (d->nidle)
+        it = d->idle[--d->nidle];
+    pthread_mutex_unlock(&d->lock);
+    return it ? it : leveldb_create_iterator(d->db, d->ro);
+}
+
+static void give_iter(ldb *d, leveldb_iterator_t *it)
+{
+    pthread_mutex_lock(&d->lock);
+    if (d->nidle < POOL) {
+        d->idle[d->nidle++] = it;
+        it = NULL;
+    }
+    pthread_mutex_unlock(&d->lock);
+    if (it)
+        leveldb_iter_destroy(it);
+}
+
 static int ldb_get(const ferry__kv *kv, uint64_t i, ferry__kv_fn *fn, void *arg)
 {
-    const ldb *d = (const ldb *)kv;
+    ldb *d = (ldb *)kv; /* only the iterator pool changes, under its lock */
     const uint8_t *k;
     size_t kl, vl = 0;
-    char *err = NULL;
     ferry__kv_keys_get(&d->keys, i, &k, &kl);
-    char *v = leveldb_get(d->db, d->ro, (const char *)k, kl, &vl, &err);
-    if (err || !v) {
-        leveldb_free(v);
-        return entry_err(d, i, err);
+    leveldb_iterator_t *it = take_iter(d);
+    leveldb_iter_seek(it, (const char *)k, kl);
+    int rc;
+    size_t got = 0;
+    const char *key = leveldb_iter_valid(it) ? leveldb_iter_key(it, &got) : NULL;
+    if (key && got == kl && !memcmp(key, k, kl)) {
+        const char *v = leveldb_iter_value(it, &vl);
+        rc = fn(arg, (const uint8_t *)v, vl);
+    } else {
+        char *err = NULL;
+        leveldb_iter_get_error(it, &err);
+        rc = entry_err(d, i, err);
+        /* an iterator that met an error keeps it: not lent again */
+        leveldb_iter_destroy(it);
+        return rc;
     }
-    int rc = fn(arg, (const uint8_t *)v, vl);
-    leveldb_free(v);
+    give_iter(d, it);
     return rc;
 }
 

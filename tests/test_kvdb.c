@@ -597,3 +597,132 @@ TEST(cli_reads_the_new_stores)
     read_all(spec, 40, check_datum_sample);
     test_remove_dir();
 }
+
+#define CAFFE_LMDB FERRY_SHARED_DIR "/testdata/lmdb/caffe_imageset_32x32_n380"
+
+/* Copies the LMDB's entries into a store through ferry_db. */
+static void copy_into(const char *backend, const char *path)
+{
+    ferry_db *src, *dst;
+    ferry_db_txn *t;
+    CHECK_OK(ferry_db_open(&src, "lmdb", CAFFE_LMDB, FERRY_DB_READ));
+    CHECK_OK(ferry_db_open(&dst, backend, path, FERRY_DB_WRITE));
+    CHECK_OK(ferry_db_begin(dst, &t));
+    for (uint64_t i = 0; i < ferry_db_count(src); i++) {
+        const void *k, *v;
+        size_t kl, vl;
+        CHECK_OK(ferry_db_entry(src, i, &k, &kl, &v, &vl));
+        CHECK_OK(ferry_db_put(t, k, kl, v, vl));
+    }
+    CHECK_OK(ferry_db_commit(t));
+    ferry_db_close(dst);
+    ferry_db_close(src);
+}
+
+/* Datum values Caffe's convert_imageset wrote (the shared LMDB), moved into each
+ * store: the same samples as the lmdb dataset gives, read one by one and by a
+ * loader with four shuffling workers. */
+TEST(caffe_datum_values_read_alike_in_every_backend)
+{
+    test_need_shared(CAFFE_LMDB "/data.mdb");
+    static const char *const backends[] = {"minidb", "leveldb", "rocksdb"};
+    ferry_dataset *ref;
+    CHECK_OK(ferry_dataset_open(&ref, "lmdb:" CAFFE_LMDB));
+    CHECK_U64(ferry_dataset_len(ref), 380);
+    ferry_ctx *ctx;
+    CHECK_OK(ferry_ctx_create(&ctx, 0, 0));
+    slot *r = sample_for(ref);
+    uint64_t want[380];
+    for (uint64_t i = 0; i < 380; i++) {
+        CHECK_OK(ferry_dataset_get(ref, i, &r->s, ctx));
+        int64_t lab;
+        memcpy(&lab, r->data[1], 8);
+        want[i] = test_hash(0xcbf29ce484222325ull, r->data[0], 3072) ^ (uint64_t)lab;
+    }
+    sample_free(r);
+    test_make_dir("kvdb");
+    for (int b = 0; b < 3; b++) {
+#ifndef FERRY_HAVE_ROCKSDB
+        if (b == 2)
+            break;
+#endif
+        char path[512], spec[600];
+        test_path(backends[b], path);
+        copy_into(backends[b], path);
+        snprintf(spec, sizeof spec, "%s:%s", backends[b], path);
+        ferry_dataset *ds;
+        CHECK_OK(ferry_dataset_open(&ds, spec));
+        CHECK_EQ(ferry_dataset_nfields(ds), 2);
+        CHECK(ferry_dataset_field(ds, 0)->shape[0] == 3 &&
+              ferry_dataset_field(ds, 0)->shape[1] == 32);
+        ferry_loader_opts o = test_loader_opts(32, 4);
+        o.shuffle = 1;
+        o.seed = 5;
+        ferry_loader *l;
+        CHECK_OK(ferry_loader_create(&l, ds, &o));
+        int seen[380] = {0};
+        uint64_t total = 0, in_order = 0;
+        ferry_batch *batch;
+        int rc;
+        while ((rc = ferry_loader_next(l, &batch)) == 0) {
+            ferry_tensor data, label;
+            CHECK_OK(ferry_batch_field(batch, 0, &data));
+            CHECK_OK(ferry_batch_field(batch, 1, &label));
+            const uint64_t *idx = ferry_batch_indices(batch);
+            for (uint32_t s = 0; s < ferry_batch_size(batch); s++) {
+                CHECK(idx[s] < 380);
+                seen[idx[s]]++;
+                int64_t lab = ((const int64_t *)label.data)[s];
+                CHECK_U64(test_hash(0xcbf29ce484222325ull,
+                                    (const uint8_t *)data.data + (size_t)s * 3072, 3072) ^
+                              (uint64_t)lab,
+                          want[idx[s]]);
+                in_order += idx[s] == total;
+                total++;
+            }
+            ferry_batch_release(batch);
+        }
+        CHECK_RC(rc, FERRY_END);
+        CHECK_U64(total, 380);
+        CHECK(in_order < 380);
+        for (int i = 0; i < 380; i++)
+            CHECK_EQ(seen[i], 1);
+        ferry_loader_free(l);
+        ferry_dataset_free(ds);
+    }
+    ferry_ctx_free(ctx);
+    ferry_dataset_free(ref);
+    test_remove_dir();
+}
+
+/* An LMDB of TensorProtos values, as Caffe2's make_image_db writes them: the
+ * lmdb source decodes them as the other stores do. */
+TEST(lmdb_of_tensorprotos_values)
+{
+    test_make_dir("kvdb");
+    char mdb[512], env[512], spec[600];
+    test_path("protos.minidb", mdb);
+    test_path("env", env);
+    fixture("minidb", mdb, "tensorprotos", 64);
+    ferry_db *src, *dst;
+    ferry_db_txn *t;
+    CHECK_OK(ferry_db_open(&src, "minidb", mdb, FERRY_DB_READ));
+    CHECK_OK(ferry_db_open(&dst, "lmdb", env, FERRY_DB_WRITE));
+    CHECK_OK(ferry_db_begin(dst, &t));
+    for (uint64_t i = 0; i < ferry_db_count(src); i++) {
+        const void *k, *v;
+        size_t kl, vl;
+        CHECK_OK(ferry_db_entry(src, i, &k, &kl, &v, &vl));
+        CHECK_OK(ferry_db_put(t, k, kl, v, vl));
+    }
+    CHECK_OK(ferry_db_commit(t));
+    ferry_db_close(dst);
+    ferry_db_close(src);
+    snprintf(spec, sizeof spec, "lmdb:%s", env);
+    ferry_dataset *ds;
+    CHECK_OK(ferry_dataset_open(&ds, spec));
+    check_fields_protos(ds);
+    ferry_dataset_free(ds);
+    read_all(spec, 64, check_protos_sample);
+    test_remove_dir();
+}

@@ -726,3 +726,113 @@ TEST(lmdb_of_tensorprotos_values)
     read_all(spec, 64, check_protos_sample);
     test_remove_dir();
 }
+
+/* A stream's samples, checked by `check` with the entry number (pos.c). The
+ * state saved after `save_at` samples resumes in a second iterator to the same
+ * rest. */
+static uint64_t read_stream(const char *spec, void (*check)(const ferry_sample *, int),
+                            uint64_t save_at)
+{
+    ferry_dataset *none;
+    ferry_stream *st;
+    CHECK_OK(ferry_source_open(spec, &none, &st));
+    CHECK(none == NULL && st != NULL);
+    ferry_ctx *c;
+    CHECK_OK(ferry_ctx_create(&c, 0, 0));
+    slot x = {0};
+    int nf = ferry_stream_nfields(st);
+    for (int f = 0; f < nf; f++)
+        x.data[f] = calloc(1, ferry_field_nbytes(ferry_stream_field(st, f)) + 1);
+    ferry_sample s = {nf, x.data, x.length, {0}};
+    ferry_stream_iter *it, *again;
+    CHECK_OK(ferry_stream_open(st, 0, 1, 0, &it));
+    uint64_t n = 0, a[4096], b[4096], nb = 0;
+    uint8_t state[4096];
+    size_t len = 0;
+    int rc;
+    while ((rc = ferry_stream_next(it, &s, c)) == 0) {
+        check(&s, (int)s.pos.c);
+        a[n % 4096] = s.pos.a * 1000000 + s.pos.c;
+        if (++n == save_at)
+            CHECK_OK(ferry_stream_save(it, state, sizeof state, &len));
+    }
+    CHECK_RC(rc, FERRY_END);
+    ferry_stream_close(it);
+    if (save_at && save_at < n) {
+        CHECK_OK(ferry_stream_open(st, 0, 1, 0, &again));
+        CHECK_OK(ferry_stream_restore(again, state, len, c));
+        while ((rc = ferry_stream_next(again, &s, c)) == 0) {
+            check(&s, (int)s.pos.c);
+            b[nb++ % 4096] = s.pos.a * 1000000 + s.pos.c;
+        }
+        CHECK_RC(rc, FERRY_END);
+        CHECK_U64(nb, n - save_at);
+        for (uint64_t i = 0; i < nb && i < 4096; i++)
+            CHECK_U64(b[i], a[save_at + i]);
+        ferry_stream_close(again);
+    }
+    for (int f = 0; f < nf; f++)
+        free(x.data[f]);
+    ferry_ctx_free(c);
+    ferry_stream_free(st);
+    return n;
+}
+
+/* minidb files read front to back: gzip and zstd files (streams of themselves),
+ * a directory of them, resumed from a saved state. */
+TEST(minidb_streams_plain_gzip_and_zstd_files)
+{
+    test_make_dir("kvdb");
+    char dir[512], path[600], spec[700], cmd[1400];
+    test_path("parts", dir);
+    CHECK_EQ(mkdir(dir, 0755), 0);
+    snprintf(path, sizeof path, "%s/part-0", dir);
+    fixture("minidb", path, "tensorprotos", 40);
+    snprintf(cmd, sizeof cmd,
+             "cp '%s' '%s/part-1' && cp '%s' '%s/part-2' && gzip '%s/part-1' && "
+             "zstd -q --rm '%s/part-2'",
+             path, dir, path, dir, dir, dir);
+    if (system(cmd) != 0)
+        SKIP("gzip and zstd are needed");
+    snprintf(spec, sizeof spec, "minidb:%s/part-1.gz", dir);
+    CHECK_U64(read_stream(spec, check_protos_sample, 17), 40);
+    snprintf(spec, sizeof spec, "minidb:%s/part-2.zst", dir);
+    CHECK_U64(read_stream(spec, check_protos_sample, 0), 40);
+    snprintf(spec, sizeof spec, "minidb:%s,seed=4", dir);
+    CHECK_U64(read_stream(spec, check_protos_sample, 55), 120);
+    snprintf(spec, sizeof spec, "minidb:%s,stream=1", path);
+    CHECK_U64(read_stream(spec, check_protos_sample, 3), 40);
+    /* a map-style open of a stream is refused, saying why */
+    ferry_dataset *ds;
+    snprintf(spec, sizeof spec, "minidb:%s/part-1.gz", dir);
+    CHECK_RC(ferry_dataset_open(&ds, spec), FERRY_EINVAL);
+    CHECK_CONTAINS(ferry_last_errmsg(), "stream");
+    /* a cut-short compressed file: the entries before the cut, then an error naming it */
+    snprintf(cmd, sizeof cmd, "zcat '%s/part-1.gz' | head -c 3000 | gzip > '%s/cut.gz'", dir,
+             test_dir);
+    CHECK_EQ(system(cmd), 0);
+    snprintf(spec, sizeof spec, "minidb:%s/cut.gz", test_dir);
+    ferry_dataset *none;
+    ferry_stream *st;
+    CHECK_OK(ferry_source_open(spec, &none, &st));
+    ferry_stream_iter *it;
+    CHECK_OK(ferry_stream_open(st, 0, 1, 0, &it));
+    ferry_ctx *c;
+    CHECK_OK(ferry_ctx_create(&c, 0, 0));
+    slot x = {0};
+    for (int f = 0; f < ferry_stream_nfields(st); f++)
+        x.data[f] = calloc(1, ferry_field_nbytes(ferry_stream_field(st, f)) + 1);
+    ferry_sample s = {ferry_stream_nfields(st), x.data, x.length, {0}};
+    int rc, good = 0;
+    while ((rc = ferry_stream_next(it, &s, c)) == 0)
+        check_protos_sample(&s, good++);
+    CHECK(rc < 0 && good > 0 && good < 40);
+    CHECK_CONTAINS(ferry_last_errmsg(), "cut.gz: entry");
+    CHECK_CONTAINS(ferry_last_errmsg(), "run past the end of the file");
+    for (int f = 0; f < FERRY_MAX_FIELDS; f++)
+        free(x.data[f]);
+    ferry_ctx_free(c);
+    ferry_stream_close(it);
+    ferry_stream_free(st);
+    test_remove_dir();
+}

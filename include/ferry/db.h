@@ -34,6 +34,7 @@
 #include "core.h"
 
 typedef struct ferry_dataset ferry_dataset; /* ferry/dataset.h */
+typedef struct ferry_stream ferry_stream;   /* ferry/dataset.h */
 
 #ifdef __cplusplus
 extern "C" {
@@ -134,6 +135,20 @@ FERRY_API void ferry_db_dataset_opts_default(ferry_db_dataset_opts *o);
  * [,value=auto|datum|tensorprotos|raw][,max=N][,index_max=BYTES][,verify=0|1]
  * [,shard=K,of=N]. */
 FERRY_API int ferry_dataset_db(ferry_dataset **out, const ferry_db_dataset_opts *o);
+
+/* minidb files as a stream (free with ferry_stream_free): location a file, a
+ * directory (its files, in name order) or a glob, each file plain, gzip or zstd
+ * (found by its first bytes), read front to back with no index, one file a stream
+ * shard, the files in a shuffled order each epoch (from seed). An entry's key and
+ * value are read into memory whole: max_entry bounds them (0 = 64 MiB; a longer
+ * entry is FERRY_EOVERFLOW naming it, and the stream goes on). Fields and values
+ * as above, decided by the first file's first entry (value RAW: "key" up to 1024
+ * bytes). o->backend is NULL or "minidb"; index_max, verify and the shard fields
+ * do not apply (the loader shards streams). As a described source:
+ * "minidb:PATH|DIR|GLOB,stream=1[,seed=S][,max_entry=N]", which a compressed
+ * file, a directory or a glob makes of itself. */
+FERRY_API int ferry_stream_db(ferry_stream **out, const char *location,
+                              const ferry_db_dataset_opts *o, uint64_t max_entry, uint64_t seed);
 
 #ifdef __cplusplus
 }

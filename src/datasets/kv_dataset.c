@@ -9,9 +9,12 @@
 #include "../formats/kv.h"
 #include "../formats/lmdb_env.h"
 #include "../core/guard.h"
+#include "../io/seqread.h"
+#include "shard_stream.h"
 
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 typedef struct kv_ds {
     const ferry__kv_ops *ops;
@@ -169,22 +172,48 @@ cleanup:
     return rc;
 }
 
+static bool any_file(const char *name)
+{
+    return name[0] != '.';
+}
+
+/* Whether a minidb location is read as a stream without being asked: a
+ * directory, a glob, or a compressed file. */
+static bool minidb_streams(const char *location)
+{
+    struct stat st;
+    if (stat(location, &st) != 0)
+        return strpbrk(location, "*?[") != NULL;
+    if (S_ISDIR(st.st_mode))
+        return true;
+    return ferry__shard_files_compressed("minidb", location, any_file, "minidb files",
+                                         FERRY__COMP_AUTO);
+}
+
 /* "minidb:FILE", "leveldb:DIR", "rocksdb:DIR"
- * [,value=auto|datum|tensorprotos|raw][,max=N][,index_max=B][,verify=0|1][,shard=K,of=N] */
+ * [,value=auto|datum|tensorprotos|raw][,max=N][,index_max=B][,verify=0|1][,shard=K,of=N];
+ * minidb also [,stream=1][,seed=S][,max_entry=N] */
 int ferry__kv_open_spec(ferry_dataset **out, ferry_stream **st, ferry__spec *s)
 {
     ferry_db_dataset_opts o;
     ferry_db_dataset_opts_default(&o);
     o.backend = s->kind;
     o.path = s->location;
+    bool minidb = !strcmp(s->kind, "minidb");
     const char *value = ferry__spec_str(s, "value");
-    uint64_t max = 0, index_max = 0, shard = 0, of = 1;
-    int rc, verify = 1;
+    uint64_t max = 0, index_max = 0, shard = 0, of = 1, seed = 0, max_entry = 0;
+    int rc, verify = 1, stream = -1;
     if ((rc = ferry__spec_u64(s, "max", 1, (uint64_t)1 << 30, &max)) < 0 ||
         (rc = ferry__spec_u64(s, "index_max", 1 << 20, UINT64_MAX, &index_max)) < 0 ||
         (rc = ferry__spec_u64(s, "shard", 0, UINT64_MAX - 1, &shard)) < 0 ||
         (rc = ferry__spec_u64(s, "of", 1, UINT64_MAX, &of)) < 0 ||
-        (rc = ferry__spec_bool(s, "verify", &verify)) < 0 || (rc = ferry__spec_check_used(s)) < 0)
+        (rc = ferry__spec_bool(s, "verify", &verify)) < 0)
+        return rc;
+    if (minidb && ((rc = ferry__spec_bool(s, "stream", &stream)) < 0 ||
+                   (rc = ferry__spec_u64(s, "seed", 0, UINT64_MAX, &seed)) < 0 ||
+                   (rc = ferry__spec_u64(s, "max_entry", 16, (uint64_t)1 << 32, &max_entry)) < 0))
+        return rc;
+    if ((rc = ferry__spec_check_used(s)) < 0)
         return rc;
     if (!value || !strcmp(value, "auto"))
         o.value = FERRY_DB_VALUE_AUTO;
@@ -208,5 +237,15 @@ int ferry__kv_open_spec(ferry_dataset **out, ferry_stream **st, ferry__spec *s)
     o.verify = verify;
     o.shard_id = shard;
     o.num_shards = of;
+    if (minidb && stream < 0)
+        stream = minidb_streams(s->location);
+    if (stream > 0 && of > 1)
+        return ferry__err(FERRY_EINVAL, "source minidb: shard= is for map-style reading; a "
+                                        "stream is sharded by the loader (one file a shard)");
+    if (stream > 0)
+        return st ? ferry_stream_db(st, s->location, &o, max_entry, seed)
+                  : ferry__err(FERRY_EINVAL, "source minidb: a directory, a glob or a "
+                                             "compressed file makes a stream; open it with "
+                                             "ferry_source_open");
     return ferry_dataset_db(out, &o);
 }

@@ -83,6 +83,15 @@ const char *ferry__kv_path(const ferry__kv *kv);
  * ("entry 7 (key \"k\")"). */
 int ferry__kv_lib_err(const char *path, const char *lib, const char *what, const char *err);
 
+/* ---- minidb's framing, for the mapped reader and the stream ----
+ * Checks the entry header h of entry i at offset `at`, with `avail` bytes of the
+ * file from h on (fewer than 8: cut short): a key of 1 .. FERRY__MINIDB_KEY_MAX
+ * bytes, a value length that is not negative, both inside avail. FERRY_ECORRUPT
+ * naming path, the entry and its offset. */
+#define FERRY__MINIDB_KEY_MAX ((uint32_t)1 << 20) /* far above any key Caffe2 writes */
+int ferry__minidb_frame(const char *path, const uint8_t *h, uint64_t avail, uint64_t i, uint64_t at,
+                        uint32_t *klen, uint32_t *vlen);
+
 /* Keys in messages: ferry__lmdb_key_repr (lmdb_env.h). */
 
 /* ---- The key index of the library-backed stores ----

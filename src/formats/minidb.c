@@ -13,7 +13,6 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#define KEY_MAX ((uint32_t)1 << 20) /* far above any key Caffe2 writes */
 #define POPULATE_MAX ((size_t)1 << 30)
 
 typedef struct minidb {
@@ -34,31 +33,30 @@ typedef struct ferry__kv_writer {
     ferry__atomic_file f;
 } minidb_writer;
 
-/* Checks the entry at offset `at` of p[0, size) and returns its lengths. */
-static int frame(const char *path, const uint8_t *p, uint64_t size, uint64_t i, uint64_t at,
-                 uint32_t *klen, uint32_t *vlen)
+int ferry__minidb_frame(const char *path, const uint8_t *h, uint64_t avail, uint64_t i, uint64_t at,
+                        uint32_t *klen, uint32_t *vlen)
 {
-    if (size - at < 8)
+    if (avail < 8)
         return ferry__err(FERRY_ECORRUPT,
                           "%s: entry %llu at offset %llu: the file ends %llu bytes into its "
                           "8-byte header (cut short?)",
                           path, (unsigned long long)i, (unsigned long long)at,
-                          (unsigned long long)(size - at));
-    uint32_t k = ferry__load_le32(p + at), v = ferry__load_le32(p + at + 4);
-    if (k == 0 || k > KEY_MAX)
-        return ferry__err(FERRY_ECORRUPT,
-                          "%s: entry %llu at offset %llu: key length %d is outside [1, %u]", path,
-                          (unsigned long long)i, (unsigned long long)at, (int32_t)k, KEY_MAX);
+                          (unsigned long long)avail);
+    uint32_t k = ferry__load_le32(h), v = ferry__load_le32(h + 4);
+    if (k == 0 || k > FERRY__MINIDB_KEY_MAX)
+        return ferry__err(
+            FERRY_ECORRUPT, "%s: entry %llu at offset %llu: key length %d is outside [1, %u]", path,
+            (unsigned long long)i, (unsigned long long)at, (int32_t)k, FERRY__MINIDB_KEY_MAX);
     if (v > INT32_MAX)
         return ferry__err(FERRY_ECORRUPT,
                           "%s: entry %llu at offset %llu: value length %d is negative", path,
                           (unsigned long long)i, (unsigned long long)at, (int32_t)v);
-    if ((uint64_t)k + v > size - at - 8)
+    if ((uint64_t)k + v > avail - 8)
         return ferry__err(FERRY_ECORRUPT,
                           "%s: entry %llu at offset %llu: key and value lengths %u + %u run past "
                           "the end of the file (%llu bytes)",
                           path, (unsigned long long)i, (unsigned long long)at, k, v,
-                          (unsigned long long)size);
+                          (unsigned long long)(at + avail));
     *klen = k;
     *vlen = v;
     return 0;
@@ -72,7 +70,7 @@ __attribute__((noinline)) static int walk(minidb *db, uint64_t index_max)
     int rc;
     while (at < size) {
         uint32_t k = 0, v = 0;
-        if ((rc = frame(db->base.path, p, size, db->n, at, &k, &v)) < 0)
+        if ((rc = ferry__minidb_frame(db->base.path, p + at, size - at, db->n, at, &k, &v)) < 0)
             return rc;
         if (db->n == cap) {
             cap = cap ? 2 * cap : 1024;
@@ -263,11 +261,11 @@ static int mdb_writer_open(ferry__kv_writer **out, const char *path)
 
 static int mdb_put(ferry__kv_writer *w, const void *k, size_t klen, const void *v, size_t vlen)
 {
-    if (klen == 0 || klen > KEY_MAX || vlen > INT32_MAX)
+    if (klen == 0 || klen > FERRY__MINIDB_KEY_MAX || vlen > INT32_MAX)
         return ferry__err(FERRY_EINVAL,
                           "minidb %s: a key of %zu bytes (1..%u) or a value of %zu "
                           "bytes (up to 2^31 - 1)",
-                          w->f.path, klen, KEY_MAX, vlen);
+                          w->f.path, klen, FERRY__MINIDB_KEY_MAX, vlen);
     uint8_t h[8];
     ferry__store_le32(h, (uint32_t)klen);
     ferry__store_le32(h + 4, (uint32_t)vlen);

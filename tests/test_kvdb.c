@@ -12,6 +12,7 @@
 #include "io/io.h"
 
 #include <dirent.h>
+#include <signal.h>
 #include <math.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -834,5 +835,76 @@ TEST(minidb_streams_plain_gzip_and_zstd_files)
     ferry_ctx_free(c);
     ferry_stream_close(it);
     ferry_stream_free(st);
+    test_remove_dir();
+}
+
+/* One write of the minidb writer: 3000 entries added to what is there. */
+static int add_entries(const char *path)
+{
+    ferry_db *db;
+    ferry_db_txn *t;
+    int rc = ferry_db_open(&db, "minidb", path, FERRY_DB_WRITE);
+    if (rc < 0)
+        return rc;
+    if ((rc = ferry_db_begin(db, &t)) == 0) {
+        for (int i = 0; rc == 0 && i < 3000; i++)
+            rc = ferry_db_put(t, "new-key", 7, "0123456789abcdef0123456789abcdef", 32);
+        if (rc == 0)
+            rc = ferry_db_commit(t);
+        else
+            ferry_db_abort(t);
+    }
+    ferry_db_close(db);
+    return rc;
+}
+
+static uint64_t entries_in(const char *path)
+{
+    ferry_db *db;
+    CHECK_OK(ferry_db_open(&db, "minidb", path, FERRY_DB_READ));
+    uint64_t n = ferry_db_count(db);
+    ferry_db_close(db);
+    return n;
+}
+
+/* The minidb writer killed at every fault point (in a forked child): the file is
+ * the old one or the whole new one, and the next write removes what the killed
+ * one left. */
+TEST(minidb_writer_killed_at_every_point)
+{
+    test_make_dir("kvdb");
+    char path[512];
+    test_path("k.minidb", path);
+    ferry__fault_arm(FERRY__FAULT_FAIL, 0);
+    CHECK_OK(add_entries(path));
+    long points = ferry__fault_arm(FERRY__FAULT_OFF, 0);
+    CHECK(points >= 4);
+    int olds = 0, news = 0;
+    for (long at = 1; at <= points; at++) {
+        unlink(path);
+        CHECK_OK(add_entries(path)); /* the old file: 3000 entries */
+        pid_t pid = fork();
+        CHECK(pid >= 0);
+        if (pid == 0) {
+            ferry__fault_arm(FERRY__FAULT_KILL, at);
+            add_entries(path);
+            _exit(3);
+        }
+        int st;
+        CHECK(waitpid(pid, &st, 0) == pid);
+        CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+        uint64_t n = entries_in(path);
+        CHECK(n == 3000 || n == 6000);
+        olds += n == 3000;
+        news += n == 6000;
+        CHECK_OK(add_entries(path));
+        CHECK_U64(entries_in(path), n + 3000);
+        DIR *d = opendir(test_dir);
+        struct dirent *e;
+        while ((e = readdir(d)))
+            CHECK(!strstr(e->d_name, ".tmp."));
+        closedir(d);
+    }
+    CHECK(olds > 0 && news > 0);
     test_remove_dir();
 }

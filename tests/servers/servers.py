@@ -362,15 +362,16 @@ class FaultProxy:
 
 
 def s3_client(endpoint, access_key=ACCESS_KEY, secret_key=SECRET_KEY, region=REGION,
-              session_token=None, retries=1):
-    """A boto3 S3 client for endpoint, path-style, no retries (the tests count them)."""
+              session_token=None, attempts=1):
+    """A boto3 S3 client for endpoint, path-style, with attempts tries per request
+    (1: no retries, the tests count them)."""
     import boto3
     from botocore.config import Config
     return boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=access_key,
                         aws_secret_access_key=secret_key, aws_session_token=session_token,
                         region_name=region,
                         config=Config(s3={"addressing_style": "path"},
-                                      retries={"max_attempts": retries, "mode": "standard"}))
+                                      retries={"total_max_attempts": attempts, "mode": "standard"}))
 
 
 def upload(client, bucket, local, prefix=""):

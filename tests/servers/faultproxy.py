@@ -42,8 +42,9 @@ Control endpoint (its own port; JSON in and out):
   GET  /counters          {"requests", "forwarded", "injected": {kind: n},
                            "not_found", "etag_changed", "upstream_errors",
                            "listeners": {name: {"requests", "injected"}}}
-  GET  /log               the last 10000 requests: listener, method, target,
-                          range, fault (or null), status
+  GET  /log               the last 10000 requests in the order they came:
+                          listener, method, target, range, fault (or null),
+                          status (null until the response has begun)
 
 Run:  faultproxy.py --upstream s3=http://127.0.0.1:9000 --upstream http=http://... \
         [--config JSON] [--host 127.0.0.1]
@@ -171,42 +172,51 @@ class State:
             return json.loads(json.dumps(self.counters))
 
     def decide(self, listener, method, target, rng):
-        """Returns (fault or None, etag change rule in force or None)."""
+        """Returns (fault or None, etag change rule in force or None, log entry). The
+        entry is logged here, in the order of decisions, and completed later."""
         with self.lock:
-            cfg = self.cfg
-            c = self.counters
-            c["requests"] += 1
-            per = c["listeners"].setdefault(listener, {"requests": 0, "injected": 0})
-            per["requests"] += 1
-            path = target.split("?", 1)[0]
-            if any(re.search(p, path) for p in cfg["not_found"]):
-                c["not_found"] += 1
-                return "not_found", None
-            changed = None
-            for rule in cfg["etag_change"]:
-                if re.search(rule["match"], path):
-                    self.seen[(listener, path)] += 1
-                    if self.seen[(listener, path)] > rule["after"]:
-                        changed = rule
-                    break
-            if method not in cfg["methods"] or (cfg["match"] and
-                                                not re.search(cfg["match"], target)):
-                return None, changed
-            key = (listener, method, target, rng or "")
-            n = self.attempts[key]
-            self.attempts[key] = n + 1
-            if self.consecutive[key] >= cfg["max_consecutive"]:
-                self.consecutive[key] = 0
-                return None, changed
-            u = uniform(cfg["seed"], listener, method, target, rng or "", n)
-            acc = 0.0
-            for kind in KINDS:
-                acc += cfg["faults"].get(kind, 0)
-                if u < acc:
-                    self.consecutive[key] += 1
-                    return kind, changed
+            entry = {"listener": listener, "method": method, "target": target, "range": rng,
+                     "fault": None, "status": None}
+            self.log.append(entry)
+            fault, changed = self._decide(listener, method, target, rng)
+            entry["fault"] = fault
+            return fault, changed, entry
+
+    def _decide(self, listener, method, target, rng):
+        cfg = self.cfg
+        c = self.counters
+        c["requests"] += 1
+        per = c["listeners"].setdefault(listener, {"requests": 0, "injected": 0})
+        per["requests"] += 1
+        path = target.split("?", 1)[0]
+        if any(re.search(p, path) for p in cfg["not_found"]):
+            c["not_found"] += 1
+            return "not_found", None
+        changed = None
+        for rule in cfg["etag_change"]:
+            if re.search(rule["match"], path):
+                self.seen[(listener, path)] += 1
+                if self.seen[(listener, path)] > rule["after"]:
+                    changed = rule
+                break
+        if method not in cfg["methods"] or (cfg["match"] and
+                                            not re.search(cfg["match"], target)):
+            return None, changed
+        key = (listener, method, target, rng or "")
+        n = self.attempts[key]
+        self.attempts[key] = n + 1
+        if self.consecutive[key] >= cfg["max_consecutive"]:
             self.consecutive[key] = 0
             return None, changed
+        u = uniform(cfg["seed"], listener, method, target, rng or "", n)
+        acc = 0.0
+        for kind in KINDS:
+            acc += cfg["faults"].get(kind, 0)
+            if u < acc:
+                self.consecutive[key] += 1
+                return kind, changed
+        self.consecutive[key] = 0
+        return None, changed
 
     def count(self, listener, kind):
         with self.lock:
@@ -215,10 +225,6 @@ class State:
                 self.counters["listeners"][listener]["injected"] += 1
             else:
                 self.counters[kind] += 1
-
-    def record(self, entry):
-        with self.lock:
-            self.log.append(entry)
 
 
 def changed_etag(etag, seed):
@@ -287,15 +293,11 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
         except (OSError, ValueError):
             self.close_connection = True
             return
-        fault, changed = state.decide(srv.name, self.command, target, rng)
-        entry = {"listener": srv.name, "method": self.command, "target": target, "range": rng,
-                 "fault": fault, "status": None}
+        fault, changed, entry = state.decide(srv.name, self.command, target, rng)
         try:
             self._proxy(srv, state, target, body, fault, changed, entry)
         except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
             self.close_connection = True
-        finally:
-            state.record(entry)
 
     def _proxy(self, srv, state, target, body, fault, changed, entry):
         path = urllib.parse.unquote(target.split("?", 1)[0])

@@ -131,7 +131,11 @@ def _read_line(proc, what, timeout=START_TIMEOUT):
             break
     if b"\n" not in buf:
         err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-        raise ServerError("%s exited (%s) before it listened: %s" % (what, proc.poll(),
+        try:
+            rc = proc.wait(5)
+        except subprocess.TimeoutExpired:
+            rc = "still running"
+        raise ServerError("%s exited (%s) before it listened: %s" % (what, rc,
                                                                      err.strip()[-2000:]))
     return buf.split(b"\n", 1)[0].decode()
 

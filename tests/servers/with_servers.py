@@ -82,6 +82,9 @@ def main(argv):
     except servers.ServerError as e:
         print("with_servers.py: %s" % e, file=sys.stderr)
         rc = 1
+    except OSError as e:  # CMD cannot be run
+        print("with_servers.py: %s: %s" % (cmd[0], e), file=sys.stderr)
+        rc = 127
     finally:
         srv.stop()
         for s, h in old.items():

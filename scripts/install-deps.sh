@@ -16,10 +16,6 @@ pkgs=(build-essential cmake pkg-config python3 python3-pil python3-numpy libzstd
 pkgs+=(zlib1g-dev libisal-dev zstd)
 # lmdb-utils and python3-lmdb: the LMDB reader is compared with mdb_dump and py-lmdb
 pkgs+=(lmdb-utils python3-lmdb)
-# remote reading: libcurl is the transport; the tests start nginx (http and https with
-# a certificate openssl makes), s3rver (nodejs, npm packages pinned in
-# tests/servers/package-lock.json) and a fault proxy, and upload with boto3
-pkgs+=(libcurl4-openssl-dev nginx-light openssl nodejs python3-boto3 python3-botocore)
 if [ "${1:-}" = fuzz ]; then
   pkgs+=(clang libclang-rt-14-dev)
 fi
@@ -33,6 +29,11 @@ if [ "${1:-}" = bench ]; then
   pkgs+=(libdeflate-dev)  # formats_vs.py measures it beside zlib
 fi
 
+# remote reading: libcurl is the transport; its tests start nginx (http and https with
+# a certificate openssl makes), s3rver (nodejs, npm packages pinned in
+# tests/servers/package-lock.json) and a fault proxy, and upload with boto3
+pkgs+=(libcurl4-openssl-dev nginx-light openssl nodejs python3-boto3 python3-botocore)
+
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -45,8 +46,8 @@ command -v npm >/dev/null 2>&1 || missing+=(npm)
 # last); without it those tests skip, saying so
 servers="$(cd "$(dirname "$0")/.." && pwd)/tests/servers"
 npm_servers() {
-  local done="$servers/node_modules/.package-lock.json"
-  if { [ ! -f "$done" ] || [ "$servers/package-lock.json" -nt "$done" ]; } &&
+  local stamp="$servers/node_modules/.package-lock.json"
+  if { [ ! -f "$stamp" ] || [ "$servers/package-lock.json" -nt "$stamp" ]; } &&
      command -v npm >/dev/null 2>&1; then
     echo "installing the test servers' npm packages (npm ci in tests/servers)" >&2
     npm ci --prefix "$servers" --no-audit --no-fund --loglevel=error >/dev/null ||

@@ -548,8 +548,7 @@ def main(argv=None):
     print(json.dumps({"control": control, "listen": ports}), flush=True)
     while not stop.wait(3600):
         pass
-    for s in servers:
-        s.shutdown()
+    for s in servers:  # the threads serving them are daemons: they end with the process
         s.server_close()
     return 0
 

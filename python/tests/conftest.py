@@ -83,3 +83,10 @@ def proxy(servers):
     servers.proxy.reset()
     yield servers.proxy
     servers.proxy.reset()
+
+
+@pytest.fixture
+def s3_prefix(request):
+    """A key prefix of this test's own in the shared bucket ("t/<test name>/")."""
+    import re
+    return "t/%s/" % re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)

@@ -381,6 +381,22 @@ def test_proxy_etag_change(servers, files, proxy):
     assert proxy.counters()["etag_changed"] == 5
 
 
+def test_proxy_etag_change_with_new_bytes(servers, files, proxy):
+    proxy.configure(etag_change=[{"match": r"/h/big\.bin$", "after": 1, "bytes": True}])
+    c = servers.client(endpoint=proxy.url("s3"))
+    big = files["big.bin"]
+    flipped = bytes(b ^ 0x5A for b in big)
+    r = c.get_object(Bucket=BUCKET, Key="h/big.bin", Range="bytes=0-99")
+    old = r["ETag"]
+    assert r["Body"].read() == big[:100]
+    r = c.get_object(Bucket=BUCKET, Key="h/big.bin", Range="bytes=1000-1999")
+    assert r["ETag"] != old and r["Body"].read() == flipped[1000:2000]
+    r = c.get_object(Bucket=BUCKET, Key="h/big.bin")
+    assert r["ContentLength"] == len(big) and r["Body"].read() == flipped
+    with pytest.raises(ValueError, match="unknown fields"):
+        proxy.configure(etag_change=[{"match": "x", "byte": True}])
+
+
 def test_proxy_signed_requests_verify_through_it(servers, files, proxy):
     c = servers.client(endpoint=proxy.url("s3"))
     assert c.get_object(Bucket=BUCKET, Key="h/big.bin", Range="bytes=7-70")["Body"].read() == \

@@ -22,7 +22,8 @@ a row for one such key the next request goes through, so a client that retries
 always finishes. A key pattern can answer 404 NoSuchKey for good (not_found), and
 an object can "change" after a number of requests (etag_change: its ETag and
 Last-Modified become new ones, and conditional requests see it so: If-Match with
-the old ETag gets 412, If-Range with the old ETag gets the whole object).
+the old ETag gets 412, If-Range with the old ETag gets the whole object; with
+"bytes": true its bytes change too, each XOR 0x5A, the size staying).
 
 Configuration (JSON), all fields optional:
   {"seed": 0,
@@ -32,7 +33,7 @@ Configuration (JSON), all fields optional:
    "methods": ["GET", "HEAD"],     methods that may be faulted
    "match": null,                  regex: only targets it finds may be faulted
    "not_found": ["regex", ...],    targets answered 404 NoSuchKey, always
-   "etag_change": [{"match": "regex", "after": 1}, ...]}
+   "etag_change": [{"match": "regex", "after": 1, "bytes": false}, ...]}
 
 Control endpoint (its own port; JSON in and out):
   GET  /config            the configuration in force
@@ -94,6 +95,7 @@ HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authenticat
               "proxy-authorization", "te", "trailer", "trailers", "transfer-encoding", "upgrade",
               "expect"}
 LOG_LIMIT = 10000
+FLIP = bytes(b ^ 0x5A for b in range(256))
 CHUNK = 256 * 1024
 
 
@@ -127,6 +129,9 @@ def check_config(cfg):
             raise ValueError("etag_change entries are {\"match\": regex, \"after\": n}")
         re.compile(rule["match"])
         rule.setdefault("after", 0)
+        unknown = set(rule) - {"match", "after", "bytes"}
+        if unknown:
+            raise ValueError("etag_change: unknown fields %s" % ", ".join(sorted(unknown)))
     return out
 
 
@@ -417,6 +422,8 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
             src = iter([data])
         else:
             src = iter(lambda: resp.read(CHUNK), b"")
+        if changed is not None and changed.get("bytes") and etag and resp.status in (200, 206):
+            src = (c.translate(FLIP) for c in src)  # the new version's bytes
         stalled = False
         for chunk in src:
             if fault in BODY_FAULTS and not stalled and sent + len(chunk) >= cut:

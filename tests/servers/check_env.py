@@ -14,7 +14,8 @@ e = os.environ
 for v in ("FERRY_TEST_HTTP_URL", "FERRY_TEST_HTTPS_URL", "FERRY_TEST_CA_FILE", "FERRY_TEST_FILES",
           "FERRY_TEST_S3_ENDPOINT", "FERRY_TEST_S3_BUCKET", "FERRY_TEST_S3_ACCESS_KEY",
           "FERRY_TEST_S3_SECRET_KEY", "FERRY_TEST_S3_REGION", "FERRY_TEST_PROXY_HTTP_URL",
-          "FERRY_TEST_PROXY_S3_ENDPOINT", "FERRY_TEST_PROXY_CONTROL", "FERRY_TEST_SERVERS"):
+          "FERRY_TEST_PROXY_S3_ENDPOINT", "FERRY_TEST_PROXY_CONTROL", "FERRY_TEST_SERVERS",
+          "FERRY_TEST_SERVERS_PYTHON"):
     assert e.get(v), "%s is not set" % v
 
 data = os.urandom(100000)
@@ -29,7 +30,8 @@ for base in (e["FERRY_TEST_HTTP_URL"], e["FERRY_TEST_HTTPS_URL"], e["FERRY_TEST_
 with tempfile.TemporaryDirectory() as d:
     with open(os.path.join(d, "o.bin"), "wb") as f:
         f.write(data)
-    out = subprocess.run([sys.executable, os.path.join(e["FERRY_TEST_SERVERS"], "servers.py"),
+    out = subprocess.run([e["FERRY_TEST_SERVERS_PYTHON"],
+                          os.path.join(e["FERRY_TEST_SERVERS"], "servers.py"),
                           "upload", d, "check/"], check=True, capture_output=True, text=True)
     assert out.stdout.split() == ["check/o.bin"], out.stdout
 sys.path.insert(0, HERE)

@@ -9,7 +9,8 @@ bucket) and the fault proxy (faultproxy.py) in front of both.
         s.proxy.configure(faults={"slowdown": 0.2}, seed=1)
         s.proxy.counters()
 
-Every process is a child of this one (and told to die with it), listens on
+Every process is a child of this one (and told to die with it: with the thread
+that started it, so start them from one that outlives them), listens on
 127.0.0.1 only, and lives in a temporary directory removed at stop. missing()
 says which servers cannot run here. Standard library only, plus boto3 for
 upload() and client().
@@ -460,7 +461,7 @@ class Servers:
 
     def env(self):
         """The FERRY_TEST_* variables for a command that uses these servers."""
-        e = {"FERRY_TEST_SERVERS": HERE}
+        e = {"FERRY_TEST_SERVERS": HERE, "FERRY_TEST_SERVERS_PYTHON": sys.executable}
         if self.nginx:
             e.update(FERRY_TEST_HTTP_URL=self.nginx.http_url,
                      FERRY_TEST_HTTPS_URL=self.nginx.https_url,

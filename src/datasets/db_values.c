@@ -158,11 +158,11 @@ int ferry__db_values_init(ferry__db_values *vs, int mode, uint64_t max_len, uint
                           "take the fields from)",
                           mode == FERRY_DB_VALUE_DATUM ? "datum" : "tensorprotos");
     vs->mode = FERRY_DB_VALUE_RAW;
-    if (!max_len && largest)
-        vs->max_len = largest;
-    if (largest > vs->max_len && max_len == 0 && largest > MAX_MAX_LEN)
+    if (!max_len && largest > MAX_MAX_LEN)
         return ferry__err(FERRY_EOVERFLOW, "a value of %llu bytes is over 2^30",
                           (unsigned long long)largest);
+    if (!max_len && largest) /* the bound is the batch slot's size: the largest value */
+        vs->max_len = largest;
     int64_t kshape[1] = {max_klen ? (int64_t)max_klen : 1};
     int64_t vshape[1] = {(int64_t)vs->max_len};
     add_field(vs, "key", FERRY_U8, 1, kshape, 1);

@@ -912,3 +912,22 @@ TEST(minidb_writer_killed_at_every_point)
     CHECK(olds > 0 && news > 0);
     test_remove_dir();
 }
+
+/* A build without librocksdb says so, for the source and the backend. */
+TEST(rocksdb_without_the_library_says_so)
+{
+#ifdef FERRY_HAVE_ROCKSDB
+    SKIP("this build has RocksDB");
+#else
+    ferry_dataset *ds;
+    CHECK_RC(ferry_dataset_open(&ds, "rocksdb:/nonexistent/db"), FERRY_ENOTSUP);
+    CHECK_CONTAINS(ferry_last_errmsg(), "this build of ferry has no RocksDB");
+    ferry_db *db;
+    CHECK_RC(ferry_db_open(&db, "rocksdb", "/nonexistent/db", FERRY_DB_READ), FERRY_ENOTSUP);
+    CHECK_OK(ferry_db_open(&db, "rocksdb", "/nonexistent/db", FERRY_DB_WRITE));
+    ferry_db_txn *t;
+    CHECK_RC(ferry_db_begin(db, &t), FERRY_ENOTSUP);
+    CHECK_CONTAINS(ferry_last_errmsg(), "install librocksdb-dev and rebuild");
+    ferry_db_close(db);
+#endif
+}

@@ -334,6 +334,10 @@ static uint64_t rdb_count(const ferry__kv *kv)
 {
     return 0;
 }
+static size_t rdb_longest_key(const ferry__kv *kv)
+{
+    return 0;
+}
 static void rdb_key(const ferry__kv *kv, uint64_t i, const uint8_t **k, size_t *klen) {}
 static int rdb_get(const ferry__kv *kv, uint64_t i, ferry__kv_fn *fn, void *arg)
 {

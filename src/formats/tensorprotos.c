@@ -123,7 +123,8 @@ static int walk_proto(const char *what, const uint8_t *p, size_t start, size_t e
                       ferry_tensor_proto *t, sink *s, unsigned vf)
 {
     uint64_t counts[11] = {0};
-    size_t pos = start, strings = 0;
+    size_t pos = start, strings = 0, nbytes = 0, first_len = 0;
+    const uint8_t *bytes = NULL, *first = NULL; /* byte_data; the first string */
     int rc;
     if (!s) {
         memset(t, 0, sizeof *t);
@@ -165,8 +166,8 @@ static int walk_proto(const char *what, const uint8_t *p, size_t start, size_t e
             t->name = (const char *)body;
             t->name_len = len;
         } else if (f == F_BYTES) {
-            t->bytes = body; /* the last one wins, as in protobuf */
-            t->nbytes = len;
+            bytes = body; /* the last one wins, as in protobuf */
+            nbytes = len;
             if (s) { /* only the last: the sink starts over */
                 s->got = 0;
                 for (size_t k = 0; k < len; k++)
@@ -174,8 +175,8 @@ static int walk_proto(const char *what, const uint8_t *p, size_t start, size_t e
             }
         } else if (f == F_STRING) {
             if (strings++ == 0) {
-                t->bytes = body;
-                t->nbytes = len;
+                first = body;
+                first_len = len;
             }
         } else if (f == F_FLOAT || f == F_DOUBLE) {
             size_t w = f == F_FLOAT ? 4 : 8;
@@ -227,16 +228,16 @@ static int walk_proto(const char *what, const uint8_t *p, size_t start, size_t e
     if (s)
         return 0;
     unsigned which = values_field(t->data_type);
+    t->bytes = which == F_BYTES ? bytes : which == F_STRING ? first : NULL;
+    t->nbytes = which == F_BYTES ? nbytes : which == F_STRING ? first_len : 0;
     if (which == F_STRING)
         t->count = strings;
     else if (which == F_BYTES)
-        t->count = t->nbytes;
+        t->count = nbytes;
     else if (which)
         t->count = counts[which];
     else
         t->count = 0;
-    if (which != F_BYTES && which != F_STRING)
-        t->bytes = NULL, t->nbytes = 0;
     if (t->ndim > 0) {
         uint64_t prod = 1;
         bool over = false;

@@ -199,8 +199,8 @@ TEST(plan_eval_box)
     CHECK(plan.decode.x < plan.x0 && plan.decode.x + plan.decode.w > plan.x1);
 }
 
-static void check_eval(const char *path, uint32_t size, uint32_t resize_to, ferry_filter f,
-                       int p99_allowed, double mean_allowed)
+static void check_eval_opts(const char *path, uint32_t size, uint32_t resize_to, ferry_filter f,
+                            int fast, int p99_allowed, double mean_allowed)
 {
     size_t n;
     unsigned char *buf = test_read_file(path, &n);
@@ -208,6 +208,7 @@ static void check_eval(const char *path, uint32_t size, uint32_t resize_to, ferr
     ferry_image_pipeline p;
     plain(&p, FERRY_PIPELINE_EVAL, size, resize_to);
     p.filter = f;
+    p.fast = fast;
     ferry_ctx *ctx;
     CHECK_OK(ferry_ctx_create(&ctx, 0, 0));
     unsigned char *got = run(&p, buf, n, 0, ctx);
@@ -229,11 +230,7 @@ static void check_eval(const char *path, uint32_t size, uint32_t resize_to, ferr
         memcpy(want + (size_t)y * size * 3, all + ((size_t)(top + y) * nw + left) * 3,
                (size_t)size * 3);
     diff d = compare(got, want, (size_t)size * size * 3);
-    /* equal up to the rounding of the first pass: resizing a box of the image
-     * is not resizing it all and cropping, even in Pillow itself (the same two
-     * ways differ there by up to 2 on this kind of data), because the first pass
-     * rounds to 8 bits at different places */
-    if (d.p99 > p99_allowed || d.mean > mean_allowed || (p99_allowed <= 1 && d.max > 2))
+    if (d.p99 > p99_allowed || d.mean > mean_allowed || (p99_allowed == 0 && d.max > 0))
         test_fail(__FILE__, __LINE__, "%s eval %u/%u: max diff %d, 99%% within %d, mean %.3f", path,
                   size, resize_to, d.max, d.p99, d.mean);
     printf("%s eval %u/%u: max diff %d, 99%% within %d, mean %.3f\n", path, size, resize_to, d.max,
@@ -246,9 +243,15 @@ static void check_eval(const char *path, uint32_t size, uint32_t resize_to, ferr
     ferry_ctx_free(ctx);
 }
 
-/* Without DCT reduction eval agrees within 2 (nearly all equal); the region
- * decoded includes the
- * filter's reach, so even the crop's border pixels agree. */
+static void check_eval(const char *path, uint32_t size, uint32_t resize_to, ferry_filter f,
+                       int p99_allowed, double mean_allowed)
+{
+    check_eval_opts(path, size, resize_to, f, 0, p99_allowed, mean_allowed);
+}
+
+/* By default eval is the window of the whole image's resize: equal, byte for
+ * byte, for boxes of any size (the region decoded includes the filter's reach,
+ * so even the crop's border pixels agree). */
 TEST(eval_equals_resize_then_crop)
 {
     test_need_shared(JPEG_DIR);
@@ -262,33 +265,37 @@ TEST(eval_equals_resize_then_crop)
          * resize is over half the shorter side */
         uint32_t shorter = info.width < info.height ? info.width : info.height;
         uint32_t r = shorter / 2 + 1 > 28 ? shorter / 2 + 1 : 28;
-        check_eval(photos[i], r * 6 / 7, r, FERRY_FILTER_BILINEAR, 1, 0.2);
-        check_eval(photos[i], r * 6 / 7, r, FERRY_FILTER_BICUBIC, 1, 0.2);
-        check_eval(photos[i], r, r, FERRY_FILTER_BILINEAR, 1, 0.2);
-        check_eval(photos[i], 200, 230, FERRY_FILTER_BILINEAR, 1, 0.2); /* enlarging */
+        check_eval(photos[i], r * 6 / 7, r, FERRY_FILTER_BILINEAR, 0, 0);
+        check_eval(photos[i], r * 6 / 7, r, FERRY_FILTER_BICUBIC, 0, 0);
+        check_eval(photos[i], r, r, FERRY_FILTER_BILINEAR, 0, 0);
+        check_eval(photos[i], 200, 230, FERRY_FILTER_BILINEAR, 0, 0); /* enlarging */
+        /* boxes far over twice the output: still exact without fast */
+        check_eval(photos[i], 16, 18, FERRY_FILTER_BILINEAR, 0, 0);
+        check_eval(photos[i], 30, 40, FERRY_FILTER_BICUBIC, 0, 0);
     }
 }
 
-/* A box at least twice the output is reduced in the DCT domain: close, not equal. */
+/* With fast, a box at least twice the output is reduced in the DCT domain: close,
+ * not equal. */
 TEST(eval_dct_reduced_within_tolerance)
 {
     test_need_shared(JPEG_DIR);
     /* 227x149 to 32: the box is about 133 pixels, 4x the output: 1/4 */
-    check_eval(JPEG_DIR "/valid/ljt_testorig.jpg", 32, 36, FERRY_FILTER_BILINEAR, 24, 3.0);
-    check_eval(JPEG_DIR "/valid/pillow_hopper.jpg", 16, 18, FERRY_FILTER_BILINEAR, 24, 3.0);
-    check_eval(JPEG_DIR "/valid/pillow_pil_sample_rgb.jpg", 40, 44, FERRY_FILTER_BILINEAR, 24, 3.0);
+    check_eval_opts(JPEG_DIR "/valid/ljt_testorig.jpg", 32, 36, FERRY_FILTER_BILINEAR, 1, 24, 3.0);
+    check_eval_opts(JPEG_DIR "/valid/pillow_hopper.jpg", 16, 18, FERRY_FILTER_BILINEAR, 1, 24, 3.0);
+    check_eval_opts(JPEG_DIR "/valid/pillow_pil_sample_rgb.jpg", 40, 44, FERRY_FILTER_BILINEAR, 1,
+                    24, 3.0);
 }
 
 /* Train: crop, resize the crop alone, flip. */
-static diff train_vs_reference_opts(const char *path, uint32_t size, uint64_t index,
-                                    int no_dct_reduce)
+static diff train_vs_reference_opts(const char *path, uint32_t size, uint64_t index, int fast)
 {
     size_t n;
     unsigned char *buf = test_read_file(path, &n);
     image im = decode_all(buf, n);
     ferry_image_pipeline p;
     plain(&p, FERRY_PIPELINE_TRAIN, size, size);
-    p.no_dct_reduce = no_dct_reduce;
+    p.fast = fast;
     ferry_ctx *ctx;
     CHECK_OK(ferry_ctx_create(&ctx, 11, 2));
     unsigned char *got = run(&p, buf, n, index, ctx);
@@ -321,7 +328,7 @@ static diff train_vs_reference_opts(const char *path, uint32_t size, uint64_t in
 
 static diff train_vs_reference(const char *path, uint32_t size, uint64_t index)
 {
-    return train_vs_reference_opts(path, size, index, 0);
+    return train_vs_reference_opts(path, size, index, 1);
 }
 
 TEST(train_equals_crop_then_resize)
@@ -711,31 +718,41 @@ TEST(cli_pack_and_bench_images)
 }
 #endif
 
-TEST(dct_reduction_can_be_turned_off)
+/* Exact by default, DCT reduction only with fast=1 (dct_reduce=1 is its older
+ * name). */
+TEST(fast_is_opt_in)
 {
     test_need_shared(JPEG_DIR);
-    /* boxes far over twice the output: reduced by default, exact without it */
+    /* boxes far over twice the output: exact by default, reduced with fast */
     int reduced_differs = 0;
     for (uint64_t k = 0; k < 20; k++) {
-        diff exact = train_vs_reference_opts(JPEG_DIR "/valid/ljt_testorig.jpg", 16, k, 1);
+        diff exact = train_vs_reference_opts(JPEG_DIR "/valid/ljt_testorig.jpg", 16, k, 0);
         if (exact.max != 0)
-            test_fail(__FILE__, __LINE__, "sample %llu without DCT reduction: max diff %d",
+            test_fail(__FILE__, __LINE__, "sample %llu without fast: max diff %d",
                       (unsigned long long)k, exact.max);
         reduced_differs +=
-            train_vs_reference_opts(JPEG_DIR "/valid/ljt_testorig.jpg", 16, k, 0).max > 0;
+            train_vs_reference_opts(JPEG_DIR "/valid/ljt_testorig.jpg", 16, k, 1).max > 0;
     }
     CHECK(reduced_differs > 0); /* the setting is what made the difference */
-    /* the source key */
+    /* the source keys */
+    const char *good[] = {"fast=0", "fast=1", "dct_reduce=0", "dct_reduce=1",
+                          "fast=1,dct_reduce=1"};
     char spec[600];
     ferry_dataset *ds;
-    snprintf(spec, sizeof spec, "images:%s,dct_reduce=0", JPEG_DIR);
-    CHECK_OK(ferry_dataset_open(&ds, spec));
-    ferry_dataset_free(ds);
-    snprintf(spec, sizeof spec, "images:%s,dct_reduce=maybe", JPEG_DIR);
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+        snprintf(spec, sizeof spec, "images:%s,%s", JPEG_DIR, good[i]);
+        CHECK_OK(ferry_dataset_open(&ds, spec));
+        ferry_dataset_free(ds);
+    }
+    snprintf(spec, sizeof spec, "images:%s,fast=maybe", JPEG_DIR);
     CHECK_RC(ferry_dataset_open(&ds, spec), FERRY_EINVAL);
-    CHECK_CONTAINS(ferry_last_errmsg(), "dct_reduce=\"maybe\" is not 0 or 1");
+    CHECK_CONTAINS(ferry_last_errmsg(), "fast=\"maybe\" is not 0 or 1");
+    snprintf(spec, sizeof spec, "images:%s,fast=1,dct_reduce=0", JPEG_DIR);
+    CHECK_RC(ferry_dataset_open(&ds, spec), FERRY_EINVAL);
+    CHECK_CONTAINS(ferry_last_errmsg(), "disagree");
     ferry_image_pipeline p;
     ferry_image_pipeline_default(&p, FERRY_PIPELINE_TRAIN);
-    p.no_dct_reduce = 2;
+    CHECK(p.fast == 0);
+    p.fast = 2;
     CHECK_RC(ferry_image_pipeline_check(&p), FERRY_EINVAL);
 }

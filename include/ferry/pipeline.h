@@ -11,8 +11,9 @@
  *          through: what `ferry pack` stores)
  * The crop box is chosen from the image header alone, and only what it keeps is
  * decoded (ferry_image_decode_region: rows above it skipped, columns outside it
- * not transformed, decoding stopped after its last row, DCT-domain reduction when
- * it is at least twice the output size). The box is then resampled to the output
+ * not transformed, decoding stopped after its last row; with fast set, DCT-domain
+ * reduction when it is at least twice the output size). The box is then resampled
+ * to the output
  * size with ferry_resize (Pillow's algorithm), and ferry_pixels_finish flips,
  * jitters, normalises and writes the tensor.
  *
@@ -24,14 +25,15 @@
  * round(sqrt(area / ratio)), accepted when it fits, at a uniform position; else a
  * centre crop of the whole image clamped to the ratio range.
  *
- * Agreement with torchvision (Pillow backend) for the same crop box, without DCT
- * reduction: train's uint8 image before normalisation is equal (the same libjpeg
- * decode, the same resampling of the cut-out box). Eval resamples the region of
- * the original image that Resize then CenterCrop keep, with the pixels around it
- * that the filter reaches; that agrees with resizing the whole image and cropping
- * within 2 levels (Pillow's own two ways differ as much: the first pass rounds
- * at different places). With DCT reduction: within the tolerance given in
- * docs/images.md; no_dct_reduce (dct_reduce=0 in a source) turns it off.
+ * Agreement with torchvision (Pillow backend) for the same crop box, by default
+ * (fast = 0): train's uint8 image before normalisation is equal (the same libjpeg
+ * decode, the same resampling of the cut-out box). Eval computes only the output
+ * window of a resize of the whole image (the horizontal pass on the rows and
+ * columns the window needs, with the whole resize's filter taps), from the
+ * decoded region the filter reaches: with bilinear and bicubic it is equal to
+ * Resize then CenterCrop, byte for byte; with nearest, within a pixel's
+ * position. With fast set (DCT reduction): within the tolerance given in
+ * docs/images.md.
  */
 #ifndef FERRY_PIPELINE_H
 #define FERRY_PIPELINE_H
@@ -71,11 +73,14 @@ typedef struct ferry_image_pipeline {
     int layout;          /* FERRY_LAYOUT_CHW (default) or FERRY_LAYOUT_HWC */
     int lenient;         /* decode truncated JPEGs as far as they go */
     uint64_t max_pixels; /* refuse larger images; 0 = the decoder's default */
-    int no_dct_reduce;   /* 1: never decode a JPEG at a reduced scale: the pixels agree with
-                          * torchvision's (Pillow decodes at full size) at the cost of a full
-                          * IDCT of the box; 0 (default): reduce a box at least twice the
-                          * output (docs/images.md: up to several levels off, much faster
-                          * for large images). Source key dct_reduce=0 sets it. */
+    int fast;            /* 0 (default): decode every JPEG box at full resolution, so the
+                          * pixels are torchvision's (Pillow decodes at full size; eval is
+                          * computed as Resize then CenterCrop of the whole image, equal to
+                          * it for bilinear and bicubic). 1: decode a box at least twice
+                          * the output in both directions at 1/2, 1/4 or 1/8 scale with
+                          * libjpeg's reduced IDCT (docs/images.md: the PSNR against the
+                          * exact path; much faster for large images). Source key fast=1
+                          * (dct_reduce=1 is the same). */
 } ferry_image_pipeline;
 
 /* The standard settings of a mode: 224 x 224 output, eval resize 256, train scale

@@ -275,7 +275,7 @@ int ferry__images_spec(ferry__spec *s, int is_images, ferry_image_pipeline *p, c
     ferry_image_pipeline_default(p, (ferry_pipeline_mode)mode);
     double v[3];
     int got, filter = p->filter, layout = p->layout, dt = 0, grey = 0, lenient = 0, norm = 1;
-    int reduce = 1;
+    int fast = 0, reduce = 0; /* dct_reduce=1 is fast=1's older name */
     if ((rc = spec_nums(s, "size", 'x', 2, v, &got)) < 0)
         return rc;
     if (got) {
@@ -321,6 +321,7 @@ int ferry__images_spec(ferry__spec *s, int is_images, ferry_image_pipeline *p, c
         (rc = ferry__spec_bool(s, "grey", &grey)) < 0 ||
         (rc = ferry__spec_bool(s, "lenient", &lenient)) < 0 ||
         (rc = ferry__spec_bool(s, "normalize", &norm)) < 0 ||
+        (rc = ferry__spec_bool(s, "fast", &fast)) < 0 ||
         (rc = ferry__spec_bool(s, "dct_reduce", &reduce)) < 0 ||
         (rc = ferry__spec_u64(s, "max_pixels", 1, UINT64_MAX, &p->max_pixels)) < 0)
         return rc;
@@ -340,7 +341,12 @@ int ferry__images_spec(ferry__spec *s, int is_images, ferry_image_pipeline *p, c
     p->grey = grey;
     p->lenient = lenient;
     p->normalize = norm;
-    p->no_dct_reduce = !reduce;
+    if (ferry__spec_str(s, "fast") && ferry__spec_str(s, "dct_reduce") && fast != reduce)
+        return ferry__err(FERRY_EINVAL,
+                          "source %s: fast= and dct_reduce= disagree (they are "
+                          "one setting: fast=1 reduces in the DCT domain)",
+                          s->kind);
+    p->fast = fast || reduce;
     *field = ferry__spec_str(s, "image_field");
     return ferry_image_pipeline_check(p);
 }

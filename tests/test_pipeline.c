@@ -716,6 +716,102 @@ TEST(cli_pack_and_bench_images)
     CHECK(system(cmd) != 0);
     test_remove_dir();
 }
+
+/* ferry pack --max-side: images over N on their longer side are stored as a JPEG
+ * of the whole image resized to N (the resize tested equal to Pillow's), the
+ * others as they are; labels and paths kept. */
+TEST(cli_pack_max_side)
+{
+    make_folder(0);
+    char cmd[2048], out[512], spec[1024];
+    ferry_dataset *ds, *folder; /* listed before the shards' directory is made in it */
+    snprintf(spec, sizeof spec, "images:%s,pipeline=none", test_dir);
+    CHECK_OK(ferry_dataset_open(&folder, spec));
+    test_path("packed", out);
+    snprintf(cmd, sizeof cmd,
+             "%s pack images:%s %s --max-side 100 --quality 95 --no-progress >/dev/null 2>&1",
+             FERRY_CLI, test_dir, out);
+    CHECK(system(cmd) == 0);
+    snprintf(spec, sizeof spec, "records:%s", out);
+    CHECK_OK(ferry_dataset_open(&ds, spec));
+    CHECK_U64(ferry_dataset_len(ds), 4);
+    ferry_ctx *ctx;
+    CHECK_OK(ferry_ctx_create(&ctx, 0, 0));
+    int fi = ferry_dataset_find_field(ds, "image"), fp = ferry_dataset_find_field(ds, "path");
+    int fl = ferry_dataset_find_field(ds, "label");
+    CHECK(fi >= 0 && fp >= 0 && fl >= 0);
+    size_t bound = (size_t)ferry_dataset_field(ds, fi)->shape[0];
+    int gi = ferry_dataset_find_field(folder, "image"),
+        gp = ferry_dataset_find_field(folder, "path");
+    int gl = ferry_dataset_find_field(folder, "label");
+    unsigned char *img = malloc(bound), *orig = malloc(1 << 20);
+    static unsigned char path[1024], opath[1024];
+    int64_t label, olabel, len[3], olen[3];
+    void *data[3], *odata[3];
+    data[fi] = img;
+    data[fp] = path;
+    data[fl] = &label;
+    odata[gi] = orig;
+    odata[gp] = opath;
+    odata[gl] = &olabel;
+    ferry_sample s = {3, data, len, {0}}, o = {3, odata, olen, {0}};
+    int shrunk = 0;
+    for (uint64_t i = 0; i < 4; i++) {
+        CHECK_OK(ferry_dataset_get(ds, i, &s, ctx));
+        CHECK_OK(ferry_dataset_get(folder, i, &o, ctx));
+        CHECK(label == olabel && len[fp] == olen[gp] && memcmp(path, opath, (size_t)len[fp]) == 0);
+        ferry_image_info info, got;
+        CHECK_OK(ferry_image_info_get(orig, (size_t)olen[gi], &info));
+        uint32_t longer = info.width > info.height ? info.width : info.height;
+        if (longer <= 100) { /* stored as it is */
+            CHECK(len[fi] == olen[gi] && memcmp(img, orig, (size_t)len[fi]) == 0);
+            continue;
+        }
+        shrunk++;
+        CHECK_OK(ferry_image_info_get(img, (size_t)len[fi], &got));
+        uint32_t tw = info.width >= info.height
+                          ? 100
+                          : (uint32_t)floor(info.width * 100.0 / info.height + 0.5);
+        uint32_t th = info.width >= info.height
+                          ? (uint32_t)floor(info.height * 100.0 / info.width + 0.5)
+                          : 100;
+        CHECK(got.format == FERRY_IMAGE_JPEG && got.width == tw && got.height == th);
+        /* the pixels: the full decode resized (Pillow's result), within JPEG's loss */
+        image full = decode_all(orig, (size_t)olen[gi]), small = decode_all(img, (size_t)len[fi]);
+        unsigned char *want = resize(full.px, full.w, full.h, (size_t)full.w * 3, 3, 0, 0, full.w,
+                                     full.h, FERRY_FILTER_BILINEAR, tw, th);
+        double se = 0;
+        for (size_t k = 0; k < (size_t)tw * th * 3; k++)
+            se += ((double)want[k] - small.px[k]) * ((double)want[k] - small.px[k]);
+        double psnr = 10 * log10(255.0 * 255.0 / (se / ((double)tw * th * 3)));
+        printf("%.*s: %ux%u -> %ux%u, %lld bytes (was %lld), PSNR %.1f dB\n", (int)len[fp], path,
+               info.width, info.height, tw, th, (long long)len[fi], (long long)olen[gi], psnr);
+        CHECK(psnr > 32);
+        free(want);
+        free(full.px);
+        free(small.px);
+    }
+    CHECK(shrunk == 2); /* a.jpg 227x149 and b.JPG 128x128 */
+    free(img);
+    free(orig);
+    ferry_ctx_free(ctx);
+    ferry_dataset_free(ds);
+    ferry_dataset_free(folder);
+    /* what is refused, and said why */
+    snprintf(cmd, sizeof cmd, "pack images:%s %s --quality 80 --no-progress", test_dir, out);
+    test_ferry_cli_says(cmd, 2, "--quality applies only with --max-side");
+    snprintf(cmd, sizeof cmd, "pack images:%s,pipeline=eval %s --max-side 64 --no-progress",
+             test_dir, out);
+    test_ferry_cli_says(cmd, 2, "--max-side applies to images packed as encoded files");
+    snprintf(spec, sizeof spec, "images:%s,pipeline=train,max_side=64", test_dir);
+    CHECK_RC(ferry_dataset_open(&ds, spec), FERRY_EINVAL);
+    CHECK_CONTAINS(ferry_last_errmsg(),
+                   "max_side re-encodes the stored images: it needs mode none");
+    snprintf(spec, sizeof spec, "images:%s,pipeline=none,quality=50", test_dir);
+    CHECK_RC(ferry_dataset_open(&ds, spec), FERRY_EINVAL);
+    CHECK_CONTAINS(ferry_last_errmsg(), "quality= applies only with max_side=");
+    test_remove_dir();
+}
 #endif
 
 /* Exact by default, DCT reduction only with fast=1 (dct_reduce=1 is its older
@@ -755,4 +851,35 @@ TEST(fast_is_opt_in)
     CHECK(p.fast == 0);
     p.fast = 2;
     CHECK_RC(ferry_image_pipeline_check(&p), FERRY_EINVAL);
+}
+
+/* The encoder: a round trip close to the input, and a dst too small is an error,
+ * never a write past it. */
+TEST(jpeg_encode_bounded)
+{
+    enum { W = 40, H = 24 };
+    static unsigned char px[W * H * 3];
+    for (int y = 0; y < H; y++)
+        for (int x = 0; x < W; x++)
+            for (int c = 0; c < 3; c++)
+                px[(y * W + x) * 3 + c] = (unsigned char)(x * 3 + y * 2 + c * 40);
+    size_t bound = ferry_image_jpeg_bound(W, H, 3), n;
+    CHECK(bound > 2048);
+    unsigned char *dst = malloc(bound + 16);
+    memset(dst + bound, 0xAB, 16);
+    CHECK_OK(ferry_image_encode_jpeg(px, W, H, W * 3, 3, 95, dst, bound, &n));
+    CHECK(n > 100 && n <= bound && dst[bound] == 0xAB);
+    image im = decode_all(dst, n);
+    CHECK(im.w == W && im.h == H);
+    diff d = compare(im.px, px, sizeof px);
+    CHECK(d.mean < 3);
+    free(im.px);
+    memset(dst, 0, bound + 16);
+    CHECK_RC(ferry_image_encode_jpeg(px, W, H, W * 3, 3, 95, dst, 300, &n), FERRY_EOVERFLOW);
+    CHECK(dst[300] == 0);
+    CHECK_CONTAINS(ferry_last_errmsg(), "output buffer full");
+    CHECK_RC(ferry_image_encode_jpeg(px, W, H, W * 3, 2, 95, dst, bound, &n), FERRY_EINVAL);
+    CHECK_RC(ferry_image_encode_jpeg(px, W, H, W * 3, 3, 0, dst, bound, &n), FERRY_EINVAL);
+    CHECK_RC(ferry_image_encode_jpeg(px, W, H, W * 2, 3, 90, dst, bound, &n), FERRY_EINVAL);
+    free(dst);
 }

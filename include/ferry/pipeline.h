@@ -81,6 +81,11 @@ typedef struct ferry_image_pipeline {
                           * libjpeg's reduced IDCT (docs/images.md: the PSNR against the
                           * exact path; much faster for large images). Source key fast=1
                           * (dct_reduce=1 is the same). */
+    uint32_t max_side;   /* mode none: re-encode images whose longer side is over this
+                          * (ferry_image_shrink; `ferry pack --max-side`); 0 = keep all
+                          * as they are. Source key max_side=N. */
+    int quality;         /* with max_side: the JPEG quality, 1..100 (0 = 90). Source key
+                          * quality=Q. */
 } ferry_image_pipeline;
 
 /* The standard settings of a mode: 224 x 224 output, eval resize 256, train scale
@@ -119,6 +124,26 @@ FERRY_API int ferry_image_pipeline_plan(const ferry_image_pipeline *p, uint32_t 
  * times. Errors as ferry_image_decode_region, with the thread's message set. */
 FERRY_API int ferry_image_pipeline_run(const ferry_image_pipeline *p, const void *buf, size_t n,
                                        ferry_rng *rng, void *dst, ferry_ctx *ctx);
+
+/* Mode none with max_side set: what `ferry pack --max-side` stores for the encoded
+ * image buf[0..n). An image whose longer side is at most max_side is kept as it
+ * is: *written = 0, and the caller keeps buf's bytes. A larger one is decoded whole
+ * (grey files to grey, anything else to RGB, alpha dropped as the pipelines drop
+ * it; lenient and max_pixels apply), resized with p->filter (Pillow's
+ * Image.resize of the whole image: antialiased when shrinking) so that its longer
+ * side is max_side and the other round(side * max_side / longer), at least 1, and
+ * encoded as a JPEG (ferry_image_encode_jpeg, quality p->quality or 90) into
+ * dst[0..dst_size), *written its length. With fast set, a JPEG at least twice
+ * that size is decoded at a reduced scale first (as the pipelines do). ctx gives
+ * scratch memory (the decoded image and the resized one) and takes the decode /
+ * transform / write times. Errors as ferry_image_pipeline_run; FERRY_EINVAL when
+ * the mode is not none or max_side is 0. */
+FERRY_API int ferry_image_shrink(const ferry_image_pipeline *p, const void *buf, size_t n,
+                                 void *dst, size_t dst_size, size_t *written, ferry_ctx *ctx);
+
+/* The dst size ferry_image_shrink needs: ferry_image_jpeg_bound of a max_side
+ * square in colour (0 when p has no max_side). */
+FERRY_API size_t ferry_image_shrink_bound(const ferry_image_pipeline *p);
 
 /* A dataset of images over another one whose field `field` holds encoded images
  * (NULL: "image" if there is one, else "data", else WebDataset's "jpg", "jpeg" or

@@ -51,8 +51,21 @@ int ferry_image_pipeline_check(const ferry_image_pipeline *p)
     if (p->mode != FERRY_PIPELINE_EVAL && p->mode != FERRY_PIPELINE_TRAIN &&
         p->mode != FERRY_PIPELINE_NONE)
         return bad("mode must be eval, train or none");
+    if (p->quality < 0 || p->quality > 100)
+        return bad("quality must be in 1..100 (0: 90)");
+    if (p->max_side > MAX_SIDE)
+        return ferry__err(FERRY_EINVAL, "image pipeline: max_side %u is over %d", p->max_side,
+                          MAX_SIDE);
+    if (p->mode == FERRY_PIPELINE_NONE && p->max_side &&
+        ((p->filter != FERRY_FILTER_BILINEAR && p->filter != FERRY_FILTER_NEAREST &&
+          p->filter != FERRY_FILTER_BICUBIC) ||
+         (p->lenient != 0 && p->lenient != 1) || (p->fast != 0 && p->fast != 1) ||
+         (p->grey != 0 && p->grey != 1)))
+        return bad("filter, lenient, fast or grey is out of range");
     if (p->mode == FERRY_PIPELINE_NONE)
         return 0;
+    if (p->max_side)
+        return bad("max_side re-encodes the stored images: it needs mode none");
     if (p->height < 1 || p->width < 1 || p->height > MAX_SIDE || p->width > MAX_SIDE)
         return ferry__err(FERRY_EINVAL, "image pipeline: size %ux%u is outside 1..%d", p->width,
                           p->height, MAX_SIDE);

@@ -186,30 +186,26 @@ int cmd_pack(int argc, char **argv)
     /* An image folder is packed as its encoded files (checked to be images), unless
      * the source asks for a pipeline: the shards then hold decoded tensors. */
     const char *spec = argv[optind];
-    char spec_buf[4096], spec_buf2[4200];
-    if (!strncmp(spec, "images:", 7) && !strstr(spec, ",pipeline=")) {
-        if (snprintf(spec_buf, sizeof spec_buf, "%s,pipeline=none", spec) >= (int)sizeof spec_buf)
-            return cli_error(EXIT_USAGE, "pack: SOURCE is too long");
-        spec = spec_buf;
-    }
+    char spec_buf[4200];
     if (quality && !max_side)
         return cli_error(EXIT_USAGE, "pack: --quality applies only with --max-side");
     if (max_side) {
         /* the images source re-encodes (max_side= on images in mode none) */
-        if (!strstr(spec, ",pipeline=none"))
+        const char *pl = strstr(spec, ",pipeline=");
+        if (pl ? strncmp(pl, ",pipeline=none", 14) != 0 : strncmp(spec, "images:", 7) != 0)
             return cli_error(EXIT_USAGE,
                              "pack: --max-side applies to images packed as encoded files "
                              "(images:DIR, or a source with ,pipeline=none), not to %s",
                              argv[optind]);
-        int k = quality ? snprintf(spec_buf2, sizeof spec_buf2, "%s,max_side=%llu,quality=%llu",
-                                   spec, (unsigned long long)max_side, (unsigned long long)quality)
-                        : snprintf(spec_buf2, sizeof spec_buf2, "%s,max_side=%llu", spec,
+        int k = quality ? snprintf(spec_buf, sizeof spec_buf, "%s,max_side=%llu,quality=%llu", spec,
+                                   (unsigned long long)max_side, (unsigned long long)quality)
+                        : snprintf(spec_buf, sizeof spec_buf, "%s,max_side=%llu", spec,
                                    (unsigned long long)max_side);
-        if (k >= (int)sizeof spec_buf2)
+        if (k >= (int)sizeof spec_buf)
             return cli_error(EXIT_USAGE, "pack: SOURCE is too long");
-        spec = spec_buf2;
+        spec = spec_buf;
     }
-    if (ferry_source_open(spec, &ds, &st) < 0)
+    if (ferry_source_open_flags(spec, FERRY_SOURCE_ENCODED, &ds, &st) < 0)
         return cli_error(EXIT_USAGE, "%s", ferry_last_errmsg());
     cli_folder_note(ds, argv[optind]);
     w.dir = argv[optind + 1];

@@ -131,7 +131,7 @@ FERRY_API int ferry_image_pipeline_run(const ferry_image_pipeline *p, const void
  * (grey files to grey, anything else to RGB, alpha dropped as the pipelines drop
  * it; lenient and max_pixels apply), resized with p->filter (Pillow's
  * Image.resize of the whole image: antialiased when shrinking) so that its longer
- * side is max_side and the other round(side * max_side / longer), at least 1, and
+ * side is max_side and the other side * max_side / longer rounded half up (at least 1), and
  * encoded as a JPEG (ferry_image_encode_jpeg, quality p->quality or 90) into
  * dst[0..dst_size), *written its length. With fast set, a JPEG at least twice
  * that size is decoded at a reduced scale first (as the pipelines do). ctx gives

@@ -108,3 +108,34 @@ def test_fast_differs_on_large_jpegs_only_by_its_stated_psnr(folder, pipeline):
         worst = min(worst, p)
     assert changed >= 3
     assert worst >= 30.0  # docs/images.md states the PSNR of fast
+
+
+def test_pack_max_side_from_python(folder, tmp_path):
+    """ferry.pack with max_side= stores what `ferry pack --max-side` stores:
+    large images as a JPEG resized to max_side on the longer side, the others as
+    they are, with their labels and paths."""
+    from PIL import Image
+    import io
+    out = str(tmp_path / "packed")
+    r = ferry.pack("images:%s,max_side=200,quality=92" % folder, out)
+    src = ferry.open("images:%s,pipeline=none" % folder)
+    ds = ferry.open("records:" + out)
+    assert r["records"] == len(ds) == len(src)
+    resized = 0
+    for i in range(len(ds)):
+        a, b = ds[i], src[i]
+        assert bytes(np.asarray(a["path"])) == bytes(np.asarray(b["path"]))
+        assert int(a["label"]) == int(b["label"])
+        new, old = bytes(np.asarray(a["image"])), bytes(np.asarray(b["image"]))
+        w, h = Image.open(io.BytesIO(old)).size
+        if max(w, h) <= 200:
+            assert new == old
+            continue
+        resized += 1
+        im = Image.open(io.BytesIO(new))
+        assert im.format == "JPEG" and max(im.size) == 200
+        assert im.size == ((200, int(h * 200 / w + 0.5)) if w >= h else (int(w * 200 / h + 0.5), 200))
+        # Pillow's resize of the whole image, within the JPEG's loss
+        want = Image.open(io.BytesIO(old)).convert(im.mode).resize(im.size, Image.BILINEAR)
+        assert psnr(np.asarray(want), np.asarray(im)) > 30
+    assert resized >= 5

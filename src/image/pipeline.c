@@ -391,20 +391,30 @@ int ferry_image_pipeline_run(const ferry_image_pipeline *p, const void *buf, siz
         return ferry__err(FERRY_ECORRUPT, "image %ux%u: crop box %.2f,%.2f-%.2f,%.2f: %s",
                           info.width, info.height, x0, y0, x1, y1, ferry_last_errmsg());
     size_t out_pad = (out_bytes + 63) & ~(size_t)63;
+    /* uint8 HWC with nothing to mirror or jitter is the resampler's own output: it
+     * writes the batch slot directly (ferry_pixels_finish would copy it) */
+    int direct = p->dtype == FERRY_U8 && p->layout == FERRY_LAYOUT_HWC && !po.flip &&
+                 (po.brightness == 1 || po.brightness == 0) &&
+                 (po.contrast == 1 || po.contrast == 0) &&
+                 (po.saturation == 1 || po.saturation == 0);
+    if (direct)
+        out_pad = 0;
     uint8_t *resized = ferry__ctx_scratch(ctx, SLOT_RESIZED, out_pad + tmp_size);
     if (!resized)
         return FERRY_ENOMEM;
+    uint8_t *out = direct ? dst : resized;
     rc = windowed
-             ? ferry__resize_window(src, sw, sh, r.stride, ch, &win, p->filter, resized, p->width,
+             ? ferry__resize_window(src, sw, sh, r.stride, ch, &win, p->filter, out, p->width,
                                     p->height, (size_t)p->width * (size_t)ch, resized + out_pad,
                                     tmp_size, true)
-             : ferry_resize(src, sw, sh, r.stride, ch, x0, y0, x1, y1, p->filter, resized, p->width,
+             : ferry_resize(src, sw, sh, r.stride, ch, x0, y0, x1, y1, p->filter, out, p->width,
                             p->height, (size_t)p->width * (size_t)ch, resized + out_pad, tmp_size);
     if (rc < 0)
         return rc;
     uint64_t t2 = ferry_now_ns();
-    rc = ferry_pixels_finish(resized, p->width, p->height, (size_t)p->width * (size_t)ch, ch, &po,
-                             dst);
+    if (!direct)
+        rc = ferry_pixels_finish(resized, p->width, p->height, (size_t)p->width * (size_t)ch, ch,
+                                 &po, dst);
     uint64_t t3 = ferry_now_ns();
     ferry_ctx_stage_add(ctx, FERRY_STAGE_DECODE, t1 - t0);
     ferry_ctx_stage_add(ctx, FERRY_STAGE_TRANSFORM, t2 - t1);

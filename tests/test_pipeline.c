@@ -727,6 +727,9 @@ TEST(cli_pack_max_side)
     ferry_dataset *ds, *folder; /* listed before the shards' directory is made in it */
     snprintf(spec, sizeof spec, "images:%s,pipeline=none", test_dir);
     CHECK_OK(ferry_dataset_open(&folder, spec));
+    ferry_dataset *tiny;
+    snprintf(spec, sizeof spec, "images:%s,pipeline=none,max_side=64", test_dir);
+    CHECK_OK(ferry_dataset_open(&tiny, spec));
     test_path("packed", out);
     snprintf(cmd, sizeof cmd,
              "%s pack images:%s %s --max-side 100 --quality 95 --no-progress >/dev/null 2>&1",
@@ -792,6 +795,21 @@ TEST(cli_pack_max_side)
         free(small.px);
     }
     CHECK(shrunk == 2); /* a.jpg 227x149 and b.JPG 128x128 */
+    /* out of memory at every allocation of re-encoding one: FERRY_ENOMEM, no leak */
+    long k;
+    for (k = 0; k < 1000; k++) {
+        ferry_ctx *fresh;
+        CHECK_OK(ferry_ctx_create(&fresh, 0, 0));
+        ferry__test_fail_alloc(k);
+        int rc = ferry_dataset_get(tiny, 0, &s, fresh);
+        ferry__test_fail_alloc(-1);
+        ferry_ctx_free(fresh);
+        if (rc == 0)
+            break;
+        CHECK_RC(rc, FERRY_ENOMEM);
+    }
+    CHECK(k > 1 && k < 1000);
+    ferry_dataset_free(tiny);
     free(img);
     free(orig);
     ferry_ctx_free(ctx);

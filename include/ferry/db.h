@@ -106,8 +106,9 @@ FERRY_API void ferry_db_abort(ferry_db_txn *t);
  *    up to max_len.
  * An entry that does not fit the first one's fields (another shape, a value that
  * does not decode, a longer variable value) is an error naming the store, the
- * entry and its key. get copies into the batch slot: minidb from its mapping,
- * LevelDB with one lookup (the library's own copy), RocksDB pinned, no copy. */
+ * entry and its key. get copies into the batch slot, once: minidb from its
+ * mapping, LevelDB from the block a seek of a pooled iterator lends, RocksDB
+ * from its pinned value. */
 enum {
     FERRY_DB_VALUE_AUTO = 0, /* Datum when the first value is one with data or floats,
                               * else TensorProtos when it is one with a proto, else raw */

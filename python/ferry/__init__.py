@@ -13,9 +13,13 @@ workers, and resumable from a small ``state_dict()``.
             x, y = batch["image"], batch["label"]
 
 Sources are the same text the ``ferry`` command takes (``lines:``, ``csv:``,
-``records:``, ``lmdb:``, ``files:``, ``images:``, ``synthetic:``), a handle from
+``records:``, ``lmdb:``, ``files:``, ``images:``, ``npy:``, ``tokens:``,
+``mds:``, ``tfrecord:``, ``wds:``, ``synthetic:``), a path, a handle from
 ``ferry.open``, or any Python object with ``__len__`` and ``__getitem__`` (a
-torch map-style Dataset works unchanged). docs/python.md has the whole story.
+torch map-style Dataset works unchanged; each worker thread calls its own copy).
+``fields=("image", "label")`` gives tuples. ``ferry.save`` / ``ferry.load``
+write and read safetensors files; ``ferry.pack`` writes record shards.
+docs/python.md has the whole story.
 """
 
 import atexit as _atexit
@@ -38,7 +42,8 @@ from . import _ferry
 __version__ = _ferry.version()
 
 __all__ = [
-    "DataLoader", "Batch", "TupleBatch", "Dataset", "Field", "open", "index", "pack", "save", "load",
+    "DataLoader", "Batch", "TupleBatch", "Dataset", "Sample", "Field", "WorkerInfo", "open",
+    "index", "pack", "save", "load", "strings", "get_worker_info", "sample_seed",
     "load_metadata", "tokens",
     "Sampler", "SequentialSampler", "RandomSampler", "SubsetRandomSampler",
     "WeightedRandomSampler", "DistributedSampler",

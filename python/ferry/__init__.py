@@ -168,8 +168,12 @@ class Batch(dict):
         # `x, y = batch` (and `for x, y in loader`) would unpack the keys: the
         # strings "image", "label" where tensors are meant. A dict is still
         # iterated over its keys everywhere else (for k in batch, list(batch)).
-        f = _sys._getframe(1)
-        if f.f_code.co_code[f.f_lasti] in _UNPACK_OPS:
+        try:
+            f = _sys._getframe(1)
+            unpack = f.f_code.co_code[f.f_lasti] in _UNPACK_OPS
+        except (ValueError, IndexError):
+            unpack = False      # no Python caller
+        if unpack:
             names = list(dict.keys(self))
             raise TypeError(
                 "a ferry.Batch is a dict of field name to tensor (%s): unpacking it would give "
@@ -540,13 +544,12 @@ class Dataset:
         source = _source_text(source)
         self.source = source
         self._src = _ferry.open_source(source)
-        self._folder_said = False
 
     @classmethod
     def _over(cls, src, text):
         """A Dataset over a source already open (a loader's: not opened again)."""
         ds = cls.__new__(cls)
-        ds.source, ds._src, ds._folder_said = text, src, False
+        ds.source, ds._src = text, src
         return ds
 
     def _folder(self):
@@ -668,6 +671,8 @@ def pack(source, outdir, name=None, shard_size=None, shard_records=None, zstd=No
     src = (_ferry.open_source(source, _ferry.SOURCE_ENCODED)
            if isinstance(source, str) and fields is None
            else _resolve(source, fields, None)[0])
+    if isinstance(source, (str, _os.PathLike)):
+        _folder_note(Dataset._over(src, _source_text(source)), _source_text(source), 3)
     if not isinstance(outdir, (str, _os.PathLike)):
         raise TypeError("outdir must be a str or path, got %s" % type(outdir).__name__)
     if name is not None and not isinstance(name, str):
@@ -836,6 +841,36 @@ def _source_text(source):
     raise NotFoundError("source %r: no such file or directory" % (path,))
 
 
+def _folder_note(ds, ident, stacklevel):
+    """What reading an image folder left out, said as the command says it."""
+    left = ds.left_out
+    if not left:
+        return
+    notes = []
+    if left["root_files"]:
+        notes.append("%d entr%s directly in the folder (samples are in class directories)"
+                     % (left["root_files"], "y" if left["root_files"] == 1 else "ies"))
+    if left["filtered"]:
+        notes.append("%d file%s without an accepted extension (BMP, PPM, TIFF, ... are not "
+                     "decoded; ext= lists the extensions read)"
+                     % (left["filtered"], "" if left["filtered"] == 1 else "s"))
+    if left["hidden"]:
+        notes.append("%d hidden file%s" % (left["hidden"], "" if left["hidden"] == 1 else "s"))
+    if left["other"]:
+        notes.append("%d entr%s that are not files"
+                     % (left["other"], "y" if left["other"] == 1 else "ies"))
+    if notes:
+        _warnings.warn("%s: left out %s%s; ferry.open(...).left_out counts them"
+                       % (ident, "; ".join(notes),
+                          ", e.g. %s" % left["example"] if left["example"] else ""),
+                       UserWarning, stacklevel=stacklevel)
+    if left["dangling"]:
+        _warnings.warn("%s: %d symbolic link%s to nothing: listed as samples that fail "
+                       "(on_error='skip' leaves them out)"
+                       % (ident, left["dangling"], "" if left["dangling"] == 1 else "s"),
+                       UserWarning, stacklevel=stacklevel)
+
+
 def _selection(fields):
     """fields= as a selection of a ferry source's fields (a tuple or list of
     names), or None where it is something else."""
@@ -975,7 +1010,7 @@ def _torch_worker_info():
 
 
 def _worker_info_class():
-    if _torch is not None:
+    if "torch" in _sys.modules:
         try:
             from torch.utils.data._utils.worker import WorkerInfo as cls
             return cls
@@ -1073,10 +1108,16 @@ _NOT_MADE = object()
 _RNG_NAMES = ("random", "numpy.random", "torch")
 
 
+def _rng_modules():
+    """NumPy and torch where the process has imported them (a dataset may have)."""
+    return _sys.modules.get("numpy"), _sys.modules.get("torch")
+
+
 def _rng_states():
+    np, torch = _rng_modules()
     st = [_random_module().getstate()]
-    st.append(_np.random.get_state() if _np is not None else None)
-    st.append(_torch.get_rng_state() if _torch is not None else None)
+    st.append(np.random.get_state() if np is not None else None)
+    st.append(torch.get_rng_state() if torch is not None else None)
     return st
 
 
@@ -1086,19 +1127,21 @@ def _random_module():
 
 
 def _rng_seed(seed):
+    np, torch = _rng_modules()
     _random_module().seed(seed)
-    if _np is not None:
-        _np.random.seed(seed & 0xFFFFFFFF)
-    if _torch is not None:
-        _torch.default_generator.manual_seed(seed & 0x7FFFFFFFFFFFFFFF)
+    if np is not None:
+        np.random.seed(seed & 0xFFFFFFFF)
+    if torch is not None:
+        torch.default_generator.manual_seed(seed & 0x7FFFFFFFFFFFFFFF)
 
 
 def _rng_restore(st):
+    np, torch = _rng_modules()
     _random_module().setstate(st[0])
     if st[1] is not None:
-        _np.random.set_state(st[1])
+        np.random.set_state(st[1])
     if st[2] is not None:
-        _torch.set_rng_state(st[2])
+        torch.set_rng_state(st[2])
 
 
 def _per_sample(getitem):
@@ -1118,8 +1161,9 @@ def _per_sample(getitem):
 def _same_state(a, b):
     if a is None or b is None:
         return a is b
-    if _torch is not None and isinstance(a, _torch.Tensor):
-        return bool(_torch.equal(a, b))
+    torch = _rng_modules()[1]
+    if torch is not None and isinstance(a, torch.Tensor):
+        return bool(torch.equal(a, b))
     if isinstance(a, tuple) and len(a) == 5 and hasattr(a[1], "shape"):   # NumPy's
         return a[0] == b[0] and a[2:] == b[2:] and bool((a[1] == b[1]).all())
     return a == b
@@ -1689,46 +1733,21 @@ class DataLoader:
     # -- the C loader --
 
     def _folder_note(self):
-        """What reading an image folder left out, said as the command says it."""
-        left = self.dataset.left_out
-        if not left:
-            return
-        notes = []
-        if left["root_files"]:
-            notes.append("%d entr%s directly in the folder (samples are in class directories)"
-                         % (left["root_files"], "y" if left["root_files"] == 1 else "ies"))
-        if left["filtered"]:
-            notes.append("%d file%s without an accepted extension (BMP, PPM, TIFF, ... are not "
-                         "decoded; ext= lists the extensions read)"
-                         % (left["filtered"], "" if left["filtered"] == 1 else "s"))
-        if left["hidden"]:
-            notes.append("%d hidden file%s" % (left["hidden"], "" if left["hidden"] == 1 else "s"))
-        if left["other"]:
-            notes.append("%d entr%s that are not files"
-                         % (left["other"], "y" if left["other"] == 1 else "ies"))
-        if notes:
-            _warnings.warn("%s: left out %s%s; loader.dataset.left_out counts them"
-                           % (self._ident, "; ".join(notes),
-                              ", e.g. %s" % left["example"] if left["example"] else ""),
-                           UserWarning, stacklevel=3)
-        if left["dangling"]:
-            _warnings.warn("%s: %d symbolic link%s to nothing: listed as samples that fail "
-                           "(on_error='skip' leaves them out)"
-                           % (self._ident, left["dangling"], "" if left["dangling"] == 1 else "s"),
-                           UserWarning, stacklevel=3)
+        _folder_note(self.dataset, self._ident, 4)
 
     def _worker_start(self, base_seed, worker_objs):
         """The first call on each worker thread: its WorkerInfo, then the user's
         worker_init_fn."""
         cls = _worker_info_class()
         user = self.worker_init_fn
+        dataset = self.dataset
+        own = worker_objs is not None and self._pyobj is self.dataset
+        # (no reference to the loader itself: it would keep itself alive)
 
         def start(worker, num_workers, _seed):
             if num_workers == 0:
                 return      # the iterating thread: no worker, as PyTorch's main process
-            ds = self.dataset
-            if worker_objs is not None and self._pyobj is self.dataset:
-                ds = worker_objs[worker]        # the worker's own copy
+            ds = worker_objs[worker] if own else dataset     # the worker's own copy
             _tls.info = cls(id=worker, num_workers=num_workers,
                             seed=(base_seed + worker) & 0xFFFFFFFFFFFFFFFF, dataset=ds)
             if user is not None:
@@ -1756,8 +1775,8 @@ class DataLoader:
                                                  "the dataset" if getitem else "transform")
             call = _per_sample(getitem) if self.python_rng == "per_sample" else None
             self._src.set_python(worker_objs, call)
-        if self.num_workers:
-            _torch_worker_info() if _torch is not None else None
+        if self.num_workers and "torch" in _sys.modules:
+            _torch_worker_info()
         self._loader = _ferry.Loader(
             self._src, batch_size=self.batch_size, drop_last=self.drop_last,
             num_workers=self.num_workers, prefetch=prefetch, shuffle=self.shuffle,

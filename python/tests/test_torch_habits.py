@@ -367,3 +367,28 @@ def test_strings_helper():
     assert [len(t) for t in texts] == b["text_lengths"].tolist()
     assert ferry.strings(b["text"], b["text_lengths"], encoding=None)[0] == \
         bytes(b["text"][0, : b["text_lengths"][0]].numpy())
+
+
+def test_imagenet_style_random_transforms_repeat_with_per_sample(folder):
+    # PyTorch's ImageNet example's training data, on real photos: ImageFolder with
+    # RandomResizedCrop and RandomHorizontalFlip, which draw from torch's generator
+    from torchvision import datasets, transforms
+    train = datasets.ImageFolder(str(folder), transforms.Compose([
+        transforms.RandomResizedCrop(24), transforms.RandomHorizontalFlip(),
+        transforms.ToTensor(), transforms.Normalize(mean=[0.485, 0.456, 0.406],
+                                                    std=[0.229, 0.224, 0.225])]),
+        is_valid_file=lambda p: p.endswith((".jpg", ".png")))
+
+    def epoch(**kw):
+        loader = ferry.DataLoader(train, batch_size=3, shuffle=True, seed=4,
+                                  python_rng="per_sample", **kw)
+        return [(b.indices.tolist(), b[0].clone(), b[1].tolist()) for b in loader]
+
+    a = epoch(num_workers=3)
+    for other in (epoch(num_workers=3), epoch(num_workers=0)):
+        assert [x[0] for x in a] == [x[0] for x in other]
+        assert all(torch.equal(x[1], y[1]) for x, y in zip(a, other))
+    labels = {i: y for idx, _, ys in a for i, y in zip(idx, ys)}
+    assert labels == {i: y for i, (_, y) in enumerate(train.samples)}   # torchvision's
+    with pytest.warns(UserWarning, match="random generator of torch"):
+        ferry.DataLoader(train, batch_size=3, num_workers=2)

@@ -1550,10 +1550,10 @@ class DataLoader:
       the loader is closed (Chrome trace JSON: Perfetto, chrome://tracing or
       ``ferry report FILE``; docs/trace.md). ``FERRY_TRACE=FILE`` in the
       environment does the same for every loader of the process.
-    - ``fields``: on a ferry source, a tuple of field names: batches are
-      ``TupleBatch`` tuples of those fields in that order
-      (``fields=("image", "label")`` gives ``for x, y in loader``). On a Python
-      dataset, its schema where sample 0 does not tell it all:
+    - ``fields``: a tuple of field names: batches are ``TupleBatch`` tuples of
+      those fields in that order (``fields=("image", "label")`` gives
+      ``for x, y in loader``), of a ferry source or of dict samples. A dict:
+      a Python dataset's schema where sample 0 does not tell it all:
       ``{"text": ("uint8", (None,), 512)}`` (dtype, shape, bound of a variable
       first dimension) or ``{"x": ("float32", (3, 32, 32))}``.
     - ``transform``: a callable applied to each sample of a ferry source on the
@@ -1676,9 +1676,13 @@ class DataLoader:
         else:
             _numpy()
 
+        # fields=("image", "label"): those fields of dict samples, as tuples (for a
+        # ferry source, a Python dataset's dicts, or a transform's)
+        sel = _selection(fields)
         self._src, kind, self._ident, (self._copies, drew) = _resolve(
-            source, fields, transform, self.seed if self.shuffle else None, self.seed,
-            python_rng == "per_sample", self.num_workers)
+            source, None if sel is not None else fields, transform,
+            self.seed if self.shuffle else None, self.seed, python_rng == "per_sample",
+            self.num_workers)
         if drew and self.num_workers and python_rng == "shared":
             _warnings.warn(
                 "%s draws from the global random generator%s of %s, which ferry's worker "
@@ -1693,8 +1697,11 @@ class DataLoader:
         self._stream = self._src.is_stream
         self._select = None
         names = [f[0] for f in self._src.fields()]
-        if _selection(fields) is not None and transform is None and kind == _KEYED:
-            sel = _selection(fields)
+        if sel is not None:
+            if kind != _KEYED:
+                raise ValueError("fields=%r selects fields of samples that are dicts; these "
+                                 "samples are tuples (or one value), in their own order"
+                                 % (fields,))
             for n in sel:
                 if n not in names:
                     raise ValueError("fields: %r is not a field of %s (its fields: %s)"

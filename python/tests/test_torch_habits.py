@@ -392,3 +392,21 @@ def test_imagenet_style_random_transforms_repeat_with_per_sample(folder):
     assert labels == {i: y for i, (_, y) in enumerate(train.samples)}   # torchvision's
     with pytest.warns(UserWarning, match="random generator of torch"):
         ferry.DataLoader(train, batch_size=3, num_workers=2)
+
+
+def test_fields_select_tuples_from_dict_samples():
+    class Dicts(tud.Dataset):
+        def __len__(self):
+            return 10
+
+        def __getitem__(self, i):
+            return {"x": np.full(3, i, dtype=np.float32), "y": i % 2, "name": "n%d" % i}
+
+    y, x = next(iter(ferry.DataLoader(Dicts(), batch_size=10, fields=("y", "x"))))
+    assert y.tolist() == [i % 2 for i in range(10)] and x[:, 0].tolist() == list(range(10))
+    b = next(iter(ferry.DataLoader("synthetic:10,bytes=4", batch_size=10,
+                                   transform=lambda s: {"a": s["label"], "b": s["data"]},
+                                   fields=("b", "a"))))
+    assert b[0].shape == (10, 4) and b[1].shape == (10,)
+    with pytest.raises(ValueError, match="samples that are dicts"):
+        ferry.DataLoader(LazyFile("/dev/null", 1, 8), fields=("x", "y"))

@@ -1408,7 +1408,7 @@ _TORCH_ONLY = {
     "batch_sampler": (None, "ferry batches consecutive positions of sampler= with batch_size= "
                             "(and drop_last=); give the order as a sampler"),
     "multiprocessing_context": (None, "ferry's workers are threads in this process, not "
-                                      "processes: nothing is pickled"),
+                                      "processes: no batch is pickled"),
     "generator": (None, "ferry's orders are keyed by seed and epoch, the same for any worker "
                         "count: pass seed=<int>"),
 }
@@ -1577,6 +1577,10 @@ class DataLoader:
     Each ``for batch in loader`` is the next epoch (``set_epoch`` picks one);
     ``len(loader)`` is the batches in an epoch. Batches are ``ferry.Batch``
     (a dict of field name to tensor) or, for tuple samples, ``ferry.TupleBatch``.
+
+    See also ``ferry.open`` (a source's samples, an image folder's classes),
+    ``ferry.pack`` (record shards), ``ferry.save`` / ``ferry.load``
+    (safetensors files) and ``ferry.get_worker_info``.
     """
 
     def __init__(self, source, batch_size=1, shuffle=False, sampler=None, num_workers=0,

@@ -374,10 +374,11 @@ static int take_item(pyds *p, PyObject *item, uint64_t index, const char *pre, c
 }
 
 /* The sample this thread's Python code is reading (sample_info()). */
-static _Thread_local struct {
+typedef struct sample_now {
     int active;
     uint64_t index, epoch, seed;
-} g_cur;
+} sample_now;
+static _Thread_local sample_now g_cur;
 
 PyObject *fpy_mod_sample_info(PyObject *m, PyObject *unused)
 {
@@ -399,12 +400,15 @@ static PyObject *worker_obj(pyds *p, PyObject *obj, ferry_ctx *ctx)
 }
 
 /* obj[arg] (getitem) or obj(arg), through p->call where set, with sample_info()
- * telling which sample this is. GIL held. */
+ * telling which sample this is. GIL held. The objects are held for the call: the
+ * loader may swap p's while the call runs without the GIL (a worker still in
+ * __getitem__ when its loader was freed and a new one made). */
 static PyObject *call_sample(pyds *p, PyObject *obj, PyObject *arg, int getitem, uint64_t index,
                              ferry_ctx *ctx)
 {
     ferry_rng r;
     uint64_t epoch = ctx ? ferry_ctx_epoch(ctx) : 0;
+    sample_now outer = g_cur; /* a sample read inside another's call */
     if (ctx)
         ferry_ctx_rng(ctx, index, &r);
     else
@@ -414,12 +418,15 @@ static PyObject *call_sample(pyds *p, PyObject *obj, PyObject *arg, int getitem,
     /* keyed as the sample's crops and flips are, hashed apart from their draws */
     g_cur.seed = ferry_hash64(ferry_rng_u64(&r), 0x707974686f6eull);
     g_cur.active = 1;
-    PyObject *item;
-    if (p->call)
-        item = PyObject_CallFunctionObjArgs(p->call, obj, arg, NULL);
+    PyObject *item, *call = p->call ? Py_NewRef(p->call) : NULL;
+    Py_INCREF(obj);
+    if (call)
+        item = PyObject_CallFunctionObjArgs(call, obj, arg, NULL);
     else
         item = getitem ? PyObject_GetItem(obj, arg) : PyObject_CallFunctionObjArgs(obj, arg, NULL);
-    g_cur.active = 0;
+    Py_DECREF(obj);
+    Py_XDECREF(call);
+    g_cur = outer;
     return item;
 }
 

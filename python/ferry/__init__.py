@@ -1309,8 +1309,9 @@ class DataLoader:
       a generator of the sample's own, seeded with ``ferry.sample_seed()``.
 
     With workers, each worker calls its own copy of a Python dataset (and of
-    ``transform``), as each PyTorch worker process has one: a pickle round trip
-    that keeps arrays, tensors, open files and what cannot be pickled shared.
+    ``transform``), as each PyTorch worker process has one: a deep copy that
+    shares what a fork would share unwritten (lists and dicts of plain values,
+    arrays, tensors, open files, and what cannot be copied).
     docs/python.md ("Worker threads") says what threads change.
 
     Each ``for batch in loader`` is the next epoch (``set_epoch`` picks one);

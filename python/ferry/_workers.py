@@ -5,6 +5,7 @@ dataset (and of a transform), get_worker_info() answers on the worker's thread
 docs/python.md, "Worker threads", is the manual."""
 import copy as _copy
 import io as _io
+import itertools as _itertools
 import pickle as _pickle
 import sys as _sys
 import threading as _threading
@@ -136,6 +137,76 @@ def _share(obj):
     return False
 
 
+_ATOMS = frozenset((str, bytes, int, float, complex, bool, type(None), range, type(Ellipsis)))
+_CONTAINERS = (list, tuple, set, frozenset)
+
+
+def _shared_plan(root):
+    """A deepcopy memo that maps what every worker's copy can share to itself:
+    what _share keeps shared, and containers (lists, tuples, dicts, sets) holding
+    only such things, as a forked worker shares their pages. What holds an
+    object of a class of its own (or may, through a cycle) is copied: its
+    attributes are then each copy's own, and whatever its __getitem__ sets on self
+    (a file handle opened on first use) belongs to one worker. An object's own
+    __dict__ is never shared (a __setstate__ may keep it as it is)."""
+    memo, seen = {}, {}
+
+    def pure(x):
+        t = type(x)
+        if t in _ATOMS:
+            return True
+        i = id(x)
+        if i in seen:
+            return seen[i]
+        seen[i] = False         # in progress: a cycle back to here is copied
+        if t in _CONTAINERS:
+            r = flat(x) or all([pure(y) for y in x])
+        elif t is dict:
+            r = (flat(x) and flat(x.values())) or all([pure(k) and pure(v)
+                                                       for k, v in x.items()])
+        elif _share(x):
+            r = True
+        else:
+            walk(x)
+            return False
+        seen[i] = r
+        if r:
+            memo[i] = x
+        return r
+
+    def flat(items):
+        """Whether items are atoms, or tuples of atoms (a list of (path, label)
+        pairs): told at C speed, without a call per item."""
+        types = set(map(type, items))
+        if types <= _ATOMS:
+            return True
+        if types - _ATOMS != {tuple}:
+            return False
+        inner = _itertools.chain.from_iterable(y for y in items if type(y) is tuple)
+        return set(map(type, inner)) <= _ATOMS
+
+    def walk(x):
+        """What an object of a class of its own refers to, planned."""
+        rv = x.__reduce_ex__(_pickle.HIGHEST_PROTOCOL)
+        if not isinstance(rv, tuple):
+            return
+        for arg in rv[1] if len(rv) > 1 and isinstance(rv[1], tuple) else ():
+            pure(arg)
+        state = rv[2] if len(rv) > 2 else None
+        if type(state) is tuple and len(state) == 2 and \
+                all(d is None or type(d) is dict for d in state):
+            state = {**(state[0] or {}), **(state[1] or {})}     # (state, slots)
+        if type(state) is dict:
+            for v in state.values():        # its values, not the dict: it is the object's
+                pure(v)
+        elif state is not None:
+            pure(state)
+
+    pure(root)
+    memo.pop(id(root), None)   # the dataset itself is copied
+    return memo
+
+
 class _CopyPickler(_pickle.Pickler):
     def __init__(self, f, key, table, root):
         super().__init__(f, protocol=_pickle.HIGHEST_PROTOCOL)
@@ -152,13 +223,20 @@ class _CopyPickler(_pickle.Pickler):
 
 def _worker_copies(obj, n, what):
     """n copies of a dataset (or transform) for n worker threads, as a PyTorch
-    worker process has its own: a pickle round trip, as for a 'spawn' worker, that
-    keeps shared what a forked worker shares without copying (arrays, tensors) and
-    what cannot be copied (see _share). Where even that fails, each worker gets a
-    shallow copy (copy.copy: attributes of its own, members shared), and a
-    warning says why."""
+    worker process has its own: copy.deepcopy, sharing what a forked worker
+    shares without copying (_shared_plan); where that fails, a pickle round trip,
+    as for a 'spawn' worker, that keeps shared what cannot be copied (_share);
+    where even that fails, a shallow copy (copy.copy: attributes of its own,
+    members shared), or the object itself, and a warning says why."""
     if isinstance(obj, (type, _types.FunctionType, _types.BuiltinFunctionType)):
         return (obj,) * n       # a plain function holds no state of its own to copy
+    try:
+        # the fast way: copy.deepcopy with what needs no copy planned as shared, so
+        # that a list of a million paths is one list for all, as after a fork
+        memo = _shared_plan(obj)
+        return tuple(_copy.deepcopy(obj, dict(memo)) for _ in range(n))
+    except Exception:
+        pass                    # the pickle round trip below says why, if it fails too
     key = _Shared.next_key
     _Shared.next_key += 1
     table = []

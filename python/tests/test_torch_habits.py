@@ -410,3 +410,41 @@ def test_fields_select_tuples_from_dict_samples():
     assert b[0].shape == (10, 4) and b[1].shape == (10,)
     with pytest.raises(ValueError, match="samples that are dicts"):
         ferry.DataLoader(LazyFile("/dev/null", 1, 8), fields=("x", "y"))
+
+
+class Paths(tud.Dataset):
+    """An ImageFolder-like dataset: a long list of (path, label), and an object of
+    its own that opens a handle on first use."""
+
+    class Reader:
+        def __init__(self):
+            self.handle = None
+
+    def __init__(self):
+        self.samples = [("train/c%d/%06d.jpg" % (i % 7, i), i % 7) for i in range(20000)]
+        self.reader = Paths.Reader()
+        self.arr = np.arange(10)
+
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        if self.reader.handle is None:
+            self.reader.handle = threading.get_ident()
+        orig = ORIGINAL[0]
+        return (i, int(self.samples is orig.samples and self.arr is orig.arr),
+                int(self.reader is not orig.reader), id(self.reader),
+                ferry.get_worker_info().id if ferry.get_worker_info() else -1)
+
+
+def test_worker_copies_share_plain_data_and_copy_objects():
+    # as after a fork: the list of paths and the array are one for all workers, an
+    # object of the dataset's own (its reader) is each worker's
+    ORIGINAL[0] = Paths()
+    rows = [r for b in ferry.DataLoader(ORIGINAL[0], batch_size=8, num_workers=3)
+            for r in zip(*(t.tolist() for t in b))]
+    assert sorted(r[0] for r in rows) == list(range(64))
+    assert all(r[1] == 1 and r[2] == 1 for r in rows)
+    readers = {(r[4], r[3]) for r in rows}             # one reader per worker
+    assert len({w for w, _ in readers}) == len(readers) == len({x for _, x in readers})
+    assert ORIGINAL[0].reader.handle is None

@@ -575,3 +575,45 @@ TEST(dataset_shards_wds)
     ferry_dataset_free(ds);
     test_remove_dir();
 }
+
+/* ---- The command: ferry bench --shuffle --window-shards W ---- */
+
+static void bench_digest(const char *src, const char *opts, char *digest)
+{
+    char args[1024], out[8192];
+    snprintf(args, sizeof args, "bench '%s' --batch 8 --epochs 2 --json --digest %s", src, opts);
+    int st = test_ferry_cli(args, out, sizeof out);
+    if (st != 0)
+        test_fail(__FILE__, __LINE__, "ferry %s: status %d: %s", args, st, out);
+    CHECK(test_json_field(out, "digest", digest, 32) != NULL);
+}
+
+TEST(cli_bench_window_shards)
+{
+    test_make_dir("orders-cli");
+    char args[1024], src[600], out[8192];
+    snprintf(args, sizeof args, "pack synthetic:200 '%s' --shard-records 25", test_dir);
+    int st = test_ferry_cli(args, out, sizeof out);
+    if (st != 0)
+        test_fail(__FILE__, __LINE__, "ferry %s: status %d: %s", args, st, out);
+    snprintf(src, sizeof src, "records:%s", test_dir);
+    char d0[32], d2[32], full[32], seed[32];
+    bench_digest(src, "--shuffle --window-shards 2 --workers 0", d0);
+    bench_digest(src, "--shuffle --window-shards 2 --workers 3", d2);
+    bench_digest(src, "--shuffle --workers 2", full);
+    bench_digest(src, "--shuffle --window-shards 2 --seed 9", seed);
+    CHECK(!strcmp(d0, d2));
+    CHECK(strcmp(d0, full) != 0);
+    CHECK(strcmp(d0, seed) != 0);
+    snprintf(args, sizeof args, "bench '%s' --shuffle --window-shards 3 --no-progress", src);
+    test_ferry_cli_says(args, 0, "shuffled in windows of 3 of 8 shards");
+    snprintf(args, sizeof args, "bench '%s' --shuffle --window-shards 3 --json", src);
+    test_ferry_cli_says(args, 0,
+                        "\"order\": \"shard_window\", \"shuffle_buffer\": 0, "
+                        "\"window_shards\": 3, \"shards\": 8");
+    snprintf(args, sizeof args, "bench '%s' --window-shards 3", src);
+    test_ferry_cli_says(args, 2, "--window-shards needs --shuffle");
+    snprintf(args, sizeof args, "bench '%s,stream=1' --shuffle --window-shards 3", src);
+    test_ferry_cli_says(args, 2, "a stream reads its files in a new random order each epoch");
+    test_remove_dir();
+}

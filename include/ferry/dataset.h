@@ -206,9 +206,10 @@ FERRY_API int ferry_dataset_synthetic(ferry_dataset **out, const ferry_synthetic
  * files, tf.train.Example fields) and "wds:PATH|DIR|GLOB[,fields=jpg;cls][,stream=1]"
  * (ferry/wds.h: WebDataset tar shards), map-style over uncompressed files and streams
  * over gzipped ones. Also "npy:PATH" / "npy:x=a.npy;y=b.npz/m[,inflate_max=N]"
- * (ferry/npy.h), "tokens:GLOB[,seq=T][,dtype=u16|u32][,raw=1][,out=i32|i64][,order=llmc,batch=B
- * [,rank=R,world=W]]" (ferry/tokens.h) and "mds:DIR[,zstd_max=N][,cache=DIR]"
- * (ferry/mds.h). Unknown kinds and keys are FERRY_EINVAL naming them. */
+ * (ferry/npy.h), "tokens:GLOB[,seq=T][,stride=S][,offset=0|random][,dtype=u16|u32][,raw=1]
+ * [,out=i32|i64][,order=llmc,batch=B[,rank=R,world=W]]" (ferry/tokens.h) and
+ * "mds:DIR[,zstd_max=N][,cache=DIR]" (ferry/mds.h). Unknown kinds and keys are FERRY_EINVAL naming
+ * them. */
 FERRY_API int ferry_dataset_open(ferry_dataset **out, const char *spec);
 
 /* Opens any described source: a map-style kind sets *ds, a stream kind (csv) sets

@@ -1171,7 +1171,19 @@ class DataLoader:
     - ``shuffle`` (default False): a random order each epoch (without
       ``sampler``). Streams (``csv:``) have no random access and refuse it.
     - ``sampler``: a ``ferry`` sampler (``RandomSampler``,
-      ``DistributedSampler``, ...); exclusive with ``shuffle``.
+      ``DistributedSampler``, ``FixedSampler``, ``ShardWindowSampler``, ...), or
+      as PyTorch takes it: a list of indices (the order of every epoch), a torch
+      ``Sampler`` or any iterable of indices (iterated each epoch; the order is
+      then yours, and a resume checks that it comes again: docs/python.md);
+      exclusive with ``shuffle``.
+    - ``batch_sampler``: a torch ``BatchSampler`` or any iterable of lists of
+      indices, iterated each epoch; its batches must be of one size but the
+      last. Exclusive with ``batch_size``, ``shuffle``, ``sampler`` and
+      ``drop_last``.
+    - ``window_shards``: with ``shuffle=True`` on a source stored in shards
+      (records, TFRecord, WebDataset, MDS, tokens): each epoch the shards in a
+      random order, the samples shuffled within each window of that many
+      consecutive shards (``ferry.ShardWindowSampler``).
     - ``num_workers`` (default 0): worker threads; 0 does the work in the
       iterating thread.
     - ``drop_last`` (default False): drop a last, partial batch.

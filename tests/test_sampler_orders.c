@@ -413,6 +413,35 @@ TEST(window_through_loader_any_workers_and_ranks)
     ferry_dataset_free(ds);
 }
 
+/* The indices an epoch hands out, with field "id" checked to be index + 1 (MDS's
+ * samples carry it). */
+static uint64_t *loader_epoch_ids(ferry_dataset *ds, ferry_sampler *s, uint32_t batch,
+                                  uint32_t workers, uint64_t *count)
+{
+    ferry_loader_opts o = test_loader_opts(batch, workers);
+    o.sampler = s;
+    ferry_loader *l;
+    CHECK_OK(ferry_loader_create(&l, ds, &o));
+    int id = ferry_dataset_find_field(ds, "id");
+    CHECK(id >= 0);
+    uint64_t n = 0, *out = xcalloc((size_t)ferry_sampler_len(s), sizeof *out);
+    ferry_batch *b;
+    int rc;
+    while ((rc = ferry_loader_next(l, &b)) == 0) {
+        ferry_tensor t;
+        CHECK_OK(ferry_batch_field(b, id, &t));
+        for (uint32_t i = 0; i < ferry_batch_size(b); i++) {
+            CHECK_U64(((const int64_t *)t.data)[i], ferry_batch_indices(b)[i] + 1);
+            out[n++] = ferry_batch_indices(b)[i];
+        }
+        ferry_batch_release(b);
+    }
+    CHECK_RC(rc, FERRY_END);
+    ferry_loader_free(l);
+    *count = n;
+    return out;
+}
+
 /* ---- The shards datasets declare ---- */
 
 TEST(dataset_shards_default_and_set)
@@ -616,4 +645,30 @@ TEST(cli_bench_window_shards)
     snprintf(args, sizeof args, "bench '%s,stream=1' --shuffle --window-shards 3", src);
     test_ferry_cli_says(args, 2, "a stream reads its files in a new random order each epoch");
     test_remove_dir();
+}
+
+/* MosaicML's MDS shards (written by streaming.MDSWriter): 64 shards, 9999
+ * samples, sample i has id i + 1; shard 0 holds 167 and shard 1 164. A window
+ * sampler over them reads each window's shards whole before the next. */
+TEST(dataset_shards_mds)
+{
+    char spec[512];
+    test_need_shared(FERRY_SHARED_DIR "/testdata/mds/mosaic_mix_zstd/index.json");
+    snprintf(spec, sizeof spec, "mds:%s/testdata/mds/mosaic_mix_zstd", FERRY_SHARED_DIR);
+    ferry_dataset *ds;
+    CHECK_OK(ferry_dataset_open(&ds, spec));
+    const uint64_t *b;
+    uint64_t ns = ferry_dataset_shards(ds, &b);
+    CHECK_U64(ns, 64);
+    CHECK_U64(b[1], 167);
+    CHECK_U64(b[2], 167 + 164);
+    CHECK_U64(b[64], 9999);
+    ferry_sampler *s;
+    CHECK_OK(ferry_sampler_window(&s, b, ns, 4, 3));
+    uint64_t n, sw, *v = loader_epoch_ids(ds, s, 64, 2, &n);
+    check_once(v, n, 9999);
+    CHECK_U64(check_windows(v, n, b, ns, 4, &sw), 16);
+    free(v);
+    ferry_sampler_free(s);
+    ferry_dataset_free(ds);
 }

@@ -70,9 +70,9 @@ FERRY_API int ferry_sampler_fixed(ferry_sampler **out, const uint64_t *indices, 
 /* A shuffle for data stored in shards (files, possibly remote): the shards in a
  * random order each epoch, cut into windows of `window` consecutive shards of
  * that order, and the samples of each window in a random order of their own;
- * the windows one after another. So positions [wcum(j), wcum(j+1)) of an epoch
- * (window j) hold exactly the samples of its `window` shards, each once: a reader
- * that follows the order needs at most `window` shards at a time (a batch that
+ * the windows one after another. So window j's run of positions (as many as its
+ * shards' samples) holds exactly the samples of its `window` shards, each once: a
+ * reader that follows the order needs at most `window` shards at a time (a batch that
  * straddles two windows, 2 x window), and each shard's samples are read within
  * one window's span, not across the epoch. window >= the number of shards is a
  * full shuffle; window 1 reads each shard whole (its samples shuffled) before the

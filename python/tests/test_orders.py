@@ -219,3 +219,27 @@ def test_token_windows_at_random_offsets(tmp_path):
     every = ferry.open("tokens:%s,seq=16,stride=1" % path)
     assert len(every) == 3000 - 16  # every offset: nanoGPT's contexts
     assert every[123]["input"][0] == 123
+
+
+def test_token_offsets_resume_exactly(tmp_path):
+    import numpy as np
+    path = str(tmp_path / "t.bin")
+    header = np.zeros(256, dtype="<i4")
+    header[:3] = (20240520, 1, 5000)
+    with open(path, "wb") as f:
+        f.write(header.tobytes() + np.arange(5000, dtype="<u2").tobytes())
+    src = "tokens:%s,seq=32,offset=random,out=i64" % path
+
+    def make(w):
+        dl = ferry.DataLoader(src, batch_size=16, shuffle=True, seed=12, num_workers=w)
+        dl.set_epoch(5)
+        return dl
+
+    whole = [b["input"].tolist() for b in make(0)]
+    dl = make(2)
+    it = iter(dl)
+    head = [next(it)["input"].tolist() for _ in range(3)]
+    state = dl.state_dict()
+    again = make(1)
+    again.load_state_dict(state)
+    assert head + [b["input"].tolist() for b in again] == whole

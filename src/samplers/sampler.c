@@ -106,8 +106,10 @@ struct ferry_sampler {
     uint64_t *order; /* K_WEIGHTED_NOREPL: this epoch's order */
     /* K_WINDOW: the shards' bounds [nshards + 1], the window's width, and this
      * epoch's shards in order (worder) with the positions before each (wcum,
-     * [nshards + 1]) */
+     * [nshards + 1]), and each window's order of its positions (wperm, one a
+     * window) */
     uint64_t *bounds, *worder, *wcum;
+    ferry_permutation *wperm;
     uint64_t nshards, window;
     /* the rank split (ferry_sampler_split): this rank takes positions rank,
      * rank + world, ... of the order; world 1 = none */
@@ -379,14 +381,16 @@ int ferry_sampler_window(ferry_sampler **out, const uint64_t *bounds, uint64_t n
                               "window sampler: shard %llu ends at %llu, before it starts (%llu)",
                               (unsigned long long)k, (unsigned long long)bounds[k + 1],
                               (unsigned long long)bounds[k]);
+    size_t pbytes;
     if (nshards >= SIZE_MAX / 3 ||
-        !ferry__mul_size((size_t)nshards + 1, 3 * sizeof(uint64_t), &bytes))
+        !ferry__mul_size((size_t)nshards + 1, 3 * sizeof(uint64_t), &bytes) ||
+        !ferry__mul_size((size_t)nshards, sizeof(ferry_permutation), &pbytes))
         return ferry__err(FERRY_EOVERFLOW, "window sampler: %llu shards overflow memory",
                           (unsigned long long)nshards);
     uint64_t n = bounds[nshards];
     FERRY_TRY(new_sampler(&s, K_WINDOW, n, n, seed));
     /* one allocation: bounds, then this epoch's order and its sums */
-    if (!(s->bounds = ferry__malloc(bytes)))
+    if (!(s->bounds = ferry__malloc(bytes)) || !(s->wperm = ferry__malloc(pbytes)))
         FERRY_FAIL(FERRY_ENOMEM, "window sampler: out of memory for %llu shards",
                    (unsigned long long)nshards);
     memcpy(s->bounds, bounds, (size_t)(nshards + 1) * sizeof *bounds);
@@ -402,7 +406,8 @@ cleanup:
     return rc;
 }
 
-/* The epoch's order of shards, and the positions before each. */
+/* The epoch's order of shards, the positions before each, and each window's
+ * order of its positions (keyed by seed, window and epoch). */
 static void window_epoch(ferry_sampler *s, uint64_t epoch)
 {
     ferry_permutation p;
@@ -412,6 +417,12 @@ static void window_epoch(ferry_sampler *s, uint64_t epoch)
         uint64_t sh = ferry_permutation_at(&p, k);
         s->worder[k] = sh;
         s->wcum[k + 1] = s->wcum[k] + (s->bounds[sh + 1] - s->bounds[sh]);
+    }
+    uint64_t W = s->window, key = ferry_hash64(s->seed, SALT_WINDOW);
+    for (uint64_t j = 0, lo = 0; lo < s->nshards; j++, lo += W) {
+        uint64_t hi = lo + W < s->nshards ? lo + W : s->nshards;
+        ferry_permutation_init(&s->wperm[j], s->wcum[hi] - s->wcum[lo], ferry_hash64(key, j),
+                               epoch);
     }
 }
 
@@ -437,10 +448,7 @@ static uint64_t window_at(const ferry_sampler *s, uint64_t g)
     uint64_t j = last_at_most(s->wcum, 0, nwin, W, g);
     uint64_t lo = j * W, hi = lo + W < s->nshards ? lo + W : s->nshards;
     uint64_t start = s->wcum[lo];
-    ferry_permutation p;
-    ferry_permutation_init(&p, s->wcum[hi] - start,
-                           ferry_hash64(ferry_hash64(s->seed, SALT_WINDOW), j), s->epoch);
-    uint64_t at = start + ferry_permutation_at(&p, g - start);
+    uint64_t at = start + ferry_permutation_at(&s->wperm[j], g - start);
     uint64_t k = last_at_most(s->wcum, lo, hi, 1, at);
     return s->bounds[s->worder[k]] + (at - s->wcum[k]);
 }
@@ -455,6 +463,7 @@ void ferry_sampler_free(ferry_sampler *s)
     ferry__free(s->weights);
     ferry__free(s->order);
     ferry__free(s->bounds);
+    ferry__free(s->wperm);
     ferry__free(s);
 }
 

@@ -9,6 +9,8 @@
 
 #include <ferry/ferry.h>
 
+#include "core/internal.h"
+
 #include <stdint.h>
 
 static void *xcalloc(size_t n, size_t size)
@@ -670,5 +672,46 @@ TEST(dataset_shards_mds)
     CHECK_U64(check_windows(v, n, b, ns, 4, &sw), 16);
     free(v);
     ferry_sampler_free(s);
+    ferry_dataset_free(ds);
+}
+
+/* ---- Out of memory: every allocation of the constructors failing in turn ---- */
+
+static int make_oom(int which, ferry_sampler **out)
+{
+    static const uint64_t b[] = {0, 3, 3, 9}, idx[] = {4, 1, 1};
+    return which == 0 ? ferry_sampler_window(out, b, 3, 2, 1) : ferry_sampler_fixed(out, idx, 3);
+}
+
+TEST(oom_window_fixed_and_dataset_shards)
+{
+    for (int which = 0; which < 2; which++) {
+        long k;
+        for (k = 0;; k++) {
+            ferry_sampler *s = (ferry_sampler *)&s;
+            ferry__test_fail_alloc(k);
+            int rc = make_oom(which, &s);
+            ferry__test_fail_alloc(-1);
+            if (rc == 0) {
+                CHECK(ferry_sampler_at(s, ferry_sampler_len(s) - 1) != UINT64_MAX);
+                ferry_sampler_free(s);
+                break;
+            }
+            CHECK_RC(rc, FERRY_ENOMEM);
+            CHECK(s == NULL);
+            CHECK(k < 10);
+        }
+        CHECK(k >= 2);
+    }
+    ferry_dataset *ds = test_synthetic(9, 0, 0);
+    uint64_t b[] = {0, 4, 9};
+    ferry__test_fail_alloc(0);
+    int rc = ferry_dataset_set_shards(ds, b, 2);
+    ferry__test_fail_alloc(-1);
+    CHECK_RC(rc, FERRY_ENOMEM);
+    const uint64_t *got;
+    CHECK_U64(ferry_dataset_shards(ds, &got), 1); /* as it was */
+    CHECK_OK(ferry_dataset_set_shards(ds, b, 2));
+    CHECK_U64(ferry_dataset_shards(ds, &got), 2);
     ferry_dataset_free(ds);
 }

@@ -939,7 +939,8 @@ class FixedSampler(Sampler):
     """The given indices in the given order, the same every epoch: a curriculum,
     length buckets, a fixed evaluation subset. The order is yours; ferry keeps the
     rest: the same batches for any number of workers, ``state_dict()`` resumes at
-    the next batch, and ``num_replicas`` > 1 splits the order among ranks as
+    the next batch, and ``num_replicas`` > 1 (default: one rank, no split; not
+    read from the launcher) splits the order among ranks as
     DistributedSampler does (rank r takes positions r, r + num_replicas, ...;
     padded by wrapping around unless ``drop_last``), so the ranks' t-th batches
     together are the t-th ``batch_size * num_replicas`` positions whatever the
@@ -986,8 +987,8 @@ class ShardWindowSampler(Sampler):
     windows one after another. A reader following it needs at most
     ``window_shards`` shards at a time, and reads each shard within one
     window's span of the epoch. The order is a function of (seed, epoch): the
-    same for any number of workers, and ``num_replicas`` > 1 splits it among
-    ranks as DistributedSampler does (the ranks' t-th batches together are the
+    same for any number of workers, and ``num_replicas`` > 1 (default: one
+    rank) splits it among ranks as DistributedSampler does (the ranks' t-th batches together are the
     same samples for any number of ranks). ``seed`` defaults to the loader's.
     The shards are the source's (``ferry.Dataset.shards``; a source of one file,
     and a Python dataset, is one shard, except a torch ``ConcatDataset``, whose

@@ -1008,6 +1008,11 @@ class ShardWindowSampler(Sampler):
         self.num_replicas, self.rank = _replicas(num_replicas, rank)
         self.drop_last = _bool(drop_last, "drop_last")
         self.shards = None if shards is None else _index_list(shards, "shards")
+        if self.shards is not None:
+            if len(self.shards) < 2 or self.shards[0] != 0:
+                raise ValueError("shards must be the shards' bounds, [0, end of shard 0, ..., "
+                                 "len], got %r" % (self.shards[:8],))
+            self._n = self.shards[-1]  # iterable on its own, as the others given a length
 
     def _bind_source(self, bounds):
         """The loader's source's bounds, where shards= did not give them."""

@@ -243,3 +243,17 @@ def test_token_offsets_resume_exactly(tmp_path):
     again = make(1)
     again.load_state_dict(state)
     assert head + [b["input"].tolist() for b in again] == whole
+
+
+def test_samplers_iterate_on_their_own():
+    assert list(ferry.FixedSampler([3, 1, 1])) == [3, 1, 1]
+    assert list(ferry.FixedSampler(range(5), num_replicas=2, rank=1)) == [1, 3, 0]
+    s = ferry.ShardWindowSampler(1, seed=3, shards=[0, 4, 10])
+    first = list(s)
+    assert sorted(first) == list(range(10))
+    # one shard at a time: shard 0 whole, or shard 1 whole, first
+    assert set(first[:4]) == {0, 1, 2, 3} or set(first[:6]) == set(range(4, 10))
+    s.set_epoch(1)
+    assert sorted(s) == list(range(10))
+    with pytest.raises(ValueError, match="bounds"):
+        ferry.ShardWindowSampler(2, shards=[1, 5])

@@ -1351,11 +1351,15 @@ class DataLoader:
         if self._sampler is not None:
             self._csampler = self._sampler._bind(len(self._src), self.seed)
         self._loader = None
+        self._placeholder = isinstance(self._sampler, _UserOrder)
         self._lock = _threading.Lock()
         self._epoch = 0          # the epoch the next `for` runs
         self._first = 0          # ... from this batch (a resumed state)
         self._epoch_given = False
-        self._make_loader()
+        if self._placeholder:
+            self._make_placeholder()
+        else:
+            self._make_loader()
         _live_loaders.add(self)
 
     def _order(self, sampler, batch_sampler, window_shards):
@@ -1384,14 +1388,28 @@ class DataLoader:
             return FixedSampler(sampler)  # a sequence: the same order every epoch
         return _UserOrder(sampler, False)
 
+    def _make_placeholder(self):
+        """The loader until a user's sampler is first iterated (by the first
+        `for`, as PyTorch does): no order yet, so no workers (worker_init_fn runs
+        once, with the real loader), no pinned or device memory, no trace."""
+        saved = (self.num_workers, self.worker_init_fn, self.pin_memory, self.device, self.trace)
+        self.num_workers, self.worker_init_fn, self.pin_memory = 0, None, False
+        self.device = self.trace = None
+        try:
+            self._make_loader()
+        finally:
+            (self.num_workers, self.worker_init_fn, self.pin_memory, self.device,
+             self.trace) = saved
+
     def _next_order(self):
         """Iterates a user's sampler (or batch sampler) for the epoch about to
         run, as PyTorch does each epoch; the loader is made again when the order
         or the batch size changed. True when it was."""
         indices, size = self._sampler._draw()
         if indices == self._sampler.indices and (size is None or size == self.batch_size) \
-                and self._csampler is not None and self._loader is not None:
+                and not self._placeholder and self._loader is not None:
             return False
+        self._placeholder = False
         self._sampler.indices = indices
         if size is not None:
             self.batch_size = size

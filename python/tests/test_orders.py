@@ -257,3 +257,14 @@ def test_samplers_iterate_on_their_own():
     assert sorted(s) == list(range(10))
     with pytest.raises(ValueError, match="bounds"):
         ferry.ShardWindowSampler(2, shards=[1, 5])
+
+
+def test_a_user_sampler_starts_the_workers_once():
+    calls = []
+    g = torch.Generator().manual_seed(1)
+    dl = ferry.DataLoader("synthetic:40", batch_size=8, num_workers=2, worker_init_fn=calls.append,
+                          sampler=RandomSampler(range(40), generator=g))
+    assert calls == []  # no order yet: no workers until the first `for`
+    assert sorted(order(dl)) == list(range(40))
+    assert sorted(calls) == [0, 1]
+    assert dl.stats()["num_workers"] == 2

@@ -70,6 +70,8 @@ class Dataset:
     def class_to_idx(self) -> dict[str, int]: ...
     @property
     def left_out(self) -> dict[str, Any] | None: ...
+    @property
+    def shards(self) -> list[int] | None: ...
     def __len__(self) -> int: ...
     def __getitem__(self, i: int) -> Sample: ...
 
@@ -120,6 +122,16 @@ class DistributedSampler(Sampler):
                  rank: int | None = ..., shuffle: bool = ..., seed: int = ...,
                  drop_last: bool = ...) -> None: ...
 
+class FixedSampler(Sampler):
+    indices: list[int]
+    def __init__(self, indices: Iterable[int], num_replicas: int | None = ...,
+                 rank: int | None = ..., drop_last: bool = ...) -> None: ...
+
+class ShardWindowSampler(Sampler):
+    def __init__(self, window_shards: int, num_replicas: int | None = ...,
+                 rank: int | None = ..., seed: int | None = ..., drop_last: bool = ..., *,
+                 shards: Sequence[int] | None = ...) -> None: ...
+
 class DataLoader:
     batch_size: int
     num_workers: int
@@ -127,8 +139,10 @@ class DataLoader:
     pin_memory: bool
     dataset: Any
     python_rng: str
-    def __init__(self, source: str | PathLike[str] | Dataset | Any, batch_size: int = ..., shuffle: bool | None = ...,
-                 sampler: Sampler | None = ..., num_workers: int = ..., drop_last: bool = ...,
+    def __init__(self, source: str | PathLike[str] | Dataset | Any, batch_size: int = ...,
+                 shuffle: bool | None = ...,
+                 sampler: Sampler | Iterable[int] | None = ..., num_workers: int = ...,
+                 drop_last: bool = ...,
                  timeout: float = ..., worker_init_fn: Callable[[int], Any] | None = ...,
                  prefetch_factor: int | None = ..., persistent_workers: bool = ...,
                  seed: int | None = ..., in_order: bool = ...,
@@ -136,6 +150,8 @@ class DataLoader:
                  output: Literal["torch", "numpy"] = ..., *,
                  pin_memory: bool = ..., pin_memory_device: str = ...,
                  trace: str | PathLike[str] | None = ...,
+                 batch_sampler: Iterable[Sequence[int]] | None = ...,
+                 window_shards: int | None = ...,
                  fields: Mapping[str, FieldSpec] | Sequence[FieldSpec] | Sequence[str] | None = ...,
                  transform: Callable[[dict[str, Any]], Any] | None = ...,
                  python_rng: Literal["shared", "per_sample"] = ...,

@@ -40,6 +40,11 @@ class Batch(dict[str, Any]):
     size: int
     @property
     def indices(self) -> Any: ...
+    def strings(self, name: str, encoding: str | None = ...,
+                errors: str = ...) -> list[Any]: ...
+
+def strings(data: Any, lengths: Any, encoding: str | None = ...,
+            errors: str = ...) -> list[Any]: ...
 
 class TupleBatch(tuple[Any, ...]):
     epoch: int
@@ -49,17 +54,37 @@ class TupleBatch(tuple[Any, ...]):
     @property
     def indices(self) -> Any: ...
 
+class Sample(dict[str, Any]):
+    fields: list[Field]
+
 class Dataset:
     source: str
-    def __init__(self, source: str) -> None: ...
+    def __init__(self, source: str | PathLike[str]) -> None: ...
     @property
     def fields(self) -> list[Field]: ...
     @property
     def is_stream(self) -> bool: ...
+    @property
+    def classes(self) -> list[str]: ...
+    @property
+    def class_to_idx(self) -> dict[str, int]: ...
+    @property
+    def left_out(self) -> dict[str, Any] | None: ...
+    @property
+    def shards(self) -> list[int] | None: ...
     def __len__(self) -> int: ...
-    def __getitem__(self, i: int) -> dict[str, Any]: ...
+    def __getitem__(self, i: int) -> Sample: ...
 
-def open(source: str) -> Dataset: ...
+def open(source: str | PathLike[str]) -> Dataset: ...
+
+class WorkerInfo:
+    id: int
+    num_workers: int
+    seed: int
+    dataset: Any
+
+def get_worker_info() -> Any: ...
+def sample_seed() -> int | None: ...
 def index(path: str | PathLike[str], index_path: str | PathLike[str] | None = ...) -> int: ...
 def tokens(source: str | Dataset, out: str | PathLike[str], field: str | None = ...,
            dtype: str = ...) -> int: ...
@@ -97,13 +122,27 @@ class DistributedSampler(Sampler):
                  rank: int | None = ..., shuffle: bool = ..., seed: int = ...,
                  drop_last: bool = ...) -> None: ...
 
+class FixedSampler(Sampler):
+    indices: list[int]
+    def __init__(self, indices: Iterable[int], num_replicas: int | None = ...,
+                 rank: int | None = ..., drop_last: bool = ...) -> None: ...
+
+class ShardWindowSampler(Sampler):
+    def __init__(self, window_shards: int, num_replicas: int | None = ...,
+                 rank: int | None = ..., seed: int | None = ..., drop_last: bool = ..., *,
+                 shards: Sequence[int] | None = ...) -> None: ...
+
 class DataLoader:
     batch_size: int
     num_workers: int
     seed: int
     pin_memory: bool
-    def __init__(self, source: str | Dataset | Any, batch_size: int = ..., shuffle: bool | None = ...,
-                 sampler: Sampler | None = ..., num_workers: int = ..., drop_last: bool = ...,
+    dataset: Any
+    python_rng: str
+    def __init__(self, source: str | PathLike[str] | Dataset | Any, batch_size: int = ...,
+                 shuffle: bool | None = ...,
+                 sampler: Sampler | Iterable[int] | None = ..., num_workers: int = ...,
+                 drop_last: bool = ...,
                  timeout: float = ..., worker_init_fn: Callable[[int], Any] | None = ...,
                  prefetch_factor: int | None = ..., persistent_workers: bool = ...,
                  seed: int | None = ..., in_order: bool = ...,
@@ -111,8 +150,11 @@ class DataLoader:
                  output: Literal["torch", "numpy"] = ..., *,
                  pin_memory: bool = ..., pin_memory_device: str = ...,
                  trace: str | PathLike[str] | None = ...,
-                 fields: Mapping[str, FieldSpec] | Sequence[FieldSpec] | None = ...,
+                 batch_sampler: Iterable[Sequence[int]] | None = ...,
+                 window_shards: int | None = ...,
+                 fields: Mapping[str, FieldSpec] | Sequence[FieldSpec] | Sequence[str] | None = ...,
                  transform: Callable[[dict[str, Any]], Any] | None = ...,
+                 python_rng: Literal["shared", "per_sample"] = ...,
                  **torch_options: Any) -> None: ...
     def __len__(self) -> int: ...
     def __iter__(self) -> Iterator[Any]: ...

@@ -57,9 +57,9 @@ def test_leveldb_of_datum_values(tmp_path, pb):
                               np.frombuffer(d.data, dtype=np.uint8))
         assert int(s["label"]) == d.label
     del ds
-    # shuffled, two worker threads: every entry once
-    dl = ferry.DataLoader("leveldb:%s" % (tmp_path / "db"), batch_size=64, shuffle=True,
-                          num_workers=2, seed=3)
+    # shuffled, two worker threads: every entry once; a path is a LevelDB by its
+    # CURRENT and MANIFEST files
+    dl = ferry.DataLoader(tmp_path / "db", batch_size=64, shuffle=True, num_workers=2, seed=3)
     labels = np.concatenate([np.asarray(b["label"]) for b in dl])
     assert sorted(labels.tolist()) == sorted(i % 7 for i in range(500))
 

@@ -459,6 +459,47 @@ AVX2 static bool planes_f32_avx2(const finish *f, const uint8_t *src, uint32_t w
     return true;
 }
 
+/* uint8 planes (or a mirrored grey row) of 1- or 3-channel pixels without
+ * jitter: 16 pixels at a time, split into channels (and mirrored) by shuffles. */
+AVX2 static void planes_u8_avx2(const uint8_t *src, uint32_t w, uint32_t h, size_t stride, int ch,
+                                int flip, uint8_t *dst)
+{
+    uint8_t m[3][3][16]; /* [channel][which 16 source bytes][lane] */
+    for (int c = 0; c < ch; c++)
+        for (int k = 0; k < ch; k++)
+            for (int i = 0; i < 16; i++) {
+                int at = ch * (flip ? 15 - i : i) + c;
+                m[c][k][i] = (uint8_t)(at / 16 == k ? at % 16 : 0x80);
+            }
+    __m128i mk[3][3];
+    for (int c = 0; c < ch; c++)
+        for (int k = 0; k < ch; k++)
+            mk[c][k] = _mm_loadu_si128((const __m128i *)m[c][k]);
+    size_t plane = (size_t)w * h;
+    uint32_t wv = w / 16 * 16;
+    for (uint32_t y = 0; y < h; y++) {
+        const uint8_t *row = src + (size_t)y * stride;
+        uint8_t *d = dst + (size_t)y * w;
+        for (uint32_t x = 0; x < wv; x += 16) {
+            const uint8_t *p = row + (size_t)(flip ? w - x - 16 : x) * (size_t)ch;
+            __m128i l[3];
+            for (int k = 0; k < ch; k++)
+                l[k] = _mm_loadu_si128((const __m128i *)(p + 16 * k));
+            for (int c = 0; c < ch; c++) {
+                __m128i v = _mm_shuffle_epi8(l[0], mk[c][0]);
+                for (int k = 1; k < ch; k++)
+                    v = _mm_or_si128(v, _mm_shuffle_epi8(l[k], mk[c][k]));
+                _mm_storeu_si128((__m128i *)(d + (size_t)c * plane + x), v);
+            }
+        }
+        for (uint32_t x = wv; x < w; x++) {
+            const uint8_t *p = row + (size_t)(flip ? w - 1 - x : x) * (size_t)ch;
+            for (int c = 0; c < ch; c++)
+                d[(size_t)c * plane + x] = p[c];
+        }
+    }
+}
+
 static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
 static bool cpu_avx2;
 static void cpu_probe(void)
@@ -790,6 +831,14 @@ int ferry__pixels_finish_impl(const uint8_t *src, uint32_t w, uint32_t h, size_t
         return 0;
     }
     if (f.dtype == FERRY_U8) {
+#if X86
+        if ((ch == 3 && f.chw) || (ch == 1 && f.flip)) {
+            if (simd && have_avx2()) {
+                planes_u8_avx2(src, w, h, stride, ch, f.flip, dst);
+                return 0;
+            }
+        }
+#endif
         bytes_pass(src, w, h, stride, ch, f.flip, f.chw, dst);
         return 0;
     }

@@ -773,7 +773,15 @@ TEST(a_part_cut_shorter_than_the_state_is_an_error)
 
 /* ---- the reader underneath: seek forward and back in decoded data ---- */
 
-TEST(seqread_seek_in_plain_gzip_and_zstd_files)
+/* Opens path, decoding ahead on a thread of its own when `ahead`. */
+static void open_sr(ferry__seqread *r, const char *path, int ahead)
+{
+    CHECK_OK(ferry__seqread_open(r, path, path, FERRY__COMP_AUTO, 0));
+    if (ahead)
+        CHECK_OK(ferry__seqread_decode_ahead(r));
+}
+
+static void seek_in_each_kind(int ahead)
 {
     test_make_dir("csv-resume");
     tbuf plain = {0};
@@ -792,7 +800,7 @@ TEST(seqread_seek_in_plain_gzip_and_zstd_files)
     for (int f = 0; f < 3; f++) {
         ferry__seqread r;
         uint64_t to;
-        CHECK_OK(ferry__seqread_open(&r, path[f], path[f], FERRY__COMP_AUTO, 0));
+        open_sr(&r, path[f], ahead);
         for (size_t i = 0; i < sizeof at / sizeof *at; i++) {
             CHECK_OK(ferry__seqread_seek(&r, at[i], &to));
             CHECK_U64(r.off, at[i]);
@@ -819,7 +827,7 @@ TEST(seqread_seek_in_plain_gzip_and_zstd_files)
     test_write_file(path[1], gz.p, gz.n / 4);
     ferry__seqread r;
     uint64_t to;
-    CHECK_OK(ferry__seqread_open(&r, path[1], path[1], FERRY__COMP_AUTO, 0));
+    open_sr(&r, path[1], ahead);
     CHECK_RC(ferry__seqread_seek(&r, plain.n - 1, &to), FERRY_ECORRUPT);
     CHECK_CONTAINS(ferry_last_errmsg(), "the gzip stream ends early");
     CHECK_OK(ferry__seqread_seek(&r, 100, &to)); /* a broken reader starts again */
@@ -835,7 +843,7 @@ TEST(seqread_seek_in_plain_gzip_and_zstd_files)
         add(&plain, "%d,%s\n", i, "0.25,0.50,0.75,1.00,1.25,1.50,1.75,2.00,2.25,2.50");
     gzip_to(&gz, plain.p, plain.n);
     test_write_file(path[1], gz.p, gz.n / 2);
-    CHECK_OK(ferry__seqread_open(&r, path[1], path[1], FERRY__COMP_AUTO, 0));
+    open_sr(&r, path[1], ahead);
     uint64_t whole;
     CHECK_OK(ferry__seqread_read(&r, plain.p, plain.n, &n));
     whole = r.off;
@@ -853,6 +861,18 @@ TEST(seqread_seek_in_plain_gzip_and_zstd_files)
     free(gz.p);
     free(zs.p);
     test_remove_dir();
+}
+
+TEST(seqread_seek_in_plain_gzip_and_zstd_files)
+{
+    seek_in_each_kind(0);
+}
+
+/* The same decoded on a thread ahead of the reader: the same bytes, the same
+ * errors after the same bytes, and seeks back that start the decoder again. */
+TEST(seqread_decoding_ahead_reads_and_seeks_the_same)
+{
+    seek_in_each_kind(1);
 }
 
 /* A gzip member with a back-reference that reaches before its start (igzip hands

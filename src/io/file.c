@@ -334,6 +334,18 @@ int ferry__atomic_reserve(ferry__atomic_file *w, uint64_t size)
     return 0;
 }
 
+void ferry__atomic_writeback(const ferry__atomic_file *w, uint64_t off, uint64_t n)
+{
+#ifdef SYNC_FILE_RANGE_WRITE
+    if (w->fd >= 0)
+        (void)sync_file_range(w->fd, (off_t)off, (off_t)n, SYNC_FILE_RANGE_WRITE);
+#else
+    (void)w;
+    (void)off;
+    (void)n;
+#endif
+}
+
 int ferry__atomic_pwrite(ferry__atomic_file *w, const void *p, size_t n, uint64_t off)
 {
     int rc = flush(w);

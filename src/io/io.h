@@ -62,6 +62,10 @@ int ferry__atomic_pwrite(ferry__atomic_file *w, const void *p, size_t n, uint64_
 /* A positioned write that leaves the append buffer alone: several threads may
  * call it at once on disjoint ranges, provided nothing is appended meanwhile. */
 int ferry__atomic_pwrite_mt(const ferry__atomic_file *w, const void *p, size_t n, uint64_t off);
+/* Starts writing bytes [off, off + n) of the temporary out to the disk and returns
+ * (sync_file_range; a hint: nothing where the system lacks it): a writer of a large
+ * file calls it as it goes, so that the fsync of the commit finds little left. */
+void ferry__atomic_writeback(const ferry__atomic_file *w, uint64_t off, uint64_t n);
 /* Sets the temporary's size to `size`, so that positioned writes may land in any
  * order (a full disk shows in the writes, as with appends). */
 int ferry__atomic_reserve(ferry__atomic_file *w, uint64_t size);

@@ -17,6 +17,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -31,7 +32,7 @@
 #define HEADER 64u
 #define FLAG_FINAL_NEWLINE 1u   /* the last line ends with "\n" */
 #define EDGE 4096u              /* bytes hashed at each end of the source */
-#define CHUNK ((size_t)1 << 20) /* read size: small enough to stay in cache for the scan */
+#define CHUNK ((size_t)1 << 20) /* bytes a scanner takes at a time */
 #define NCHUNKS 4
 #define WRITEBACK_EVERY ((uint64_t)4 << 20) /* index bytes between writeback starts */
 #define PROGRESS_EVERY ((uint64_t)64 << 20)
@@ -153,50 +154,58 @@ static scan_fn pick_scan(void)
 #endif
 }
 
-/* Two scanners read and scan alternate chunks at once (pread: a file that shrinks
- * gives an error, never a fault), each into the chunk's own list of line starts,
- * while the caller's thread writes the lists out in the file's order: chunk c is
- * scanner c % NSCAN's, and each scanner's chunks come back in its order through
- * its own pair of bounded queues. A chunk of CHUNK bytes stays in the core's cache
- * between its read and its scan. */
+/* The file is mapped, and two scanners scan alternate chunks of it at once (each
+ * byte read from memory once, where a read into a buffer would copy it first), each
+ * into the chunk's own list of line starts, while the caller's thread writes the
+ * lists out in the file's order: chunk c is scanner c % NSCAN's, and each
+ * scanner's chunks come back in its order through its own pair of bounded queues.
+ * A scanner reads under a guard: a file cut short while it is indexed is an error
+ * naming it, not a fault. */
 #define NSCAN 2
 
 typedef struct chunk {
-    uint8_t *data;
     size_t n;
     uint64_t off;
+    uint8_t last; /* its last byte */
     sink s;
     int rc;
     char msg[FERRY_ERRMSG_MAX];
 } chunk;
 
 typedef struct scanner {
-    const ferry__file *f;
+    const uint8_t *base; /* the mapping */
+    uint64_t size;
     const char *path;
     scan_fn scan;
     unsigned first; /* its first chunk: chunks first, first + NSCAN, ... */
     ferry__queue *empty, *full;
 } scanner;
 
+__attribute__((noinline)) static int scan_chunk(const scanner *r, chunk *c)
+{
+    ferry__guard g;
+    ferry__guard_push(&g);
+    if (sigsetjmp(g.jb, 0))
+        return ferry__guard_err(g.addr, r->path, r->base, "indexing");
+    r->scan(&c->s, r->base + c->off, c->n, c->off);
+    c->last = r->base[c->off + c->n - 1];
+    ferry__guard_pop(&g);
+    return 0;
+}
+
 static void *scanner_main(void *arg)
 {
     scanner *r = arg;
-    for (uint64_t off = (uint64_t)r->first * CHUNK; off < r->f->size; off += NSCAN * CHUNK) {
+    for (uint64_t off = (uint64_t)r->first * CHUNK; off < r->size; off += NSCAN * CHUNK) {
         void *item;
         if (ferry__queue_pop(r->empty, &item, 0) != 0)
             break; /* closed: the writer gave up */
         chunk *c = item;
-        size_t want = r->f->size - off < CHUNK ? (size_t)(r->f->size - off) : CHUNK;
         c->off = off;
+        c->n = r->size - off < CHUNK ? (size_t)(r->size - off) : CHUNK;
         c->s.n = 0;
-        c->rc = ferry__file_pread(r->f, r->path, c->data, want, off, &c->n);
-        if (c->rc == 0 && c->n < want)
-            c->rc = ferry__err(FERRY_EIO, "%s: shrank while being indexed (at offset %llu)",
-                               r->path, (unsigned long long)(off + c->n));
-        if (c->rc < 0)
+        if ((c->rc = scan_chunk(r, c)) < 0)
             ferry__err_copy(c->msg); /* the message lives in this thread: carry it over */
-        else
-            r->scan(&c->s, c->data, c->n, off);
         if (ferry__queue_push(r->full, c, 0) != 0 || c->rc < 0)
             break;
     }
@@ -220,7 +229,7 @@ int ferry_line_index_build(const char *path, const char *index_path, ferry_progr
     int rc = 0;
     ferry__file f = {-1, 0, 0};
     ferry__atomic_file w = {.fd = -1};
-    uint8_t *chunk_mem = NULL;
+    ferry__map map = {NULL, 0};
     chunk chunks[NCHUNKS];
     char *own_index = NULL;
     scanner sc[NSCAN];
@@ -237,11 +246,12 @@ int ferry_line_index_build(const char *path, const char *index_path, ferry_progr
     header h = {.version = VERSION, .size = f.size, .mtime_ns = f.mtime_ns};
     memcpy(h.magic, MAGIC, 8);
     FERRY_TRY(edge_hashes(&f, path, &h.head_hash, &h.tail_hash));
-    chunk_mem = ferry__aligned_alloc(CHUNK * NCHUNKS);
-    if (!chunk_mem)
-        FERRY_FAIL(FERRY_ENOMEM, "line index: out of memory");
+    FERRY_TRY(ferry__guard_install());
+    FERRY_TRY(ferry__map_open(&map, &f, path));
+    /* read once, in order: the kernel may read ahead and drop behind */
+    if (map.data)
+        madvise(map.data, map.size, MADV_SEQUENTIAL);
     for (int i = 0; i < NCHUNKS; i++) {
-        chunks[i].data = chunk_mem + (size_t)i * CHUNK;
         chunks[i].s.size = f.size;
         /* its pages are touched only as far as line starts are found */
         if (!(chunks[i].s.buf = ferry__malloc(CHUNK * sizeof(uint64_t))))
@@ -260,7 +270,7 @@ int ferry_line_index_build(const char *path, const char *index_path, ferry_progr
     scan_fn scan = pick_scan();
     uint8_t last = '\n';
     for (int k = 0; k < NSCAN; k++) {
-        sc[k] = (scanner){&f, path, scan, (unsigned)k, NULL, NULL};
+        sc[k] = (scanner){map.data, f.size, path, scan, (unsigned)k, NULL, NULL};
         FERRY_TRY(ferry__queue_create(&sc[k].empty, NCHUNKS / NSCAN));
         FERRY_TRY(ferry__queue_create(&sc[k].full, NCHUNKS / NSCAN));
         for (int i = k; i < NCHUNKS; i += NSCAN)
@@ -288,7 +298,7 @@ int ferry_line_index_build(const char *path, const char *index_path, ferry_progr
                 kicked = at;
             }
         }
-        last = ch->data[ch->n - 1];
+        last = ch->last;
         done += ch->n;
         ferry__queue_push(r->empty, ch, 0);
         if (progress && done >= next_report) {
@@ -328,8 +338,8 @@ cleanup:
         ferry__queue_free(sc[k].full);
     }
     ferry__atomic_abort(&w);
+    ferry__unmap(&map);
     ferry__file_close(&f);
-    ferry__aligned_free(chunk_mem);
     for (int i = 0; i < NCHUNKS; i++)
         ferry__free(chunks[i].s.buf);
     ferry__free(own_index);

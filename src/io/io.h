@@ -33,6 +33,9 @@ typedef struct ferry__map {
     size_t size;
 } ferry__map;
 int ferry__map_file(ferry__map *m, const char *path);
+/* Maps the file f has open, as far as its size when it was opened (path: for
+ * messages). */
+int ferry__map_open(ferry__map *m, const ferry__file *f, const char *path);
 void ferry__unmap(ferry__map *m);
 
 #define FERRY__ATOMIC_BUF ((size_t)256 << 10)

@@ -10,6 +10,10 @@ also on failure) and measures, in one run, best of 3 each, side by side:
      through the offset index; and the stream, stream=1) vs
      `dd if=FILE of=/dev/null bs=8M` over the same files from the page cache
      (8 files of 64 KiB records, 1.3 GB at scale 1). Target: >= 0.8x.
+  1b. the same with 4 KiB records (1.07 GB at scale 1, batch 64), and the same
+     records packed as record shards (`ferry pack tfrecord:DIR,raw=1`) read with
+     the same batch. Targets: map-style >= 0.8x dd; the record shards' records/s
+     >= the best of TFRecord's (the format ferry recommends reads fastest).
   2. gzip TFRecord: `ferry bench tfrecord:DIR,raw=1 --batch 64 --workers 2`
      (a stream: gzip has no random access) vs the bare decompression rate of
      the library ferry was built with (ISA-L's igzip when it links libisal,
@@ -24,6 +28,9 @@ also on failure) and measures, in one run, best of 3 each, side by side:
      `ferry bench images:DIR` with the same options over the same images in an
      image folder (bench/gen_images.py, 1,000 images at scale 1). Target:
      images/s >= 0.95x.
+  4. one CSV file (200 MB of 17 numbers a row at scale 1) read as a stream,
+     gzip (level 6) vs the same file uncompressed: `ferry bench csv:FILE
+     --batch 256 --workers 2`. Target: >= 0.9x.
 Beside each rate, the CPU seconds each command took (user + system, from the
 kernel's accounting of the child): on a machine shared with other work the
 wall-clock rates move with the load, the CPU cost much less.

@@ -627,16 +627,31 @@ done:
     return rc;
 }
 
+#define FUSE_MIN 1024u
+
+/* Whether record i spans FUSE_MIN bytes or more (from the index: its header is
+ * checked later). */
+static inline bool rec_fits_fuse(const ferry_record_file *f, uint64_t i)
+{
+    if (i >= f->count)
+        return false;
+    uint64_t off = rec_offset(f, i), next = i + 1 < f->count ? rec_offset(f, i + 1) : f->end;
+    return next > off && next - off >= FUSE_MIN + FERRY__REC_RECORD_HEADER;
+}
+
 static int read_record(const ferry_record_file *f, uint64_t i, ferry_sample *out, ferry_ctx *ctx,
                        ferry__reading *rd)
 {
     rec r = {0};
     bool zstd = f->hflags & FERRY__REC_FLAG_ZSTD;
-    int rc = locate(f, i, &r, zstd); /* uncompressed: checked while copied */
+    /* an uncompressed payload of FUSE_MIN bytes or more is checked while it is
+     * copied; a smaller one, which the cache holds between the two, first */
+    bool fuse = !zstd && rec_fits_fuse(f, i);
+    int rc = locate(f, i, &r, !fuse);
     if (rc < 0)
         return rc;
     if (!zstd)
-        return parse(f, i, &r, r.payload, r.stored, out, true);
+        return parse(f, i, &r, r.payload, r.stored, out, fuse);
     if (!ctx)
         return ferry__err(FERRY_EINVAL, "%s: reading a compressed shard needs a ctx", f->name);
     uint64_t t0 = ferry_now_ns();

@@ -85,7 +85,9 @@ static int csv_open(const void *self, void *rd, const char *path, bool fetch)
     /* a compressed part is inflated on another thread while this one parses: the
      * parse costs more than the inflate, so the file reads at nearly the rate of
      * its plain text */
-    return fetch ? 0 : ferry__seqread_decode_ahead(&r->sr);
+    if (!fetch)
+        ferry__seqread_decode_ahead(&r->sr);
+    return 0;
 }
 
 static void csv_close(void *rd)

@@ -307,6 +307,9 @@ static int decode_into(ferry__seqread *r, uint8_t *out, size_t room, size_t want
 
 #define AHEAD_BLOCK ((size_t)256 << 10)
 #define AHEAD_BLOCKS 4
+/* decoded bytes read on the caller's thread first: a reader that stops early (a
+ * resume, a file's first rows) costs no thread and no decoding it will not use */
+#define AHEAD_AFTER ((uint64_t)4 << 20)
 
 /* The decoder's thread fills blocks of a ring in order; the reader's thread copies
  * them out. The decoder's fields of the reader (dec, in, in_pos, in_len, file_off,
@@ -431,33 +434,36 @@ static int take_ahead(ferry__seqread *r, uint8_t *out, size_t room, size_t want,
     return 0;
 }
 
-int ferry__seqread_decode_ahead(ferry__seqread *r)
+/* Starts decoding ahead, from where the decoder is; stays on the caller's thread
+ * where the memory or the thread cannot be had. */
+static void ahead_begin(ferry__seqread *r)
 {
-    if (r->codec == PLAIN || r->ahead || r->off != 0 || r->end != 0)
-        return 0;
     struct ferry__seqread_ahead *a = ferry__calloc(1, sizeof *a);
     uint8_t *mem = ferry__aligned_alloc(AHEAD_BLOCK * AHEAD_BLOCKS);
+    r->ahead_wanted = false;
     if (!a || !mem) {
         ferry__free(a);
         ferry__aligned_free(mem);
-        return ferry__err(FERRY_ENOMEM, "%s: out of memory for decoding ahead", r->name);
+        return;
     }
     for (int i = 0; i < AHEAD_BLOCKS; i++)
         a->blk[i] = mem + (size_t)i * AHEAD_BLOCK;
     pthread_mutex_init(&a->m, NULL);
     pthread_cond_init(&a->cv, NULL);
     r->ahead = a;
-    int rc = ahead_start(r);
-    if (rc < 0) {
+    if (ahead_start(r) < 0) {
         pthread_mutex_destroy(&a->m);
         pthread_cond_destroy(&a->cv);
         ferry__aligned_free(mem);
         ferry__free(a);
         r->ahead = NULL;
         ferry__err_clear();
-        return 0; /* decoded on the caller's thread, as without */
     }
-    return 0;
+}
+
+void ferry__seqread_decode_ahead(ferry__seqread *r)
+{
+    r->ahead_wanted = r->codec != PLAIN;
 }
 
 /* Reads or decodes into out until at least `want` bytes are there, or the end, or
@@ -469,11 +475,14 @@ static int produce(ferry__seqread *r, uint8_t *out, size_t room, size_t want, si
     *made = 0;
     if (r->err)
         return ferry__err(r->err, "%s", r->err_msg);
+    if (r->ahead_wanted && r->decoded >= AHEAD_AFTER)
+        ahead_begin(r);
     if (r->ahead) {
         rc = take_ahead(r, out, room, want, made);
     } else if (r->codec != PLAIN) {
         rc = decode_into(r, out, room, want, made);
         r->eof = r->dec_eof;
+        r->decoded += *made;
     } else {
         while (*made < want && !r->eof) {
             size_t got;
@@ -685,17 +694,16 @@ int ferry__seqread_seek(ferry__seqread *r, uint64_t off, uint64_t *at)
         return 0;
     }
     if (off < r->off || r->err) {
-        /* decode again from the start */
-        ahead_stop(r);
+        /* decode again from the start (ahead again once as far in as the first time) */
+        if (r->ahead) {
+            ahead_free(r);
+            r->ahead_wanted = true;
+        }
         r->pos = r->end = r->in_pos = r->in_len = 0;
-        r->file_off = r->off = 0;
+        r->file_off = r->off = r->decoded = 0;
         r->eof = r->dec_eof = r->member_end = false;
         r->err = 0;
         decoder_reset(r);
-        if (r->ahead && ahead_start(r) < 0) {
-            ahead_free(r); /* decoded on this thread from here on */
-            ferry__err_clear();
-        }
     }
     rc = ferry__seqread_skip(r, off - r->off, &skipped);
     *at = r->off;

@@ -884,7 +884,7 @@ TEST(seqread_decoding_ahead_past_its_start)
     test_make_dir("csv-resume");
     tbuf plain = {0}, gz = {0}, zs = {0};
     for (int i = 0; plain.n < ((size_t)12 << 20); i++)
-        add(&plain, "%d,%d.25\n", i * 7919, i % 1000);
+        add(&plain, "%lld,%d.25\n", (long long)i * 7919, i % 1000);
     gzip_to(&gz, plain.p, plain.n / 2);
     gzip_to(&gz, plain.p + plain.n / 2, plain.n - plain.n / 2); /* two members */
     zstd_to(&zs, plain.p, plain.n);

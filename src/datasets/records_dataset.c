@@ -402,7 +402,7 @@ static void read_ahead(shard_set *s, size_t j, const void *base, uintptr_t a, ui
 /* Later batches: records i..last (consecutive) lie together in their shards; have
  * the kernel read each shard's part of them ahead, when it is large enough to be
  * worth a call. */
-static void populate_run(shard_set *s, uint64_t i, uint64_t last)
+static void read_ahead_run(shard_set *s, uint64_t i, uint64_t last)
 {
     size_t j = shard_of(s, i);
     while (i <= last && j < s->n) {
@@ -446,7 +446,7 @@ static void hint_mapped(shard_set *s, const uint64_t *indices, size_t count, int
         while (e < count && indices[e] == indices[e - 1] + 1 && indices[e] < total)
             e++;
         if ((e - k >= 2 || s->big) && indices[k] < total)
-            populate_run(s, indices[k], indices[e - 1]);
+            read_ahead_run(s, indices[k], indices[e - 1]);
         k = e;
     }
 }

@@ -630,6 +630,72 @@ static int parse_features(tfr *t, const char *text)
     return ferry__check_fields(t->fields, t->nfields);
 }
 
+/* The index of mapped plain file k from its record headers alone: offs[k] gets
+ * each record's offset and one past the last (*cnt of them), max_raw the longest
+ * record. The errors are a stream's (a damaged or cut header, a record running
+ * past the end). Read under a guard, as the file may be cut short meanwhile; the
+ * offsets grow in t->offs[k], which t frees whatever happens. */
+static int walk(tfr *t, size_t k, uint64_t *cnt, uint64_t *max_raw)
+{
+    const char *name = t->files.paths[k];
+    const uint8_t *b = t->maps[k].data;
+    uint64_t size = t->maps[k].size, off = 0, rec = 0, len;
+    size_t cap = 0;
+    int rc = 0;
+    for (;;) {
+        if (*cnt == cap) {
+            size_t ncap = cap ? 2 * cap : 1024;
+            uint64_t *grown = ferry__realloc(t->offs[k], ncap * sizeof *grown);
+            if (!grown) {
+                rc = ferry__err(FERRY_ENOMEM, "%s: out of memory for the index", name);
+                break;
+            }
+            t->offs[k] = grown;
+            cap = ncap;
+        }
+        t->offs[k][(*cnt)++] = off;
+        if (off == size)
+            break; /* one past the last */
+        if (size - off < FERRY__TFR_HEADER) {
+            rc = ferry__err(FERRY_ECORRUPT,
+                            "%s: record %llu at offset %llu: truncated header (%llu of 12 bytes)",
+                            name, (unsigned long long)rec, (unsigned long long)off,
+                            (unsigned long long)(size - off));
+            break;
+        }
+        if ((rc = ferry__tfr_header(name, rec, off, b + off, t->o.max_record, &len)) < 0)
+            break;
+        if (size - off < FERRY__TFR_OVERHEAD + len) {
+            uint64_t there = size - off;
+            rc = ferry__err(
+                FERRY_ECORRUPT,
+                "%s: record %llu at offset %llu: truncated: %llu data bytes and a "
+                "CRC announced, %llu there",
+                name, (unsigned long long)rec, (unsigned long long)off, (unsigned long long)len,
+                (unsigned long long)(there > FERRY__TFR_OVERHEAD ? there - FERRY__TFR_OVERHEAD
+                                                                 : 0));
+            break;
+        }
+        if (len > *max_raw)
+            *max_raw = len;
+        off += FERRY__TFR_OVERHEAD + len;
+        rec++;
+    }
+    return rc;
+}
+
+__attribute__((noinline)) static int walk_headers(tfr *t, size_t k, uint64_t *cnt,
+                                                  uint64_t *max_raw)
+{
+    ferry__guard g;
+    ferry__guard_push(&g);
+    if (sigsetjmp(g.jb, 0))
+        return ferry__guard_err(g.addr, t->files.paths[k], t->maps[k].data, "indexing");
+    int rc = walk(t, k, cnt, max_raw);
+    ferry__guard_pop(&g);
+    return rc;
+}
+
 static int tfr_open(tfr **out, const char *location, const ferry_tfrecord_opts *o, bool map)
 {
     int rc = 0;
@@ -660,7 +726,7 @@ static int tfr_open(tfr **out, const char *location, const ferry_tfrecord_opts *
         for (size_t k = 0; k < t->files.n; k++) {
             const char *path = t->files.paths[k];
             ferry__tfr_reader rd;
-            /* a small window: the reads stop at the headers */
+            /* opened to tell a compressed file (its first bytes); then mapped */
             FERRY_TRY(ferry__tfr_open(&rd, path, path, t->o.compression, t->o.max_record, 4096));
             if (rd.r.compressed) {
                 const char *c = rd.r.compressed;
@@ -670,47 +736,11 @@ static int tfr_open(tfr **out, const char *location, const ferry_tfrecord_opts *
                            "(read %s files as a stream)",
                            path, c, c);
             }
-            size_t cap = 1024, cnt = 0;
-            uint64_t *offs = ferry__malloc(cap * sizeof *offs);
-            for (;;) {
-                const uint8_t *d;
-                size_t n;
-                uint64_t off;
-                if (!offs) {
-                    rc = ferry__err(FERRY_ENOMEM, "%s: out of memory for the index", path);
-                    break;
-                }
-                rc = ferry__tfr_next(&rd, &d, &n, &off, 0);
-                if (rc == FERRY_END) {
-                    off = rd.r.off;
-                    rc = 0;
-                }
-                if (rc < 0)
-                    break;
-                if (cnt == cap) {
-                    uint64_t *g = ferry__realloc(offs, 2 * cap * sizeof *offs);
-                    if (!g) {
-                        rc = ferry__err(FERRY_ENOMEM, "%s: out of memory for the index", path);
-                        break;
-                    }
-                    offs = g;
-                    cap *= 2;
-                }
-                offs[cnt++] = off;
-                if (d == NULL && n > max_raw)
-                    max_raw = n;
-                if (off == rd.r.off) /* the end: offs[cnt-1] is one past the last */
-                    break;
-            }
             ferry__tfr_close(&rd);
-            t->offs[k] = offs;
-            if (rc < 0)
-                goto cleanup;
-            t->first[k + 1] = t->first[k] + (cnt - 1);
             FERRY_TRY(ferry__map_file(&t->maps[k], path));
-            if (t->maps[k].size < offs[cnt - 1])
-                FERRY_FAIL(FERRY_ESTALE, "%s: shrank while it was indexed (%llu bytes, %zu now)",
-                           path, (unsigned long long)offs[cnt - 1], t->maps[k].size);
+            uint64_t cnt = 0;
+            FERRY_TRY(walk_headers(t, k, &cnt, &max_raw));
+            t->first[k + 1] = t->first[k] + (cnt - 1);
         }
     }
     if (o && o->features && !t->o.raw) {

@@ -17,13 +17,15 @@
 #include <sys/mman.h>
 
 #define MAX_SHARDS 1000000u
+#define AHEAD_UNIT ((uint64_t)64 << 10) /* read ahead once per this many bytes of a shard */
 
 typedef struct shard_set {
     ferry_record_file **files;
     char **names;
     uint64_t *first; /* first[k] = records before shard k; first[n] = total */
     size_t n;
-    bool big; /* records of 64 KiB and more on average: each worth reading ahead */
+    bool big;                 /* records of 64 KiB and more on average: each worth reading ahead */
+    _Atomic uint64_t **ahead; /* by shard: a bit per AHEAD_UNIT bytes already asked for */
     int nfields;
     ferry_field fields[FERRY_MAX_FIELDS];
 } shard_set;
@@ -35,7 +37,9 @@ static void set_free(shard_set *s)
     for (size_t k = 0; k < s->n; k++) {
         ferry_record_file_free(s->files ? s->files[k] : NULL);
         ferry__free(s->names ? s->names[k] : NULL);
+        ferry__free(s->ahead ? (void *)s->ahead[k] : NULL);
     }
+    ferry__free((void *)s->ahead);
     ferry__free(s->files);
     ferry__free(s->names);
     ferry__free(s->first);
@@ -212,7 +216,8 @@ static int set_open_once(shard_set **out, const char *dir, uint64_t shard_id, ui
     s->files = ferry__calloc(take ? take : 1, sizeof *s->files);
     s->names = ferry__calloc(take ? take : 1, sizeof *s->names);
     s->first = ferry__calloc(take + 1, sizeof *s->first);
-    if (!s->files || !s->names || !s->first)
+    s->ahead = ferry__calloc(take ? take : 1, sizeof *s->ahead);
+    if (!s->files || !s->names || !s->first || !s->ahead)
         FERRY_FAIL(FERRY_ENOMEM, "records: out of memory");
     if (take == 0)
         FERRY_FAIL(FERRY_EINVAL, "%s: %zu shards leave none for shard_id %llu of %llu", dir, n,
@@ -251,6 +256,8 @@ static int set_open_once(shard_set **out, const char *dir, uint64_t shard_id, ui
         }
         s->first[k + 1] = s->first[k] + c;
         total_bytes += size;
+        if (!(s->ahead[k] = ferry__calloc((size_t)(size / AHEAD_UNIT / 64) + 1, sizeof(uint64_t))))
+            FERRY_FAIL(FERRY_ENOMEM, "records: out of memory");
     }
     s->big = s->first[s->n] && total_bytes / s->first[s->n] >= ((uint64_t)64 << 10);
     *out = s;
@@ -325,13 +332,6 @@ void ferry_records_shards_free(char **paths, size_t n)
 
 /* ---- Map-style ---- */
 
-static void populate(uintptr_t a, uintptr_t e)
-{
-    uintptr_t page = 4096, start = a & ~(page - 1);
-    if (madvise((void *)start, e - start, MADV_POPULATE_READ) != 0)
-        madvise((void *)start, e - start, MADV_WILLNEED);
-}
-
 static uint64_t set_len(void *self)
 {
     shard_set *s = self;
@@ -374,15 +374,35 @@ int ferry__records_raw(const ferry_dataset *ds, uint64_t i, const void **payload
     return ferry_record_file_raw(s->files[k], i - s->first[k], payload, n, &off);
 }
 
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22 /* Linux 5.14; older kernels answer EINVAL, and it is only a hint */
-#endif
+/* Asks the kernel to read bytes [a, e) of shard j into the page cache, unless an
+ * earlier call asked for them (a bit per AHEAD_UNIT) or their first and last pages
+ * are cached already (mincore: two lookups, where MADV_WILLNEED would look up
+ * every page): MADV_WILLNEED starts the reads and returns. Nothing is mapped here:
+ * for cached pages a fault maps 16 at a time when the record is read, which costs
+ * less than walking each page with MADV_POPULATE_READ. */
+static void read_ahead(shard_set *s, size_t j, const void *base, uintptr_t a, uintptr_t e)
+{
+    uint64_t lo = (a - (uintptr_t)base) / AHEAD_UNIT, hi = (e - 1 - (uintptr_t)base) / AHEAD_UNIT;
+    bool asked = true;
+    for (uint64_t u = lo; u <= hi; u++) {
+        uint64_t bit = (uint64_t)1 << (u % 64);
+        if (!(atomic_fetch_or_explicit(&s->ahead[j][u / 64], bit, memory_order_relaxed) & bit))
+            asked = false;
+    }
+    if (asked)
+        return;
+    uintptr_t page = 4096, start = a & ~(page - 1), last = (e - 1) & ~(page - 1);
+    unsigned char in_first = 0, in_last = 0;
+    if (mincore((void *)start, page, &in_first) == 0 &&
+        mincore((void *)last, page, &in_last) == 0 && (in_first & 1) && (in_last & 1))
+        return;
+    madvise((void *)start, e - start, MADV_WILLNEED);
+}
 
-/* Later batches: records i..last (consecutive) lie together in their shards;
- * have the kernel map (or at least read) each shard's part of them ahead, when it
- * is large enough to be worth a call (a page fault per 64 KiB in the worker costs
- * more than one call for the whole run). */
-static void populate_run(shard_set *s, uint64_t i, uint64_t last)
+/* Later batches: records i..last (consecutive) lie together in their shards; have
+ * the kernel read each shard's part of them ahead, when it is large enough to be
+ * worth a call. */
+static void read_ahead_run(shard_set *s, uint64_t i, uint64_t last)
 {
     size_t j = shard_of(s, i);
     while (i <= last && j < s->n) {
@@ -393,7 +413,7 @@ static void populate_run(shard_set *s, uint64_t i, uint64_t last)
             ferry__record_file_span(s->files[j], end - s->first[j], &q, &m) == 0) {
             uintptr_t a = (uintptr_t)p, e = (uintptr_t)q + m;
             if (e > a && e - a >= ((uintptr_t)64 << 10))
-                populate(a, e);
+                read_ahead(s, j, ferry__record_file_base(s->files[j]), a, e);
         }
         i = end + 1;
         j++;
@@ -426,7 +446,7 @@ static void hint_mapped(shard_set *s, const uint64_t *indices, size_t count, int
         while (e < count && indices[e] == indices[e - 1] + 1 && indices[e] < total)
             e++;
         if ((e - k >= 2 || s->big) && indices[k] < total)
-            populate_run(s, indices[k], indices[e - 1]);
+            read_ahead_run(s, indices[k], indices[e - 1]);
         k = e;
     }
 }

@@ -174,9 +174,9 @@ class Batch(dict):
             raise TypeError(
                 "a ferry.Batch is a dict of field name to tensor (%s): unpacking it would give "
                 "the names, not the tensors. Take them by name (batch[%r]), or ask the loader "
-                "for tuples: ferry.DataLoader(..., fields=(%s)) yields (%s) in that order"
+                "for tuples: ferry.DataLoader(..., fields=%r) yields (%s) in that order"
                 % (", ".join(map(repr, names)), names[0] if names else "name",
-                   ", ".join(map(repr, names[:2])), ", ".join(names[:2])))
+                   tuple(names[:2]), ", ".join(names[:2])))
         return dict.__iter__(self)
 
     def strings(self, name, encoding="utf-8", errors="surrogateescape"):

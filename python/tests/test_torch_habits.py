@@ -68,6 +68,11 @@ def test_unpacking_a_dict_batch_says_what_to_do():
     assert sorted(copy.deepcopy(b)) == sorted(pickle.loads(pickle.dumps(b))) == list(b)
     (k0, k1), = [sorted(b)]     # unpacking what was made of its keys
     assert (k0, k1) == ("data", "label")
+    # one field: the tuple to write is still a tuple
+    one = next(iter(ferry.DataLoader("synthetic:4,bytes=4", batch_size=2,
+                                     transform=lambda s: {"x": s["data"]})))
+    with pytest.raises(TypeError, match=r"fields=\('x',\)\) yields \(x\)"):
+        (x,) = one
 
 
 def test_fields_select_tuples_from_a_ferry_source(folder):

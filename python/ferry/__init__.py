@@ -650,6 +650,10 @@ def pack(source, outdir, name=None, shard_size=None, shard_records=None, zstd=No
     or not at all. Returns ``{"records": N, "bytes": B, "skipped": S,
     "truncated": T}``: bytes of sample data written, bad samples left out, and
     samples the source cut to fit their field (lines longer than ``max=``)."""
+    if _selection(fields) is not None and isinstance(source, (str, _os.PathLike, Dataset)):
+        raise ValueError("fields=%r: pack stores every field of a ferry source; a tuple of "
+                         "names selects the fields a DataLoader yields as tuples, when it "
+                         "loads the shards" % (fields,))
     # an image folder is packed as its encoded files, as the command packs its
     # text: given as text, as a path or as a ferry.Dataset opened from that text
     text = None
@@ -660,7 +664,7 @@ def pack(source, outdir, name=None, shard_size=None, shard_records=None, zstd=No
     src = (_ferry.open_source(text, _ferry.SOURCE_ENCODED) if text is not None
            else _resolve(source, fields, None)[0])
     if isinstance(source, (str, _os.PathLike)):
-        _folder_note(Dataset._over(src, text), text, 3)
+        _folder_note(Dataset._over(src, _source_text(source)), _source_text(source), 3)
     if not isinstance(outdir, (str, _os.PathLike)):
         raise TypeError("outdir must be a str or path, got %s" % type(outdir).__name__)
     if name is not None and not isinstance(name, str):

@@ -98,6 +98,10 @@ def test_pack_of_a_folder_as_a_path_or_a_dataset_stores_the_encoded_files(tmp_pa
         for i in range(len(py)):
             for name in ("image", "label", "path"):
                 assert np.asarray(py[i][name]).tobytes() == np.asarray(cli[i][name]).tobytes()
+    # a selection of fields is the loader's, never silently ignored here
+    with pytest.raises(ValueError, match="pack stores every field"):
+        ferry.pack(pathlib.Path(root), tmp_path / "sel", fields=("image", "label"))
+    assert not (tmp_path / "sel").exists()
 
 
 def test_tokens_writes_a_shard_the_tokens_source_reads(tmp_path):

@@ -799,15 +799,17 @@ def load_metadata(path):
 _KIND_BY_SUFFIX = ((".txt", "lines"), (".csv", "csv"), (".csv.gz", "csv"), (".csv.zst", "csv"),
                    (".tsv", "csv"), (".npy", "npy"), (".tfrecord", "tfrecord"),
                    (".tfrecord.gz", "tfrecord"), (".tar", "wds"), (".tgz", "wds"),
-                   (".tar.gz", "wds"), (".mdb", "lmdb"), (".ferry", "records"))
+                   (".tar.gz", "wds"), (".mdb", "lmdb"), (".ferry", "records"),
+                   (".minidb", "minidb"))
 
 
 def _source_text(source):
     """A source's text: a str as it is; a path (pathlib.Path, os.PathLike) as the
     kind its file or folder is, where that can be told: a folder of record shards
-    (a .manifest in it) is records:, an LMDB environment (data.mdb) lmdb:, any
-    other folder images: (torchvision's ImageFolder layout); a file by its
-    extension."""
+    (a .manifest in it) is records:, an LMDB environment (data.mdb) lmdb:, a
+    LevelDB or RocksDB database (CURRENT and a MANIFEST-*; RocksDB writes OPTIONS-*
+    too) leveldb: or rocksdb:, any other folder images: (torchvision's ImageFolder
+    layout); a file by its extension."""
     if isinstance(source, str):
         return source
     if not isinstance(source, _os.PathLike):
@@ -822,6 +824,9 @@ def _source_text(source):
             return "records:" + path
         if "data.mdb" in names:
             return "lmdb:" + path
+        if "CURRENT" in names and any(n.startswith("MANIFEST-") for n in names):
+            rocks = any(n.startswith("OPTIONS-") for n in names)
+            return ("rocksdb:" if rocks else "leveldb:") + path
         return "images:" + path
     if _os.path.isfile(path):
         low = path.lower()

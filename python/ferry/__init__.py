@@ -174,9 +174,9 @@ class Batch(dict):
             raise TypeError(
                 "a ferry.Batch is a dict of field name to tensor (%s): unpacking it would give "
                 "the names, not the tensors. Take them by name (batch[%r]), or ask the loader "
-                "for tuples: ferry.DataLoader(..., fields=(%s)) yields (%s) in that order"
+                "for tuples: ferry.DataLoader(..., fields=%r) yields (%s) in that order"
                 % (", ".join(map(repr, names)), names[0] if names else "name",
-                   ", ".join(map(repr, names[:2])), ", ".join(names[:2])))
+                   tuple(names[:2]), ", ".join(names[:2])))
         return dict.__iter__(self)
 
     def strings(self, name, encoding="utf-8", errors="surrogateescape"):
@@ -638,10 +638,11 @@ def pack(source, outdir, name=None, shard_size=None, shard_records=None, zstd=No
     (``NAME-00000-of-000NN.ferry`` and ``NAME.manifest``), as ``ferry pack``:
     ``name`` (default "data"), ``shard_size`` (bytes or "256M"; default 1 GiB),
     ``shard_records``, ``zstd`` (level 1..19; default: stored), ``workers``
-    (threads reading the source). An image folder given as text
-    (``"images:DIR"``) is packed as its encoded files, each checked to be an
-    image, unless the text names a ``pipeline=``: the train and eval pipelines
-    then read the shards. ``source`` is a source text, a
+    (threads reading the source). An image folder (``"images:DIR"``, a
+    ``pathlib.Path`` of one, or ``ferry.open("images:DIR")``) is packed as its
+    encoded files, each checked to be an image, as ``ferry pack`` packs it,
+    unless the text names a ``pipeline=``: the train and eval pipelines then
+    read the shards. ``source`` is a source text, a
     ``ferry.Dataset`` or a map-style Python dataset (``fields=`` as for
     ``DataLoader``). ``on_error="skip"`` leaves bad samples out (up to
     ``skip_budget``, default 1000) instead of failing. Nothing a reader takes for
@@ -649,9 +650,18 @@ def pack(source, outdir, name=None, shard_size=None, shard_records=None, zstd=No
     or not at all. Returns ``{"records": N, "bytes": B, "skipped": S,
     "truncated": T}``: bytes of sample data written, bad samples left out, and
     samples the source cut to fit their field (lines longer than ``max=``)."""
-    # an image folder is packed as its encoded files, as the command packs it
-    src = (_ferry.open_source(source, _ferry.SOURCE_ENCODED)
-           if isinstance(source, str) and fields is None
+    if _selection(fields) is not None and isinstance(source, (str, _os.PathLike, Dataset)):
+        raise ValueError("fields=%r: pack stores every field of a ferry source; a tuple of "
+                         "names selects the fields a DataLoader yields as tuples, when it "
+                         "loads the shards" % (fields,))
+    # an image folder is packed as its encoded files, as the command packs its
+    # text: given as text, as a path or as a ferry.Dataset opened from that text
+    text = None
+    if fields is None and isinstance(source, (str, _os.PathLike)):
+        text = _source_text(source)
+    elif fields is None and isinstance(source, Dataset):
+        text = source.source
+    src = (_ferry.open_source(text, _ferry.SOURCE_ENCODED) if text is not None
            else _resolve(source, fields, None)[0])
     if isinstance(source, (str, _os.PathLike)):
         _folder_note(Dataset._over(src, _source_text(source)), _source_text(source), 3)
@@ -872,9 +882,10 @@ _SHUFFLE_BUFFER_BYTES = 64 << 20    # ... fewer for large samples
 
 def _resolve(source, fields, transform, shuffle_seed=None, seed=None, per_sample=False,
              copies=0):
-    """(C source, sample kind, identity text, (copies, drew)) for whatever
-    DataLoader was given. shuffle_seed: a stream source gets a shuffle buffer
-    seeded with it, as the command's --shuffle gives one. copies: how many
+    """(C source, sample kind, identity text, (copies, drew), the source
+    before transform= as a Dataset or None) for whatever DataLoader was
+    given. shuffle_seed: a stream source gets a shuffle buffer seeded with
+    it, as the command's --shuffle gives one. copies: how many
     copies of a Python dataset (or transform) to make for worker threads
     (returned; None for none), and drew: the global generators its sample 0
     drew from."""
@@ -889,7 +900,8 @@ def _resolve(source, fields, transform, shuffle_seed=None, seed=None, per_sample
                              "transform in its __getitem__")
         src, kind, objs = _python_source(source, fields, seed, per_sample, copies)
         return src, kind, "python:%s.%s,len=%d" % (type(source).__module__,
-                                                   type(source).__qualname__, len(source)), objs
+                                                   type(source).__qualname__, len(source)), \
+            objs, None
     if shuffle_seed is not None and src.is_stream:
         if ",shuffle=" in ident:
             raise ValueError("shuffle=True and a shuffle= in the source text %r: use one (the "
@@ -908,11 +920,12 @@ def _resolve(source, fields, transform, shuffle_seed=None, seed=None, per_sample
                          % (", ".join(repr(f[0]) for f in src.fields()[:2]), ident,
                             ", ".join(f[0] for f in src.fields())))
     if transform is not None:
+        plain = Dataset._over(src, ident)
         src, kind, objs = _transform_source(src, transform, fields, ident, seed, per_sample,
                                             copies)
         ident += ",transform=%s" % getattr(transform, "__qualname__", type(transform).__name__)
-        return src, kind, ident, objs
-    return src, kind, ident, (None, [])
+        return src, kind, ident, objs, plain
+    return src, kind, ident, (None, []), None
 
 
 # ---- Worker threads and Python datasets: _workers.py ---------------------------
@@ -1622,7 +1635,7 @@ class DataLoader:
         # fields=("image", "label"): those fields of dict samples, as tuples (for a
         # ferry source, a Python dataset's dicts, or a transform's)
         sel = _selection(fields)
-        self._src, kind, self._ident, (self._copies, drew) = _resolve(
+        self._src, kind, self._ident, (self._copies, drew), plain = _resolve(
             source, None if sel is not None else fields, transform,
             self.seed if self.shuffle else None, self.seed, python_rng == "per_sample",
             self.num_workers)
@@ -1667,7 +1680,9 @@ class DataLoader:
         if isinstance(source, Dataset):
             self.dataset = source
         elif isinstance(source, (str, bytes, _os.PathLike)):
-            self.dataset = Dataset._over(self._src, self._ident)
+            # the source itself, also under transform= (as PyTorch's loader.dataset is
+            # what was given): its samples, its length, and it pickles as its text
+            self.dataset = plain if plain is not None else Dataset._over(self._src, self._ident)
             self._folder_note()
         else:
             self.dataset = source

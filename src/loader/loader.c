@@ -20,6 +20,48 @@ static int64_t trace_rank(const ferry_loader_opts *o)
     return r < 0 ? 0 : r;
 }
 
+/* A map-style loader with a world size takes its rank's share of the sampler's
+ * order (ferry_sampler_split), unless the sampler is a share already (a
+ * distributed sampler), whose rank and world size it then keeps in l->o. */
+static int split_for_ranks(ferry_loader *l)
+{
+    int64_t sr, sw;
+    ferry_sampler_world(l->sampler, &sr, &sw);
+    bool shared = strcmp(ferry_sampler_kind(l->sampler), "distributed") == 0 ||
+                  strcmp(ferry_sampler_kind(l->sampler), "split") == 0;
+    if (l->o.world_size < 0) {
+        l->o.rank = sr;
+        l->o.world_size = sw;
+        return 0;
+    }
+    if (l->o.rank < 0) {
+        int64_t w;
+        int rc = ferry_dist_from_env(&l->o.rank, &w);
+        if (rc < 0)
+            return rc;
+    }
+    if (l->o.world_size < 1 || l->o.world_size > ((int64_t)1 << 31) || l->o.rank >= l->o.world_size)
+        return ferry__err(FERRY_EINVAL,
+                          "loader: rank %lld is outside [0, world_size %lld), or world_size is "
+                          "outside [1, 2^31]",
+                          (long long)l->o.rank, (long long)l->o.world_size);
+    if (shared) {
+        if (sr != l->o.rank || sw != l->o.world_size)
+            return ferry__err(FERRY_EINVAL,
+                              "loader: the %s sampler is rank %lld of %lld, but rank and "
+                              "world_size are %lld of %lld: set them in one place (leave the "
+                              "loader's at -1)",
+                              ferry_sampler_kind(l->sampler), (long long)sr, (long long)sw,
+                              (long long)l->o.rank, (long long)l->o.world_size);
+        return 0;
+    }
+    int rc = ferry_sampler_split(&l->split_sampler, l->sampler, l->o.rank, l->o.world_size,
+                                 l->o.drop_last);
+    if (rc == 0)
+        l->sampler = l->split_sampler;
+    return rc;
+}
+
 static int create(ferry_loader **out, ferry_dataset *ds, ferry_stream *st,
                   const ferry_loader_opts *opts)
 {
@@ -73,6 +115,7 @@ static int create(ferry_loader **out, ferry_dataset *ds, ferry_stream *st,
                                 : ferry_sampler_sequential(&l->own_sampler, ds->len));
             l->sampler = l->own_sampler;
         }
+        FERRY_TRY(split_for_ranks(l));
     } else {
         l->nshards = o.stream_shards;
         l->shards = ferry__calloc(l->nshards, sizeof *l->shards);

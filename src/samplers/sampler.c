@@ -86,7 +86,8 @@ typedef enum {
     K_SUBSET,
     K_WEIGHTED,
     K_WEIGHTED_NOREPL,
-    K_DIST
+    K_DIST,
+    K_SPLIT
 } kind;
 
 struct ferry_sampler {
@@ -100,9 +101,23 @@ struct ferry_sampler {
     uint64_t *alias;
     double *weights;     /* K_WEIGHTED_NOREPL */
     uint64_t *order;     /* K_WEIGHTED_NOREPL: this epoch's order */
-    int64_t rank, world; /* K_DIST */
-    int shuffle;
+    int64_t rank, world; /* K_DIST, K_SPLIT */
+    int shuffle, drop_last;
+    ferry_sampler *inner; /* K_SPLIT: borrowed */
+    uint64_t content;     /* a hash of the subset's indices or the weights */
 };
+
+/* A hash of n 64-bit words (indices, or doubles' bits), for ferry_sampler_id. */
+static uint64_t hash_words(const void *v, uint64_t n)
+{
+    uint64_t h = ferry_hash64(n, 0x636f6e74u); /* "cont" */
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t x;
+        memcpy(&x, (const uint8_t *)v + 8 * i, 8);
+        h = ferry_hash64(h, x);
+    }
+    return h;
+}
 
 static int new_sampler(ferry_sampler **out, kind k, uint64_t n, uint64_t len, uint64_t seed)
 {
@@ -159,6 +174,7 @@ int ferry_sampler_subset_random(ferry_sampler **out, const uint64_t *indices, ui
     }
     if (count)
         memcpy(s->subset, indices, bytes);
+    s->content = hash_words(indices, count);
     *out = s;
     return 0;
 }
@@ -240,6 +256,7 @@ int ferry_sampler_weighted(ferry_sampler **out, const double *weights, uint64_t 
                           "positive weights",
                           (unsigned long long)num_samples, (unsigned long long)positive);
     FERRY_TRY(new_sampler(&s, replacement ? K_WEIGHTED : K_WEIGHTED_NOREPL, n, num_samples, seed));
+    s->content = hash_words(weights, n);
     if (replacement) {
         FERRY_TRY(build_alias(s, weights, n));
     } else {
@@ -254,37 +271,6 @@ int ferry_sampler_weighted(ferry_sampler **out, const double *weights, uint64_t 
 cleanup:
     ferry_sampler_free(s);
     return rc;
-}
-
-int ferry_dist_from_env(int64_t *rank, int64_t *world_size)
-{
-    static const char *pairs[][2] = {
-        {"RANK", "WORLD_SIZE"},
-        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
-        {"SLURM_PROCID", "SLURM_NTASKS"},
-    };
-    *rank = 0;
-    *world_size = 1;
-    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
-        const char *r = getenv(pairs[i][0]), *w = getenv(pairs[i][1]);
-        if (!r && !w)
-            continue;
-        if (!r || !w)
-            return ferry__err(FERRY_EINVAL, "environment: %s is set but %s is not",
-                              r ? pairs[i][0] : pairs[i][1], r ? pairs[i][1] : pairs[i][0]);
-        int64_t rv, wv;
-        if (!ferry__parse_i64(w, 1, (int64_t)1 << 31, &wv))
-            return ferry__err(FERRY_EINVAL, "environment: %s=\"%s\" is not a number in [1, 2^31]",
-                              pairs[i][1], w);
-        if (!ferry__parse_i64(r, 0, wv - 1, &rv))
-            return ferry__err(FERRY_EINVAL,
-                              "environment: %s=\"%s\" is not a number in [0, %lld] (%s=%lld)",
-                              pairs[i][0], r, (long long)(wv - 1), pairs[i][1], (long long)wv);
-        *rank = rv;
-        *world_size = wv;
-        return 0;
-    }
-    return 0;
 }
 
 int ferry_sampler_distributed(ferry_sampler **out, const ferry_distributed_opts *o)
@@ -316,8 +302,61 @@ int ferry_sampler_distributed(ferry_sampler **out, const ferry_distributed_opts 
     s->rank = rank;
     s->world = world;
     s->shuffle = o->shuffle;
+    s->drop_last = o->drop_last;
     *out = s;
     return 0;
+}
+
+int ferry_sampler_split(ferry_sampler **out, ferry_sampler *inner, int64_t rank, int64_t world_size,
+                        int drop_last)
+{
+    *out = NULL;
+    if (!inner)
+        return ferry__err(FERRY_EINVAL, "split sampler: no sampler to split");
+    if (world_size < 1 || world_size > ((int64_t)1 << 31))
+        return ferry__err(FERRY_EINVAL, "split sampler: world_size %lld is outside [1, 2^31]",
+                          (long long)world_size);
+    if (rank < 0 || rank >= world_size)
+        return ferry__err(FERRY_EINVAL, "split sampler: rank %lld is outside [0, %lld]",
+                          (long long)rank, (long long)(world_size - 1));
+    if (inner->kind == K_DIST || inner->kind == K_SPLIT)
+        return ferry__err(FERRY_EINVAL,
+                          "split sampler: the %s sampler is one rank's share already (rank %lld "
+                          "of %lld); split the order it shares out instead",
+                          ferry_sampler_kind(inner), (long long)inner->rank,
+                          (long long)inner->world);
+    uint64_t n = inner->len, w = (uint64_t)world_size;
+    ferry_sampler *s;
+    int rc = new_sampler(&s, K_SPLIT, n, drop_last ? n / w : n / w + (n % w != 0), 0);
+    if (rc < 0)
+        return rc;
+    s->inner = inner;
+    s->rank = rank;
+    s->world = world_size;
+    s->drop_last = drop_last != 0;
+    s->epoch = inner->epoch;
+    *out = s;
+    return 0;
+}
+
+uint64_t ferry_sampler_id(const ferry_sampler *s)
+{
+    uint64_t h = ferry_hash64(0x73616d70u, (uint64_t)s->kind); /* "samp" */
+    if (s->kind == K_SPLIT)
+        return ferry_hash64(ferry_hash64(h, ferry_sampler_id(s->inner)), (uint64_t)s->drop_last);
+    h = ferry_hash64(h, s->n);
+    /* a share's length follows from n, drop_last and the world size */
+    h = ferry_hash64(h, s->kind == K_DIST ? 0 : s->len);
+    h = ferry_hash64(h, s->kind == K_SEQ || (s->kind == K_DIST && !s->shuffle) ? 0 : s->seed);
+    h = ferry_hash64(h, (uint64_t)s->shuffle << 1 | (uint64_t)s->drop_last);
+    return ferry_hash64(h, s->content);
+}
+
+void ferry_sampler_world(const ferry_sampler *s, int64_t *rank, int64_t *world_size)
+{
+    bool shared = s->kind == K_DIST || s->kind == K_SPLIT;
+    *rank = shared ? s->rank : 0;
+    *world_size = shared ? s->world : 1;
 }
 
 void ferry_sampler_free(ferry_sampler *s)
@@ -384,6 +423,11 @@ static int build_weighted_order(ferry_sampler *s, uint64_t epoch)
 
 int ferry_sampler_set_epoch(ferry_sampler *s, uint64_t epoch)
 {
+    if (s->kind == K_SPLIT) {
+        int rc = ferry_sampler_set_epoch(s->inner, epoch);
+        if (rc < 0)
+            return rc;
+    }
     if (s->kind == K_WEIGHTED_NOREPL && (s->epoch != epoch || !s->order)) {
         int rc = build_weighted_order(s, epoch);
         if (rc < 0)
@@ -434,6 +478,12 @@ uint64_t ferry_sampler_at(const ferry_sampler *s, uint64_t pos)
             g %= s->n; /* padding wraps around the order, as PyTorch's does */
         return s->shuffle ? ferry_permutation_at(&s->perm, g) : g;
     }
+    case K_SPLIT: {
+        uint64_t g = (uint64_t)s->rank + pos * (uint64_t)s->world;
+        if (g >= s->n)
+            g %= s->n; /* padding: the start of the order again */
+        return ferry_sampler_at(s->inner, g);
+    }
     }
     return UINT64_MAX;
 }
@@ -466,6 +516,8 @@ const char *ferry_sampler_kind(const ferry_sampler *s)
         return "weighted";
     case K_DIST:
         return "distributed";
+    case K_SPLIT:
+        return "split";
     }
     return "?";
 }

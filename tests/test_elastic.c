@@ -16,9 +16,21 @@
 static const int worlds[] = {1, 2, 3, 4, 6};
 #define NWORLDS (sizeof worlds / sizeof worlds[0])
 
-enum { S_SEQ, S_RANDOM, S_RANDOM_REPL, S_SUBSET, S_WEIGHTED, S_WEIGHTED_NOREPL, S_DIST, S_KINDS };
-static const char *kind_name[] = {"sequential", "random",          "random_repl", "subset",
-                                  "weighted",   "weighted_norepl", "distributed"};
+/* S_DIST_PADDED: a distributed sampler without drop_last under a loader with it */
+enum {
+    S_SEQ,
+    S_RANDOM,
+    S_RANDOM_REPL,
+    S_SUBSET,
+    S_WEIGHTED,
+    S_WEIGHTED_NOREPL,
+    S_DIST,
+    S_DIST_PADDED,
+    S_KINDS
+};
+static const char *kind_name[] = {
+    "sequential", "random",          "random_repl", "subset",
+    "weighted",   "weighted_norepl", "distributed", "distributed_padded"};
 
 /* The global order of kind k over n samples (seed 5); for S_DIST the share of
  * (rank, world), which is what a user passes then. */
@@ -51,7 +63,7 @@ static ferry_sampler *make_sampler(int k, uint64_t n, int64_t rank, int64_t worl
         CHECK_OK(ferry_sampler_weighted(&s, w, n, n - 1, 0, 5));
         break;
     default: {
-        ferry_distributed_opts o = {n, rank, world, 1, 5, drop_last};
+        ferry_distributed_opts o = {n, rank, world, 1, 5, k == S_DIST ? drop_last : 0};
         CHECK_OK(ferry_sampler_distributed(&s, &o));
     }
     }
@@ -101,7 +113,7 @@ static void open_rank(rank_loader *r, int k, uint64_t n, int rank, int world, in
     o.sampler = r->s;
     o.drop_last = drop_last;
     o.seed = 5;
-    if (k != S_DIST) { /* a distributed sampler is a share already */
+    if (k < S_DIST) { /* a distributed sampler is a share already */
         o.rank = rank;
         o.world_size = world;
     }
@@ -166,7 +178,7 @@ static void check_step(const char *what, int world, int drop, size_t t)
  * ceil(m / W) * W - m of the epoch's order again. Every rank has as many batches. */
 TEST(global_batches_are_the_same_on_any_world_size)
 {
-    static const uint64_t sizes[] = {5, 12, 13, 50, 97, 120};
+    static const uint64_t sizes[] = {5, 12, 13, 22, 50, 97, 120, 130};
     for (int k = 0; k < S_KINDS; k++)
         for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
             for (int drop = 0; drop <= 1; drop++) {
@@ -244,7 +256,7 @@ static void elastic_case(int kind, uint64_t n, int drop, int from, int to, size_
              (unsigned long long)n, drop, from, to);
     for (size_t t = k; t < one.nsteps; t++)
         check_step(what, to, drop, t);
-    if (kind != S_RANDOM && kind != S_DIST && kind != S_SEQ)
+    if (kind != S_RANDOM && kind < S_DIST && kind != S_SEQ)
         return;
     /* a permutation: before the state and after it, every sample exactly once */
     static uint32_t seen[MAXN];

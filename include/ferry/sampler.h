@@ -85,6 +85,10 @@ FERRY_API uint64_t ferry_sampler_id(const ferry_sampler *s);
  * 0 of 1 for any other. */
 FERRY_API void ferry_sampler_world(const ferry_sampler *s, int64_t *rank, int64_t *world_size);
 
+/* The length of the order a distributed or split sampler takes its share of (its
+ * n, or the inner sampler's length); the sampler's own length for any other. */
+FERRY_API uint64_t ferry_sampler_global_len(const ferry_sampler *s);
+
 /* ---- The launcher's environment ---- */
 
 /* Where a process is among those a launcher started. local_rank and

@@ -163,6 +163,7 @@ PyObject *fpy_mod_transform_source(PyObject *m, PyObject *args);
 
 typedef struct {
     PyObject_HEAD ferry_sampler *s;
+    PyObject *inner; /* a split sampler's: the Sampler whose order it shares out */
 } SamplerObject;
 
 extern PyType_Spec fpy_sampler_spec;
@@ -170,6 +171,7 @@ extern PyTypeObject *fpy_sampler_type;
 
 PyObject *fpy_mod_sampler(PyObject *m, PyObject *args, PyObject *kw);
 PyObject *fpy_mod_dist_from_env(PyObject *m, PyObject *unused);
+PyObject *fpy_mod_dist_env(PyObject *m, PyObject *unused);
 
 /* ---- loader.c: the Loader type ---- */
 

@@ -9,6 +9,7 @@ PyTypeObject *fpy_sampler_type;
 static void sampler_dealloc(PyObject *self)
 {
     ferry_sampler_free(((SamplerObject *)self)->s);
+    Py_XDECREF(((SamplerObject *)self)->inner);
     PyTypeObject *tp = Py_TYPE(self);
     PyObject_Free(self);
     Py_DECREF(tp);
@@ -97,6 +98,7 @@ static PyObject *sampler_wrap(ferry_sampler *s, int rc)
         return NULL;
     }
     o->s = s;
+    o->inner = NULL;
     return (PyObject *)o;
 }
 
@@ -135,17 +137,17 @@ static void *read_array(PyObject *seq, int as_double, uint64_t *n)
 
 PyObject *fpy_mod_sampler(PyObject *m, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"kind",        "n",       "seed",      "replacement",
-                             "num_samples", "indices", "weights",   "rank",
-                             "world_size",  "shuffle", "drop_last", NULL};
+    static char *kwlist[] = {"kind",      "n",       "seed", "replacement", "num_samples",
+                             "indices",   "weights", "rank", "world_size",  "shuffle",
+                             "drop_last", "inner",   NULL};
     const char *kind;
     unsigned long long n = 0, seed = 0, num_samples = 0;
     int replacement = 0, shuffle = 1, drop_last = 0;
     long long rank = -1, world = -1;
-    PyObject *indices = NULL, *weights = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|KKpKOOLLpp", kwlist, &kind, &n, &seed,
+    PyObject *indices = NULL, *weights = NULL, *inner = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|KKpKOOLLppO!", kwlist, &kind, &n, &seed,
                                      &replacement, &num_samples, &indices, &weights, &rank, &world,
-                                     &shuffle, &drop_last))
+                                     &shuffle, &drop_last, fpy_sampler_type, &inner))
         return NULL;
     ferry_sampler *s = NULL;
     int rc;
@@ -170,6 +172,14 @@ PyObject *fpy_mod_sampler(PyObject *m, PyObject *args, PyObject *kw)
     } else if (!strcmp(kind, "distributed")) {
         ferry_distributed_opts o = {n, rank, world, shuffle, seed, drop_last};
         rc = ferry_sampler_distributed(&s, &o);
+    } else if (!strcmp(kind, "split")) {
+        if (!inner)
+            return PyErr_Format(PyExc_ValueError, "inner missing");
+        rc = ferry_sampler_split(&s, ((SamplerObject *)inner)->s, rank, world, drop_last);
+        PyObject *o = sampler_wrap(s, rc);
+        if (o)
+            ((SamplerObject *)o)->inner = Py_NewRef(inner); /* the split borrows it */
+        return o;
     } else {
         PyErr_Format(PyExc_ValueError, "unknown sampler kind \"%s\"", kind);
         return NULL;
@@ -184,4 +194,14 @@ PyObject *fpy_mod_dist_from_env(PyObject *m, PyObject *unused)
     if (rc < 0)
         return fpy_raise_last(rc);
     return Py_BuildValue("(LL)", (long long)rank, (long long)world);
+}
+
+PyObject *fpy_mod_dist_env(PyObject *m, PyObject *unused)
+{
+    ferry_dist_env e;
+    int rc = ferry_dist_env_read(&e);
+    if (rc < 0)
+        return fpy_raise_last(rc);
+    return Py_BuildValue("(LLLLs)", (long long)e.rank, (long long)e.world_size,
+                         (long long)e.local_rank, (long long)e.local_world_size, e.launcher);
 }

@@ -263,13 +263,29 @@ int ferry_loader_start(ferry_loader *l, uint64_t epoch, uint64_t first_batch)
     return ferry__loader_set_errmsg(l, rc);
 }
 
+/* A map-style epoch's batches. With drop_last over a share of an order, no more
+ * than the global order's whole global batches: a share padded to a multiple of
+ * the world size (a distributed sampler without its own drop_last) could make
+ * one more batch on some world sizes, of padding partly, where PyTorch would
+ * hand it out; the global steps are then the same on every world size. */
+uint64_t ferry__loader_epoch_batches(const ferry_loader *l)
+{
+    uint64_t nb = ferry_batch_count(ferry_sampler_len(l->sampler), l->o.batch_size, l->o.drop_last);
+    if (l->o.drop_last && l->o.world_size > 1) {
+        uint64_t whole = ferry_sampler_global_len(l->sampler) /
+                         ((uint64_t)l->o.batch_size * (uint64_t)l->o.world_size);
+        nb = whole < nb ? whole : nb;
+    }
+    return nb;
+}
+
 uint64_t ferry_loader_len(const ferry_loader *l)
 {
     if (l->st)
         return UINT64_MAX;
     if (l->started)
         return l->nbatches;
-    return ferry_batch_count(ferry_sampler_len(l->sampler), l->o.batch_size, l->o.drop_last);
+    return ferry__loader_epoch_batches(l);
 }
 
 const char *ferry_loader_errmsg(const ferry_loader *l)

@@ -243,6 +243,7 @@ void ferry__loader_poll_unlocked(ferry_loader *l, atomic_ullong *counter, uint64
 void ferry__loader_close_shards(ferry_loader *l);
 void ferry__loader_free_replay(ferry_loader *l);
 void ferry__loader_stop_epoch(ferry_loader *l);
+uint64_t ferry__loader_epoch_batches(const ferry_loader *l);
 int ferry__loader_start_locked(ferry_loader *l, uint64_t epoch, uint64_t first_batch);
 bool ferry__loader_sched_done(const ferry_loader *l);
 ferry_batch *ferry__loader_claim(ferry_loader *l, uint32_t *first, uint32_t *count);

@@ -352,6 +352,11 @@ uint64_t ferry_sampler_id(const ferry_sampler *s)
     return ferry_hash64(h, s->content);
 }
 
+uint64_t ferry_sampler_global_len(const ferry_sampler *s)
+{
+    return s->kind == K_DIST || s->kind == K_SPLIT ? s->n : s->len;
+}
+
 void ferry_sampler_world(const ferry_sampler *s, int64_t *rank, int64_t *world_size)
 {
     bool shared = s->kind == K_DIST || s->kind == K_SPLIT;

@@ -470,6 +470,12 @@ static int check_state(const ferry_loader *l, const uint8_t *p, size_t n, uint32
     STATE_SAME("stream_shards", nsh, l->st ? l->nshards : 0);
     if (!l->st && n != hs + 4)
         FERRY_FAIL(FERRY_ECORRUPT, "loader state: %zu bytes, a map-style state has %zu", n, hs + 4);
+    if (!l->st && ferry__load_le64(p + 72) > ferry__loader_epoch_batches(l))
+        FERRY_FAIL(FERRY_EINVAL,
+                   "loader state: it is at batch %llu, past the %llu batches of this loader's "
+                   "epochs: it was saved from another source or order",
+                   (unsigned long long)ferry__load_le64(p + 72),
+                   (unsigned long long)ferry__loader_epoch_batches(l));
     /* the rotation as of the batches handed out; the rest is read by the restore */
     uint32_t ended = 0;
     *cursor = ferry__load_le32(p + 88);

@@ -410,3 +410,20 @@ def test_every_map_style_source_has_the_same_global_steps(tmp_path):
             for t, rows in step_bytes(again).items():
                 got.setdefault(t, []).extend(rows)
         assert {t: sorted(v) for t, v in got.items()} == {t: v for t, v in ref.items() if t >= 1}
+
+
+def test_a_stream_state_on_another_number_of_ranks_is_a_state_error(tmp_path):
+    d = tmp_path / "csv"
+    d.mkdir()
+    (d / "part-00000").write_text("".join("%d,%d\n" % (i, i % 7) for i in range(50)))
+    dl = ferry.DataLoader("csv:%s" % d, batch_size=4, output="numpy")
+    next(iter(dl))
+    state = dl.state_dict()
+    assert state["world_size"] == 1
+    moved = dict(state, world_size=2, batch_size=2)
+    again = ferry.DataLoader("csv:%s" % d, batch_size=4, output="numpy")
+    with pytest.raises(ferry.StateError, match="not dealt again to another number of ranks "
+                       "\\(2 there, 1 here\\): resume it on 2 ranks"):
+        again.load_state_dict(moved)
+    again.load_state_dict(state)
+    assert next(iter(again)).number == 1

@@ -342,8 +342,20 @@ int ferry_sampler_split(ferry_sampler **out, ferry_sampler *inner, int64_t rank,
 uint64_t ferry_sampler_id(const ferry_sampler *s)
 {
     uint64_t h = ferry_hash64(0x73616d70u, (uint64_t)s->kind); /* "samp" */
-    if (s->kind == K_SPLIT)
+    /* every kind named, no default: a kind added later fails to build here until
+     * what decides its order is part of its identity (a loader state relies on it) */
+    switch (s->kind) {
+    case K_SEQ:
+    case K_RANDOM:
+    case K_RANDOM_REPL:
+    case K_SUBSET:   /* content: its indices */
+    case K_WEIGHTED: /* content: its weights */
+    case K_WEIGHTED_NOREPL:
+    case K_DIST:
+        break;
+    case K_SPLIT:
         return ferry_hash64(ferry_hash64(h, ferry_sampler_id(s->inner)), (uint64_t)s->drop_last);
+    }
     h = ferry_hash64(h, s->n);
     /* a share's length follows from n, drop_last and the world size */
     h = ferry_hash64(h, s->kind == K_DIST ? 0 : s->len);

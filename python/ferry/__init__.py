@@ -1339,8 +1339,9 @@ class DataLoader:
         return self._loader.stats()
 
     def _world(self):
-        """The ranks the order is shared out to: a DistributedSampler's, else 1."""
-        return self.sampler.num_replicas if isinstance(self.sampler, DistributedSampler) else 1
+        """The ranks the order is shared out to: the sampler's (a DistributedSampler,
+        or any sampler split among ranks), else 1."""
+        return 1 if self._csampler is None else self._csampler.world[1]
 
     def _identity(self):
         """What identifies the data: its length and fields, and a fingerprint of a

@@ -74,8 +74,18 @@ static PyMethodDef sampler_methods[] = {
     {"indices", sampler_indices, METH_VARARGS, "indices(first, count) -> [int]"},
     {NULL}};
 
-static PyGetSetDef sampler_getset[] = {{"kind", sampler_kind, NULL, "The sampler's kind.", NULL},
-                                       {NULL}};
+/* (rank, world_size) of a share of an order (distributed, split); (0, 1) else */
+static PyObject *sampler_world(PyObject *self, void *unused)
+{
+    int64_t rank, world;
+    ferry_sampler_world(((SamplerObject *)self)->s, &rank, &world);
+    return Py_BuildValue("(LL)", (long long)rank, (long long)world);
+}
+
+static PyGetSetDef sampler_getset[] = {
+    {"kind", sampler_kind, NULL, "The sampler's kind.", NULL},
+    {"world", sampler_world, NULL, "(rank, world_size) of a share of an order.", NULL},
+    {NULL}};
 
 static PyType_Slot sampler_slots[] = {{Py_tp_dealloc, sampler_dealloc},
                                       {Py_tp_methods, sampler_methods},

@@ -24,13 +24,15 @@ enum {
     S_SUBSET,
     S_WEIGHTED,
     S_WEIGHTED_NOREPL,
+    S_FIXED,
+    S_WINDOW,
     S_DIST,
     S_DIST_PADDED,
     S_KINDS
 };
 static const char *kind_name[] = {
-    "sequential", "random",          "random_repl", "subset",
-    "weighted",   "weighted_norepl", "distributed", "distributed_padded"};
+    "sequential",      "random", "random_repl", "subset",      "weighted",
+    "weighted_norepl", "fixed",  "window",      "distributed", "distributed_padded"};
 
 /* The global order of kind k over n samples (seed 5); for S_DIST the share of
  * (rank, world), which is what a user passes then. */
@@ -62,6 +64,18 @@ static ferry_sampler *make_sampler(int k, uint64_t n, int64_t rank, int64_t worl
     case S_WEIGHTED_NOREPL:
         CHECK_OK(ferry_sampler_weighted(&s, w, n, n - 1, 0, 5));
         break;
+    case S_FIXED: /* a curriculum: every index, some twice */
+        CHECK_OK(ferry_sampler_fixed(&s, idx, n));
+        break;
+    case S_WINDOW: { /* shards of 7 samples, two at a time */
+        static uint64_t bounds[MAXN / 7 + 2];
+        uint64_t nshards = 0;
+        for (uint64_t b = 0; b < n; b += 7)
+            bounds[nshards++] = b;
+        bounds[nshards] = n;
+        CHECK_OK(ferry_sampler_window(&s, bounds, nshards, 2, 5));
+        break;
+    }
     default: {
         ferry_distributed_opts o = {n, rank, world, 1, 5, k == S_DIST ? drop_last : 0};
         CHECK_OK(ferry_sampler_distributed(&s, &o));
@@ -351,7 +365,7 @@ TEST(bad_resumes_are_clear_errors)
                                         "6 (4), 8 (3), 12 (2), 24 (1)");
     /* another order */
     CHECK_RC(resume_on(2, 12, 6, state, len), FERRY_EINVAL);
-    CHECK_CONTAINS(ferry_last_errmsg(), "saved with another order: this loader's split sampler");
+    CHECK_CONTAINS(ferry_last_errmsg(), "saved with another order: this loader's random sampler");
 }
 
 /* A stream's state is per rank: another world size is refused, naming why. */
@@ -448,20 +462,18 @@ TEST(split_twice_is_refused)
     ferry_dataset *ds;
     ferry_stream *none = NULL;
     CHECK_OK(ferry_source_open("synthetic:100,bytes=8", &ds, &none));
-    ferry_sampler *s = make_sampler(S_DIST, 100, 1, 2, 0), *split;
+    ferry_sampler *s = make_sampler(S_DIST, 100, 1, 2, 0);
     ferry_loader_opts o = test_loader_opts(4, 0);
     o.sampler = s;
     o.rank = 0;
     o.world_size = 2;
     ferry_loader *l;
     CHECK_RC(ferry_loader_create(&l, ds, &o), FERRY_EINVAL);
-    CHECK_CONTAINS(ferry_last_errmsg(), "the distributed sampler is rank 1 of 2, but rank and "
-                                        "world_size are 0 of 2");
+    CHECK_CONTAINS(ferry_last_errmsg(), "the distributed sampler is split for rank 1 of 2 "
+                                        "already, but rank and world_size are 0 of 2");
     o.rank = 1;
     CHECK_OK(ferry_loader_create(&l, ds, &o));
     ferry_loader_free(l);
-    CHECK_RC(ferry_sampler_split(&split, s, 0, 2, 0), FERRY_EINVAL);
-    CHECK_CONTAINS(ferry_last_errmsg(), "is one rank's share already");
     ferry_sampler_free(s);
     ferry_dataset_free(ds);
 }

@@ -71,10 +71,11 @@ typedef struct ferry_loader_opts {
      * into world_size * stream_shards shards (ferry_loader_create_stream).
      * A map-style loader: world_size < 0 (the default) = not split, every rank reads
      * the sampler's whole order, as PyTorch's DataLoader without a
-     * DistributedSampler does (a distributed sampler is one rank's share already:
+     * DistributedSampler does (a sampler split already, as a distributed one is:
      * its rank and world size are then the loader's). world_size >= 1 = this rank's
-     * share of the sampler's order (ferry_sampler_split; rank < 0 = from the
-     * environment): batch k on every rank together is global batch k, positions
+     * share of the sampler's order (the sampler, the caller's too, is split in
+     * place by ferry_sampler_split; rank < 0 = from the environment): batch k on
+     * every rank together is global batch k, positions
      * [k*G, (k+1)*G) of the order with G = batch_size x world_size, whatever the
      * world size; a last, partial global batch is padded (drop_last 0) or dropped
      * (drop_last 1) as PyTorch's DistributedSampler with the DataLoader's same

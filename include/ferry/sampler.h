@@ -59,34 +59,62 @@ typedef struct ferry_distributed_opts {
 
 FERRY_API int ferry_sampler_distributed(ferry_sampler **out, const ferry_distributed_opts *o);
 
-/* The share of rank `rank` of `world_size` in another sampler's order, as
- * PyTorch's DistributedSampler splits a dataset: position p of this sampler is
- * position rank + p * world_size of `inner`'s. Without drop_last every rank has
- * ceil(L / world_size) positions (L = the inner's length), the last ones wrapping
- * around to the start of the order (PyTorch's padding: the epoch's first samples
- * again); with drop_last, floor(L / world_size). So batch k of batch size B on
- * every rank together is positions [k*G, (k+1)*G) of the inner order, G = B *
- * world_size: the same samples for any world size that divides G (the padding of
- * a last, partial batch aside). `inner` is borrowed: it must outlive this sampler,
- * and ferry_sampler_set_epoch on this one sets the inner's epoch. rank and
- * world_size are checked as ferry_sampler_distributed checks them (no
- * environment: give both). */
-FERRY_API int ferry_sampler_split(ferry_sampler **out, ferry_sampler *inner, int64_t rank,
-                                  int64_t world_size, int drop_last);
+/* The given indices in the given order, the same every epoch (copied; the caller
+ * keeps its array): a curriculum, length buckets, a fixed evaluation subset. The
+ * order is the caller's; what ferry adds is the rest: batches of the same bytes
+ * for any number of workers, a resume at any batch (ferry/loader.h), and a rank
+ * split (ferry_sampler_split). Indices may repeat; each must be below the
+ * dataset's length (the loader says which is not). */
+FERRY_API int ferry_sampler_fixed(ferry_sampler **out, const uint64_t *indices, uint64_t count);
+
+/* A shuffle for data stored in shards (files, possibly remote): the shards in a
+ * random order each epoch, cut into windows of `window` consecutive shards of
+ * that order, and the samples of each window in a random order of their own;
+ * the windows one after another. So window j's run of positions (as many as its
+ * shards' samples) holds exactly the samples of its `window` shards, each once: a
+ * reader that follows the order needs at most `window` shards at a time (a batch that
+ * straddles two windows, 2 x window), and each shard's samples are read within
+ * one window's span, not across the epoch. window >= the number of shards is a
+ * full shuffle; window 1 reads each shard whole (its samples shuffled) before the
+ * next.
+ *
+ * bounds: nshards + 1 nondecreasing indices from 0; shard k holds the indices
+ * [bounds[k], bounds[k + 1]) (copied; ferry_dataset_shards gives a dataset's).
+ * Both orders are keyed bijections of (seed, epoch): O(nshards) memory, O(log
+ * nshards) per position, any position reached directly (a resume seeks). The
+ * order is a function of (bounds, window, seed, epoch) alone: the same for any
+ * number of workers, and with ferry_sampler_split the union of the ranks' t-th
+ * batches is the same for any number of ranks. FERRY_EINVAL for no shards,
+ * window 0 or bounds that do not start at 0 or go down, naming the shard. */
+FERRY_API int ferry_sampler_window(ferry_sampler **out, const uint64_t *bounds, uint64_t nshards,
+                                   uint64_t window, uint64_t seed);
+
+/* Splits any sampler's order among world_size ranks, as DistributedSampler does:
+ * rank r takes positions r, r + world_size, r + 2*world_size, ... of the order;
+ * without drop_last the order is padded by wrapping around to a multiple of
+ * world_size (every rank gets ceil(len / world_size) positions), with drop_last
+ * the tail is dropped (floor). So with batch size B on each rank, the ranks' t-th
+ * batches together are positions [t*B*world_size, (t+1)*B*world_size) of the
+ * whole order: the same global batches for any number of ranks. rank /
+ * world_size < 0 mean "from the environment" (ferry_dist_from_env); world_size 1
+ * undoes a split. Call it before the sampler is given to a loader.
+ * ferry_sampler_distributed is a random (or sequential) sampler split this way. */
+FERRY_API int ferry_sampler_split(ferry_sampler *s, int64_t rank, int64_t world_size,
+                                  int drop_last);
 
 /* What decides a sampler's order, as a 64-bit hash: its kind and settings (n,
- * length, seed, replacement, shuffle, drop_last, a hash of a subset's indices or
- * of the weights), not the rank and world size of a distributed or split sampler,
- * so that a loader state saved on one number of ranks can be checked against a
- * loader on another. */
+ * length, seed, replacement, window, a hash of the indices, weights or shards'
+ * bounds), not its rank and world size (ferry_sampler_split) nor what follows
+ * from them, so that a loader state saved on one number of ranks can be checked
+ * against a loader on another. */
 FERRY_API uint64_t ferry_sampler_id(const ferry_sampler *s);
 
-/* The rank and world size a distributed or split sampler takes its share for;
- * 0 of 1 for any other. */
+/* The rank and world size a sampler is split for (ferry_sampler_split, a
+ * distributed sampler); 0 of 1 when it is not. */
 FERRY_API void ferry_sampler_world(const ferry_sampler *s, int64_t *rank, int64_t *world_size);
 
-/* The length of the order a distributed or split sampler takes its share of (its
- * n, or the inner sampler's length); the sampler's own length for any other. */
+/* The length of the whole order, before a split (the sampler's own length when it
+ * is not split). */
 FERRY_API uint64_t ferry_sampler_global_len(const ferry_sampler *s);
 
 /* ---- The launcher's environment ---- */
@@ -142,7 +170,7 @@ FERRY_API int ferry_sampler_fill(const ferry_sampler *s, uint64_t pos, uint64_t 
                                  uint64_t *out);
 
 /* A name for messages: "sequential", "random", "subset", "weighted", "distributed",
- * "split". */
+ * "fixed", "window". */
 FERRY_API const char *ferry_sampler_kind(const ferry_sampler *s);
 
 /* ---- Batch sampling ---- batches are consecutive runs of sampler positions. */

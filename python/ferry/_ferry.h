@@ -163,7 +163,6 @@ PyObject *fpy_mod_transform_source(PyObject *m, PyObject *args);
 
 typedef struct {
     PyObject_HEAD ferry_sampler *s;
-    PyObject *inner; /* a split sampler's: the Sampler whose order it shares out */
 } SamplerObject;
 
 extern PyType_Spec fpy_sampler_spec;

@@ -1,5 +1,6 @@
 /*
- * Sampler: a ferry sampler (sequential, random, subset, weighted, distributed)
+ * Sampler: a ferry sampler (sequential, random, subset, weighted, distributed,
+ * fixed, window; any of them split among ranks)
  * for a map-style Loader, and the launcher's rank and world size.
  */
 #include "_ferry.h"
@@ -9,7 +10,6 @@ PyTypeObject *fpy_sampler_type;
 static void sampler_dealloc(PyObject *self)
 {
     ferry_sampler_free(((SamplerObject *)self)->s);
-    Py_XDECREF(((SamplerObject *)self)->inner);
     PyTypeObject *tp = Py_TYPE(self);
     PyObject_Free(self);
     Py_DECREF(tp);
@@ -69,12 +69,7 @@ static PyObject *sampler_kind(PyObject *self, void *unused)
     return PyUnicode_FromString(ferry_sampler_kind(((SamplerObject *)self)->s));
 }
 
-static PyMethodDef sampler_methods[] = {
-    {"set_epoch", sampler_set_epoch, METH_VARARGS, "set_epoch(epoch)"},
-    {"indices", sampler_indices, METH_VARARGS, "indices(first, count) -> [int]"},
-    {NULL}};
-
-/* (rank, world_size) of a share of an order (distributed, split); (0, 1) else */
+/* (rank, world_size) the sampler is split for; (0, 1) when it is not */
 static PyObject *sampler_world(PyObject *self, void *unused)
 {
     int64_t rank, world;
@@ -82,9 +77,28 @@ static PyObject *sampler_world(PyObject *self, void *unused)
     return Py_BuildValue("(LL)", (long long)rank, (long long)world);
 }
 
+/* split(rank, world_size, drop_last): this sampler's share, in place */
+static PyObject *sampler_split(PyObject *self, PyObject *args)
+{
+    long long rank, world;
+    int drop_last;
+    if (!PyArg_ParseTuple(args, "LLp", &rank, &world, &drop_last))
+        return NULL;
+    int rc = ferry_sampler_split(((SamplerObject *)self)->s, rank, world, drop_last);
+    if (rc < 0)
+        return fpy_raise_last(rc);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef sampler_methods[] = {
+    {"set_epoch", sampler_set_epoch, METH_VARARGS, "set_epoch(epoch)"},
+    {"indices", sampler_indices, METH_VARARGS, "indices(first, count) -> [int]"},
+    {"split", sampler_split, METH_VARARGS, "split(rank, world_size, drop_last)"},
+    {NULL}};
+
 static PyGetSetDef sampler_getset[] = {
     {"kind", sampler_kind, NULL, "The sampler's kind.", NULL},
-    {"world", sampler_world, NULL, "(rank, world_size) of a share of an order.", NULL},
+    {"world", sampler_world, NULL, "(rank, world_size) the sampler is split for.", NULL},
     {NULL}};
 
 static PyType_Slot sampler_slots[] = {{Py_tp_dealloc, sampler_dealloc},
@@ -108,7 +122,6 @@ static PyObject *sampler_wrap(ferry_sampler *s, int rc)
         return NULL;
     }
     o->s = s;
-    o->inner = NULL;
     return (PyObject *)o;
 }
 
@@ -147,17 +160,17 @@ static void *read_array(PyObject *seq, int as_double, uint64_t *n)
 
 PyObject *fpy_mod_sampler(PyObject *m, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"kind",      "n",       "seed", "replacement", "num_samples",
-                             "indices",   "weights", "rank", "world_size",  "shuffle",
-                             "drop_last", "inner",   NULL};
+    static char *kwlist[] = {"kind",      "n",       "seed",   "replacement", "num_samples",
+                             "indices",   "weights", "rank",   "world_size",  "shuffle",
+                             "drop_last", "bounds",  "window", NULL};
     const char *kind;
-    unsigned long long n = 0, seed = 0, num_samples = 0;
+    unsigned long long n = 0, seed = 0, num_samples = 0, window = 0;
     int replacement = 0, shuffle = 1, drop_last = 0;
     long long rank = -1, world = -1;
-    PyObject *indices = NULL, *weights = NULL, *inner = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|KKpKOOLLppO!", kwlist, &kind, &n, &seed,
+    PyObject *indices = NULL, *weights = NULL, *bounds = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|KKpKOOLLppOK", kwlist, &kind, &n, &seed,
                                      &replacement, &num_samples, &indices, &weights, &rank, &world,
-                                     &shuffle, &drop_last, fpy_sampler_type, &inner))
+                                     &shuffle, &drop_last, &bounds, &window))
         return NULL;
     ferry_sampler *s = NULL;
     int rc;
@@ -179,21 +192,33 @@ PyObject *fpy_mod_sampler(PyObject *m, PyObject *args, PyObject *kw)
             return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_ValueError, "weights missing");
         rc = ferry_sampler_weighted(&s, w, k, num_samples, replacement, seed);
         free(w);
+    } else if (!strcmp(kind, "fixed")) {
+        uint64_t k = 0;
+        uint64_t *idx = indices ? read_array(indices, 0, &k) : NULL;
+        if (!idx)
+            return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_ValueError, "indices missing");
+        Py_BEGIN_ALLOW_THREADS
+        rc = ferry_sampler_fixed(&s, idx, k);
+        Py_END_ALLOW_THREADS
+        free(idx);
+    } else if (!strcmp(kind, "window")) {
+        uint64_t k = 0;
+        uint64_t *b = bounds ? read_array(bounds, 0, &k) : NULL;
+        if (!b)
+            return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_ValueError, "bounds missing");
+        rc = ferry_sampler_window(&s, b, k ? k - 1 : 0, window, seed);
+        free(b);
     } else if (!strcmp(kind, "distributed")) {
         ferry_distributed_opts o = {n, rank, world, shuffle, seed, drop_last};
         rc = ferry_sampler_distributed(&s, &o);
-    } else if (!strcmp(kind, "split")) {
-        if (!inner)
-            return PyErr_Format(PyExc_ValueError, "inner missing");
-        rc = ferry_sampler_split(&s, ((SamplerObject *)inner)->s, rank, world, drop_last);
-        PyObject *o = sampler_wrap(s, rc);
-        if (o)
-            ((SamplerObject *)o)->inner = Py_NewRef(inner); /* the split borrows it */
-        return o;
     } else {
         PyErr_Format(PyExc_ValueError, "unknown sampler kind \"%s\"", kind);
         return NULL;
     }
+    /* the other kinds split among ranks when asked to (world_size >= 1) */
+    if (rc == 0 && world >= 1 && strcmp(kind, "distributed") &&
+        (rc = ferry_sampler_split(s, rank < 0 ? 0 : rank, world, drop_last)) < 0)
+        ferry_sampler_free(s);
     return sampler_wrap(s, rc);
 }
 

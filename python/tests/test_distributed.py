@@ -21,6 +21,15 @@ def make_sampler(kind, world, rank):
         return ferry.DistributedSampler(num_replicas=world, rank=rank, shuffle=True, seed=3)
     if kind == "sequential":
         return ferry.DistributedSampler(num_replicas=world, rank=rank, shuffle=False)
+    shards = list(range(0, N, 7)) + [N]
+    if kind == "fixed":  # split by itself
+        return ferry.FixedSampler([(i * 7) % N for i in range(N)] + [0, 1], num_replicas=world,
+                                  rank=rank)
+    if kind == "window":
+        return ferry.ShardWindowSampler(2, num_replicas=world, rank=rank, seed=3, shards=shards)
+    if kind == "window_inner":
+        inner = ferry.ShardWindowSampler(3, seed=3, shards=shards)
+        return ferry.DistributedSampler(num_replicas=world, rank=rank, sampler=inner)
     if kind == "weighted":
         inner = ferry.WeightedRandomSampler([1.0 + i % 4 for i in range(N)], 130,
                                             replacement=True, seed=3)
@@ -86,7 +95,7 @@ def check_same_steps(got, ref, world, drop_last, first_order):
 
 
 KINDS = ["shuffle", "sequential", "weighted", "weighted_norepl", "subset", "random_repl",
-         "sequential_inner"]
+         "sequential_inner", "fixed", "window", "window_inner"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -102,7 +111,8 @@ def test_global_batches_are_the_same_on_1_2_3_4_6_ranks(kind, drop_last):
         check_same_steps(union(ranks), ref, world, drop_last, order)
 
 
-@pytest.mark.parametrize("kind", ["shuffle", "weighted", "subset"])
+@pytest.mark.parametrize("kind", ["shuffle", "weighted", "subset", "fixed", "window",
+                                  "window_inner"])
 @pytest.mark.parametrize("to", [3, 1, 4, 6])
 def test_resume_on_another_number_of_ranks(kind, to):
     one = loader(kind, 1, 0)

@@ -197,7 +197,6 @@ void ferry__loader_destroy(ferry_loader *l)
     ferry__free(l->workers);
     ferry__ctx_release(&l->inline_worker.ctx);
     ferry__free(l->shards);
-    ferry_sampler_free(l->split_sampler);
     ferry_sampler_free(l->own_sampler);
     ferry__trace_free(l->trace);
     pthread_mutex_destroy(&l->m);

@@ -21,14 +21,13 @@ static int64_t trace_rank(const ferry_loader_opts *o)
 }
 
 /* A map-style loader with a world size takes its rank's share of the sampler's
- * order (ferry_sampler_split), unless the sampler is a share already (a
- * distributed sampler), whose rank and world size it then keeps in l->o. */
+ * order: the sampler is split in place (ferry_sampler_split; the loader sets the
+ * epoch of the caller's sampler too), unless it is split already (a distributed
+ * sampler), whose rank and world size it then keeps in l->o. */
 static int split_for_ranks(ferry_loader *l)
 {
     int64_t sr, sw;
     ferry_sampler_world(l->sampler, &sr, &sw);
-    bool shared = strcmp(ferry_sampler_kind(l->sampler), "distributed") == 0 ||
-                  strcmp(ferry_sampler_kind(l->sampler), "split") == 0;
     if (l->o.world_size < 0) {
         l->o.rank = sr;
         l->o.world_size = sw;
@@ -45,21 +44,17 @@ static int split_for_ranks(ferry_loader *l)
                           "loader: rank %lld is outside [0, world_size %lld), or world_size is "
                           "outside [1, 2^31]",
                           (long long)l->o.rank, (long long)l->o.world_size);
-    if (shared) {
+    if (sw > 1) {
         if (sr != l->o.rank || sw != l->o.world_size)
             return ferry__err(FERRY_EINVAL,
-                              "loader: the %s sampler is rank %lld of %lld, but rank and "
-                              "world_size are %lld of %lld: set them in one place (leave the "
-                              "loader's at -1)",
+                              "loader: the %s sampler is split for rank %lld of %lld already, but "
+                              "rank and world_size are %lld of %lld: set them in one place "
+                              "(leave the loader's at -1)",
                               ferry_sampler_kind(l->sampler), (long long)sr, (long long)sw,
                               (long long)l->o.rank, (long long)l->o.world_size);
         return 0;
     }
-    int rc = ferry_sampler_split(&l->split_sampler, l->sampler, l->o.rank, l->o.world_size,
-                                 l->o.drop_last);
-    if (rc == 0)
-        l->sampler = l->split_sampler;
-    return rc;
+    return ferry_sampler_split(l->sampler, l->o.rank, l->o.world_size, l->o.drop_last);
 }
 
 static int create(ferry_loader **out, ferry_dataset *ds, ferry_stream *st,

@@ -141,9 +141,9 @@ struct ferry_loader {
     bool any_variable;
     int var_of[FERRY_MAX_FIELDS]; /* variable fields: their number among the variable ones */
     int nvar;
-    /* the order: the caller's sampler or own_sampler, or split_sampler over it
-     * (a map-style loader's share for its rank, ferry_loader_opts.world_size) */
-    ferry_sampler *sampler, *own_sampler, *split_sampler;
+    /* the order: the caller's sampler or own_sampler (split in place for this
+     * rank with ferry_loader_opts.world_size) */
+    ferry_sampler *sampler, *own_sampler;
 
     pthread_mutex_t m;
     pthread_cond_t work_cv;  /* workers: work or shutdown */

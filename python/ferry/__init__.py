@@ -1790,7 +1790,8 @@ class DataLoader:
                                    "state says epoch %d, batch %d" % (*at, state["epoch"],
                                                                       state["batches"]))
             blob = blob if state["batches"] else None
-        if not self._stream and state["batches"] > len(self._loader):
+        if not self._stream and not self._placeholder and state["batches"] > len(self._loader):
+            # (a user's order is known at the first `for`, which checks it then)
             raise ValueError("state: %d global steps done, but an epoch has %d"
                              % (state["batches"], len(self._loader)))
         self._epoch, self._first, self._resume = state["epoch"], state["batches"], True

@@ -8,8 +8,9 @@
  * Each round, for each world size W in turn: every rank r of W (one after
  * another in this process, W loaders) is created with batch_size G / W,
  * resumes the state (saved by rank 0 of 2 at 40% of the epoch) and reads to
- * the epoch's end. Timed per rank: ferry_loader_state_resume alone, and up to
- * the first batch; summed over the ranks: the rest of the epoch. Every
+ * the epoch's end. Timed, the mean over the ranks: ferry_loader_state_resume
+ * alone, and up to the first batch; summed over the ranks: the rest of the
+ * epoch. Every
  * remaining sample must come exactly once over the ranks (else exit 1: SAMPLES
  * is to be a multiple of GLOBAL_BATCH, so that no padding repeats a sample).
  * Prints one JSON line.
@@ -74,8 +75,8 @@ static timing resume_on(ferry_dataset *ds, uint64_t n, int world, uint32_t G, ui
         while ((rc = ferry_loader_next(l, &b)) == 0) {
             if (first) {
                 double t2 = now();
-                t.resume = t.resume > t1 - t0 ? t.resume : t1 - t0;
-                t.first = t.first > t2 - t0 ? t.first : t2 - t0;
+                t.resume += (t1 - t0) / world;
+                t.first += (t2 - t0) / world;
                 first = 0;
             }
             const uint64_t *idx = ferry_batch_indices(b);

@@ -16,6 +16,10 @@ pkgs=(build-essential cmake pkg-config python3 python3-pil python3-numpy libzstd
 pkgs+=(zlib1g-dev libisal-dev zstd)
 # lmdb-utils and python3-lmdb: the LMDB reader is compared with mdb_dump and py-lmdb
 pkgs+=(lmdb-utils python3-lmdb)
+# libleveldb-dev: leveldb: sources; librocksdb-dev: rocksdb: (optional at build);
+# python3-plyvel, protobuf-compiler, python3-protobuf: the tests write LevelDBs and
+# Caffe Datum / Caffe2 TensorProtos values with the real library and serialiser
+pkgs+=(libleveldb-dev librocksdb-dev python3-plyvel protobuf-compiler python3-protobuf)
 if [ "${1:-}" = fuzz ]; then
   pkgs+=(clang libclang-rt-14-dev)
 fi
@@ -27,6 +31,7 @@ fi
 if [ "${1:-}" = bench ]; then
   pkgs+=(python3-numpy python3-torch python3-torchvision python3-pil python3-lmdb lmdb-utils libturbojpeg0-dev)
   pkgs+=(libdeflate-dev)  # formats_vs.py measures it beside zlib
+  pkgs+=(python3-plyvel protobuf-compiler python3-protobuf)  # kvdb_vs.py
 fi
 
 # remote reading: libcurl is the transport; its tests start nginx (http and https with

@@ -83,6 +83,8 @@ enum {
 FERRY_API int ferry_record_file_open(ferry_record_file **out, const char *path, int flags);
 FERRY_API void ferry_record_file_free(ferry_record_file *f);
 FERRY_API uint64_t ferry_record_file_count(const ferry_record_file *f);
+/* The shard's size in bytes (its file's; for a remote one, the object's). */
+FERRY_API uint64_t ferry_record_file_bytes(const ferry_record_file *f);
 FERRY_API int ferry_record_file_nfields(const ferry_record_file *f);
 FERRY_API const ferry_field *ferry_record_file_field(const ferry_record_file *f, int i);
 /* 1 when the footer was missing or damaged and the records were found by a scan. */

@@ -84,25 +84,26 @@ static int list_shards(const char *dir, char ***names, uint64_t **counts, uint64
     *counts = *bytes = NULL;
     *n = 0;
     *set_id = 0;
-    DIR *d = opendir(dir);
-    if (!d)
-        return ferry__err(FERRY_ENOENT, "%s: cannot open the shard directory", dir);
+    char **ents = NULL;
+    size_t nents = 0;
+    if ((rc = ferry__list_dir(dir, &ents, &nents)) < 0)
+        return rc;
     char manifest[4096] = "";
     size_t cap = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        size_t len = strlen(e->d_name);
-        if (len > 9 && !strcmp(e->d_name + len - 9, ".manifest")) {
+    for (size_t i = 0; i < nents; i++) {
+        const char *name = ents[i];
+        size_t len = strlen(name);
+        if (len > 9 && !strcmp(name + len - 9, ".manifest")) {
             if (manifest[0]) {
-                closedir(d);
-                return ferry__err(FERRY_EINVAL,
-                                  "%s: more than one manifest (%s, %s): give the set's manifest",
-                                  dir, manifest + strlen(dir) + 1, e->d_name);
+                rc = ferry__err(FERRY_EINVAL,
+                                "%s: more than one manifest (%s, %s): give the set's manifest", dir,
+                                manifest + strlen(dir) + 1, name);
+                break;
             }
-            snprintf(manifest, sizeof manifest, "%s/%s", dir, e->d_name);
+            snprintf(manifest, sizeof manifest, "%s/%s", dir, name);
             continue;
         }
-        if (len <= 6 || strcmp(e->d_name + len - 6, ".ferry"))
+        if (len <= 6 || strcmp(name + len - 6, ".ferry"))
             continue;
         if (*n == cap) {
             cap = cap ? cap * 2 : 16;
@@ -113,13 +114,15 @@ static int list_shards(const char *dir, char ***names, uint64_t **counts, uint64
             }
             *names = grown;
         }
-        if (!((*names)[*n] = ferry__strdup(e->d_name))) {
+        if (!((*names)[*n] = ferry__strdup(name))) {
             rc = ferry__err(FERRY_ENOMEM, "%s: out of memory", dir);
             break;
         }
         (*n)++;
     }
-    closedir(d);
+    for (size_t i = 0; i < nents; i++)
+        ferry__free(ents[i]);
+    ferry__free(ents);
     if (rc == 0 && manifest[0]) {
         /* the manifest decides which files make the set */
         for (size_t k = 0; k < *n; k++)

@@ -4,6 +4,7 @@
  */
 #include "shard_stream.h"
 
+#include "../io/remote.h"
 #include "../io/seqread.h"
 
 #include <dirent.h>
@@ -39,6 +40,48 @@ static int add(ferry__shard_files *s, size_t *cap, const char *path, const char 
     return 0;
 }
 
+typedef struct expand_ctx {
+    ferry__shard_files *out;
+    size_t *cap;
+    const char *kind;
+} expand_ctx;
+
+static int expand_add(void *arg, const char *text)
+{
+    expand_ctx *x = arg;
+    return add(x->out, x->cap, text, x->kind);
+}
+
+/* A remote location: a glob's matches, a "directory"'s objects that want accepts,
+ * else the one object. */
+static int remote_files(ferry__shard_files *out, size_t *cap, const char *kind,
+                        const char *location, bool (*want)(const char *name), const char *what)
+{
+    char **urls = NULL;
+    size_t n = 0;
+    bool glob = strpbrk(location, "*?[") != NULL;
+    int rc = 0;
+    if (!glob && strncmp(location, "s3://", 5))
+        return add(out, cap, location, kind); /* http(s): one file */
+    FERRY_TRY(ferry__remote_list(location, &urls, &n));
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        const char *base = strrchr(urls[i], '/') + 1;
+        if (glob || (base[0] != '.' && want(base)))
+            rc = add(out, cap, urls[i], kind);
+    }
+    if (rc == 0 && n == 0 && glob)
+        rc = ferry__err(FERRY_ENOENT, "%s: no object matches", location);
+    else if (rc == 0 && n > 0 && out->n == 0)
+        rc = ferry__err(FERRY_ENOENT, "%s: no %s under the prefix", location, what);
+    else if (rc == 0 && n == 0)
+        rc = add(out, cap, location, kind); /* no prefix of that name: an object */
+cleanup:
+    for (size_t i = 0; i < n; i++)
+        ferry__free(urls[i]);
+    ferry__free(urls);
+    return rc;
+}
+
 int ferry__shard_files_list(ferry__shard_files *out, const char *kind, const char *location,
                             bool (*want)(const char *name), const char *what)
 {
@@ -48,7 +91,13 @@ int ferry__shard_files_list(ferry__shard_files *out, const char *kind, const cha
     memset(out, 0, sizeof *out);
     if (!location || !*location)
         return ferry__err(FERRY_EINVAL, "source %s: no path", kind);
-    if (strpbrk(location, "*?[")) {
+    if (strchr(location, '{')) {
+        /* WebDataset's brace ranges name the files: each is taken as named */
+        expand_ctx x = {out, &cap, kind};
+        rc = ferry__brace_expand(location, MAX_FILES, expand_add, &x);
+    } else if (ferry__is_remote(location)) {
+        rc = remote_files(out, &cap, kind, location, want, what);
+    } else if (strpbrk(location, "*?[")) {
         glob_t g;
         int gr = glob(location, 0, NULL, &g);
         if (gr == GLOB_NOMATCH)

@@ -8,6 +8,7 @@
 #include "spec.h"
 #include "../formats/records_internal.h"
 #include "../io/io.h"
+#include "../io/remote.h"
 #include "../core/guard.h"
 
 #include <dirent.h>
@@ -220,8 +221,14 @@ static int set_open_once(shard_set **out, const char *dir, uint64_t shard_id, ui
     if (take == 0)
         FERRY_FAIL(FERRY_EINVAL, "%s: %zu shards leave none for shard_id %llu of %llu", dir, n,
                    (unsigned long long)shard_id, (unsigned long long)num_shards);
+    bool remote = ferry__is_remote(dir);
     for (size_t p = shard_id; p < n; p += num_shards) {
         char path[4096];
+        /* remote shards: the next ones are fetched while this one is opened */
+        for (size_t q = p + num_shards, k = 0; remote && q < n && k < 4; q += num_shards, k++) {
+            snprintf(path, sizeof path, "%s/%s", dir, names[q]);
+            ferry__remote_prefetch(path);
+        }
         snprintf(path, sizeof path, "%s/%s", dir, names[p]);
         size_t k = s->n;
         if (!(s->names[k] = ferry__strdup(names[p])))

@@ -158,6 +158,16 @@ bool ferry__shard_files_compressed(const char *kind, const char *location,
         return false;
     for (size_t k = 0; k < f.n && !compressed; k++) {
         ferry__seqread r;
+        if (ferry__is_remote(f.paths[k])) {
+            /* by its name: sniffing would fetch every object at open */
+            size_t len = strlen(f.paths[k]);
+            const char *p = f.paths[k];
+            compressed =
+                (len > 3 && !strcmp(p + len - 3, ".gz")) ||
+                (len > 4 && (!strcmp(p + len - 4, ".tgz") || !strcmp(p + len - 4, ".zst"))) ||
+                (len > 5 && !strcmp(p + len - 5, ".zstd"));
+            continue;
+        }
         if (ferry__seqread_open(&r, f.paths[k], f.paths[k], compression, 4096) == 0) {
             compressed = r.compressed != NULL;
             ferry__seqread_close(&r);
@@ -361,6 +371,20 @@ static int broken_file(shard_iter *it, int rc)
     return ferry__err(rc, "%s", msg);
 }
 
+/* Remote files: the next ones of this shard's order are fetched while this one is
+ * read (into the node cache, io/remote.h). */
+static void fetch_ahead(const shard_iter *it)
+{
+    char *next[8];
+    size_t n = 0;
+    for (uint64_t p = it->place; n < 8 && p < it->s->files->n; p += it->step) {
+        next[n++] = it->s->files->paths[file_at(it, p)];
+        if (p + it->step < p)
+            break;
+    }
+    ferry__prefetch_ahead(next, n, 1, 0);
+}
+
 static int sh_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
 {
     shard_iter *it = iter;
@@ -373,6 +397,8 @@ static int sh_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
             if (it->place >= s->files->n)
                 return FERRY_END;
             it->file = file_at(it, it->place);
+            if (ferry__is_remote(s->files->paths[it->file]))
+                fetch_ahead(it);
             if ((rc = fmt->open(s->self, it->rd, s->files->paths[it->file], false)) < 0) {
                 end_file(it);
                 return rc;

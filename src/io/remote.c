@@ -264,7 +264,7 @@ static struct {
     pthread_mutex_t mu;
     ferry__pool *pool;
     unsigned queued;
-} ahead = {.mu = PTHREAD_MUTEX_INITIALIZER};
+} bg = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 #define AHEAD_THREADS 4
 #define AHEAD_QUEUE 64
@@ -277,30 +277,49 @@ static void prefetch_job(void *arg)
         ferry__file_close(&f);
     ferry__err_clear();
     ferry__free(url);
-    pthread_mutex_lock(&ahead.mu);
-    ahead.queued--;
-    pthread_mutex_unlock(&ahead.mu);
+    pthread_mutex_lock(&bg.mu);
+    bg.queued--;
+    pthread_mutex_unlock(&bg.mu);
 }
 
 void ferry__remote_prefetch(const char *url)
 {
+    /* the last hints, by hash: a URL hinted again soon after is not queued twice */
+    static _Atomic uint64_t recent[256];
+    uint64_t h = 1469598103934665603ull;
+    for (const char *c = url; *c; c++)
+        h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    if (atomic_exchange_explicit(&recent[h % 256], h, memory_order_relaxed) == h)
+        return;
     char *copy = ferry__strdup(url);
     if (!copy)
         return;
-    pthread_mutex_lock(&ahead.mu);
-    if (!ahead.pool && ferry__pool_create(&ahead.pool, AHEAD_THREADS, AHEAD_QUEUE) < 0)
-        ahead.pool = NULL;
-    bool ok = ahead.pool && ahead.queued < AHEAD_QUEUE;
+    pthread_mutex_lock(&bg.mu);
+    if (!bg.pool && ferry__pool_create(&bg.pool, AHEAD_THREADS, AHEAD_QUEUE) < 0)
+        bg.pool = NULL;
+    bool ok = bg.pool && bg.queued < AHEAD_QUEUE;
     if (ok)
-        ahead.queued++;
-    pthread_mutex_unlock(&ahead.mu);
-    if (!ok || ferry__pool_add(ahead.pool, prefetch_job, copy) < 0) {
+        bg.queued++;
+    pthread_mutex_unlock(&bg.mu);
+    if (!ok || ferry__pool_add(bg.pool, prefetch_job, copy) < 0) {
         ferry__free(copy);
         if (ok) {
-            pthread_mutex_lock(&ahead.mu);
-            ahead.queued--;
-            pthread_mutex_unlock(&ahead.mu);
+            pthread_mutex_lock(&bg.mu);
+            bg.queued--;
+            pthread_mutex_unlock(&bg.mu);
         }
     }
     ferry__err_clear();
+}
+
+void ferry__prefetch_ahead(char *const *paths, size_t n, size_t at, size_t ahead)
+{
+    if (!ahead) {
+        const char *v = getenv("FERRY_REMOTE_AHEAD");
+        int64_t x;
+        ahead = v && ferry__parse_i64(v, 0, 1024, &x) ? (size_t)x : 4;
+    }
+    for (size_t i = at; i < n && i - at < ahead; i++)
+        if (ferry__is_remote(paths[i]))
+            ferry__remote_prefetch(paths[i]);
 }

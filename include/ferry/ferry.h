@@ -30,5 +30,6 @@
 #include "tfrecord.h"
 #include "wds.h"
 #include "folder.h"
+#include "remote.h"
 
 #endif /* FERRY_H */

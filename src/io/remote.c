@@ -5,6 +5,7 @@
  * extra request.
  */
 #include "remote.h"
+#include "ferry/remote.h"
 
 #include <fnmatch.h>
 #include <stdio.h>
@@ -322,4 +323,20 @@ void ferry__prefetch_ahead(char *const *paths, size_t n, size_t at, size_t ahead
     for (size_t i = at; i < n && i - at < ahead; i++)
         if (ferry__is_remote(paths[i]))
             ferry__remote_prefetch(paths[i]);
+}
+
+void ferry_remote_stats_get(ferry_remote_stats *out)
+{
+    ferry__remote_counters *c = &ferry__remote_stats;
+    out->downloaded_bytes = atomic_load_explicit(&c->downloaded_bytes, memory_order_relaxed);
+    out->cache_hits = atomic_load_explicit(&c->cache_hits, memory_order_relaxed);
+    out->cache_misses = atomic_load_explicit(&c->cache_misses, memory_order_relaxed);
+    out->retries = atomic_load_explicit(&c->retries, memory_order_relaxed);
+    out->fetch_wait_ns = atomic_load_explicit(&c->wait_ns, memory_order_relaxed);
+    out->requests = atomic_load_explicit(&c->requests, memory_order_relaxed);
+}
+
+int ferry_remote_available(void)
+{
+    return ferry__http_available();
 }

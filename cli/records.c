@@ -159,14 +159,7 @@ int cmd_pack(int argc, char **argv)
     int rc, status = 0;
     /* An image folder is packed as its encoded files (checked to be images), unless
      * the source asks for a pipeline: the shards then hold decoded tensors. */
-    const char *spec = argv[optind];
-    char spec_buf[4096];
-    if (!strncmp(spec, "images:", 7) && !strstr(spec, ",pipeline=")) {
-        if (snprintf(spec_buf, sizeof spec_buf, "%s,pipeline=none", spec) >= (int)sizeof spec_buf)
-            return cli_error(EXIT_USAGE, "pack: SOURCE is too long");
-        spec = spec_buf;
-    }
-    if (ferry_source_open(spec, &ds, &st) < 0)
+    if (ferry_source_open_flags(argv[optind], FERRY_SOURCE_ENCODED, &ds, &st) < 0)
         return cli_error(EXIT_USAGE, "%s", ferry_last_errmsg());
     cli_folder_note(ds, argv[optind]);
     w.dir = argv[optind + 1];

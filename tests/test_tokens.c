@@ -276,6 +276,70 @@ TEST(bad_magic_version_and_count)
     test_remove_dir();
 }
 
+/* The real GPT-2 shard's tokens as llm.c writes them for Llama 3 (magic 20240801,
+ * version 7, uint32) and bare, as nanoGPT's prepare.py writes train.bin (np.uint16,
+ * no header): each gives the same windows as the shard. */
+TEST(llama3_shards_and_bare_token_files)
+{
+    test_need_shared(SHARD);
+    test_make_dir("tokens-kinds");
+    size_t n;
+    unsigned char *shard = test_read_file(SHARD, &n);
+    size_t count = (n - 1024) / 2;
+    unsigned char *l3 = calloc(1, 1024 + 4 * count);
+    int32_t hdr[3] = {20240801, 7, (int32_t)count};
+    memcpy(l3, hdr, sizeof hdr);
+    for (size_t k = 0; k < count; k++) {
+        uint16_t t;
+        memcpy(&t, shard + 1024 + 2 * k, 2);
+        uint32_t w = t;
+        memcpy(l3 + 1024 + 4 * k, &w, 4);
+    }
+    char p3[512], praw[512], pbad[512], spec[600];
+    test_write_file(test_path("llama3.bin", p3), l3, 1024 + 4 * count);
+    test_write_file(test_path("train.bin", praw), shard + 1024, 2 * count);
+    ferry_dataset *ref = open_spec("tokens:" SHARD);
+    snprintf(spec, sizeof spec, "tokens:%s", p3);
+    ferry_dataset *a = open_spec(spec);
+    snprintf(spec, sizeof spec, "tokens:%s,raw=1", praw);
+    ferry_dataset *b = open_spec(spec);
+    CHECK_EQ(ferry_dataset_len(a), ferry_dataset_len(ref));
+    CHECK_EQ(ferry_dataset_len(b), ferry_dataset_len(ref));
+    CHECK_EQ(ferry_dataset_field(a, 0)->dtype, FERRY_U32);
+    CHECK_EQ(ferry_dataset_field(b, 0)->dtype, FERRY_U16);
+    uint32_t in0[1024], tg0[1024], in1[1024], tg1[1024];
+    for (uint64_t i = 0; i < ferry_dataset_len(ref); i += 7) {
+        get_window(ref, i, in0, tg0);
+        get_window(a, i, in1, tg1);
+        CHECK(!memcmp(in0, in1, sizeof in0) && !memcmp(tg0, tg1, sizeof tg0));
+        get_window(b, i, in1, tg1);
+        CHECK(!memcmp(in0, in1, sizeof in0) && !memcmp(tg0, tg1, sizeof tg0));
+    }
+    CHECK_EQ(in0[0] != 0, 1);
+    ferry_dataset_free(a);
+    ferry_dataset_free(b);
+    /* the bare file without raw=1 says how to open it; an odd size is named */
+    snprintf(spec, sizeof spec, "tokens:%s", praw);
+    CHECK_RC(ferry_dataset_open(&a, spec), FERRY_ECORRUPT);
+    CHECK_CONTAINS(ferry_last_errmsg(), "not an llm.c token shard; a file of bare token ids "
+                                        "(nanoGPT's train.bin) opens with raw=1");
+    test_write_file(test_path("odd.bin", pbad), shard + 1024, 2 * count - 1);
+    snprintf(spec, sizeof spec, "tokens:%s,raw=1", pbad);
+    CHECK_RC(ferry_dataset_open(&a, spec), FERRY_ECORRUPT);
+    CHECK_CONTAINS(ferry_last_errmsg(), "bytes is not a whole number of 2-byte tokens (raw=1)");
+    /* a Llama 3 header with another version is named */
+    hdr[1] = 2;
+    memcpy(l3, hdr, sizeof hdr);
+    test_write_file(p3, l3, 1024 + 4 * count);
+    snprintf(spec, sizeof spec, "tokens:%s", p3);
+    CHECK_RC(ferry_dataset_open(&a, spec), FERRY_ECORRUPT);
+    CHECK_CONTAINS(ferry_last_errmsg(), "offset 4: version 2 of a Llama 3 shard");
+    ferry_dataset_free(ref);
+    free(l3);
+    free(shard);
+    test_remove_dir();
+}
+
 TEST(writer_replaces_whole_or_not_at_all)
 {
     test_make_dir("tokens-writer");

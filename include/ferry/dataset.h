@@ -192,7 +192,7 @@ FERRY_API int ferry_dataset_synthetic(ferry_dataset **out, const ferry_synthetic
  * files, tf.train.Example fields) and "wds:PATH|DIR|GLOB[,fields=jpg;cls][,stream=1]"
  * (ferry/wds.h: WebDataset tar shards), map-style over uncompressed files and streams
  * over gzipped ones. Also "npy:PATH" / "npy:x=a.npy;y=b.npz/m[,inflate_max=N]"
- * (ferry/npy.h), "tokens:GLOB[,seq=T][,dtype=u16|u32][,out=i32|i64][,order=llmc,batch=B
+ * (ferry/npy.h), "tokens:GLOB[,seq=T][,dtype=u16|u32][,raw=1][,out=i32|i64][,order=llmc,batch=B
  * [,rank=R,world=W]]" (ferry/tokens.h) and "mds:DIR[,zstd_max=N][,cache=DIR]"
  * (ferry/mds.h). Unknown kinds and keys are FERRY_EINVAL naming them. */
 FERRY_API int ferry_dataset_open(ferry_dataset **out, const char *spec);
@@ -200,6 +200,18 @@ FERRY_API int ferry_dataset_open(ferry_dataset **out, const char *spec);
 /* Opens any described source: a map-style kind sets *ds, a stream kind (csv) sets
  * *st; the other is set to NULL. Free with ferry_dataset_free / ferry_stream_free. */
 FERRY_API int ferry_source_open(const char *spec, ferry_dataset **ds, ferry_stream **st);
+
+/* How ferry_source_open_flags opens a source. */
+enum {
+    /* an image kind (images:) keeps each image's encoded file as its bytes, checked
+     * to be an image, unless the text names a pipeline=: what ferry pack and
+     * Python's ferry.pack store, so the shards stay small and the train pipeline
+     * reads them */
+    FERRY_SOURCE_ENCODED = 1u << 0
+};
+/* ferry_source_open, with flags (FERRY_SOURCE_*, or 0). */
+FERRY_API int ferry_source_open_flags(const char *spec, unsigned flags, ferry_dataset **ds,
+                                      ferry_stream **st);
 
 #ifdef __cplusplus
 }

@@ -413,6 +413,16 @@ typedef struct ferry_pack_result {
 FERRY_API int ferry_pack(ferry_dataset *ds, ferry_stream *st, const ferry_pack_opts *o,
                          ferry_pack_result *out);
 
+/* Writes one integer field of ds or st (exactly one non-NULL; borrowed), sample
+ * after sample in order, as the llm.c token shard at path (ferry/tokens.h):
+ * field names it (NULL: the source's only integer field); dtype FERRY_U16
+ * (version 1; 0 means it) or FERRY_U32 (version 2). Each sample gives every
+ * element of the field (a variable field: its length). A token that does not fit
+ * dtype is FERRY_EOVERFLOW naming the sample and element; the shard is then left
+ * as it was (it is replaced whole or not at all). *written: the tokens written. */
+FERRY_API int ferry_pack_tokens(ferry_dataset *ds, ferry_stream *st, const char *field,
+                                ferry_dtype dtype, const char *path, uint64_t *written);
+
 #ifdef __cplusplus
 }
 #endif

@@ -5,6 +5,9 @@
  * of 256 little-endian int32: [0] = 20240520 (magic), [1] = version (1: uint16
  * tokens, GPT-2; 2: uint32 tokens, Llama 3), [2] = the token count, the rest 0;
  * then the tokens, little-endian. The count must agree with the file's size.
+ * llm.c's newer Llama 3 shards have [0] = 20240801 and [1] = 7 (uint32 tokens),
+ * the same layout otherwise; both open. A file of bare tokens without the header
+ * (nanoGPT's prepare.py writes train.bin as np.uint16) opens with raw = 1.
  *
  * Samples are windows of T + 1 tokens, as llm.c's DataLoader cuts them: window w
  * of a shard starts at token w * T and gives "input" = tokens [wT, wT + T) and
@@ -32,6 +35,7 @@ extern "C" {
 typedef struct ferry_dataset ferry_dataset; /* made below, used through ferry/dataset.h */
 
 #define FERRY_TOKENS_MAGIC 20240520
+#define FERRY_TOKENS_MAGIC_LLAMA3 20240801 /* version 7: uint32 tokens */
 #define FERRY_TOKENS_HEADER 1024
 
 typedef enum ferry_tokens_order {
@@ -54,6 +58,10 @@ typedef struct ferry_tokens_opts {
     ferry_dtype out;
     uint64_t batch;            /* LLMC order: B, sequences per rank per step (>= 1) */
     uint64_t rank, world_size; /* LLMC order: this process of world_size (0 means 1) */
+    /* 1: the files are bare little-endian tokens without llm.c's header (nanoGPT's
+     * train.bin), of dtype (0 means uint16); a size that is not a whole number of
+     * tokens is FERRY_ECORRUPT */
+    int raw;
 } ferry_tokens_opts;
 
 /* Opens every shard the pattern matches (sorted by path; no match is

@@ -33,7 +33,7 @@ __version__ = _ferry.version()
 
 __all__ = [
     "DataLoader", "Batch", "TupleBatch", "Dataset", "Field", "open", "index", "pack", "save", "load",
-    "load_metadata",
+    "load_metadata", "tokens",
     "Sampler", "SequentialSampler", "RandomSampler", "SubsetRandomSampler",
     "WeightedRandomSampler", "DistributedSampler",
     "Error", "InvalidError", "OutOfMemoryError", "IOFailure", "CorruptError", "TimeoutError",
@@ -498,7 +498,10 @@ def pack(source, outdir, name=None, shard_size=None, shard_records=None, zstd=No
     (``NAME-00000-of-000NN.ferry`` and ``NAME.manifest``), as ``ferry pack``:
     ``name`` (default "data"), ``shard_size`` (bytes or "256M"; default 1 GiB),
     ``shard_records``, ``zstd`` (level 1..19; default: stored), ``workers``
-    (threads reading the source). ``source`` is a source text, a
+    (threads reading the source). An image folder given as text
+    (``"images:DIR"``) is packed as its encoded files, each checked to be an
+    image, unless the text names a ``pipeline=``: the train and eval pipelines
+    then read the shards. ``source`` is a source text, a
     ``ferry.Dataset`` or a map-style Python dataset (``fields=`` as for
     ``DataLoader``). ``on_error="skip"`` leaves bad samples out (up to
     ``skip_budget``, default 1000) instead of failing. Nothing a reader takes for
@@ -506,7 +509,10 @@ def pack(source, outdir, name=None, shard_size=None, shard_records=None, zstd=No
     or not at all. Returns ``{"records": N, "bytes": B, "skipped": S,
     "truncated": T}``: bytes of sample data written, bad samples left out, and
     samples the source cut to fit their field (lines longer than ``max=``)."""
-    src = _resolve(source, fields, None)[0]
+    # an image folder is packed as its encoded files, as the command packs it
+    src = (_ferry.open_source(source, _ferry.SOURCE_ENCODED)
+           if isinstance(source, str) and fields is None
+           else _resolve(source, fields, None)[0])
     if not isinstance(outdir, (str, _os.PathLike)):
         raise TypeError("outdir must be a str or path, got %s" % type(outdir).__name__)
     if name is not None and not isinstance(name, str):
@@ -524,6 +530,31 @@ def pack(source, outdir, name=None, shard_size=None, shard_records=None, zstd=No
         src, _os.fspath(outdir), name, _size(shard_size, "shard_size"),
         _size(shard_records, "shard_records"), zl, workers, on_error == "skip", budget)
     return {"records": records, "bytes": nbytes, "skipped": skipped, "truncated": truncated}
+
+
+def tokens(source, out, field=None, dtype="u16"):
+    """Writes the token ids of ``source`` (a source text or ``ferry.Dataset``),
+    sample after sample in order, as one llm.c token shard ``out``, as ``ferry
+    tokens`` does: header 20240520, version 1 for ``dtype="u16"`` (the default)
+    or 2 for ``"u32"``. ``field`` names the field of token ids (default: the
+    source's only integer field); each sample gives every element of it. A token
+    that does not fit is a ``ferry.Error`` naming the sample, and ``out`` is then
+    left as it was (it is replaced whole or not at all). Returns the number of
+    tokens written. Read the shard back with ``"tokens:OUT"``."""
+    if dtype not in ("u16", "u32"):
+        raise ValueError("dtype must be 'u16' or 'u32', got %r" % (dtype,))
+    if field is not None and not isinstance(field, str):
+        raise TypeError("field must be a str or None, got %s" % type(field).__name__)
+    if not isinstance(out, (str, _os.PathLike)):
+        raise TypeError("out must be a str or path, got %s" % type(out).__name__)
+    if isinstance(source, Dataset):
+        src = source._src
+    elif isinstance(source, str):
+        src = _ferry.open_source(source)
+    else:
+        raise TypeError("source must be a source text or a ferry.Dataset, got %s"
+                        % type(source).__name__)
+    return _ferry.pack_tokens(src, _os.fspath(out), field, dtype == "u32")
 
 
 def save(tensors, path, metadata=None, *, crc=True, threads=None):
@@ -581,8 +612,9 @@ def load(path, names=None, prefix=None, *, strip_prefix=None, add_prefix=None, c
     problem with the file (truncated, a bad header, offsets out of bounds or
     overlapping, an unknown dtype, a CRC mismatch) is a ``ferry.Error`` naming
     the file and the tensor. 8-bit floats come as uint8 (view them with
-    ``.view(torch.float8_e4m3fn)``). The ``__metadata__`` strings are
-    ``ferry.load_metadata(path)``."""
+    ``.view(torch.float8_e4m3fn)``). uint16/32/64 tensors come as NumPy arrays,
+    with a warning naming them, where this torch has no such dtype (before
+    torch 2.3). The ``__metadata__`` strings are ``ferry.load_metadata(path)``."""
     if output not in ("torch", "numpy"):
         raise ValueError("output must be 'torch' or 'numpy', got %r" % (output,))
     if output == "torch":
@@ -594,10 +626,14 @@ def load(path, names=None, prefix=None, *, strip_prefix=None, add_prefix=None, c
     for what, v in (("prefix", prefix), ("strip_prefix", strip_prefix), ("add_prefix", add_prefix)):
         if v is not None and not isinstance(v, str):
             raise TypeError("%s must be a str, got %s" % (what, type(v).__name__))
-    items, _meta = _ferry.load_tensors(
+    items, _meta, as_numpy = _ferry.load_tensors(
         _os.fspath(path), None if names is None else [str(n) for n in names], prefix,
         strip_prefix, add_prefix, bool(copy), bool(verify), bool(allow_missing),
         _ferry.OUT_TORCH if output == "torch" else _ferry.OUT_NUMPY)
+    if as_numpy:
+        _warnings.warn("ferry.load: %s: this torch has no unsigned dtype past uint8: %s given as "
+                       "NumPy arrays (torch.from_numpy(a.astype('int64')) widens one)"
+                       % (_os.fspath(path), ", ".join(repr(n) for n in as_numpy)), stacklevel=2)
     return dict(items)
 
 

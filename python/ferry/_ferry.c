@@ -68,6 +68,28 @@ static PyObject *mod_pack(PyObject *m, PyObject *args)
                          (unsigned long long)res.skipped, (unsigned long long)res.truncated);
 }
 
+/* pack_tokens(source, out, field or None, dtype: 0 = uint16, 1 = uint32) -> tokens */
+static PyObject *mod_pack_tokens(PyObject *m, PyObject *args)
+{
+    PyObject *source;
+    const char *out, *field = NULL;
+    int u32 = 0;
+    if (!PyArg_ParseTuple(args, "O!s|zp", fpy_source_type, &source, &out, &field, &u32))
+        return NULL;
+    SourceObject *src = (SourceObject *)source;
+    uint64_t written = 0;
+    char err[1024] = "";
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ferry_pack_tokens(src->ds, src->st, field, u32 ? FERRY_U32 : FERRY_U16, out, &written);
+    if (rc < 0)
+        snprintf(err, sizeof err, "%s", ferry_last_errmsg());
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return fpy_raise_rc(rc, err);
+    return PyLong_FromUnsignedLongLong(written);
+}
+
 /* ---- Module ---- */
 
 static PyObject *mod_version(PyObject *m, PyObject *unused)
@@ -145,7 +167,7 @@ static PyMethodDef module_methods[] = {
     {"device_probe", mod_device_probe, METH_VARARGS, "device_probe(name) -> None or why not"},
     {"version", mod_version, METH_NOARGS, "The C library's version."},
     {"strerror", mod_strerror, METH_VARARGS, "strerror(code) -> (name, description)"},
-    {"open_source", fpy_mod_open_source, METH_VARARGS, "open_source(spec) -> Source"},
+    {"open_source", fpy_mod_open_source, METH_VARARGS, "open_source(spec, flags=0) -> Source"},
     {"python_source", fpy_mod_python_source, METH_VARARGS,
      "python_source(obj, length, fields, keyed) -> Source"},
     {"transform_source", fpy_mod_transform_source, METH_VARARGS,
@@ -155,6 +177,8 @@ static PyMethodDef module_methods[] = {
     {"dist_from_env", fpy_mod_dist_from_env, METH_NOARGS, "(rank, world_size) from the launcher"},
     {"index", mod_index, METH_VARARGS, "index(path, index_path=None) -> lines"},
     {"pack", mod_pack, METH_VARARGS, "pack(source, outdir, ...) -> (records, bytes)"},
+    {"pack_tokens", mod_pack_tokens, METH_VARARGS,
+     "pack_tokens(source, out, field, u32) -> tokens"},
     {"load_tensors", fpy_mod_load_tensors, METH_VARARGS,
      "load_tensors(path, ...) -> (items, meta)"},
     {"save_tensors", fpy_mod_save_tensors, METH_VARARGS,
@@ -203,6 +227,7 @@ PyMODINIT_FUNC PyInit__ferry(void)
     PyModule_AddIntConstant(m, "OUT_TORCH", OUT_TORCH);
     PyModule_AddIntConstant(m, "OUT_NUMPY", OUT_NUMPY);
     PyModule_AddIntConstant(m, "OUT_RAW", OUT_RAW);
+    PyModule_AddIntConstant(m, "SOURCE_ENCODED", FERRY_SOURCE_ENCODED);
     for (int rc = FERRY_ERROR_MIN; rc < 0; rc++) {
         char name[64];
         snprintf(name, sizeof name, "%s", ferry_errname(rc));

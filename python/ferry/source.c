@@ -182,14 +182,15 @@ static SourceObject *source_alloc(void)
 PyObject *fpy_mod_open_source(PyObject *m, PyObject *args)
 {
     const char *spec;
-    if (!PyArg_ParseTuple(args, "s", &spec))
+    unsigned flags = 0;
+    if (!PyArg_ParseTuple(args, "s|I", &spec, &flags))
         return NULL;
     SourceObject *s = source_alloc();
     if (!s)
         return NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = ferry_source_open(spec, &s->ds, &s->st);
+    rc = ferry_source_open_flags(spec, flags, &s->ds, &s->st);
     Py_END_ALLOW_THREADS
     if (rc < 0) {
         Py_DECREF(s);

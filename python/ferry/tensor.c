@@ -455,7 +455,9 @@ PyObject *fpy_export_tensor(ferry_tensor *t, int output, int readonly)
         if (!tt) {
             PyErr_Clear();
             PyErr_Format(PyExc_TypeError,
-                         "this torch has no %s dtype: use output=\"numpy\" (or a signed type)",
+                         "this torch has no %s dtype: use output=\"numpy\" (or a signed type: "
+                         "token shards widen with out=i64 in the source text, "
+                         "\"tokens:GLOB,out=i64\", what nn.Embedding takes)",
                          ferry_dtype_name(dt));
         }
         return tt;

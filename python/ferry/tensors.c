@@ -136,9 +136,9 @@ PyObject *fpy_mod_load_tensors(PyObject *m, PyObject *args)
         tensors_unref(h);
         return fpy_raise_last(rc);
     }
-    PyObject *list = PyList_New(0), *meta = PyDict_New();
+    PyObject *list = PyList_New(0), *meta = PyDict_New(), *numpy = PyList_New(0);
     size_t n = ferry_tensors_count(h->t);
-    for (size_t i = 0; list && meta && i < n; i++) {
+    for (size_t i = 0; list && meta && numpy && i < n; i++) {
         const ferry_tensor_info *ti = ferry_tensors_at(h->t, i);
         ferry_dtype dt = view_dtype(ti->dtype);
         char msg[1024];
@@ -166,10 +166,25 @@ PyObject *fpy_mod_load_tensors(PyObject *m, PyObject *args)
             Py_CLEAR(list);
             break;
         }
+        ferry_tensor t2 = t;
         atomic_fetch_add(&h->refs, 1);
         t.owner = h;
         t.release = tensors_unref;
         PyObject *v = fpy_export_tensor(&t, output, 1);
+        if (!v && output == OUT_TORCH && PyErr_ExceptionMatches(PyExc_TypeError) &&
+            (dt == FERRY_U16 || dt == FERRY_U32 || dt == FERRY_U64)) {
+            /* a torch without this unsigned dtype (before 2.3): the tensor comes as a
+             * NumPy array, named in `numpy`, rather than failing the whole file */
+            PyErr_Clear();
+            atomic_fetch_add(&h->refs, 1);
+            t2.owner = h;
+            t2.release = tensors_unref;
+            v = fpy_export_tensor(&t2, OUT_NUMPY, 1);
+            PyObject *nm = v ? PyUnicode_FromString(ti->name) : NULL;
+            if (!nm || PyList_Append(numpy, nm) < 0)
+                Py_CLEAR(v);
+            Py_XDECREF(nm);
+        }
         PyObject *item = v ? Py_BuildValue("(sN)", ti->name, v) : NULL;
         if (!item || PyList_Append(list, item) < 0) {
             Py_XDECREF(item);
@@ -190,12 +205,13 @@ PyObject *fpy_mod_load_tensors(PyObject *m, PyObject *args)
         Py_DECREF(v);
     }
     tensors_unref(h);
-    if (!list || !meta) {
+    if (!list || !meta || !numpy) {
         Py_XDECREF(list);
         Py_XDECREF(meta);
+        Py_XDECREF(numpy);
         return NULL;
     }
-    return Py_BuildValue("(NN)", list, meta);
+    return Py_BuildValue("(NNN)", list, meta, numpy);
 }
 
 static ferry_st_dtype st_from_core(ferry_dtype dt)

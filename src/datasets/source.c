@@ -84,6 +84,11 @@ static int cache_spec(ferry__spec *s)
 
 int ferry_source_open(const char *spec, ferry_dataset **ds, ferry_stream **st)
 {
+    return ferry_source_open_flags(spec, 0, ds, st);
+}
+
+int ferry_source_open_flags(const char *spec, unsigned flags, ferry_dataset **ds, ferry_stream **st)
+{
     *ds = NULL;
     if (st)
         *st = NULL;
@@ -98,6 +103,8 @@ int ferry_source_open(const char *spec, ferry_dataset **ds, ferry_stream **st)
     int rc = ferry__spec_parse(s, spec);
     for (size_t i = 0; rc == 0 && !k && i < NKINDS; i++)
         k = !strcmp(s->kind, kinds[i].name) ? &kinds[i] : NULL;
+    if (rc == 0 && (flags & FERRY_SOURCE_ENCODED) && k && (k->flags & IMAGES))
+        rc = ferry__spec_default(s, "pipeline", "none");
     if (rc == 0)
         rc = shuffle_spec(s, k ? k->flags : 0, &shuffle_buffer, &shuffle_seed);
     if (rc == 0)

@@ -4,6 +4,7 @@
  * the window twice (input, then target one token later) into the batch slot.
  */
 #include "spec.h"
+#include "../core/bytes.h"
 #include "../core/guard.h"
 #include "../formats/tokens_internal.h"
 #include "../io/io.h"
@@ -24,6 +25,7 @@ typedef struct shard {
     char *path; /* for messages */
     const uint8_t *tok;
     uint64_t count;   /* tokens */
+    unsigned header;  /* bytes before the first token: 1024, or 0 (raw) */
     uint64_t windows; /* (count - 1) / T */
     uint64_t first;   /* the dataset index of its first sample */
     uint64_t samples; /* how many of the dataset's samples are in it */
@@ -102,10 +104,10 @@ static int tk_read(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
             uint32_t t = 0;
             memcpy(&t, p + d->size * k, d->size);
             if (t > INT32_MAX)
-                return ferry_error(
-                    FERRY_EOVERFLOW, "%s: offset %llu: token %u does not fit int32 (sample %llu)",
-                    s->path, (unsigned long long)(FERRY_TOKENS_HEADER + (start + k) * d->size), t,
-                    (unsigned long long)i);
+                return ferry_error(FERRY_EOVERFLOW,
+                                   "%s: offset %llu: token %u does not fit int32 (sample %llu)",
+                                   s->path, (unsigned long long)(s->header + (start + k) * d->size),
+                                   t, (unsigned long long)i);
             if (k < n)
                 in[k] = (int32_t)t;
             if (k)
@@ -268,19 +270,32 @@ int ferry_dataset_tokens(ferry_dataset **out, const ferry_tokens_opts *o)
         d->n++;
         if (!(s->path = ferry__strdup(path)))
             FERRY_FAIL(FERRY_ENOMEM, "tokens: out of memory");
-        unsigned size;
-        FERRY_TRY(
-            ferry__tokens_header(s->map.data, s->map.size, s->map.size, path, &size, &s->count));
-        if (o->dtype != FERRY_DTYPE_INVALID && ferry_dtype_size(o->dtype) != size)
-            FERRY_FAIL(FERRY_ECORRUPT,
-                       "%s: offset 4: version %d holds %s tokens, but dtype=%s was asked for", path,
-                       size == 2 ? 1 : 2, size == 2 ? "uint16" : "uint32",
-                       ferry_dtype_name(o->dtype));
+        unsigned size, header = o->raw ? 0 : FERRY_TOKENS_HEADER;
+        if (o->raw) {
+            size = o->dtype == FERRY_U32 ? 4 : 2;
+            s->count = s->map.size / size;
+            if (s->map.size % size)
+                FERRY_FAIL(FERRY_ECORRUPT,
+                           "%s: offset %llu: %llu bytes is not a whole number of %u-byte tokens "
+                           "(raw=1)",
+                           path, (unsigned long long)(s->map.size - s->map.size % size),
+                           (unsigned long long)s->map.size, size);
+        } else {
+            FERRY_TRY(ferry__tokens_header(s->map.data, s->map.size, s->map.size, path, &size,
+                                           &s->count));
+            if (o->dtype != FERRY_DTYPE_INVALID && ferry_dtype_size(o->dtype) != size)
+                FERRY_FAIL(FERRY_ECORRUPT,
+                           "%s: offset 4: version %d holds %s tokens, but dtype=%s was asked "
+                           "for",
+                           path, (int)ferry__load_le32((const uint8_t *)s->map.data + 4),
+                           size == 2 ? "uint16" : "uint32", ferry_dtype_name(o->dtype));
+        }
         if (d->size && size != d->size)
             FERRY_FAIL(FERRY_ECORRUPT, "%s: offset 4: %u-byte tokens, but %s has %u-byte ones",
                        path, size, g.gl_pathv[0], d->size);
         d->size = size;
-        s->tok = (const uint8_t *)s->map.data + FERRY_TOKENS_HEADER;
+        s->tok = (const uint8_t *)s->map.data + header;
+        s->header = header;
         s->windows = s->count ? (s->count - 1) / seq : 0;
         if (o->order == FERRY_TOKENS_LLMC)
             s->samples = s->windows / (d->batch * world) * d->batch;
@@ -325,7 +340,8 @@ int ferry__tokens_open_spec(ferry_dataset **out, ferry_stream **st, ferry__spec 
     const char *dt = ferry__spec_str(s, "dtype"), *order = ferry__spec_str(s, "order"),
                *outs = ferry__spec_str(s, "out");
     int rc;
-    if ((rc = ferry__spec_u64(s, "seq", 1, MAX_SEQ, &o.seq)) < 0 ||
+    if ((rc = ferry__spec_bool(s, "raw", &o.raw)) < 0 ||
+        (rc = ferry__spec_u64(s, "seq", 1, MAX_SEQ, &o.seq)) < 0 ||
         (rc = ferry__spec_u64(s, "batch", 1, (uint64_t)1 << 24, &o.batch)) < 0 ||
         (rc = ferry__spec_u64(s, "rank", 0, (uint64_t)1 << 20, &o.rank)) < 0 ||
         (rc = ferry__spec_u64(s, "world", 1, (uint64_t)1 << 20, &o.world_size)) < 0 ||

@@ -432,8 +432,9 @@ int ferry_line_index_open(ferry_line_index **out, const char *path, const char *
         int64_t mtime;
         if (ferry__stat(path, &size, &mtime) == 0) /* the text is there, its index is not */
             rc = ferry__err(FERRY_ENOENT,
-                            "%s has no line index (%s): run `ferry index %s`, or add build=1 to "
-                            "the source (build_index in C) to build it when opening",
+                            "%s has no line index (%s): run `ferry index %s` (in Python: "
+                            "ferry.index(path)), or add build=1 to the source (build_index in C) "
+                            "to build it when opening",
                             path, index_path, path);
     }
     if (rc < 0)

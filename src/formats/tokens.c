@@ -14,24 +14,34 @@
 int ferry__tokens_header(const uint8_t *hdr, size_t n, uint64_t file_size, const char *name,
                          unsigned *token_size, uint64_t *count)
 {
+    /* a file without the header (nanoGPT's train.bin is bare uint16 tokens) is the
+     * common mistake: say how to open it */
+    static const char raw_hint[] = "; a file of bare token ids (nanoGPT's train.bin) opens "
+                                   "with raw=1 (uint16; raw=1,dtype=u32 for uint32)";
     if (n < FERRY_TOKENS_HEADER || file_size < FERRY_TOKENS_HEADER)
         return ferry__err(FERRY_ECORRUPT,
                           "%s: offset 0: %llu bytes is shorter than the 1024-byte token shard "
-                          "header",
-                          name, (unsigned long long)file_size);
+                          "header%s",
+                          name, (unsigned long long)file_size, raw_hint);
     int32_t magic = (int32_t)ferry__load_le32(hdr), version = (int32_t)ferry__load_le32(hdr + 4),
             ntok = (int32_t)ferry__load_le32(hdr + 8);
-    if (magic != FERRY_TOKENS_MAGIC)
+    if (magic != FERRY_TOKENS_MAGIC && magic != FERRY_TOKENS_MAGIC_LLAMA3)
         return ferry__err(FERRY_ECORRUPT,
-                          "%s: offset 0: magic %d is not 20240520 (not an llm.c token shard)", name,
-                          magic);
-    if (version != 1 && version != 2)
+                          "%s: offset 0: magic %d is not 20240520 (llm.c, GPT-2) or 20240801 "
+                          "(llm.c, Llama 3): not an llm.c token shard%s",
+                          name, magic, raw_hint);
+    if (magic == FERRY_TOKENS_MAGIC && version != 1 && version != 2)
         return ferry__err(FERRY_ECORRUPT,
                           "%s: offset 4: version %d is not 1 (uint16 tokens) or 2 (uint32)", name,
                           version);
+    if (magic == FERRY_TOKENS_MAGIC_LLAMA3 && version != 7)
+        return ferry__err(FERRY_ECORRUPT,
+                          "%s: offset 4: version %d of a Llama 3 shard (magic 20240801) is not 7 "
+                          "(uint32 tokens)",
+                          name, version);
     if (ntok < 0)
         return ferry__err(FERRY_ECORRUPT, "%s: offset 8: token count %d is negative", name, ntok);
-    unsigned size = version == 1 ? 2 : 4;
+    unsigned size = magic == FERRY_TOKENS_MAGIC && version == 1 ? 2 : 4;
     uint64_t want = FERRY_TOKENS_HEADER + (uint64_t)ntok * size;
     if (want != file_size)
         return ferry__err(FERRY_ECORRUPT,

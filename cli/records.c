@@ -223,9 +223,10 @@ static int list_shards(const char *path, shard_list *out)
     bool remote = strstr(path, "://") != NULL;
     size_t len = strlen(path);
     bool one = remote && len > 6 && !strcmp(path + len - 6, ".ferry");
+    bool manifest = len > 9 && !strcmp(path + len - 9, ".manifest"); /* names its set */
     if (!remote && stat(path, &st) != 0)
         return cli_error(EXIT_USAGE, "%s: no such file or directory", path);
-    if (one || (!remote && !S_ISDIR(st.st_mode))) {
+    if (one || (!remote && !manifest && !S_ISDIR(st.st_mode))) {
         out->paths = malloc(sizeof *out->paths);
         out->paths[0] = strdup(path);
         out->n = 1;

@@ -135,7 +135,10 @@ FERRY_API int ferry_records_verify(const char *path, ferry_report_fn report, voi
  * each shard's set identity, are checked against the files; a shard it names that
  * is missing is an error (after reading the manifest again, in case the set was
  * just replaced). Without a manifest, a shard that carries a set identity is an
- * error (its set's manifest is missing). */
+ * error (its set's manifest is missing). dir may name the manifest itself
+ * (DIR/NAME.manifest): the set is then read without listing DIR, as an HTTP
+ * location needs; a remote DIR (s3://, http(s)://) is read through the node cache
+ * (ferry/remote.h). */
 FERRY_API int ferry_dataset_records(ferry_dataset **out, const char *dir, uint64_t shard_id,
                                     uint64_t num_shards);
 

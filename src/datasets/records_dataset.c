@@ -87,10 +87,14 @@ static int list_shards(const char *dir, char ***names, uint64_t **counts, uint64
     *set_id = 0;
     char **ents = NULL;
     size_t nents = 0;
-    if ((rc = ferry__list_dir(dir, &ents, &nents)) < 0)
-        return rc;
     char manifest[4096] = "";
     size_t cap = 0;
+    /* the set's manifest named: no listing (an HTTP server has none) */
+    size_t dl = strlen(dir);
+    if (dl > 9 && !strcmp(dir + dl - 9, ".manifest"))
+        snprintf(manifest, sizeof manifest, "%s", dir);
+    else if ((rc = ferry__list_dir(dir, &ents, &nents)) < 0)
+        return rc;
     for (size_t i = 0; i < nents; i++) {
         const char *name = ents[i];
         size_t len = strlen(name);
@@ -195,9 +199,23 @@ static int check_identity(const char *path, const ferry_record_file *f, bool man
     return 0;
 }
 
-static int set_open_once(shard_set **out, const char *dir, uint64_t shard_id, uint64_t num_shards,
-                         bool *changed)
+/* The folder of a set's shards: location itself, or the folder of the manifest it
+ * names. */
+static const char *set_dir(const char *location, char *buf, size_t cap)
 {
+    size_t n = strlen(location);
+    const char *slash = strrchr(location, '/');
+    if (n <= 9 || strcmp(location + n - 9, ".manifest"))
+        return location;
+    snprintf(buf, cap, "%.*s", slash ? (int)(slash - location) : 1, slash ? location : ".");
+    return buf;
+}
+
+static int set_open_once(shard_set **out, const char *location, uint64_t shard_id,
+                         uint64_t num_shards, bool *changed)
+{
+    char dirbuf[4096];
+    const char *dir = set_dir(location, dirbuf, sizeof dirbuf);
     int rc = 0;
     char **names = NULL;
     uint64_t *counts = NULL, *bytes = NULL, set_id = 0;
@@ -208,7 +226,7 @@ static int set_open_once(shard_set **out, const char *dir, uint64_t shard_id, ui
     if (num_shards == 0 || shard_id >= num_shards || num_shards > MAX_SHARDS)
         return ferry__err(FERRY_EINVAL, "records: shard_id %llu is outside [0, num_shards %llu)",
                           (unsigned long long)shard_id, (unsigned long long)num_shards);
-    FERRY_TRY(list_shards(dir, &names, &counts, &bytes, &n, &set_id));
+    FERRY_TRY(list_shards(location, &names, &counts, &bytes, &n, &set_id));
     s = ferry__calloc(1, sizeof *s);
     size_t take = n > shard_id ? (n - shard_id + num_shards - 1) / num_shards : 0;
     if (!s)
@@ -287,8 +305,10 @@ static int set_open(shard_set **out, const char *dir, uint64_t shard_id, uint64_
     }
 }
 
-int ferry_records_shards(const char *dir, char ***paths, size_t *n)
+int ferry_records_shards(const char *location, char ***paths, size_t *n)
 {
+    char dirbuf[4096];
+    const char *dir = location ? set_dir(location, dirbuf, sizeof dirbuf) : NULL;
     int rc = 0;
     char **names = NULL;
     uint64_t *counts = NULL, *bytes = NULL, set_id;
@@ -299,7 +319,7 @@ int ferry_records_shards(const char *dir, char ***paths, size_t *n)
     *n = 0;
     if (!dir)
         return ferry__err(FERRY_EINVAL, "records: dir is NULL");
-    FERRY_TRY(list_shards(dir, &names, &counts, &bytes, &count, &set_id));
+    FERRY_TRY(list_shards(location, &names, &counts, &bytes, &count, &set_id));
     *paths = ferry__calloc(count ? count : 1, sizeof **paths);
     if (!*paths)
         FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", dir);

@@ -401,6 +401,29 @@ static int open_copy(const char *path, uint64_t size)
     return fd;
 }
 
+/* A new temporary for key, locked by this descriptor. A cleaner (clean_tmp) may
+ * take it for a dead fetch's between its creation and the lock: then it is gone
+ * once the lock is had, and another is made. */
+static int make_temp(const char *root, const char *dir, const char *key, char *tmp, size_t cap,
+                     int *fd)
+{
+    for (int tries = 0; tries < 16; tries++) {
+        struct stat st;
+        snprintf(tmp, cap, "%s/tmp/%s.XXXXXX", root, key);
+        *fd = mkostemp(tmp, O_CLOEXEC);
+        if (*fd < 0)
+            return ferry__err(FERRY_EIO, "cache %s: cannot make a temporary: %s", dir,
+                              strerror(errno));
+        while (flock(*fd, LOCK_EX) != 0 && errno == EINTR)
+            ;
+        if (fstat(*fd, &st) == 0 && st.st_nlink > 0)
+            return 0;
+        close(*fd);
+        *fd = -1;
+    }
+    return ferry__err(FERRY_EIO, "cache %s: temporaries keep disappearing", dir);
+}
+
 int ferry__cache_open(const ferry__obj *o, ferry__cache_fetch_fn fetch, void *arg, int *fd,
                       bool *hit)
 {
@@ -457,11 +480,8 @@ int ferry__cache_open(const ferry__obj *o, ferry__cache_fetch_fn fetch, void *ar
         snprintf(tmp, sizeof tmp, "%s/objects/%.2s", root, key);
         if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
             FERRY_FAIL(FERRY_EIO, "cache %s: cannot make %s: %s", dir, tmp, strerror(errno));
-        snprintf(tmp, sizeof tmp, "%s/tmp/%s.XXXXXX", root, key);
-        tfd = mkostemp(tmp, O_CLOEXEC);
-        if (tfd < 0)
-            FERRY_FAIL(FERRY_EIO, "cache %s: cannot make a temporary: %s", dir, strerror(errno));
-        if (flock(tfd, LOCK_EX) != 0 || ftruncate(tfd, (off_t)o->size) != 0) {
+        FERRY_TRY(make_temp(root, dir, key, tmp, sizeof tmp, &tfd));
+        if (ftruncate(tfd, (off_t)o->size) != 0) {
             int e = errno;
             unlink(tmp);
             FERRY_FAIL(FERRY_EIO, "cache %s: %s: %s", dir, tmp, strerror(e));

@@ -33,11 +33,36 @@ if [ "${1:-}" = bench ]; then
   pkgs+=(libdeflate-dev)  # formats_vs.py measures it beside zlib
 fi
 
+# remote reading: libcurl is the transport; its tests start nginx (http and https with
+# a certificate openssl makes), s3rver (nodejs, npm packages pinned in
+# tests/servers/package-lock.json) and a fault proxy, and upload with boto3
+pkgs+=(libcurl4-openssl-dev nginx-light openssl nodejs python3-boto3 python3-botocore)
+
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+# npm comes with some builds of nodejs and as a package of its own with Debian's
+command -v npm >/dev/null 2>&1 || missing+=(npm)
+
+# s3rver for the remote-reading tests, exactly as the lockfile says, again only when
+# the lockfile is newer than the install (npm writes node_modules/.package-lock.json
+# last); without it those tests skip, saying so
+servers="$(cd "$(dirname "$0")/.." && pwd)/tests/servers"
+npm_servers() {
+  local stamp="$servers/node_modules/.package-lock.json"
+  if { [ ! -f "$stamp" ] || [ "$servers/package-lock.json" -nt "$stamp" ]; } &&
+     command -v npm >/dev/null 2>&1; then
+    echo "installing the test servers' npm packages (npm ci in tests/servers)" >&2
+    npm ci --prefix "$servers" --no-audit --no-fund --loglevel=error >/dev/null ||
+      echo "npm ci failed: the tests that need s3rver will skip" >&2
+  fi
+  return 0
+}
+if [ ${#missing[@]} -eq 0 ]; then
+  npm_servers
+  exit 0
+fi
 
 echo "installing: ${missing[*]}" >&2
 SUDO=""
@@ -45,3 +70,4 @@ SUDO=""
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+npm_servers

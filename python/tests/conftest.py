@@ -51,3 +51,42 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# ---- the loopback servers of the remote-reading tests (tests/servers/README.md) ----
+SERVERS_DIR = os.path.join(ROOT, "tests", "servers")
+
+
+def loopback():
+    """The tests/servers/servers.py module."""
+    if SERVERS_DIR not in sys.path:
+        sys.path.insert(0, SERVERS_DIR)
+    import servers
+    return servers
+
+
+@pytest.fixture(scope="session")
+def servers():
+    """nginx, s3rver and the fault proxy on loopback, for the whole session (a started
+    servers.Servers); skips, saying what is missing, where they cannot run."""
+    mod = loopback()
+    miss = mod.missing()
+    if miss:
+        pytest.skip("the loopback servers cannot run here: " + "; ".join(miss))
+    with mod.Servers() as s:
+        yield s
+
+
+@pytest.fixture
+def proxy(servers):
+    """The fault proxy, with no faults and zero counters, and so again after the test."""
+    servers.proxy.reset()
+    yield servers.proxy
+    servers.proxy.reset()
+
+
+@pytest.fixture
+def s3_prefix(request):
+    """A key prefix of this test's own in the shared bucket ("t/<test name>/")."""
+    import re
+    return "t/%s/" % re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)

@@ -526,17 +526,11 @@ static int object_request(request *q, const char *url)
         else
             snprintf(base, sizeof base, "https://s3.%s.amazonaws.com", g.aws.region);
         const char *h = strstr(base, "://") + 3;
-        snprintf(q->host, sizeof q->host, "%s", h);
-        /* curl leaves a default port out of Host: so must the signature */
-        size_t hl = strlen(q->host);
-        if (!strncmp(base, "http://", 7) && hl > 3 && !strcmp(q->host + hl - 3, ":80"))
-            q->host[hl - 3] = 0;
-        if (!strncmp(base, "https://", 8) && hl > 4 && !strcmp(q->host + hl - 4, ":443"))
-            q->host[hl - 4] = 0;
-        char *slash = strchr(q->host, '/');
-        if (slash)
+        if (strchr(h, '/'))
             return ferry__err(FERRY_EINVAL, "S3 endpoint %s: has a path; give scheme://host[:port]",
                               ep);
+        if (!ferry__host_header(base, q->host, sizeof q->host))
+            return ferry__err(FERRY_EINVAL, "S3 endpoint %s: no host", ep);
         snprintf(q->path, sizeof q->path, "/%s/%s", u.host, key);
         snprintf(q->url, sizeof q->url, "%s%s", base, q->path);
     } else {

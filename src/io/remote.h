@@ -51,6 +51,11 @@ typedef struct ferry__url {
  * a space or control byte, too long). */
 int ferry__url_parse(ferry__url *u, const char *text);
 
+/* The Host header a client sends for url ("scheme://host[:port]/..."): host[:port],
+ * without the scheme's default port (80, 443), as curl sends it and so as the
+ * signature must name it. false when it does not fit in cap or has no host. */
+bool ferry__host_header(const char *url, char *out, size_t cap);
+
 /* URI encoding as SigV4 wants it: every byte but A-Z a-z 0-9 - . _ ~ as %XX
  * (uppercase), and '/' kept when keep_slash. Writes at most cap bytes with the
  * NUL; false when it does not fit. */

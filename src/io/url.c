@@ -71,6 +71,25 @@ int ferry__url_parse(ferry__url *u, const char *text)
     return 0;
 }
 
+bool ferry__host_header(const char *url, char *out, size_t cap)
+{
+    const char *h = strstr(url, "://");
+    if (!h)
+        return false;
+    bool https = !strncmp(url, "https://", 8);
+    h += 3;
+    size_t n = strcspn(h, "/?#");
+    if (n == 0 || n >= cap)
+        return false;
+    memcpy(out, h, n);
+    out[n] = 0;
+    const char *dflt = https ? ":443" : ":80";
+    size_t dl = strlen(dflt);
+    if (n > dl && !strcmp(out + n - dl, dflt))
+        out[n - dl] = 0;
+    return true;
+}
+
 bool ferry__uri_encode(const char *s, size_t n, bool keep_slash, char *out, size_t cap)
 {
     static const char hex[] = "0123456789ABCDEF";

@@ -60,9 +60,21 @@ static int remote_files(ferry__shard_files *out, size_t *cap, const char *kind,
     char **urls = NULL;
     size_t n = 0;
     bool glob = strpbrk(location, "*?[") != NULL;
+    char head_msg[FERRY_ERRMSG_MAX] = "";
     int rc = 0;
     if (!glob && strncmp(location, "s3://", 5))
         return add(out, cap, location, kind); /* http(s): one file */
+    if (!glob) { /* an object of that name (what is learnt serves the open), else a prefix */
+        uint64_t size;
+        int64_t mtime;
+        rc = ferry__remote_stat(location, &size, &mtime);
+        if (rc == 0)
+            return add(out, cap, location, kind);
+        if (rc != FERRY_ENOENT)
+            return rc;
+        ferry__err_copy(head_msg);
+        rc = 0;
+    }
     FERRY_TRY(ferry__remote_list(location, &urls, &n));
     for (size_t i = 0; rc == 0 && i < n; i++) {
         const char *base = strrchr(urls[i], '/') + 1;
@@ -74,7 +86,7 @@ static int remote_files(ferry__shard_files *out, size_t *cap, const char *kind,
     else if (rc == 0 && n > 0 && out->n == 0)
         rc = ferry__err(FERRY_ENOENT, "%s: no %s under the prefix", location, what);
     else if (rc == 0 && n == 0)
-        rc = add(out, cap, location, kind); /* no prefix of that name: an object */
+        rc = ferry__err(FERRY_ENOENT, "%s; no objects under %s/ either", head_msg, location);
 cleanup:
     for (size_t i = 0; i < n; i++)
         ferry__free(urls[i]);

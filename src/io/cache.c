@@ -319,7 +319,7 @@ static uint64_t used_bytes(const char *root)
  * used copies that no one reads; FERRY_ERANGE naming the numbers when the copies
  * in use and the fetches under way leave too little. */
 static int make_room(const char *root, const char *dir, uint64_t limit, uint64_t need,
-                     const char *url)
+                     const char *url, uint64_t *fetching)
 {
     char path[1300];
     entry *e = NULL;
@@ -334,6 +334,7 @@ static int make_room(const char *root, const char *dir, uint64_t limit, uint64_t
         ;
     clean_tmp(root);
     FERRY_TRY(scan(root, &e, &n, &tmp));
+    *fetching = tmp;
     for (size_t i = 0; i < n; i++)
         total += e[i].size;
     total += tmp;
@@ -476,7 +477,17 @@ int ferry__cache_open(const ferry__obj *o, ferry__cache_fetch_fn fetch, void *ar
             *hit = true;
             goto cleanup;
         }
-        FERRY_TRY(make_room(root, dir, limit, o->size, o->url));
+        /* fetches under way (ahead of readers, or by other processes) free their room
+         * once their copies are read or left: wait for them, up to 30 s */
+        uint64_t fetching = 0;
+        for (int w = 0;; w++) {
+            rc = make_room(root, dir, limit, o->size, o->url, &fetching);
+            if (rc != FERRY_ERANGE || fetching == 0 || w == 1500)
+                break;
+            usleep(20000);
+        }
+        if (rc < 0)
+            goto cleanup;
         snprintf(tmp, sizeof tmp, "%s/objects/%.2s", root, key);
         if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
             FERRY_FAIL(FERRY_EIO, "cache %s: cannot make %s: %s", dir, tmp, strerror(errno));

@@ -43,6 +43,7 @@ static void cfg_init(void)
     cfg.backoff_ms = env_uint("FERRY_REMOTE_BACKOFF_MS", 100, 1, 60000);
     cfg.parts = env_uint("FERRY_REMOTE_PARTS", 4, 1, 64);
     cfg.part_size = (uint64_t)env_uint("FERRY_REMOTE_PART_SIZE", 16 << 20, 1 << 20, 1u << 30);
+    cfg.list_page = env_uint("FERRY_REMOTE_LIST_PAGE", 0, 1, 1000);
 }
 
 const ferry__http_cfg *ferry__http_config(void)
@@ -331,6 +332,8 @@ static CURLcode perform(request *q, char *curl_err)
         hdr = curl_slist_append(hdr, line);
     }
     if (q->s3 && g.aws.key_id[0]) {
+        /* signed: what SigV4 needs, and Range; If-Match is left unsigned, as the
+         * AWS SDKs leave it (a proxy may rewrite it) */
         ferry__hdr hs[6];
         int nh = 0;
         amz_now(amz_date);
@@ -339,8 +342,6 @@ static CURLcode perform(request *q, char *curl_err)
         hs[nh++] = (ferry__hdr){"x-amz-date", amz_date};
         if (q->range[0])
             hs[nh++] = (ferry__hdr){"range", q->range};
-        if (q->if_match[0])
-            hs[nh++] = (ferry__hdr){"if-match", q->if_match};
         if (g.aws.token[0])
             hs[nh++] = (ferry__hdr){"x-amz-security-token", g.aws.token};
         ferry__sigv4_req r = {.method = q->head ? "HEAD" : "GET",
@@ -550,7 +551,23 @@ int ferry__http_head(const char *url, ferry__obj *o)
     FERRY_TRY(g_ready());
     FERRY_TRY(object_request(q, url));
     q->head = true;
-    FERRY_TRY(send_retrying(q));
+    rc = send_retrying(q);
+    if (rc < 0 && q->status >= 400 && q->status < 500) {
+        /* a HEAD's answer has no body to say why: a GET of one byte gets S3's
+         * error document for the message */
+        q->head = false;
+        snprintf(q->range, sizeof q->range, "bytes=0-0");
+        q->mem_cap = 1;
+        q->mem = (char[1]){0};
+        int rc2 = send_retrying(q);
+        q->mem = NULL;
+        if (rc2 == 0) /* it answers a GET: the HEAD's error stands */
+            rc = ferry__err(rc, "%s: HTTP %ld to a HEAD, yet a GET is answered", url, q->status);
+        else
+            rc = rc2;
+    }
+    if (rc < 0)
+        goto cleanup;
     if (!q->has_length)
         FERRY_FAIL(FERRY_EIO, "%s: the server gives no Content-Length", url);
     o->url = url;
@@ -632,7 +649,7 @@ int ferry__http_list_page(const char *bucket, const char *prefix, const char *de
     FERRY_TRY(g_ready());
     snprintf(obj, sizeof obj, "s3://%s/", bucket);
     FERRY_TRY(object_request(q, obj));
-    snprintf(shown, sizeof shown, "s3://%s/%s", bucket, prefix);
+    snprintf(shown, sizeof shown, "s3://%s/%s (listing)", bucket, prefix);
     q->shown = shown;
     /* the bucket itself: path-style "/bucket", virtual-hosted "/" */
     size_t pl = strlen(q->path);
@@ -647,6 +664,8 @@ int ferry__http_list_page(const char *bucket, const char *prefix, const char *de
     }
     if (delimiter)
         n += (size_t)snprintf(q->query + n, sizeof q->query - n, "&delimiter=%%2F");
+    if (cfg.list_page)
+        n += (size_t)snprintf(q->query + n, sizeof q->query - n, "&max-keys=%u", cfg.list_page);
     if (!ferry__uri_encode(prefix, strlen(prefix), false, enc, sizeof enc))
         FERRY_FAIL(FERRY_EINVAL, "%s: prefix too long", shown);
     n += (size_t)snprintf(q->query + n, sizeof q->query - n, "&prefix=%s", enc);

@@ -161,6 +161,8 @@ typedef struct ferry__http_cfg {
     unsigned backoff_ms; /* FERRY_REMOTE_BACKOFF_MS: the first retry's wait bound, 100 */
     unsigned parts;      /* FERRY_REMOTE_PARTS: ranged parts of one object at once, 4 */
     uint64_t part_size;  /* FERRY_REMOTE_PART_SIZE: 16 MiB */
+    unsigned list_page;  /* FERRY_REMOTE_LIST_PAGE: keys a listing page asks for (max-keys);
+                          * 0: the server's choice (S3: 1000) */
 } ferry__http_cfg;
 const ferry__http_cfg *ferry__http_config(void);
 

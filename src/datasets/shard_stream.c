@@ -409,13 +409,14 @@ static int sh_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
             if (it->place >= s->files->n)
                 return FERRY_END;
             it->file = file_at(it, it->place);
-            if (ferry__is_remote(s->files->paths[it->file]))
-                fetch_ahead(it);
             if ((rc = fmt->open(s->self, it->rd, s->files->paths[it->file], false)) < 0) {
                 end_file(it);
                 return rc;
             }
             it->open = true;
+            /* after the open: the file wanted now is fetched first, on its own */
+            if (ferry__is_remote(s->files->paths[it->file]))
+                fetch_ahead(it);
         }
         bool broken = false;
         rc = fmt->next(s->self, it->rd, s->files->paths[it->file], out, &broken);

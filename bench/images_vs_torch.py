@@ -3,7 +3,7 @@
 transforms, and vs a plain TurboJPEG decode loop.
 
 Usage: images_vs_torch.py --ferry PATH [--out FILE] [--images N] [--data DIR]
-                          [--clean]
+                          [--clean] [--ratios [--rounds R]]
 
 Generates (or reuses) an ImageNet-like folder of JPEGs (gen_images.py: 2,000
 images of about 500x375, quality 90, 4:2:0, about 100 KB each, 10 class
@@ -24,6 +24,17 @@ something breaks (a command fails, ferry reports errors or delivers the
 wrong count, PyTorch's batches are not what they should be). A ferry run
 that fails is shown as an error in the table and the JSON, the other parts
 still run, and the exit status is then 1.
+
+--ratios measures instead, without PyTorch, the decoder-ceiling ratios side by
+side in one run, R rounds (default 3) of: tjdecode 2 threads; ferry train
+(2 workers) on the folder in float32 and in uint8 (dtype=uint8, CHW,
+un-normalised); the same on record shards packed with `ferry pack images:DIR
+--max-side 256`. Each ratio is taken within a round; the table gives every
+round's and the median: ferry float32 / tjdecode (target >= 1.2), uint8 /
+float32 (>= 1.1), packed / folder (>= 2). It also prints the distribution of
+RandomResizedCrop's crop bottoms on these images (torchvision's get_params, 8
+draws an image), which bounds what decoding only down to the crop can save.
+Raw results then go to results/images_ratios.json.
 
 The image folder is kept between runs (in $TMPDIR/ferry-bench-images unless
 --data says otherwise; gen_images.py reuses it when its stamp matches) and
@@ -551,6 +562,196 @@ def run(args, tmpdir, t_start):
     return 0
 
 
+# ----------------------------------------------------- decoder ceiling --
+
+RATIO_ROUNDS = 3
+RATIO_S = 2.0              # each ferry run: epochs for at least this long
+MAX_SIDE = 256
+TARGET_TJ_CEIL = 1.2       # ferry train float32 / tjdecode, 2 and 2
+TARGET_U8 = 1.1            # ferry train uint8 / float32
+TARGET_PACKED = 2.0        # ferry train on --max-side 256 shards / folder
+
+
+def crop_bottoms(data, draws=8):
+    """RandomResizedCrop(224)'s boxes on every image of the folder (torchvision's
+    get_params, the algorithm ferry follows, from torch's generator seeded 0):
+    the crop's bottom edge as a fraction of the image's height, which is where
+    decoding stops, and the share of the image's 16x16 MCUs that the crop's
+    rows and columns cover (what is transformed)."""
+    import torch
+    from PIL import Image
+    from torchvision import transforms
+    torch.manual_seed(0)
+    rrc = transforms.RandomResizedCrop(224)
+    bottoms, mcus = [], []
+    for d, _, fs in sorted(os.walk(data)):
+        for f in sorted(fs):
+            if not f.lower().endswith((".jpg", ".jpeg")):
+                continue
+            with Image.open(os.path.join(d, f)) as im:
+                for _ in range(draws):
+                    top, left, h, w = rrc.get_params(im, rrc.scale, rrc.ratio)
+                    H, W = im.height, im.width
+                    bottoms.append((top + h) / H)
+                    rows = (top + h + 15) // 16 - top // 16
+                    cols = (left + w + 15) // 16 - left // 16
+                    mcus.append(rows * cols / (((H + 15) // 16) * ((W + 15) // 16)))
+    bottoms.sort()
+
+    def q(x):
+        return bottoms[min(len(bottoms) - 1, int(x * len(bottoms)))]
+    mean = sum(bottoms) / len(bottoms)
+    return {"draws": len(bottoms), "mean": mean,
+            "quantiles": {k: q(v) for k, v in (("p10", 0.1), ("p25", 0.25),
+                                                ("p50", 0.5), ("p75", 0.75),
+                                                ("p90", 0.9))},
+            "histogram_tenths": [sum(1 for b in bottoms
+                                     if i / 10 < b <= (i + 1) / 10)
+                                 for i in range(10)],
+            "mean_mcu_share": sum(mcus) / len(mcus),
+            "rows_bound": 1 / mean}
+
+
+def median(xs):
+    xs = sorted(x for x in xs if x is not None)
+    if not xs:
+        return None
+    m = len(xs) // 2
+    return xs[m] if len(xs) % 2 else (xs[m - 1] + xs[m]) / 2
+
+
+def ratios_run(args, tmpdir, t_start):
+    import gen_images
+    load_start = load_average()
+    data = os.path.abspath(args.data)
+    n = args.images
+    gen = gen_images.generate(data, n, CLASSES, QUALITY, SEED)
+    log("data: %d JPEGs, %s (%.1f s)" % (n, "reused" if gen["reused"]
+                                         else "written", gen["seconds"]))
+    warm(data)
+    ferry = Ferry(os.path.abspath(args.ferry),
+                  sorted([(tmpdir, "TMP"), (data, "DIR")],
+                         key=lambda p: -len(p[0])))
+    exe, tj_cmd = build_tjdecode(tmpdir)
+    log("crop bottoms: RandomResizedCrop(224).get_params, 8 draws an image")
+    crops = crop_bottoms(data)
+
+    shards = os.path.join(tmpdir, "shards256")
+    cmd = [ferry.exe, "pack", "images:" + data, shards, "--max-side",
+           str(MAX_SIDE), "--no-progress"]
+    log("ferry pack images:DIR --max-side %d" % MAX_SIDE)
+    rc, out, err, wall = run_capture(cmd)
+    if rc != 0:
+        raise RuntimeError("ferry pack --max-side failed: %s%s" % (out, err))
+    pack = pack_result(shown_command(cmd, ferry.scrub), out, wall, shards,
+                       ferry.scrub)
+    warm(shards)
+    sources = {"folder": "images:" + data, "packed": "records:" + shards}
+    kinds = [("folder", ""), ("folder", ",dtype=uint8"), ("packed", ""),
+             ("packed", ",dtype=uint8")]
+    epochs = {}
+    for where in sources:
+        pilot = ferry.bench(sources[where], "train", WORKERS, 1, n,
+                            "ferry pilot (%s)" % where)
+        r = rate(pilot) or 1.0
+        epochs[where] = int(min(FERRY_MAX_EPOCHS, max(
+            1, math.ceil(RATIO_S * r / n))))
+    rounds = []
+    for k in range(args.rounds):
+        warm(data)
+        log("round %d/%d: tjdecode %d threads, ferry train %d workers: "
+            "folder and packed, float32 and uint8" % (k + 1, args.rounds,
+                                                      WORKERS, WORKERS))
+        rd = {"tjdecode": tjdecode(exe, data, WORKERS, TJ_S, n)}
+        for where, extra in kinds:
+            key = "%s %s" % (where, "uint8" if extra else "float32")
+            rd[key] = ferry.bench(sources[where] + extra, "train", WORKERS,
+                                  epochs[where], n, "ferry train " + key)
+        rounds.append(rd)
+    load_end = os.getloadavg()
+
+    def ratio(rd, a, b):
+        x = rd[a]["images_per_s"] if a == "tjdecode" else rate(rd[a])
+        y = rd[b]["images_per_s"] if b == "tjdecode" else rate(rd[b])
+        return x / y if x and y else None
+
+    defs = [("folder float32 / tjdecode", "folder float32", "tjdecode",
+             TARGET_TJ_CEIL),
+            ("folder uint8 / float32", "folder uint8", "folder float32",
+             TARGET_U8),
+            ("packed uint8 / float32", "packed uint8", "packed float32",
+             None),
+            ("packed / folder, float32", "packed float32", "folder float32",
+             TARGET_PACKED),
+            ("packed / folder, uint8", "packed uint8", "folder uint8", None)]
+    table = {}
+    for name, a, b, target in defs:
+        per = [ratio(rd, a, b) for rd in rounds]
+        med = median(per)
+        table[name] = {"rounds": per, "median": med, "target": target,
+                       "pass": None if target is None else
+                       (med is not None and med >= target)}
+
+    out = []
+    p = out.append
+    p("decoder ceiling: ferry's train pipeline (RandomResizedCrop(224), flip,"
+      " %d workers, batch %d) vs tjdecode (%d threads of full "
+      "tjDecompress2); load average %.2f at the start, %.2f at the end" % (
+          WORKERS, BATCH, WORKERS, load_start[0], load_end[0]))
+    p("  data: %s JPEGs, quality %d, 4:2:0, about 500x375; packed: `ferry "
+      "pack images:DIR OUT --max-side %d`: %s bytes (folder %s)"
+      % (fmt(n), QUALITY, MAX_SIDE, fmt(pack["shard_bytes"]),
+         fmt(gen["bytes"])))
+    qs = crops["quantiles"]
+    p("  crop bottoms (fraction of the height decoded, %d draws): mean %.3f;"
+      " p10 %.2f, p25 %.2f, p50 %.2f, p75 %.2f, p90 %.2f; share of MCUs "
+      "transformed %.3f; 1/mean = %.2fx is the most that stopping at the "
+      "bottom saves on entropy decoding" % (
+          crops["draws"], crops["mean"], qs["p10"], qs["p25"], qs["p50"],
+          qs["p75"], qs["p90"], crops["mean_mcu_share"],
+          crops["rows_bound"]))
+    p("  bottoms by tenths of the height: %s" % " ".join(
+        str(c) for c in crops["histogram_tenths"]))
+    hdr = "%-26s" % "images/s" + "".join(" %10s" % ("round %d" % (i + 1))
+                                         for i in range(len(rounds)))
+    p(hdr)
+    p("-" * len(hdr))
+    for key in ["tjdecode"] + ["%s %s" % (w, "uint8" if e else "float32")
+                               for w, e in kinds]:
+        cells = []
+        for rd in rounds:
+            v = rd[key]["images_per_s"] if key == "tjdecode" else rate(rd[key])
+            cells.append(" %10s" % (fmt(v) if v else "error"))
+        p("%-26s" % key + "".join(cells))
+    p("")
+    p("%-26s" % "ratio" + "".join(" %10s" % ("round %d" % (i + 1))
+                                  for i in range(len(rounds)))
+      + " %8s %8s" % ("median", "target"))
+    for name, _, _, target in defs:
+        t = table[name]
+        p("%-26s" % name + "".join(" %10s" % ("-" if r is None else
+                                              "%.2fx" % r)
+                                   for r in t["rounds"])
+          + " %8s %8s %s" % ("-" if t["median"] is None else
+                             "%.2fx" % t["median"],
+                             "" if target is None else ">= %gx" % target,
+                             "" if target is None else pf(t["pass"])))
+    st = rounds[-1]["folder float32"].get("stage_s") if         ok(rounds[-1]["folder float32"]) else None
+    if isinstance(st, dict):
+        p("  ferry folder float32 stage_s (last round): %s" % ", ".join(
+            "%s %.2f" % (k, st.get(k, 0)) for k in STAGES))
+    total = print_report(out, t_start, shown_path(args.out, ROOT))
+    raw = {**raw_header("images_ratios"),
+           "data": {"images": n, "quality": QUALITY, "bytes": gen["bytes"]},
+           "load_average_1min": {"start": load_start[0], "end": load_end[0]},
+           "crop_bottoms": crops, "pack": pack, "epochs": epochs,
+           "tjdecode_build": tj_cmd, "rounds": rounds, "ratios": table,
+           "failed": ferry.failed, "total_seconds": total}
+    write_results(args.out, raw, (tmpdir, data))
+    shutil.rmtree(shards, ignore_errors=True)
+    return 1 if ferry.failed else 0
+
+
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--child":
         return child_main(sys.argv[2])
@@ -568,7 +769,16 @@ def main():
                          "(default: ferry-bench-images under $TMPDIR)")
     ap.add_argument("--clean", action="store_true",
                     help="remove the image folder at the end")
+    ap.add_argument("--ratios", action="store_true",
+                    help="only the decoder-ceiling ratios (no PyTorch)")
+    ap.add_argument("--rounds", type=int, default=RATIO_ROUNDS,
+                    help="--ratios: rounds (default %d)" % RATIO_ROUNDS)
     args = ap.parse_args()
+    if args.ratios and args.out == os.path.join(HERE, "results",
+                                                "images.json"):
+        args.out = os.path.join(HERE, "results", "images_ratios.json")
+    if not 1 <= args.rounds <= 20:
+        raise SystemExit("--rounds must be in [1, 20]")
     need_executable(args.ferry)
     if not CLASSES <= args.images <= 100000:
         raise SystemExit("--images must be in [%d, 100000]" % CLASSES)
@@ -591,6 +801,8 @@ def main():
 
     def run_and_clean(tmpdir):
         try:
+            if args.ratios:
+                return ratios_run(args, tmpdir, t_start)
             return run(args, tmpdir, t_start)
         finally:
             data = os.path.abspath(args.data)

@@ -23,7 +23,9 @@ static void pack_usage(FILE *f)
                "files are removed after the switch (GGGGGGGG names each write's shards).\n"
                "An image folder (images:DIR) is packed as its encoded files, each checked to\n"
                "be a JPEG or PNG, with fields image, path and label; records:OUTDIR with\n"
-               "pipeline=train|eval then decodes them.\n"
+               "pipeline=train|eval then decodes them. With --max-side, images longer than N\n"
+               "on either side are stored re-encoded (a JPEG of the whole image resized so\n"
+               "that its longer side is N); the others are stored as they are.\n"
                "\n"
                "options:\n"
                "  --name NAME        shard name prefix (default: data)\n"
@@ -31,6 +33,9 @@ static void pack_usage(FILE *f)
                "  --shard-records N  ... or past this many records\n"
                "  --zstd LEVEL       compress each record with zstd, 1..19 (default: none)\n"
                "  --workers N        threads reading the source, 0..1024 (default 2)\n"
+               "  --max-side N       image sources: re-encode images over N pixels on their\n"
+               "                     longer side to N (labels and paths kept), 1..16384\n"
+               "  --quality Q        with --max-side: JPEG quality, 1..100 (default 90)\n"
                "  --on-error P       'fail' (default): stop at the first bad sample, writing\n"
                "                     nothing; 'skip': leave bad samples out, name every one\n"
                "                     on stderr, and pack the rest\n"
@@ -86,7 +91,18 @@ static void pack_on_skip(uint64_t epoch, uint64_t index, int rc, const char *msg
 
 int cmd_pack(int argc, char **argv)
 {
-    enum { O_NAME = 256, O_SIZE, O_RECS, O_ZSTD, O_WORKERS, O_NOPROG, O_ONERR, O_BUDGET };
+    enum {
+        O_NAME = 256,
+        O_SIZE,
+        O_RECS,
+        O_ZSTD,
+        O_WORKERS,
+        O_NOPROG,
+        O_ONERR,
+        O_BUDGET,
+        O_MAXSIDE,
+        O_QUALITY
+    };
     static const struct option opts[] = {{"name", required_argument, 0, O_NAME},
                                          {"shard-size", required_argument, 0, O_SIZE},
                                          {"shard-records", required_argument, 0, O_RECS},
@@ -95,13 +111,15 @@ int cmd_pack(int argc, char **argv)
                                          {"no-progress", no_argument, 0, O_NOPROG},
                                          {"on-error", required_argument, 0, O_ONERR},
                                          {"skip-budget", required_argument, 0, O_BUDGET},
+                                         {"max-side", required_argument, 0, O_MAXSIDE},
+                                         {"quality", required_argument, 0, O_QUALITY},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     int on_error = FERRY_ON_ERROR_FAIL;
     uint64_t budget = UINT64_MAX;
     ferry_writer_opts w;
     memset(&w, 0, sizeof w);
-    uint64_t v, workers = 2;
+    uint64_t v, workers = 2, max_side = 0, quality = 0;
     bool progress = true;
     int c;
     optind = 1;
@@ -142,6 +160,14 @@ int cmd_pack(int argc, char **argv)
             if (!cli_u64("--skip-budget", optarg, 0, UINT64_MAX, &budget))
                 return EXIT_USAGE;
             break;
+        case O_MAXSIDE:
+            if (!cli_u64("--max-side", optarg, 1, 16384, &max_side))
+                return EXIT_USAGE;
+            break;
+        case O_QUALITY:
+            if (!cli_u64("--quality", optarg, 1, 100, &quality))
+                return EXIT_USAGE;
+            break;
         case 'h':
             pack_usage(stdout);
             return 0;
@@ -159,7 +185,27 @@ int cmd_pack(int argc, char **argv)
     int rc, status = 0;
     /* An image folder is packed as its encoded files (checked to be images), unless
      * the source asks for a pipeline: the shards then hold decoded tensors. */
-    if (ferry_source_open_flags(argv[optind], FERRY_SOURCE_ENCODED, &ds, &st) < 0)
+    const char *spec = argv[optind];
+    char spec_buf[4200];
+    if (quality && !max_side)
+        return cli_error(EXIT_USAGE, "pack: --quality applies only with --max-side");
+    if (max_side) {
+        /* the images source re-encodes (max_side= on images in mode none) */
+        const char *pl = strstr(spec, ",pipeline=");
+        if (pl ? strncmp(pl, ",pipeline=none", 14) != 0 : strncmp(spec, "images:", 7) != 0)
+            return cli_error(EXIT_USAGE,
+                             "pack: --max-side applies to images packed as encoded files "
+                             "(images:DIR, or a source with ,pipeline=none), not to %s",
+                             argv[optind]);
+        int k = quality ? snprintf(spec_buf, sizeof spec_buf, "%s,max_side=%llu,quality=%llu", spec,
+                                   (unsigned long long)max_side, (unsigned long long)quality)
+                        : snprintf(spec_buf, sizeof spec_buf, "%s,max_side=%llu", spec,
+                                   (unsigned long long)max_side);
+        if (k >= (int)sizeof spec_buf)
+            return cli_error(EXIT_USAGE, "pack: SOURCE is too long");
+        spec = spec_buf;
+    }
+    if (ferry_source_open_flags(spec, FERRY_SOURCE_ENCODED, &ds, &st) < 0)
         return cli_error(EXIT_USAGE, "%s", ferry_last_errmsg());
     cli_folder_note(ds, argv[optind]);
     w.dir = argv[optind + 1];

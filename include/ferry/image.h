@@ -183,6 +183,25 @@ FERRY_API int ferry_image_decode_region(const void *buf, size_t n, const ferry_d
                                         const ferry_rect *crop, uint32_t min_w, uint32_t min_h,
                                         void *dst, size_t dst_size, ferry_image_region *out);
 
+/* ---- Encoding (what `ferry pack --max-side` stores) ----
+ *
+ * Bytes that ferry_image_encode_jpeg can write for a width x height image with
+ * channels 1 or 3, at any quality: an upper bound (libjpeg-turbo's tjBufSize for
+ * 4:4:4). 0 when it does not fit size_t. */
+FERRY_API size_t ferry_image_jpeg_bound(uint32_t width, uint32_t height, int channels);
+
+/* Encodes the 8-bit image px (width x height, channels 1 = grey or 3 = RGB,
+ * stride bytes per row) as a baseline JFIF JPEG into dst[0..dst_size) with
+ * libjpeg-turbo: quality 1..100 (libjpeg's scaling of the standard tables),
+ * 4:2:0 chroma subsampling for colour, the islow DCT, standard Huffman tables
+ * (cjpeg's defaults). *written receives the length. Nothing is allocated beyond
+ * libjpeg's own working memory (a few rows); dst is never reallocated: a dst
+ * under ferry_image_jpeg_bound that fills up is FERRY_EOVERFLOW. FERRY_EINVAL
+ * for bad arguments (sides over 65500 included). Reentrant. */
+FERRY_API int ferry_image_encode_jpeg(const uint8_t *px, uint32_t width, uint32_t height,
+                                      size_t stride, int channels, int quality, void *dst,
+                                      size_t dst_size, size_t *written);
+
 #ifdef __cplusplus
 }
 #endif

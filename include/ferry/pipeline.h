@@ -11,8 +11,9 @@
  *          through: what `ferry pack` stores)
  * The crop box is chosen from the image header alone, and only what it keeps is
  * decoded (ferry_image_decode_region: rows above it skipped, columns outside it
- * not transformed, decoding stopped after its last row, DCT-domain reduction when
- * it is at least twice the output size). The box is then resampled to the output
+ * not transformed, decoding stopped after its last row; with fast set, DCT-domain
+ * reduction when it is at least twice the output size). The box is then resampled
+ * to the output
  * size with ferry_resize (Pillow's algorithm), and ferry_pixels_finish flips,
  * jitters, normalises and writes the tensor.
  *
@@ -24,14 +25,15 @@
  * round(sqrt(area / ratio)), accepted when it fits, at a uniform position; else a
  * centre crop of the whole image clamped to the ratio range.
  *
- * Agreement with torchvision (Pillow backend) for the same crop box, without DCT
- * reduction: train's uint8 image before normalisation is equal (the same libjpeg
- * decode, the same resampling of the cut-out box). Eval resamples the region of
- * the original image that Resize then CenterCrop keep, with the pixels around it
- * that the filter reaches; that agrees with resizing the whole image and cropping
- * within 2 levels (Pillow's own two ways differ as much: the first pass rounds
- * at different places). With DCT reduction: within the tolerance given in
- * docs/images.md; no_dct_reduce (dct_reduce=0 in a source) turns it off.
+ * Agreement with torchvision (Pillow backend) for the same crop box, by default
+ * (fast = 0): train's uint8 image before normalisation is equal (the same libjpeg
+ * decode, the same resampling of the cut-out box). Eval computes only the output
+ * window of a resize of the whole image (the horizontal pass on the rows and
+ * columns the window needs, with the whole resize's filter taps), from the
+ * decoded region the filter reaches: with bilinear and bicubic it is equal to
+ * Resize then CenterCrop, byte for byte; with nearest, within a pixel's
+ * position. With fast set (DCT reduction): within the tolerance given in
+ * docs/images.md.
  */
 #ifndef FERRY_PIPELINE_H
 #define FERRY_PIPELINE_H
@@ -71,11 +73,19 @@ typedef struct ferry_image_pipeline {
     int layout;          /* FERRY_LAYOUT_CHW (default) or FERRY_LAYOUT_HWC */
     int lenient;         /* decode truncated JPEGs as far as they go */
     uint64_t max_pixels; /* refuse larger images; 0 = the decoder's default */
-    int no_dct_reduce;   /* 1: never decode a JPEG at a reduced scale: the pixels agree with
-                          * torchvision's (Pillow decodes at full size) at the cost of a full
-                          * IDCT of the box; 0 (default): reduce a box at least twice the
-                          * output (docs/images.md: up to several levels off, much faster
-                          * for large images). Source key dct_reduce=0 sets it. */
+    int fast;            /* 0 (default): decode every JPEG box at full resolution, so the
+                          * pixels are torchvision's (Pillow decodes at full size; eval is
+                          * computed as Resize then CenterCrop of the whole image, equal to
+                          * it for bilinear and bicubic). 1: decode a box at least twice
+                          * the output in both directions at 1/2, 1/4 or 1/8 scale with
+                          * libjpeg's reduced IDCT (docs/images.md: the PSNR against the
+                          * exact path; much faster for large images). Source key fast=1
+                          * (dct_reduce=1 is the same). */
+    uint32_t max_side;   /* mode none: re-encode images whose longer side is over this
+                          * (ferry_image_shrink; `ferry pack --max-side`); 0 = keep all
+                          * as they are. Source key max_side=N. */
+    int quality;         /* with max_side: the JPEG quality, 1..100 (0 = 90). Source key
+                          * quality=Q. */
 } ferry_image_pipeline;
 
 /* The standard settings of a mode: 224 x 224 output, eval resize 256, train scale
@@ -114,6 +124,26 @@ FERRY_API int ferry_image_pipeline_plan(const ferry_image_pipeline *p, uint32_t 
  * times. Errors as ferry_image_decode_region, with the thread's message set. */
 FERRY_API int ferry_image_pipeline_run(const ferry_image_pipeline *p, const void *buf, size_t n,
                                        ferry_rng *rng, void *dst, ferry_ctx *ctx);
+
+/* Mode none with max_side set: what `ferry pack --max-side` stores for the encoded
+ * image buf[0..n). An image whose longer side is at most max_side is kept as it
+ * is: *written = 0, and the caller keeps buf's bytes. A larger one is decoded whole
+ * (grey files to grey, anything else to RGB, alpha dropped as the pipelines drop
+ * it; lenient and max_pixels apply), resized with p->filter (Pillow's
+ * Image.resize of the whole image: antialiased when shrinking) so that its longer
+ * side is max_side and the other side * max_side / longer rounded half up (at least 1), and
+ * encoded as a JPEG (ferry_image_encode_jpeg, quality p->quality or 90) into
+ * dst[0..dst_size), *written its length. With fast set, a JPEG at least twice
+ * that size is decoded at a reduced scale first (as the pipelines do). ctx gives
+ * scratch memory (the decoded image and the resized one) and takes the decode /
+ * transform / write times. Errors as ferry_image_pipeline_run; FERRY_EINVAL when
+ * the mode is not none or max_side is 0. */
+FERRY_API int ferry_image_shrink(const ferry_image_pipeline *p, const void *buf, size_t n,
+                                 void *dst, size_t dst_size, size_t *written, ferry_ctx *ctx);
+
+/* The dst size ferry_image_shrink needs: ferry_image_jpeg_bound of a max_side
+ * square in colour (0 when p has no max_side). */
+FERRY_API size_t ferry_image_shrink_bound(const ferry_image_pipeline *p);
 
 /* A dataset of images over another one whose field `field` holds encoded images
  * (NULL: "image" if there is one, else "data", else WebDataset's "jpg", "jpeg" or

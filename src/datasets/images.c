@@ -22,6 +22,7 @@ typedef struct images {
     int path;  /* inner "path" field, or -1 */
     int nin;
     size_t enc_bound; /* bytes of the encoded field at its bound: the scratch needed */
+    size_t out_bound; /* mode none: the field's bound out (max_side: room for a JPEG) */
     ferry_image_pipeline p;
 } images;
 
@@ -83,6 +84,18 @@ static int images_get(void *self, uint64_t index, ferry_sample *out, ferry_ctx *
         ferry_image_info info;
         if ((rc = ferry_image_info_get(enc, n, &info)) < 0)
             return name_it(d, rc, index, path, plen);
+        if (!d->p.max_side || (info.width <= d->p.max_side && info.height <= d->p.max_side))
+            return 0; /* stored as it is */
+        /* re-encoded smaller: from a copy, since the result goes where the bytes are */
+        uint8_t *copy = ferry__ctx_scratch(ctx, SLOT_ENCODED, n);
+        if (!copy)
+            return FERRY_ENOMEM;
+        memcpy(copy, enc, n);
+        size_t written;
+        if ((rc = ferry_image_shrink(&d->p, copy, n, out->data[d->field], d->out_bound, &written,
+                                     ctx)) < 0)
+            return name_it(d, rc, index, path, plen);
+        out->length[d->field] = (int64_t)written;
         return 0;
     }
     ferry_rng rng;
@@ -105,8 +118,13 @@ int ferry__images_fields(ferry_field *out, const ferry_field *in, int n, int f,
             return ferry__err(FERRY_EINVAL, "images: the %s already has a field \"image\"", who);
     ferry_field *img = &out[f];
     strcpy(img->name, "image");
-    if (p->mode == FERRY_PIPELINE_NONE)
+    if (p->mode == FERRY_PIPELINE_NONE) {
+        /* max_side: a re-encoded image may take more bytes than the largest file */
+        size_t b = ferry_image_shrink_bound(p);
+        if (img->variable && (int64_t)b > img->shape[0])
+            img->shape[0] = (int64_t)b;
         return 0;
+    }
     int64_t shape[3];
     int rc = ferry_image_pipeline_shape(p, shape);
     if (rc < 0)
@@ -159,9 +177,14 @@ int ferry_dataset_images(ferry_dataset **out, ferry_dataset *inner, const char *
                          inner->fields[d->path].ndim != 1 || !inner->fields[d->path].variable))
         d->path = -1;
     d->enc_bound = (size_t)ef->shape[0];
+    if (p->mode == FERRY_PIPELINE_NONE && p->max_side && !ef->variable)
+        FERRY_FAIL(FERRY_EINVAL,
+                   "images: max_side needs a variable field of encoded images (\"%s\" is fixed)",
+                   ef->name);
 
     ferry_field f[FERRY_MAX_FIELDS];
     FERRY_TRY(ferry__images_fields(f, inner->fields, d->nin, d->field, p, "dataset"));
+    d->out_bound = (size_t)f[d->field].shape[0];
     ferry_dataset *ds = NULL;
     rc = ferry_dataset_create(&ds, &images_vtable, d, f, d->nin);
     d = NULL; /* the dataset owns it now, also on failure */
@@ -275,7 +298,8 @@ int ferry__images_spec(ferry__spec *s, int is_images, ferry_image_pipeline *p, c
     ferry_image_pipeline_default(p, (ferry_pipeline_mode)mode);
     double v[3];
     int got, filter = p->filter, layout = p->layout, dt = 0, grey = 0, lenient = 0, norm = 1;
-    int reduce = 1;
+    int fast = 0, reduce = 0; /* dct_reduce=1 is fast=1's older name */
+    uint64_t max_side = 0, quality = 0;
     if ((rc = spec_nums(s, "size", 'x', 2, v, &got)) < 0)
         return rc;
     if (got) {
@@ -321,8 +345,11 @@ int ferry__images_spec(ferry__spec *s, int is_images, ferry_image_pipeline *p, c
         (rc = ferry__spec_bool(s, "grey", &grey)) < 0 ||
         (rc = ferry__spec_bool(s, "lenient", &lenient)) < 0 ||
         (rc = ferry__spec_bool(s, "normalize", &norm)) < 0 ||
+        (rc = ferry__spec_bool(s, "fast", &fast)) < 0 ||
         (rc = ferry__spec_bool(s, "dct_reduce", &reduce)) < 0 ||
-        (rc = ferry__spec_u64(s, "max_pixels", 1, UINT64_MAX, &p->max_pixels)) < 0)
+        (rc = ferry__spec_u64(s, "max_pixels", 1, UINT64_MAX, &p->max_pixels)) < 0 ||
+        (rc = ferry__spec_u64(s, "max_side", 1, 16384, &max_side)) < 0 ||
+        (rc = ferry__spec_u64(s, "quality", 1, 100, &quality)) < 0)
         return rc;
     const char *dv = ferry__spec_str(s, "dtype");
     if (dv) {
@@ -340,7 +367,16 @@ int ferry__images_spec(ferry__spec *s, int is_images, ferry_image_pipeline *p, c
     p->grey = grey;
     p->lenient = lenient;
     p->normalize = norm;
-    p->no_dct_reduce = !reduce;
+    if (ferry__spec_str(s, "fast") && ferry__spec_str(s, "dct_reduce") && fast != reduce)
+        return ferry__err(FERRY_EINVAL,
+                          "source %s: fast= and dct_reduce= disagree (they are "
+                          "one setting: fast=1 reduces in the DCT domain)",
+                          s->kind);
+    p->fast = fast || reduce;
+    p->max_side = (uint32_t)max_side;
+    p->quality = (int)quality;
+    if (quality && !max_side)
+        return ferry__err(FERRY_EINVAL, "source %s: quality= applies only with max_side=", s->kind);
     *field = ferry__spec_str(s, "image_field");
     return ferry_image_pipeline_check(p);
 }

@@ -9,6 +9,7 @@
  */
 #include "ferry/pipeline.h"
 #include "ferry/image.h"
+#include "image_internal.h"
 #include "../core/ctx.h"
 
 #include <math.h>
@@ -50,8 +51,21 @@ int ferry_image_pipeline_check(const ferry_image_pipeline *p)
     if (p->mode != FERRY_PIPELINE_EVAL && p->mode != FERRY_PIPELINE_TRAIN &&
         p->mode != FERRY_PIPELINE_NONE)
         return bad("mode must be eval, train or none");
+    if (p->quality < 0 || p->quality > 100)
+        return bad("quality must be in 1..100 (0: 90)");
+    if (p->max_side > MAX_SIDE)
+        return ferry__err(FERRY_EINVAL, "image pipeline: max_side %u is over %d", p->max_side,
+                          MAX_SIDE);
+    if (p->mode == FERRY_PIPELINE_NONE && p->max_side &&
+        ((p->filter != FERRY_FILTER_BILINEAR && p->filter != FERRY_FILTER_NEAREST &&
+          p->filter != FERRY_FILTER_BICUBIC) ||
+         (p->lenient != 0 && p->lenient != 1) || (p->fast != 0 && p->fast != 1) ||
+         (p->grey != 0 && p->grey != 1)))
+        return bad("filter, lenient, fast or grey is out of range");
     if (p->mode == FERRY_PIPELINE_NONE)
         return 0;
+    if (p->max_side)
+        return bad("max_side re-encodes the stored images: it needs mode none");
     if (p->height < 1 || p->width < 1 || p->height > MAX_SIDE || p->width > MAX_SIDE)
         return ferry__err(FERRY_EINVAL, "image pipeline: size %ux%u is outside 1..%d", p->width,
                           p->height, MAX_SIDE);
@@ -88,8 +102,8 @@ int ferry_image_pipeline_check(const ferry_image_pipeline *p)
             return bad("std must be > 0 and mean finite");
     if (p->lenient != 0 && p->lenient != 1)
         return bad("lenient must be 0 or 1");
-    if (p->no_dct_reduce != 0 && p->no_dct_reduce != 1)
-        return bad("no_dct_reduce must be 0 or 1");
+    if (p->fast != 0 && p->fast != 1)
+        return bad("fast must be 0 or 1");
     return 0;
 }
 
@@ -161,19 +175,28 @@ static uint32_t centre(uint64_t have, uint64_t want)
 /* Eval: the box of the original image that Resize(resize) then CenterCrop(h, w)
  * keep, in continuous coordinates (*fx0 ..), and the whole pixels the resampling
  * filter reaches around it (*need). */
+/* Eval: the size of the resized image (torchvision's Resize(resize): shorter side
+ * = resize, the longer truncated) and where CenterCrop starts in it. */
+static void eval_resized(const ferry_image_pipeline *p, uint32_t W, uint32_t H, uint32_t *nw,
+                         uint32_t *nh, uint32_t *left, uint32_t *top)
+{
+    if (W <= H) {
+        *nw = p->resize;
+        *nh = (uint32_t)((double)p->resize * H / W);
+    } else {
+        *nh = p->resize;
+        *nw = (uint32_t)((double)p->resize * W / H);
+    }
+    *left = centre(*nw, p->width);
+    *top = centre(*nh, p->height);
+}
+
 static void eval_box(const ferry_image_pipeline *p, uint32_t W, uint32_t H, double *fx0,
                      double *fy0, double *fx1, double *fy1, ferry_rect *need)
 {
-    uint64_t nw, nh; /* the resized image: shorter side = resize, longer truncated */
-    if (W <= H) {
-        nw = p->resize;
-        nh = (uint64_t)((double)p->resize * H / W);
-    } else {
-        nh = p->resize;
-        nw = (uint64_t)((double)p->resize * W / H);
-    }
+    uint32_t nw, nh, left, top;
+    eval_resized(p, W, H, &nw, &nh, &left, &top);
     double sx = (double)W / nw, sy = (double)H / nh;
-    uint32_t left = centre(nw, p->width), top = centre(nh, p->height);
     *fx0 = left * sx;
     *fx1 = (left + p->width) * sx;
     *fy0 = top * sy;
@@ -297,10 +320,10 @@ int ferry_image_pipeline_run(const ferry_image_pipeline *p, const void *buf, siz
     po.dtype = p->dtype;
     po.layout = p->layout;
 
-    /* DCT reduction only where the box is at least twice the output; the eval
-     * margin is part of what is decoded, so judge by the box itself */
+    /* fast: DCT reduction only where the box is at least twice the output; the
+     * eval margin is part of what is decoded, so judge by the box itself */
     uint32_t min_w = 0, min_h = 0;
-    if (!p->no_dct_reduce && bx1 - bx0 >= 2.0 * p->width && by1 - by0 >= 2.0 * p->height) {
+    if (p->fast && bx1 - bx0 >= 2.0 * p->width && by1 - by0 >= 2.0 * p->height) {
         /* scaled so that the box, not just the margin around it, stays >= output */
         min_w = (uint32_t)ceil(p->width * (double)need.w / (bx1 - bx0));
         min_h = (uint32_t)ceil(p->height * (double)need.h / (by1 - by0));
@@ -348,22 +371,50 @@ int ferry_image_pipeline_run(const ferry_image_pipeline *p, const void *buf, siz
     const uint8_t *src = region + (size_t)sy * r.stride + (size_t)sx * (size_t)r.channels;
     int ch = r.channels;
     size_t out_bytes = (size_t)p->width * p->height * (size_t)ch;
+    /* eval at full scale: the window of the whole image's resize, so the bytes are
+     * Resize then CenterCrop's (the box alone would round its ends to float and
+     * place the taps slightly differently) */
+    ferry__resize_win win;
+    int windowed = !exact_crop && r.scale_num == 8 && p->filter != FERRY_FILTER_NEAREST;
+    if (windowed) {
+        eval_resized(p, info.width, info.height, &win.out_w, &win.out_h, &win.left, &win.top);
+        win.full_w = info.width;
+        win.full_h = info.height;
+        win.src_x = need.x - (uint32_t)r.x0; /* full scale: whole pixels */
+        win.src_y = need.y - (uint32_t)r.y0;
+    }
     size_t tmp_size =
-        ferry_resize_tmp_size(sw, sh, ch, x0, y0, x1, y1, p->width, p->height, p->filter);
+        windowed
+            ? ferry__resize_window_tmp_size(sw, sh, ch, &win, p->width, p->height, p->filter)
+            : ferry_resize_tmp_size(sw, sh, ch, x0, y0, x1, y1, p->width, p->height, p->filter);
     if (tmp_size == 0)
-        return ferry__err(FERRY_ECORRUPT, "image %ux%u: crop box %.2f,%.2f-%.2f,%.2f is empty",
-                          info.width, info.height, x0, y0, x1, y1);
+        return ferry__err(FERRY_ECORRUPT, "image %ux%u: crop box %.2f,%.2f-%.2f,%.2f: %s",
+                          info.width, info.height, x0, y0, x1, y1, ferry_last_errmsg());
     size_t out_pad = (out_bytes + 63) & ~(size_t)63;
+    /* uint8 HWC with nothing to mirror or jitter is the resampler's own output: it
+     * writes the batch slot directly (ferry_pixels_finish would copy it) */
+    int direct = p->dtype == FERRY_U8 && p->layout == FERRY_LAYOUT_HWC && !po.flip &&
+                 (po.brightness == 1 || po.brightness == 0) &&
+                 (po.contrast == 1 || po.contrast == 0) &&
+                 (po.saturation == 1 || po.saturation == 0);
+    if (direct)
+        out_pad = 0;
     uint8_t *resized = ferry__ctx_scratch(ctx, SLOT_RESIZED, out_pad + tmp_size);
     if (!resized)
         return FERRY_ENOMEM;
-    if ((rc = ferry_resize(src, sw, sh, r.stride, ch, x0, y0, x1, y1, p->filter, resized, p->width,
-                           p->height, (size_t)p->width * (size_t)ch, resized + out_pad, tmp_size)) <
-        0)
+    uint8_t *out = direct ? dst : resized;
+    rc = windowed
+             ? ferry__resize_window(src, sw, sh, r.stride, ch, &win, p->filter, out, p->width,
+                                    p->height, (size_t)p->width * (size_t)ch, resized + out_pad,
+                                    tmp_size, true)
+             : ferry_resize(src, sw, sh, r.stride, ch, x0, y0, x1, y1, p->filter, out, p->width,
+                            p->height, (size_t)p->width * (size_t)ch, resized + out_pad, tmp_size);
+    if (rc < 0)
         return rc;
     uint64_t t2 = ferry_now_ns();
-    rc = ferry_pixels_finish(resized, p->width, p->height, (size_t)p->width * (size_t)ch, ch, &po,
-                             dst);
+    if (!direct)
+        rc = ferry_pixels_finish(resized, p->width, p->height, (size_t)p->width * (size_t)ch, ch,
+                                 &po, dst);
     uint64_t t3 = ferry_now_ns();
     ferry_ctx_stage_add(ctx, FERRY_STAGE_DECODE, t1 - t0);
     ferry_ctx_stage_add(ctx, FERRY_STAGE_TRANSFORM, t2 - t1);

@@ -80,9 +80,14 @@ NO_CONTRACT static inline double filter_eval(ferry_filter f, double x)
 #undef a
 }
 
-/* One axis of the resampling: in0..in1 of in_size source pixels onto out_size. */
+/* One axis of the resampling: in0..in1 of in_size source pixels onto out_size.
+ * A window (ferry__resize_window) computes outputs out0 .. out0 + out_size of a
+ * resize of a whole image of full pixels, from a source buffer that starts at
+ * pixel src0 of it: taps are placed and clamped in the whole image's coordinates,
+ * then moved into the buffer's. Otherwise full = in_size, src0 = out0 = 0. */
 typedef struct axis {
     int in_size, out_size;
+    int full, src0, out0;
     float in0, in1;
     double scale, filterscale, support;
     int ksize; /* coefficients stored per output */
@@ -93,6 +98,8 @@ NO_CONTRACT static void axis_init(axis *ax, int in_size, float in0, float in1, i
 {
     ax->in_size = in_size;
     ax->out_size = out_size;
+    ax->full = in_size;
+    ax->src0 = ax->out0 = 0;
     ax->in0 = in0;
     ax->in1 = in1;
     float d = in1 - in0;
@@ -105,10 +112,11 @@ NO_CONTRACT static void axis_init(axis *ax, int in_size, float in0, float in1, i
 
 NO_CONTRACT static inline double axis_center(const axis *ax, int xx)
 {
-    return ax->in0 + (xx + 0.5) * ax->scale;
+    return ax->in0 + (xx + ax->out0 + 0.5) * ax->scale;
 }
 
-/* The first source pixel and the number of taps of output xx. */
+/* The first source pixel (in the whole image's coordinates: subtract src0 for the
+ * buffer's) and the number of taps of output xx. */
 NO_CONTRACT static void axis_bounds(const axis *ax, int xx, int *first, int *count)
 {
     double center = axis_center(ax, xx);
@@ -116,8 +124,8 @@ NO_CONTRACT static void axis_bounds(const axis *ax, int xx, int *first, int *cou
     if (xmin < 0)
         xmin = 0;
     int xmax = (int)(center + ax->support + 0.5);
-    if (xmax > ax->in_size)
-        xmax = ax->in_size;
+    if (xmax > ax->full)
+        xmax = ax->full;
     *first = xmin;
     *count = xmax - xmin > 0 ? xmax - xmin : 0;
 }
@@ -145,7 +153,7 @@ NO_CONTRACT static void axis_coeffs(const axis *ax, ferry_filter f, int32_t *bou
         }
         for (int x = n; x < ax->ksize; x++)
             k[x] = 0;
-        bounds[2 * xx] = xmin;
+        bounds[2 * xx] = xmin - ax->src0;
         bounds[2 * xx + 1] = n;
     }
 }
@@ -607,7 +615,8 @@ static size_t carve(size_t *at, size_t n, bool *ok)
 /* Checks the arguments and lays out the scratch. Returns 0 or FERRY_EINVAL /
  * FERRY_EOVERFLOW with the thread's message set. */
 static int plan_make(plan *p, uint32_t sw, uint32_t sh, int ch, double x0, double y0, double x1,
-                     double y1, uint32_t dw, uint32_t dh, ferry_filter filter)
+                     double y1, uint32_t dw, uint32_t dh, ferry_filter filter,
+                     const ferry__resize_win *win)
 {
     memset(p, 0, sizeof *p);
     if (ch < 1 || ch > 4)
@@ -622,8 +631,23 @@ static int plan_make(plan *p, uint32_t sw, uint32_t sh, int ch, double x0, doubl
         filter != FERRY_FILTER_BICUBIC)
         return ferry__err(FERRY_EINVAL, "resize: filter %d is not BILINEAR, NEAREST or BICUBIC",
                           (int)filter);
-    /* written so that NaN fails */
-    if (!(x0 >= 0 && x0 < x1 && x1 <= sw && y0 >= 0 && y0 < y1 && y1 <= sh))
+    if (win) {
+        if (filter == FERRY_FILTER_NEAREST)
+            return ferry__err(FERRY_EINVAL, "resize: a window needs BILINEAR or BICUBIC");
+        if (win->full_w < 1 || win->full_w > MAX_DIM || win->full_h < 1 || win->full_h > MAX_DIM ||
+            win->out_w < 1 || win->out_w > MAX_DIM || win->out_h < 1 || win->out_h > MAX_DIM ||
+            (uint64_t)win->left + dw > win->out_w || (uint64_t)win->top + dh > win->out_h ||
+            (uint64_t)win->src_x + sw > win->full_w || (uint64_t)win->src_y + sh > win->full_h)
+            return ferry__err(FERRY_EINVAL,
+                              "resize: window %ux%u at %u,%u of %ux%u (from %ux%u, source %ux%u "
+                              "at %u,%u) does not fit",
+                              dw, dh, win->left, win->top, win->out_w, win->out_h, win->full_w,
+                              win->full_h, sw, sh, win->src_x, win->src_y);
+        x0 = 0;
+        y0 = 0;
+        x1 = win->full_w;
+        y1 = win->full_h;
+    } else if (!(x0 >= 0 && x0 < x1 && x1 <= sw && y0 >= 0 && y0 < y1 && y1 <= sh))
         return ferry__err(FERRY_EINVAL,
                           "resize: box %g,%g-%g,%g is not inside the %ux%u source with x0 < x1 "
                           "and y0 < y1",
@@ -643,8 +667,8 @@ static int plan_make(plan *p, uint32_t sw, uint32_t sh, int ch, double x0, doubl
     bool ok = true;
     size_t at = 0;
     /* Pillow's _resize: an integer box the size of the output is a crop */
-    p->crop = b[0] - (int)b[0] == 0 && b[2] - b[0] == (float)p->dw && b[1] - (int)b[1] == 0 &&
-              b[3] - b[1] == (float)p->dh;
+    p->crop = !win && b[0] - (int)b[0] == 0 && b[2] - b[0] == (float)p->dw &&
+              b[1] - (int)b[1] == 0 && b[3] - b[1] == (float)p->dh;
     if (p->crop) {
         p->total = 64;
     } else if (filter == FERRY_FILTER_NEAREST) {
@@ -653,13 +677,41 @@ static int plan_make(plan *p, uint32_t sw, uint32_t sh, int ch, double x0, doubl
     } else {
         p->need_h = p->dw != p->sw || b[0] != 0 || b[2] != (float)p->dw;
         p->need_v = p->dh != p->sh || b[1] != 0 || b[3] != (float)p->dh;
-        axis_init(&p->ax, p->sw, b[0], b[2], p->dw, filter);
-        axis_init(&p->ay, p->sh, b[1], b[3], p->dh, filter);
+        if (win) {
+            /* the passes of the whole resize, both always run: a pass Pillow skips
+             * (scale 1) is the identity here */
+            p->need_h = p->need_v = 1;
+            axis_init(&p->ax, (int)win->full_w, b[0], b[2], (int)win->out_w, filter);
+            axis_init(&p->ay, (int)win->full_h, b[1], b[3], (int)win->out_h, filter);
+            p->ax.in_size = p->sw;
+            p->ax.src0 = (int)win->src_x;
+            p->ax.out0 = (int)win->left;
+            p->ax.out_size = p->dw;
+            p->ay.in_size = p->sh;
+            p->ay.src0 = (int)win->src_y;
+            p->ay.out0 = (int)win->top;
+            p->ay.out_size = p->dh;
+            const axis *axes[2] = {&p->ax, &p->ay};
+            for (int a = 0; a < 2; a++) { /* every tap must be in the source buffer */
+                int f0, n0, f1, n1;
+                axis_bounds(axes[a], 0, &f0, &n0);
+                axis_bounds(axes[a], axes[a]->out_size - 1, &f1, &n1);
+                if (f0 < axes[a]->src0 || f1 + n1 > axes[a]->src0 + axes[a]->in_size)
+                    return ferry__err(FERRY_EINVAL,
+                                      "resize: the window reads %s %d..%d, outside the source's "
+                                      "%d..%d",
+                                      a ? "rows" : "columns", f0, f1 + n1, axes[a]->src0,
+                                      axes[a]->src0 + axes[a]->in_size);
+            }
+        } else {
+            axis_init(&p->ax, p->sw, b[0], b[2], p->dw, filter);
+            axis_init(&p->ay, p->sh, b[1], b[3], p->dh, filter);
+        }
         int first, n, last_first;
         axis_bounds(&p->ay, 0, &first, &n);
-        p->ybox_first = first;
+        p->ybox_first = first - p->ay.src0;
         axis_bounds(&p->ay, p->dh - 1, &last_first, &n);
-        p->ybox_last = last_first + n;
+        p->ybox_last = last_first + n - p->ay.src0;
         if (p->ybox_last <= p->ybox_first)
             return ferry__err(FERRY_EINVAL, "resize: box %g,%g-%g,%g reads no source rows", x0, y0,
                               x1, y1);
@@ -699,7 +751,16 @@ size_t ferry_resize_tmp_size(uint32_t sw, uint32_t sh, int ch, double x0, double
                              double y1, uint32_t dw, uint32_t dh, ferry_filter filter)
 {
     plan p;
-    if (plan_make(&p, sw, sh, ch, x0, y0, x1, y1, dw, dh, filter) < 0)
+    if (plan_make(&p, sw, sh, ch, x0, y0, x1, y1, dw, dh, filter, NULL) < 0)
+        return 0;
+    return p.total;
+}
+
+size_t ferry__resize_window_tmp_size(uint32_t sw, uint32_t sh, int ch, const ferry__resize_win *win,
+                                     uint32_t dw, uint32_t dh, ferry_filter filter)
+{
+    plan p;
+    if (plan_make(&p, sw, sh, ch, 0, 0, 0, 0, dw, dh, filter, win) < 0)
         return 0;
     return p.total;
 }
@@ -763,13 +824,13 @@ static void resize_nearest(const plan *p, const uint8_t *src, size_t sstride, ui
 }
 
 /* ferry_resize; simd = false keeps to the plain C kernels (for the tests). */
-int ferry__resize_impl(const uint8_t *src, uint32_t sw, uint32_t sh, size_t sstride, int ch,
-                       double x0, double y0, double x1, double y1, ferry_filter filter,
-                       uint8_t *dst, uint32_t dw, uint32_t dh, size_t dstride, void *tmp,
-                       size_t tmp_size, bool simd)
+static int resize_run(const uint8_t *src, uint32_t sw, uint32_t sh, size_t sstride, int ch,
+                      double x0, double y0, double x1, double y1, ferry_filter filter,
+                      const ferry__resize_win *win, uint8_t *dst, uint32_t dw, uint32_t dh,
+                      size_t dstride, void *tmp, size_t tmp_size, bool simd)
 {
     plan p;
-    int rc = plan_make(&p, sw, sh, ch, x0, y0, x1, y1, dw, dh, filter);
+    int rc = plan_make(&p, sw, sh, ch, x0, y0, x1, y1, dw, dh, filter, win);
     if (rc < 0)
         return rc;
     if (!src || !dst)
@@ -843,6 +904,26 @@ int ferry__resize_impl(const uint8_t *src, uint32_t sw, uint32_t sh, size_t sstr
             vert_c(vsrc, vstride, rowbytes, dst, dstride, p.dh, vb, vk, p.ay.ksize);
     }
     return 0;
+}
+
+int ferry__resize_impl(const uint8_t *src, uint32_t sw, uint32_t sh, size_t sstride, int ch,
+                       double x0, double y0, double x1, double y1, ferry_filter filter,
+                       uint8_t *dst, uint32_t dw, uint32_t dh, size_t dstride, void *tmp,
+                       size_t tmp_size, bool simd)
+{
+    return resize_run(src, sw, sh, sstride, ch, x0, y0, x1, y1, filter, NULL, dst, dw, dh, dstride,
+                      tmp, tmp_size, simd);
+}
+
+int ferry__resize_window(const uint8_t *src, uint32_t sw, uint32_t sh, size_t sstride, int ch,
+                         const ferry__resize_win *win, ferry_filter filter, uint8_t *dst,
+                         uint32_t dw, uint32_t dh, size_t dstride, void *tmp, size_t tmp_size,
+                         bool simd)
+{
+    if (!win)
+        return ferry__err(FERRY_EINVAL, "resize: window is NULL");
+    return resize_run(src, sw, sh, sstride, ch, 0, 0, 0, 0, filter, win, dst, dw, dh, dstride, tmp,
+                      tmp_size, simd);
 }
 
 int ferry_resize(const uint8_t *src, uint32_t sw, uint32_t sh, size_t sstride, int ch, double x0,

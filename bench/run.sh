@@ -43,3 +43,5 @@ mkdir -p "$here/results"
 "$python" "$here/arrays_vs.py" --ferry "$ferry" --out "$here/results/arrays.json" || exit $?
 "$python" "$here/formats_vs.py" --ferry "$ferry" --out "$here/results/formats.json" || exit $?
 "$python" "$here/python_vs_torch.py" --ferry "$ferry" --out "$here/results/python.json" || exit $?
+# remote record shards over nginx on loopback vs 4 parallel curl and the local files
+"$python" "$here/remote_vs.py" --ferry "$ferry" --out "$here/results/remote.json" || exit $?

@@ -441,10 +441,8 @@ static int shard_file(shard_set *s, size_t k, ferry_record_file **out)
     f = s->files[k];
     pthread_mutex_unlock(&s->mu);
     *out = f;
-    /* the shards after it, in file order, are likely next */
-    for (size_t j = k + 1; j < s->n && j <= k + 2; j++)
-        if (!__atomic_load_n(&s->files[j], __ATOMIC_ACQUIRE))
-            ferry__remote_prefetch(s->paths[j]);
+    /* the shards after it, in file order, are likely next (FERRY_REMOTE_AHEAD) */
+    ferry__prefetch_ahead(s->paths, s->n, k + 1, 0);
     return 0;
 cleanup:
     ferry_record_file_free(f);

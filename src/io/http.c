@@ -273,6 +273,13 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
     return len;
 }
 
+/* Ends a transfer when the process is exiting (ferry__remote_stopping). */
+static int on_progress(void *arg, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
+{
+    (void)arg, (void)dt, (void)dn, (void)ut, (void)un;
+    return ferry__remote_stopping();
+}
+
 static void amz_now(char out[17])
 {
     time_t t = time(NULL);
@@ -310,6 +317,8 @@ static CURLcode perform(request *q, char *curl_err)
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, (long)cfg.stall_s);
     curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L << 10);
     curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
     curl_easy_setopt(h, CURLOPT_USERAGENT, "ferry/" FERRY_VERSION_STRING);

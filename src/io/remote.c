@@ -8,6 +8,7 @@
 #include "ferry/remote.h"
 
 #include <fnmatch.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -270,16 +271,41 @@ static struct {
 #define AHEAD_THREADS 4
 #define AHEAD_QUEUE 64
 
+static pthread_cond_t bg_idle; /* on the monotonic clock: made with the pool */
+
 static void prefetch_job(void *arg)
 {
     char *url = arg;
     ferry__file f;
-    if (ferry__remote_open(&f, url) == 0)
+    if (!ferry__remote_stopping() && ferry__remote_open(&f, url) == 0)
         ferry__file_close(&f);
     ferry__err_clear();
     ferry__free(url);
     pthread_mutex_lock(&bg.mu);
-    bg.queued--;
+    if (--bg.queued == 0)
+        pthread_cond_broadcast(&bg_idle);
+    pthread_mutex_unlock(&bg.mu);
+}
+
+/* At the process's exit, fetches ahead still under way would run into the TLS
+ * library's own exit cleanup: they are told to stop (the transfers end at their
+ * next progress call) and waited for, up to 5 s. Registered with atexit when the
+ * background threads start, after libcurl's TLS library registered its own, so
+ * that it runs first. */
+static atomic_bool stopping;
+
+bool ferry__remote_stopping(void)
+{
+    return atomic_load_explicit(&stopping, memory_order_relaxed);
+}
+
+static void quiesce(void)
+{
+    atomic_store(&stopping, true);
+    pthread_mutex_lock(&bg.mu);
+    uint64_t deadline = ferry_now_ns() + 5000000000ull;
+    while (bg.queued && ferry__cond_wait_until(&bg_idle, &bg.mu, deadline))
+        ;
     pthread_mutex_unlock(&bg.mu);
 }
 
@@ -296,8 +322,13 @@ void ferry__remote_prefetch(const char *url)
     if (!copy)
         return;
     pthread_mutex_lock(&bg.mu);
-    if (!bg.pool && ferry__pool_create(&bg.pool, AHEAD_THREADS, AHEAD_QUEUE) < 0)
-        bg.pool = NULL;
+    if (!bg.pool) {
+        if (ferry__cond_init(&bg_idle) < 0 ||
+            ferry__pool_create(&bg.pool, AHEAD_THREADS, AHEAD_QUEUE) < 0)
+            bg.pool = NULL;
+        else
+            atexit(quiesce);
+    }
     bool ok = bg.pool && bg.queued < AHEAD_QUEUE;
     if (ok)
         bg.queued++;

@@ -225,6 +225,9 @@ int ferry__remote_list(const char *location, char ***urls, size_t *n);
 /* Starts fetching url into the cache in the background (a hint: errors are left to
  * the open that follows). */
 void ferry__remote_prefetch(const char *url);
+/* True once the process is exiting: transfers stop (http.c asks at each progress
+ * call) and fetches ahead are not started. */
+bool ferry__remote_stopping(void);
 /* Hints the remote paths among paths[at .. at + ahead) (of n): a reader that opens
  * files of a known list in order calls it as it opens paths[at], so that the next
  * ones are fetched while it reads. ahead 0: FERRY_REMOTE_AHEAD (4). */

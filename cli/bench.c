@@ -42,7 +42,9 @@ static void bench_usage(FILE *f)
            "  records:DIR  a record shard set (ferry pack); lmdb:PATH  an LMDB environment\n"
            "      either with ,pipeline=... decodes its \"image\" (or \"data\") field\n"
            "  npy:PATH or npy:x=a.npy;y=b.npz/m  NumPy arrays, row by row along axis 0\n"
-           "  tokens:GLOB[,seq=1024]  llm.c token shards as windows: input, target\n"
+           "  tokens:GLOB[,seq=1024][,stride=S][,offset=random]  llm.c token shards as\n"
+           "      windows: input, target; every S tokens (default T), at a new random\n"
+           "      offset each epoch with offset=random\n"
            "  mds:DIR  MosaicML MDS shards (index.json), one global index\n"
            "  tfrecord:PATH|DIR|GLOB[,raw=1][,features=name:dtype[:shape];..][,stream=1]\n"
            "      TFRecord files of tf.train.Example (ferry/tfrecord.h)\n"
@@ -61,6 +63,11 @@ static void bench_usage(FILE *f)
            "  --shuffle-buffer N  with --shuffle on a stream: samples per buffer, 1..16777216\n"
            "                    (default 8192, fewer for samples over 8 KiB: at most 64 MiB\n"
            "                    a shard); the same as shuffle=N,seed=S in the source\n"
+           "  --window-shards W with --shuffle on a map-style source stored in shards\n"
+           "                    (records, tfrecord, wds, mds, tokens): the shards in a new\n"
+           "                    random order each epoch, the samples shuffled within each\n"
+           "                    window of W consecutive shards of it (at most W shards read\n"
+           "                    at a time); a source of one file is one shard\n"
            "  --seed N          seed of every random choice (default 0)\n"
            "  --epochs N        epochs to run, 1..1000000 (default 1)\n"
            "  --drop-last       drop a last, partial batch\n"
@@ -161,7 +168,8 @@ int cmd_bench(int argc, char **argv)
         O_MEMORY,
         O_SHUFBUF,
         O_REPORT,
-        O_TRACE
+        O_TRACE,
+        O_WINDOW
     };
     static const struct option opts[] = {{"batch", required_argument, 0, O_BATCH},
                                          {"workers", required_argument, 0, O_WORKERS},
@@ -185,6 +193,7 @@ int cmd_bench(int argc, char **argv)
                                          {"shuffle-buffer", required_argument, 0, O_SHUFBUF},
                                          {"skip-report", required_argument, 0, O_REPORT},
                                          {"trace", required_argument, 0, O_TRACE},
+                                         {"window-shards", required_argument, 0, O_WINDOW},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     ferry_loader_opts o;
@@ -200,6 +209,7 @@ int cmd_bench(int argc, char **argv)
     const char *report_path = NULL;
     skip_report report = {NULL, PTHREAD_MUTEX_INITIALIZER};
     bool source_shuffles = false;
+    uint64_t window = 0, nshards = 0; /* --window-shards, and the source's shards */
 
     optind = 1;
     int c;
@@ -298,6 +308,10 @@ int cmd_bench(int argc, char **argv)
         case O_TRACE:
             o.trace = optarg;
             break;
+        case O_WINDOW:
+            if (!cli_u64("--window-shards", optarg, 1, UINT32_MAX, &window))
+                return EXIT_USAGE;
+            break;
         case O_SHUFBUF:
             if (!cli_u64("--shuffle-buffer", optarg, 1, 1u << 24, &shuffle_buffer))
                 return EXIT_USAGE;
@@ -394,11 +408,33 @@ int cmd_bench(int argc, char **argv)
                            "and --shuffle alone gives it a random order");
         goto done;
     }
+    if (window && !o.shuffle) {
+        status = cli_error(EXIT_USAGE, "bench: --window-shards needs --shuffle");
+        goto done;
+    }
+    if (window && stream) {
+        status = cli_error(EXIT_USAGE,
+                           "bench: --window-shards is for map-style sources; a stream reads its "
+                           "files in a new random order each epoch already (CSV parts: in name "
+                           "order), and --shuffle mixes its samples through a shuffle buffer "
+                           "(--shuffle-buffer N)");
+        goto done;
+    }
     if (stream && !o.stream_shards)
         o.stream_shards = STREAM_SHARDS; /* fixed, so the batches do not depend on --workers */
     o.rank = rank;
     o.world_size = world;
-    if (world > 1 && ds) {
+    if (window) {
+        const uint64_t *bounds;
+        nshards = ferry_dataset_shards(ds, &bounds);
+        if ((rc = ferry_sampler_window(&sampler, bounds, nshards, window, o.seed)) < 0 ||
+            (rc = ferry_sampler_split(sampler, rank, world, o.drop_last)) < 0) {
+            status = cli_error(EXIT_USAGE, "%s", ferry_last_errmsg());
+            goto done;
+        }
+        o.sampler = sampler;
+        o.shuffle = 0;
+    } else if (world > 1 && ds) {
         ferry_distributed_opts d = {
             ferry_dataset_len(ds), rank, world, o.shuffle, o.seed, o.drop_last};
         if ((rc = ferry_sampler_distributed(&sampler, &d)) < 0) {
@@ -505,9 +541,13 @@ int cmd_bench(int argc, char **argv)
         }
         printf("]");
         printf(", \"order\": \"%s\", \"shuffle_buffer\": %llu",
-               stream ? (shuffle_buffer ? "shuffle_buffer" : "stream")
-                      : (o.shuffle ? "shuffled" : "sequential"),
+               stream   ? (shuffle_buffer ? "shuffle_buffer" : "stream")
+               : window ? "shard_window"
+                        : (o.shuffle ? "shuffled" : "sequential"),
                (unsigned long long)shuffle_buffer);
+        if (window)
+            printf(", \"window_shards\": %llu, \"shards\": %llu", (unsigned long long)window,
+                   (unsigned long long)nshards);
         if (digest)
             printf(", \"digest\": \"%016llx\"", (unsigned long long)h);
         if (status) {
@@ -518,7 +558,10 @@ int cmd_bench(int argc, char **argv)
     } else {
         printf("source      %s\n", spec);
         char order[160];
-        if (!stream)
+        if (window)
+            snprintf(order, sizeof order, "shuffled in windows of %llu of %llu shards",
+                     (unsigned long long)window, (unsigned long long)nshards);
+        else if (!stream)
             snprintf(order, sizeof order, "%s order", o.shuffle ? "shuffled" : "sequential");
         else if (shuffle_buffer)
             snprintf(order, sizeof order,

@@ -52,6 +52,20 @@ FERRY_API int ferry_dataset_nfields(const ferry_dataset *ds);
 FERRY_API const ferry_field *ferry_dataset_field(const ferry_dataset *ds, int i);
 /* The index of the field of that name, or -1. */
 FERRY_API int ferry_dataset_find_field(const ferry_dataset *ds, const char *name);
+/* The dataset's shards: the units its samples are stored in (files: record
+ * shards, TFRecord files, WebDataset tars, MDS shards, token shards), in index
+ * order. Returns their number and sets *bounds to nshards + 1 nondecreasing
+ * indices: shard k holds [bounds[k], bounds[k + 1]), bounds[0] = 0, and
+ * bounds[nshards] = the length (a shard may be empty). A dataset that does not
+ * say (one file, an LMDB environment, a folder, a user's vtable that did not
+ * call ferry_dataset_set_shards) is one shard. What ferry_sampler_window groups
+ * by. Borrowed, valid for the dataset's life. */
+FERRY_API uint64_t ferry_dataset_shards(const ferry_dataset *ds, const uint64_t **bounds);
+/* Declares the dataset's shards (bounds as above, copied): for a dataset made with
+ * ferry_dataset_create over sharded data, and for one that wraps another (it
+ * passes the inner's on). FERRY_EINVAL for bounds that do not go from 0 up to the
+ * length, naming the shard; FERRY_ENOMEM. */
+FERRY_API int ferry_dataset_set_shards(ferry_dataset *ds, const uint64_t *bounds, uint64_t nshards);
 /* Reads one sample (bounds-checked: FERRY_ERANGE past the end). */
 FERRY_API int ferry_dataset_get(ferry_dataset *ds, uint64_t index, ferry_sample *out,
                                 ferry_ctx *ctx);
@@ -192,9 +206,10 @@ FERRY_API int ferry_dataset_synthetic(ferry_dataset **out, const ferry_synthetic
  * files, tf.train.Example fields) and "wds:PATH|DIR|GLOB[,fields=jpg;cls][,stream=1]"
  * (ferry/wds.h: WebDataset tar shards), map-style over uncompressed files and streams
  * over gzipped ones. Also "npy:PATH" / "npy:x=a.npy;y=b.npz/m[,inflate_max=N]"
- * (ferry/npy.h), "tokens:GLOB[,seq=T][,dtype=u16|u32][,raw=1][,out=i32|i64][,order=llmc,batch=B
- * [,rank=R,world=W]]" (ferry/tokens.h) and "mds:DIR[,zstd_max=N][,cache=DIR]"
- * (ferry/mds.h). Unknown kinds and keys are FERRY_EINVAL naming them. */
+ * (ferry/npy.h), "tokens:GLOB[,seq=T][,stride=S][,offset=0|random][,dtype=u16|u32][,raw=1]
+ * [,out=i32|i64][,order=llmc,batch=B[,rank=R,world=W]]" (ferry/tokens.h) and
+ * "mds:DIR[,zstd_max=N][,cache=DIR]" (ferry/mds.h). Unknown kinds and keys are FERRY_EINVAL naming
+ * them. */
 FERRY_API int ferry_dataset_open(ferry_dataset **out, const char *spec);
 
 /* Opens any described source: a map-style kind sets *ds, a stream kind (csv) sets

@@ -59,6 +59,49 @@ typedef struct ferry_distributed_opts {
 
 FERRY_API int ferry_sampler_distributed(ferry_sampler **out, const ferry_distributed_opts *o);
 
+/* The given indices in the given order, the same every epoch (copied; the caller
+ * keeps its array): a curriculum, length buckets, a fixed evaluation subset. The
+ * order is the caller's; what ferry adds is the rest: batches of the same bytes
+ * for any number of workers, a resume at any batch (ferry/loader.h), and a rank
+ * split (ferry_sampler_split). Indices may repeat; each must be below the
+ * dataset's length (the loader says which is not). */
+FERRY_API int ferry_sampler_fixed(ferry_sampler **out, const uint64_t *indices, uint64_t count);
+
+/* A shuffle for data stored in shards (files, possibly remote): the shards in a
+ * random order each epoch, cut into windows of `window` consecutive shards of
+ * that order, and the samples of each window in a random order of their own;
+ * the windows one after another. So window j's run of positions (as many as its
+ * shards' samples) holds exactly the samples of its `window` shards, each once: a
+ * reader that follows the order needs at most `window` shards at a time (a batch that
+ * straddles two windows, 2 x window), and each shard's samples are read within
+ * one window's span, not across the epoch. window >= the number of shards is a
+ * full shuffle; window 1 reads each shard whole (its samples shuffled) before the
+ * next.
+ *
+ * bounds: nshards + 1 nondecreasing indices from 0; shard k holds the indices
+ * [bounds[k], bounds[k + 1]) (copied; ferry_dataset_shards gives a dataset's).
+ * Both orders are keyed bijections of (seed, epoch): O(nshards) memory, O(log
+ * nshards) per position, any position reached directly (a resume seeks). The
+ * order is a function of (bounds, window, seed, epoch) alone: the same for any
+ * number of workers, and with ferry_sampler_split the union of the ranks' t-th
+ * batches is the same for any number of ranks. FERRY_EINVAL for no shards,
+ * window 0 or bounds that do not start at 0 or go down, naming the shard. */
+FERRY_API int ferry_sampler_window(ferry_sampler **out, const uint64_t *bounds, uint64_t nshards,
+                                   uint64_t window, uint64_t seed);
+
+/* Splits any sampler's order among world_size ranks, as DistributedSampler does:
+ * rank r takes positions r, r + world_size, r + 2*world_size, ... of the order;
+ * without drop_last the order is padded by wrapping around to a multiple of
+ * world_size (every rank gets ceil(len / world_size) positions), with drop_last
+ * the tail is dropped (floor). So with batch size B on each rank, the ranks' t-th
+ * batches together are positions [t*B*world_size, (t+1)*B*world_size) of the
+ * whole order: the same global batches for any number of ranks. rank /
+ * world_size < 0 mean "from the environment" (ferry_dist_from_env); world_size 1
+ * undoes a split. Call it before the sampler is given to a loader.
+ * ferry_sampler_distributed is a random (or sequential) sampler split this way. */
+FERRY_API int ferry_sampler_split(ferry_sampler *s, int64_t rank, int64_t world_size,
+                                  int drop_last);
+
 /* Reads the rank and world size a launcher set: RANK / WORLD_SIZE (torchrun),
  * OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_SIZE (Open MPI), SLURM_PROCID /
  * SLURM_NTASKS (Slurm), in that order of preference. With none set: rank 0 of 1.
@@ -82,7 +125,8 @@ FERRY_API uint64_t ferry_sampler_at(const ferry_sampler *s, uint64_t pos);
 FERRY_API int ferry_sampler_fill(const ferry_sampler *s, uint64_t pos, uint64_t count,
                                  uint64_t *out);
 
-/* A name for messages: "sequential", "random", "subset", "weighted", "distributed". */
+/* A name for messages: "sequential", "random", "subset", "weighted", "distributed",
+ * "fixed", "window". */
 FERRY_API const char *ferry_sampler_kind(const ferry_sampler *s);
 
 /* ---- Batch sampling ---- batches are consecutive runs of sampler positions. */

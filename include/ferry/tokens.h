@@ -14,7 +14,10 @@
  * "target" = tokens [wT + 1, wT + T + 1) (both [T], the shard's dtype).
  * Consecutive windows share one token, so a shard of N tokens holds (N - 1) / T
  * windows; the last (N - 1) % T tokens of each shard are in none
- * (ferry_tokens_dropped says how many in all).
+ * (ferry_tokens_dropped says how many in all). So an epoch sees (N - 1) / T
+ * contexts of a shard, always the same ones; `stride` (windows every S tokens,
+ * down to 1: every offset, as nanoGPT's get_batch samples) and `random_offset`
+ * (a new offset each epoch, keyed by seed and epoch) widen that (below).
  *
  * The dataset is map-style over every window of every shard (shards in sorted
  * path order), so any sampler can order it and a distributed sampler gives ranks
@@ -62,6 +65,20 @@ typedef struct ferry_tokens_opts {
      * train.bin), of dtype (0 means uint16); a size that is not a whole number of
      * tokens is FERRY_ECORRUPT */
     int raw;
+    /* Order ALL only. Windows start every `stride` tokens (0 = seq: side by
+     * side, as llm.c cuts them; 1 = at every token, the contexts nanoGPT's
+     * get_batch draws from; between: overlapping; over seq + 1: gaps). A
+     * shard of N tokens then holds (N - seq - 1) / stride + 1 windows. */
+    uint64_t stride;
+    /* Order ALL only. Nonzero: each epoch, each shard's windows start at a
+     * random offset in [0, stride) (then every stride tokens): keyed by (the
+     * loader's seed, the epoch, the shard), so the same for any number of
+     * workers and ranks and again on a resume, and a new one each epoch, so
+     * that over epochs windows start at every token. A shard then holds
+     * (N - seq - stride) / stride + 1 windows, so that every offset fits the
+     * same number. Outside a loader (no seed, no epoch) the offset is that of
+     * seed 0, epoch 0. */
+    int random_offset;
 } ferry_tokens_opts;
 
 /* Opens every shard the pattern matches (sorted by path; no match is

@@ -35,7 +35,7 @@ __all__ = [
     "DataLoader", "Batch", "TupleBatch", "Dataset", "Field", "open", "index", "pack", "save", "load",
     "load_metadata", "tokens",
     "Sampler", "SequentialSampler", "RandomSampler", "SubsetRandomSampler",
-    "WeightedRandomSampler", "DistributedSampler",
+    "WeightedRandomSampler", "DistributedSampler", "FixedSampler", "ShardWindowSampler",
     "Error", "InvalidError", "OutOfMemoryError", "IOFailure", "CorruptError", "TimeoutError",
     "CancelledError", "RangeError", "NotSupportedError", "NotFoundError", "BudgetError",
     "StateError", "DatasetError", "TooLargeError", "StaleError",
@@ -437,6 +437,14 @@ class Dataset:
     def is_stream(self):
         """True for a stream source (csv:): no length, no random access."""
         return self._src.is_stream
+
+    @property
+    def shards(self):
+        """Where the files the samples are stored in begin and end, in index
+        order: ``[0, end of shard 0, ..., len]`` (record shards, TFRecord files,
+        WebDataset tars, MDS shards, token shards; ``[0, len]`` for a source of
+        one file); what ``ShardWindowSampler`` groups by. None for a stream."""
+        return self._src.shards()
 
     def __len__(self):
         return len(self._src)
@@ -897,6 +905,183 @@ class DistributedSampler(Sampler):
             self.num_replicas, self.rank, self.shuffle, self.seed, self.drop_last)
 
 
+def _replicas(num_replicas, rank):
+    """(num_replicas, rank), checked; None means 1 and 0."""
+    num_replicas = 1 if num_replicas is None else num_replicas
+    rank = 0 if rank is None else rank
+    for what, v in (("num_replicas", num_replicas), ("rank", rank)):
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise TypeError("%s must be an int, got %r" % (what, v))
+    if not 1 <= num_replicas <= 1 << 31:
+        raise ValueError("num_replicas must be in [1, 2**31], got %d" % num_replicas)
+    if not 0 <= rank < num_replicas:
+        raise ValueError("rank must be in [0, %d), got %d" % (num_replicas, rank))
+    return num_replicas, rank
+
+
+def _index_list(indices, what):
+    """A sequence or iterable of sample indices as a list of ints >= 0."""
+    if hasattr(indices, "tolist"):
+        indices = indices.tolist()  # a NumPy array or a torch tensor
+    out = []
+    for i in indices:
+        if hasattr(i, "__index__") and not isinstance(i, bool):
+            i = i.__index__()
+        else:
+            raise TypeError("%s: index %r is not an int" % (what, i))
+        if i < 0:
+            raise ValueError("%s: index %d is negative" % (what, i))
+        out.append(i)
+    return out
+
+
+class FixedSampler(Sampler):
+    """The given indices in the given order, the same every epoch: a curriculum,
+    length buckets, a fixed evaluation subset. The order is yours; ferry keeps the
+    rest: the same batches for any number of workers, ``state_dict()`` resumes at
+    the next batch, and ``num_replicas`` > 1 (default: one rank, no split; not
+    read from the launcher) splits the order among ranks as
+    DistributedSampler does (rank r takes positions r, r + num_replicas, ...;
+    padded by wrapping around unless ``drop_last``), so the ranks' t-th batches
+    together are the t-th ``batch_size * num_replicas`` positions whatever the
+    number of ranks. Indices may repeat; each must be below the dataset's
+    length. ``sampler=[...]`` (any sequence of ints) is this with one rank."""
+
+    def __init__(self, indices, num_replicas=None, rank=None, drop_last=False):
+        super().__init__(None)
+        self.indices = _index_list(indices, "FixedSampler")
+        self.num_replicas, self.rank = _replicas(num_replicas, rank)
+        self.drop_last = _bool(drop_last, "drop_last")
+
+    def _bind(self, n, seed):
+        for k, i in enumerate(self.indices):
+            if i >= n:
+                raise ValueError("%s: index %d (position %d) is outside a dataset of %d samples"
+                                 % (type(self).__name__, i, k, n))
+        self._c = self._make(n, seed)
+        self._c.set_epoch(self._epoch)
+        return self._c
+
+    def _handle(self):
+        if self._c is None:
+            self._c = self._make(0, 0)
+            self._c.set_epoch(self._epoch)
+        return self._c
+
+    def _make(self, n, seed):
+        return _ferry.sampler("fixed", indices=self.indices, rank=self.rank,
+                              world_size=self.num_replicas, drop_last=self.drop_last)
+
+    def _describe(self):
+        import hashlib
+        h = hashlib.sha256(repr(self.indices).encode()).hexdigest()[:16]
+        return "FixedSampler(%d indices %s, num_replicas=%d, rank=%d, drop_last=%r)" % (
+            len(self.indices), h, self.num_replicas, self.rank, self.drop_last)
+
+
+class ShardWindowSampler(Sampler):
+    """A shuffle for data stored in shards (record shards, TFRecord files,
+    WebDataset tars, MDS shards, token shards; local or fetched): each epoch the
+    shards in a random order, cut into windows of ``window_shards`` consecutive
+    shards, and the samples of each window shuffled among themselves; the
+    windows one after another. A reader following it needs at most
+    ``window_shards`` shards at a time, and reads each shard within one
+    window's span of the epoch. The order is a function of (seed, epoch): the
+    same for any number of workers, and ``num_replicas`` > 1 (default: one
+    rank) splits it among ranks as DistributedSampler does (the ranks' t-th batches together are the
+    same samples for any number of ranks). ``seed`` defaults to the loader's.
+    The shards are the source's (``ferry.Dataset.shards``; a source of one file,
+    and a Python dataset, is one shard, except a torch ``ConcatDataset``, whose
+    datasets are its shards), or ``shards=``: the bounds, ``[0, end of shard 0,
+    ..., len]``. ``DataLoader(source, shuffle=True, window_shards=W)`` is this
+    with one rank."""
+
+    def __init__(self, window_shards, num_replicas=None, rank=None, seed=None, drop_last=False,
+                 *, shards=None):
+        super().__init__(None)
+        if not isinstance(window_shards, int) or isinstance(window_shards, bool) \
+                or not 1 <= window_shards < 1 << 32:
+            raise ValueError("window_shards must be an int in [1, 2**32), got %r"
+                             % (window_shards,))
+        _check_seed(seed)
+        self.window_shards, self.seed = window_shards, seed
+        self.num_replicas, self.rank = _replicas(num_replicas, rank)
+        self.drop_last = _bool(drop_last, "drop_last")
+        self.shards = None if shards is None else _index_list(shards, "shards")
+        if self.shards is not None:
+            if len(self.shards) < 2 or self.shards[0] != 0:
+                raise ValueError("shards must be the shards' bounds, [0, end of shard 0, ..., "
+                                 "len], got %r" % (self.shards[:8],))
+            self._n = self.shards[-1]  # iterable on its own, as the others given a length
+
+    def _bind_source(self, bounds):
+        """The loader's source's bounds, where shards= did not give them."""
+        if self.shards is None:
+            self._bounds = bounds
+
+    _bounds = None
+
+    def _make(self, n, seed):
+        bounds = self.shards if self.shards is not None else self._bounds or [0, n]
+        if bounds[-1] != n:
+            raise ValueError("ShardWindowSampler: the shards end at %d, the dataset has %d "
+                             "samples" % (bounds[-1], n))
+        return _ferry.sampler("window", bounds=bounds, window=self.window_shards,
+                              seed=self.seed if self.seed is not None else seed, rank=self.rank,
+                              world_size=self.num_replicas, drop_last=self.drop_last)
+
+    def _describe(self):
+        return "ShardWindowSampler(window_shards=%d, num_replicas=%d, rank=%d, seed=%r, " \
+            "drop_last=%r)" % (self.window_shards, self.num_replicas, self.rank, self.seed,
+                               self.drop_last)
+
+
+class _UserOrder(FixedSampler):
+    """A PyTorch sampler, batch sampler or any iterable of indices given to
+    DataLoader: iterated again each epoch, as PyTorch does, into a fixed order
+    (and, for a batch sampler, its batch size)."""
+
+    def __init__(self, obj, batches):
+        Sampler.__init__(self, None)
+        self.obj, self.batches = obj, batches
+        self.indices, self.batch_size = [], None
+        self.num_replicas, self.rank, self.drop_last = 1, 0, False
+
+    def _draw(self):
+        """The next epoch's order: (indices, batch size or None)."""
+        what = "batch_sampler" if self.batches else "sampler"
+        if not self.batches:
+            return _index_list(iter(self.obj), what), None
+        flat, sizes = [], []
+        for k, b in enumerate(self.obj):
+            b = _index_list(b, "%s, batch %d" % (what, k))
+            if not b:
+                raise ValueError("batch_sampler: batch %d is empty" % k)
+            if sizes and (len(b) > sizes[0] or sizes[-1] != sizes[0]):
+                bad = k if len(b) > sizes[0] else k - 1
+                raise ValueError("batch_sampler: batch %d has %d samples, batch 0 has %d: "
+                                 "ferry's batches are runs of one batch size (only the last may "
+                                 "be shorter); give batches of one size"
+                                 % (bad, len(b) if bad == k else sizes[-1], sizes[0]))
+            sizes.append(len(b))
+            flat.extend(b)
+        return flat, sizes[0] if sizes else 1
+
+    def _describe(self):
+        t = type(self.obj)
+        try:
+            n = "len=%d" % len(self.obj)
+        except TypeError:
+            n = "no len"
+        return "%s %s.%s(%s)" % ("batch_sampler" if self.batches else "sampler", t.__module__,
+                                 t.__qualname__, n)
+
+
+def _order_hash(indices):
+    import hashlib
+    return hashlib.sha256(repr(indices).encode()).hexdigest()[:16]
+
+
 # ---- DataLoader -------------------------------------------------------------
 
 # PyTorch DataLoader options ferry does not have: the value that means "not
@@ -905,8 +1090,6 @@ _TORCH_ONLY = {
     "collate_fn": (None, "ferry builds batches in C straight into pooled memory; samples are "
                          "stacked per field. Reshape per sample in the dataset's __getitem__ "
                          "or in transform=, per batch in the training loop"),
-    "batch_sampler": (None, "ferry batches consecutive positions of sampler= with batch_size= "
-                            "(and drop_last=); give the order as a sampler"),
     "multiprocessing_context": (None, "ferry's workers are threads in this process, not "
                                       "processes: nothing is pickled"),
     "generator": (None, "ferry's orders are keyed by seed and epoch, the same for any worker "
@@ -994,7 +1177,19 @@ class DataLoader:
     - ``shuffle`` (default False): a random order each epoch (without
       ``sampler``). Streams (``csv:``) have no random access and refuse it.
     - ``sampler``: a ``ferry`` sampler (``RandomSampler``,
-      ``DistributedSampler``, ...); exclusive with ``shuffle``.
+      ``DistributedSampler``, ``FixedSampler``, ``ShardWindowSampler``, ...), or
+      as PyTorch takes it: a list of indices (the order of every epoch), a torch
+      ``Sampler`` or any iterable of indices (iterated each epoch; the order is
+      then yours, and a resume checks that it comes again: docs/python.md);
+      exclusive with ``shuffle``.
+    - ``batch_sampler``: a torch ``BatchSampler`` or any iterable of lists of
+      indices, iterated each epoch; its batches must be of one size but the
+      last. Exclusive with ``batch_size``, ``shuffle``, ``sampler`` and
+      ``drop_last``.
+    - ``window_shards``: with ``shuffle=True`` on a source stored in shards
+      (records, TFRecord, WebDataset, MDS, tokens): each epoch the shards in a
+      random order, the samples shuffled within each window of that many
+      consecutive shards (``ferry.ShardWindowSampler``).
     - ``num_workers`` (default 0): worker threads; 0 does the work in the
       iterating thread.
     - ``drop_last`` (default False): drop a last, partial batch.
@@ -1060,6 +1255,8 @@ class DataLoader:
         self.device = _device(kwargs.pop("device", None))
         self.device_buffers = _int(kwargs.pop("device_buffers", 0) or 0, "device_buffers", 0,
                                    65536)
+        batch_sampler = kwargs.pop("batch_sampler", None)
+        window_shards = kwargs.pop("window_shards", None)
         self.trace = kwargs.pop("trace", None)
         if self.trace is not None:
             self.trace = _os.fspath(self.trace)
@@ -1115,14 +1312,11 @@ class DataLoader:
             raise ValueError("device=%r delivers torch tensors on the device: output=%r cannot "
                              "hold them" % (self.device, output))
         self.output = output
-        if sampler is not None and not isinstance(sampler, Sampler):
-            raise TypeError("sampler must be a ferry sampler (ferry.RandomSampler, "
-                            "ferry.DistributedSampler, ...), got %s; a custom order can be "
-                            "given as ferry.SubsetRandomSampler or by ordering the dataset"
-                            % type(sampler).__name__)
         if sampler is not None and self.shuffle:
             raise ValueError("sampler option is mutually exclusive with shuffle")
         self.sampler = sampler
+        self.batch_sampler = batch_sampler
+        self._sampler = self._order(sampler, batch_sampler, window_shards)
         if output == "torch":
             try:
                 _torch_module()
@@ -1136,21 +1330,94 @@ class DataLoader:
         self.source = source
         self._tuple = kind != _KEYED
         self._stream = self._src.is_stream
-        if self._stream and (self.shuffle or sampler is not None):
+        if self._stream and window_shards is not None:
+            raise ValueError(
+                "%s is a stream: window_shards= is for map-style sources; a stream reads its "
+                "files in a new random order each epoch already (CSV parts: in name order), and "
+                "its samples are mixed by a shuffle buffer in the source (shuffle=N)"
+                % (self._ident,))
+        if self._stream and (self.shuffle or self._sampler is not None):
             raise ValueError(
                 "%s is a stream: it has no random access, so shuffle= and sampler= cannot order "
                 "it. Pack it (ferry.pack) and load the records, or shuffle in the source" %
                 (self._ident,))
         self._csampler = None
-        if sampler is not None:
-            self._csampler = sampler._bind(len(self._src), self.seed)
+        if isinstance(self._sampler, ShardWindowSampler):
+            bounds = self._src.shards()
+            ends = getattr(source, "cumulative_sizes", None)  # a torch ConcatDataset
+            if len(bounds) == 2 and isinstance(ends, list) and ends and ends[-1] == bounds[-1]:
+                bounds = [0] + [int(e) for e in ends]
+            self._sampler._bind_source(bounds)
+        if self._sampler is not None:
+            self._csampler = self._sampler._bind(len(self._src), self.seed)
         self._loader = None
+        self._placeholder = isinstance(self._sampler, _UserOrder)
         self._lock = _threading.Lock()
         self._epoch = 0          # the epoch the next `for` runs
         self._first = 0          # ... from this batch (a resumed state)
         self._epoch_given = False
-        self._make_loader()
+        if self._placeholder:
+            self._make_placeholder()
+        else:
+            self._make_loader()
         _live_loaders.add(self)
+
+    def _order(self, sampler, batch_sampler, window_shards):
+        """The ferry sampler behind sampler=, batch_sampler= or window_shards=
+        (None: the loader's own order, shuffle= deciding)."""
+        if batch_sampler is not None:
+            if self.batch_size != 1 or self.shuffle or sampler is not None or self.drop_last:
+                raise ValueError("batch_sampler option is mutually exclusive with batch_size, "
+                                 "shuffle, sampler, and drop_last")
+            if not hasattr(batch_sampler, "__iter__"):
+                raise TypeError("batch_sampler must be an iterable of lists of indices, got %s"
+                                % type(batch_sampler).__name__)
+            return _UserOrder(batch_sampler, True)
+        if window_shards is not None:
+            if not self.shuffle or sampler is not None:
+                raise ValueError("window_shards= is a shuffle: it goes with shuffle=True and no "
+                                 "sampler= (or give sampler=ferry.ShardWindowSampler(W, ...))")
+            return ShardWindowSampler(window_shards)
+        if sampler is None or isinstance(sampler, Sampler):
+            return sampler
+        if isinstance(sampler, (str, bytes)) or not hasattr(sampler, "__iter__"):
+            raise TypeError("sampler must be a ferry sampler, a torch Sampler or an iterable of "
+                            "indices, got %s" % type(sampler).__name__)
+        if isinstance(sampler, (list, tuple, range)) or (
+                hasattr(sampler, "tolist") and hasattr(sampler, "shape")):
+            return FixedSampler(sampler)  # a sequence: the same order every epoch
+        return _UserOrder(sampler, False)
+
+    def _make_placeholder(self):
+        """The loader until a user's sampler is first iterated (by the first
+        `for`, as PyTorch does): no order yet, so no workers (worker_init_fn runs
+        once, with the real loader), no pinned or device memory, no trace."""
+        saved = (self.num_workers, self.worker_init_fn, self.pin_memory, self.device, self.trace)
+        self.num_workers, self.worker_init_fn, self.pin_memory = 0, None, False
+        self.device = self.trace = None
+        try:
+            self._make_loader()
+        finally:
+            (self.num_workers, self.worker_init_fn, self.pin_memory, self.device,
+             self.trace) = saved
+
+    def _next_order(self):
+        """Iterates a user's sampler (or batch sampler) for the epoch about to
+        run, as PyTorch does each epoch; the loader is made again when the order
+        or the batch size changed. True when it was."""
+        indices, size = self._sampler._draw()
+        if indices == self._sampler.indices and (size is None or size == self.batch_size) \
+                and not self._placeholder and self._loader is not None:
+            return False
+        self._placeholder = False
+        self._sampler.indices = indices
+        if size is not None:
+            self.batch_size = size
+        self._csampler = self._sampler._bind(len(self._src), self.seed)
+        if self._loader is not None:
+            self._loader.close()
+        self._make_loader()
+        return True
 
     # -- the C loader --
 
@@ -1192,6 +1459,11 @@ class DataLoader:
         if self._stream:
             raise TypeError("a stream source has no length: its batches are counted as they come")
         self._check_open()
+        if isinstance(self._sampler, _UserOrder) and not self._started_once:
+            # not iterated yet (as PyTorch, each epoch iterates it): its length says
+            n = len(self._sampler.obj)
+            return n if self._sampler.batches else (
+                n // self.batch_size if self.drop_last else -(-n // self.batch_size))
         return len(self._loader)
 
     def _check_open(self):
@@ -1204,23 +1476,34 @@ class DataLoader:
         if not isinstance(epoch, int) or isinstance(epoch, bool) or not 0 <= epoch < 1 << 64:
             raise ValueError("epoch must be an int in [0, 2**64), got %r" % (epoch,))
         self._epoch, self._first, self._epoch_given = epoch, 0, True
-        if self.sampler is not None:
-            self.sampler._epoch, self.sampler._epoch_set = epoch, False
+        if self._sampler is not None:
+            self._sampler._epoch, self._sampler._epoch_set = epoch, False
 
     def __iter__(self):
         self._check_open()
-        if self.sampler is not None and self.sampler._epoch_set:
+        if self._sampler is not None and self._sampler._epoch_set:
             # sampler.set_epoch(e), as DistributedSampler users call it, picks the epoch
             if not self._epoch_given and not self._resume:
-                self._epoch, self._first, self._epoch_given = self.sampler._epoch, 0, True
-            self.sampler._epoch_set = False
+                self._epoch, self._first, self._epoch_given = self._sampler._epoch, 0, True
+            self._sampler._epoch_set = False
         if not (self._resume or self._epoch_given) and self._first:
             # the last `for` stopped early (break, an error, Ctrl-C): this one is the
             # next epoch, as with PyTorch; a state_dict() taken before resumes mid-epoch
             self._epoch, self._first = self._epoch + 1, 0
-        self._resume = self._epoch_given = False
+        resumed, self._resume = self._resume, False
+        self._epoch_given = False
         self._gen += 1
-        if not self.persistent_workers and self._started_once:
+        remade = isinstance(self._sampler, _UserOrder) and self._next_order()
+        if resumed and self._order_saved is not None and isinstance(self._sampler, _UserOrder):
+            saved, self._order_saved = self._order_saved, None
+            if _order_hash((self.batch_size, self._sampler.indices)) != saved:
+                self._first = 0
+                raise InvalidError(
+                    "state: the sampler gave epoch %d another order than the run that saved the "
+                    "state, so the batches after the saved one are not the ones it would have "
+                    "had: a resume needs a sampler that gives the same order again (seed it, "
+                    "e.g. by its set_epoch, or give a list)" % self._epoch)
+        if not self.persistent_workers and self._started_once and not remade:
             self._loader.close()
             self._make_loader()
         self._started_once = True
@@ -1238,6 +1521,7 @@ class DataLoader:
         return _Iter(self, epoch)
 
     _started_once = False
+    _order_saved = None
     _stream_state = None
     _resume = False
     _gen = 0
@@ -1267,11 +1551,14 @@ class DataLoader:
             "batch_size": self.batch_size,
             "drop_last": self.drop_last,
             "shuffle": self.shuffle,
-            "sampler": None if self.sampler is None else self.sampler._describe(),
+            "sampler": None if self._sampler is None else self._sampler._describe(),
             "seed": self.seed,
             "epoch": self._epoch,
             "batches": self._first,
         }
+        if isinstance(self._sampler, _UserOrder) and self._first:
+            # the epoch's order is the user's sampler's: a resume checks it gets it again
+            state["order"] = _order_hash((self.batch_size, self._sampler.indices))
         if self._first and not self.in_order:
             raise NotSupportedError("state_dict() mid-epoch needs in_order=True: batches handed "
                                     "out in completion order are not a prefix of the epoch")
@@ -1295,6 +1582,8 @@ class DataLoader:
                              % (state.get("ferry_state"),))
         mine = self.state_dict()
         for k in ("source", "length", "batch_size", "drop_last", "shuffle", "sampler"):
+            if k == "batch_size" and getattr(self._sampler, "batches", False):
+                continue  # a batch sampler's: checked with its order, when it is drawn
             if k not in state:
                 raise ValueError("state has no %r" % k)
             if state[k] != mine[k]:
@@ -1316,8 +1605,8 @@ class DataLoader:
         if state["seed"] != self.seed:
             # the order and every random choice depend on the seed: take the state's
             self.seed = state["seed"]
-            if self.sampler is not None:
-                self._csampler = self.sampler._bind(len(self._src), self.seed)
+            if self._sampler is not None:
+                self._csampler = self._sampler._bind(len(self._src), self.seed)
             if self._loader is not None:
                 self._loader.close()
             self._make_loader()
@@ -1334,6 +1623,7 @@ class DataLoader:
             blob = blob if state["batches"] else None
         self._epoch, self._first, self._resume = state["epoch"], state["batches"], True
         self._stream_state = blob
+        self._order_saved = state.get("order") if state["batches"] else None
 
     def close(self):
         """Stops the workers and frees the loader. Tensors of earlier batches stay

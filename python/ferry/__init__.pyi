@@ -56,6 +56,8 @@ class Dataset:
     def fields(self) -> list[Field]: ...
     @property
     def is_stream(self) -> bool: ...
+    @property
+    def shards(self) -> list[int] | None: ...
     def __len__(self) -> int: ...
     def __getitem__(self, i: int) -> dict[str, Any]: ...
 
@@ -97,13 +99,24 @@ class DistributedSampler(Sampler):
                  rank: int | None = ..., shuffle: bool = ..., seed: int = ...,
                  drop_last: bool = ...) -> None: ...
 
+class FixedSampler(Sampler):
+    indices: list[int]
+    def __init__(self, indices: Iterable[int], num_replicas: int | None = ...,
+                 rank: int | None = ..., drop_last: bool = ...) -> None: ...
+
+class ShardWindowSampler(Sampler):
+    def __init__(self, window_shards: int, num_replicas: int | None = ...,
+                 rank: int | None = ..., seed: int | None = ..., drop_last: bool = ..., *,
+                 shards: Sequence[int] | None = ...) -> None: ...
+
 class DataLoader:
     batch_size: int
     num_workers: int
     seed: int
     pin_memory: bool
     def __init__(self, source: str | Dataset | Any, batch_size: int = ..., shuffle: bool | None = ...,
-                 sampler: Sampler | None = ..., num_workers: int = ..., drop_last: bool = ...,
+                 sampler: Sampler | Iterable[int] | None = ..., num_workers: int = ...,
+                 drop_last: bool = ...,
                  timeout: float = ..., worker_init_fn: Callable[[int], Any] | None = ...,
                  prefetch_factor: int | None = ..., persistent_workers: bool = ...,
                  seed: int | None = ..., in_order: bool = ...,
@@ -111,6 +124,8 @@ class DataLoader:
                  output: Literal["torch", "numpy"] = ..., *,
                  pin_memory: bool = ..., pin_memory_device: str = ...,
                  trace: str | PathLike[str] | None = ...,
+                 batch_sampler: Iterable[Sequence[int]] | None = ...,
+                 window_shards: int | None = ...,
                  fields: Mapping[str, FieldSpec] | Sequence[FieldSpec] | None = ...,
                  transform: Callable[[dict[str, Any]], Any] | None = ...,
                  **torch_options: Any) -> None: ...

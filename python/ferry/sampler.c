@@ -1,5 +1,6 @@
 /*
- * Sampler: a ferry sampler (sequential, random, subset, weighted, distributed)
+ * Sampler: a ferry sampler (sequential, random, subset, weighted, distributed,
+ * fixed, window; any of them split among ranks)
  * for a map-style Loader, and the launcher's rank and world size.
  */
 #include "_ferry.h"
@@ -135,17 +136,17 @@ static void *read_array(PyObject *seq, int as_double, uint64_t *n)
 
 PyObject *fpy_mod_sampler(PyObject *m, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"kind",        "n",       "seed",      "replacement",
-                             "num_samples", "indices", "weights",   "rank",
-                             "world_size",  "shuffle", "drop_last", NULL};
+    static char *kwlist[] = {"kind",      "n",       "seed",   "replacement", "num_samples",
+                             "indices",   "weights", "rank",   "world_size",  "shuffle",
+                             "drop_last", "bounds",  "window", NULL};
     const char *kind;
-    unsigned long long n = 0, seed = 0, num_samples = 0;
+    unsigned long long n = 0, seed = 0, num_samples = 0, window = 0;
     int replacement = 0, shuffle = 1, drop_last = 0;
     long long rank = -1, world = -1;
-    PyObject *indices = NULL, *weights = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|KKpKOOLLpp", kwlist, &kind, &n, &seed,
+    PyObject *indices = NULL, *weights = NULL, *bounds = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|KKpKOOLLppOK", kwlist, &kind, &n, &seed,
                                      &replacement, &num_samples, &indices, &weights, &rank, &world,
-                                     &shuffle, &drop_last))
+                                     &shuffle, &drop_last, &bounds, &window))
         return NULL;
     ferry_sampler *s = NULL;
     int rc;
@@ -167,6 +168,22 @@ PyObject *fpy_mod_sampler(PyObject *m, PyObject *args, PyObject *kw)
             return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_ValueError, "weights missing");
         rc = ferry_sampler_weighted(&s, w, k, num_samples, replacement, seed);
         free(w);
+    } else if (!strcmp(kind, "fixed")) {
+        uint64_t k = 0;
+        uint64_t *idx = indices ? read_array(indices, 0, &k) : NULL;
+        if (!idx)
+            return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_ValueError, "indices missing");
+        Py_BEGIN_ALLOW_THREADS
+        rc = ferry_sampler_fixed(&s, idx, k);
+        Py_END_ALLOW_THREADS
+        free(idx);
+    } else if (!strcmp(kind, "window")) {
+        uint64_t k = 0;
+        uint64_t *b = bounds ? read_array(bounds, 0, &k) : NULL;
+        if (!b)
+            return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_ValueError, "bounds missing");
+        rc = ferry_sampler_window(&s, b, k ? k - 1 : 0, window, seed);
+        free(b);
     } else if (!strcmp(kind, "distributed")) {
         ferry_distributed_opts o = {n, rank, world, shuffle, seed, drop_last};
         rc = ferry_sampler_distributed(&s, &o);
@@ -174,6 +191,10 @@ PyObject *fpy_mod_sampler(PyObject *m, PyObject *args, PyObject *kw)
         PyErr_Format(PyExc_ValueError, "unknown sampler kind \"%s\"", kind);
         return NULL;
     }
+    /* the other kinds split among ranks when asked to (world_size >= 1) */
+    if (rc == 0 && world >= 1 && strcmp(kind, "distributed") &&
+        (rc = ferry_sampler_split(s, rank < 0 ? 0 : rank, world, drop_last)) < 0)
+        ferry_sampler_free(s);
     return sampler_wrap(s, rc);
 }
 

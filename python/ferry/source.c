@@ -149,9 +149,31 @@ done:
     return r;
 }
 
+/* shards() -> the bounds of the dataset's shards (ferry_dataset_shards), or None
+ * for a stream */
+static PyObject *source_shards(PyObject *self, PyObject *unused)
+{
+    SourceObject *s = (SourceObject *)self;
+    if (!s->ds)
+        Py_RETURN_NONE;
+    const uint64_t *b;
+    uint64_t n = ferry_dataset_shards(s->ds, &b);
+    PyObject *l = PyList_New((Py_ssize_t)n + 1);
+    for (uint64_t k = 0; l && k <= n; k++) {
+        PyObject *x = PyLong_FromUnsignedLongLong(b[k]);
+        if (!x) {
+            Py_CLEAR(l);
+            break;
+        }
+        PyList_SetItem(l, (Py_ssize_t)k, x);
+    }
+    return l;
+}
+
 static PyMethodDef source_methods[] = {
     {"fields", source_fields, METH_NOARGS, "[(name, dtype, shape, variable), ...]"},
     {"read", source_read, METH_VARARGS, "read(i) -> [(bytes, length or None), ...]"},
+    {"shards", source_shards, METH_NOARGS, "shards() -> [bounds of the shards] or None"},
     {NULL}};
 
 static PyGetSetDef source_getset[] = {
@@ -277,5 +299,13 @@ PyObject *fpy_mod_transform_source(PyObject *m, PyObject *args)
             return NULL;
         }
     }
-    return pyds_source(p, &fpy_transform_vt);
+    PyObject *out = pyds_source(p, &fpy_transform_vt);
+    const uint64_t *bounds;
+    uint64_t nsh = ferry_dataset_shards(in->ds, &bounds);
+    int rc = out && nsh > 1 ? ferry_dataset_set_shards(((SourceObject *)out)->ds, bounds, nsh) : 0;
+    if (rc < 0) {
+        Py_DECREF(out);
+        return fpy_raise_last(rc);
+    }
+    return out; /* the inner's shards: a window sampler groups by them */
 }

@@ -247,9 +247,10 @@ def test_epochs_and_set_epoch():
     ({"pin_memory": True, "pin_memory_device": 0}, TypeError, "pin_memory_device"),
     ({"generator": object()}, ValueError, "seed="),
     ({"multiprocessing_context": "spawn"}, ValueError, "threads"),
-    ({"batch_sampler": [[0]]}, ValueError, "batch_sampler"),
+    ({"batch_sampler": [[0]], "batch_size": 4}, ValueError, "mutually exclusive"),
     ({"no_such_option": 1}, TypeError, "no_such_option"),
-    ({"sampler": [1, 2]}, TypeError, "sampler"),
+    ({"sampler": "0,1"}, TypeError, "sampler"),
+    ({"sampler": [1, -2]}, ValueError, "negative"),
     ({"sampler": ferry.SequentialSampler(), "shuffle": True}, ValueError, "exclusive"),
 ])
 def test_bad_arguments_name_the_parameter(kw, exc, word):

@@ -24,6 +24,7 @@ int ferry_dataset_create(ferry_dataset **out, const ferry_dataset_vtable *vt, vo
     ds->vt = vt;
     ds->self = self;
     ds->len = vt->len(self);
+    ds->whole[1] = ds->len;
     ds->nfields = nfields;
     memcpy(ds->fields, fields, (size_t)nfields * sizeof *fields);
     *out = ds;
@@ -40,6 +41,7 @@ void ferry_dataset_free(ferry_dataset *ds)
         return;
     if (ds->vt->destroy)
         ds->vt->destroy(ds->self);
+    ferry__free(ds->shard_bounds);
     ferry__free(ds);
 }
 
@@ -64,6 +66,70 @@ int ferry_dataset_find_field(const ferry_dataset *ds, const char *name)
         if (!strcmp(ds->fields[i].name, name))
             return i;
     return -1;
+}
+
+uint64_t ferry_dataset_shards(const ferry_dataset *ds, const uint64_t **bounds)
+{
+    if (ds->shard_bounds) {
+        *bounds = ds->shard_bounds;
+        return ds->nshards;
+    }
+    *bounds = ds->whole; /* {0, len}: one shard */
+    return 1;
+}
+
+int ferry_dataset_set_shards(ferry_dataset *ds, const uint64_t *bounds, uint64_t nshards)
+{
+    size_t bytes;
+    if (nshards == 0 || !bounds)
+        return ferry__err(FERRY_EINVAL, "dataset: at least one shard");
+    if (bounds[0] != 0 || bounds[nshards] != ds->len)
+        return ferry__err(FERRY_EINVAL,
+                          "dataset: shards cover [%llu, %llu), not the dataset's [0, %llu)",
+                          (unsigned long long)bounds[0], (unsigned long long)bounds[nshards],
+                          (unsigned long long)ds->len);
+    for (uint64_t k = 0; k < nshards; k++)
+        if (bounds[k + 1] < bounds[k])
+            return ferry__err(FERRY_EINVAL,
+                              "dataset: shard %llu ends at %llu, before it starts (%llu)",
+                              (unsigned long long)k, (unsigned long long)bounds[k + 1],
+                              (unsigned long long)bounds[k]);
+    if (nshards >= SIZE_MAX / sizeof *bounds ||
+        !ferry__mul_size((size_t)nshards + 1, sizeof *bounds, &bytes))
+        return ferry__err(FERRY_EOVERFLOW, "dataset: %llu shards overflow memory",
+                          (unsigned long long)nshards);
+    uint64_t *b = ferry__malloc(bytes);
+    if (!b)
+        return ferry__err(FERRY_ENOMEM, "dataset: out of memory for %llu shards",
+                          (unsigned long long)nshards);
+    memcpy(b, bounds, bytes);
+    ferry__free(ds->shard_bounds);
+    ds->shard_bounds = b;
+    ds->nshards = nshards;
+    return 0;
+}
+
+int ferry__dataset_shards_at(ferry_dataset **ds, int rc, const void *first, size_t stride,
+                             uint64_t nshards)
+{
+    uint64_t *b = NULL;
+    if (rc < 0 || nshards <= 1)
+        return rc;
+    if (nshards >= SIZE_MAX / sizeof *b || !(b = ferry__malloc((size_t)(nshards + 1) * sizeof *b)))
+        rc = ferry__err(FERRY_ENOMEM, "dataset: out of memory for %llu shards",
+                        (unsigned long long)nshards);
+    for (uint64_t k = 0; rc == 0 && k < nshards; k++)
+        memcpy(&b[k], (const char *)first + k * stride, sizeof *b);
+    if (rc == 0) {
+        b[nshards] = (*ds)->len;
+        rc = ferry_dataset_set_shards(*ds, b, nshards);
+    }
+    ferry__free(b);
+    if (rc < 0) {
+        ferry_dataset_free(*ds);
+        *ds = NULL;
+    }
+    return rc;
 }
 
 int ferry_dataset_get(ferry_dataset *ds, uint64_t index, ferry_sample *out, ferry_ctx *ctx)

@@ -22,6 +22,10 @@ struct ferry_dataset {
     /* "KIND:LOCATION" when opened from source text (ferry_source_open), else "":
      * for messages that have no file of their own (the loader's memory budget) */
     char source[256];
+    /* its shards (ferry_dataset_shards): bounds[nshards + 1], owned, or NULL for
+     * one shard (whole = {0, len}) */
+    uint64_t *shard_bounds, nshards;
+    uint64_t whole[2];
 };
 
 struct ferry_stream {
@@ -58,6 +62,13 @@ static inline int ferry__state_get_pos(ferry_state *r, ferry_pos *pos, size_t n)
 {
     return ferry__state_get_u64s(r, pos, n > SIZE_MAX / 4 ? SIZE_MAX / 4 : 4 * n);
 }
+
+/* Declares *ds's shards (ferry_dataset_set_shards) from their first indices, each
+ * `stride` bytes after the one before (a field of an array of structs); the last
+ * shard ends at the length. Given the rc of the ferry_dataset_create that made
+ * *ds: a failure of either frees *ds and is returned. */
+int ferry__dataset_shards_at(ferry_dataset **ds, int rc, const void *first, size_t stride,
+                             uint64_t nshards);
 
 /* The whole chain's position into w (a growing buffer reused from snapshot to
  * snapshot): 0, FERRY_ENOMEM, FERRY_ENOTSUP or the stream's error. And back:

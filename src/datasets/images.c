@@ -191,6 +191,12 @@ int ferry_dataset_images(ferry_dataset **out, ferry_dataset *inner, const char *
     if (rc < 0)
         return rc;
     ds->folder = inner->folder; /* the classes of the folder under it */
+    const uint64_t *bounds;
+    uint64_t nsh = ferry_dataset_shards(inner, &bounds);
+    if (nsh > 1 && (rc = ferry_dataset_set_shards(ds, bounds, nsh)) < 0) {
+        ferry_dataset_free(ds);
+        return rc;
+    }
     *out = ds;
     return 0;
 cleanup:

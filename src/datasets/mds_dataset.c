@@ -632,8 +632,11 @@ int ferry_dataset_mds(ferry_dataset **out, const ferry_mds_opts *o)
     for (size_t s = 0; s < d->ix.nshards; s++)
         bytes += d->sh[s].size;
     bool far = d->len && bytes / d->len >= FAR_HINT_MIN;
-    d->cache = NULL; /* the caller's string: not kept past open */
+    d->cache = NULL;         /* the caller's string: not kept past open */
+    const shard *sh = d->sh; /* the dataset owns d from here */
+    size_t nsh = d->ix.nshards;
     rc = ferry_dataset_create(out, &mds_vtable, d, f, nf);
+    rc = ferry__dataset_shards_at(out, rc, nsh ? &sh->first : NULL, sizeof *sh, nsh);
     if (rc == 0 && !far)
         (*out)->near_hints_only = true;
     ferry__free(f);

@@ -580,7 +580,10 @@ int ferry_dataset_records(ferry_dataset **out, const char *dir, uint64_t shard_i
     int rc = set_open(&s, dir, shard_id, num_shards);
     if (rc < 0)
         return rc;
-    return ferry_dataset_create(out, &set_vtable, s, s->fields, s->nfields);
+    uint64_t n = s->n;
+    const uint64_t *first = s->first; /* the dataset owns s from here */
+    rc = ferry_dataset_create(out, &set_vtable, s, s->fields, s->nfields);
+    return ferry__dataset_shards_at(out, rc, first, sizeof *first, n);
 }
 
 /* ---- Stream ---- */

@@ -847,7 +847,10 @@ int ferry_dataset_tfrecord(ferry_dataset **out, const char *location, const ferr
     int rc = tfr_open(&t, location, o, true);
     if (rc < 0)
         return rc;
-    return ferry_dataset_create(out, &tfr_vtable, t, t->fields, t->nfields);
+    uint64_t n = t->files.n;
+    const uint64_t *first = t->first; /* the dataset owns t from here */
+    rc = ferry_dataset_create(out, &tfr_vtable, t, t->fields, t->nfields);
+    return ferry__dataset_shards_at(out, rc, first, sizeof *first, n);
 }
 
 /* ---- Stream: the framing of a file's records, under the shard engine ---- */

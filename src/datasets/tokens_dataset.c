@@ -37,9 +37,26 @@ typedef struct tokens_ds {
     unsigned size;   /* bytes a token */
     ferry_dtype out; /* the fields' dtype */
     uint64_t seq, len, dropped;
+    uint64_t stride; /* windows start every stride tokens */
+    bool random_offset;
     ferry_tokens_order order;
     uint64_t batch, rank, world;
 } tokens_ds;
+
+#define SALT_OFFSET 0x6f666673u /* "offs" */
+
+/* Where a shard's windows start in an epoch: 0, or with random offsets a number
+ * in [0, stride) keyed by (seed, epoch, shard), the same for every worker and
+ * rank. */
+static uint64_t phase(const tokens_ds *d, const shard *s, const ferry_ctx *ctx)
+{
+    if (!d->random_offset || d->stride == 1)
+        return 0;
+    uint64_t seed = ctx ? ferry_ctx_seed(ctx) : 0, epoch = ctx ? ferry_ctx_epoch(ctx) : 0;
+    uint64_t h =
+        ferry_hash64(ferry_hash64(ferry_hash64(seed, SALT_OFFSET), epoch), (uint64_t)(s - d->s));
+    return h % d->stride;
+}
 
 static uint64_t tk_len(void *self)
 {
@@ -47,7 +64,7 @@ static uint64_t tk_len(void *self)
 }
 
 /* The shard holding sample i and where in it the window starts (a token index). */
-static const shard *locate(const tokens_ds *d, uint64_t i, uint64_t *start)
+static const shard *locate(const tokens_ds *d, uint64_t i, const ferry_ctx *ctx, uint64_t *start)
 {
     size_t lo = 0, hi = d->n; /* the last shard whose first <= i */
     while (hi - lo > 1) {
@@ -61,16 +78,15 @@ static const shard *locate(const tokens_ds *d, uint64_t i, uint64_t *start)
     uint64_t q = i - s->first, w = q;
     if (d->order == FERRY_TOKENS_LLMC)
         w = q / d->batch * d->batch * d->world + d->rank * d->batch + q % d->batch;
-    *start = w * d->seq;
+    *start = d->order == FERRY_TOKENS_LLMC ? w * d->seq : phase(d, s, ctx) + w * d->stride;
     return s;
 }
 
 static int tk_read(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
 {
     const tokens_ds *d = self;
-    (void)ctx;
     uint64_t start;
-    const shard *s = locate(d, i, &start);
+    const shard *s = locate(d, i, ctx, &start);
     size_t bytes = (size_t)d->seq * d->size;
     const uint8_t *p = s->tok + start * d->size;
     if (d->out == FERRY_U16 || d->out == FERRY_U32) {
@@ -141,7 +157,7 @@ static void tk_hint(void *self, const uint64_t *indices, size_t count, int soon)
         if (indices[k] >= d->len)
             continue;
         uint64_t start;
-        const shard *s = locate(d, indices[k], &start);
+        const shard *s = locate(d, indices[k], NULL, &start); /* offset 0: near enough */
         const uint8_t *p = s->tok + start * d->size;
         if (soon) {
             __builtin_prefetch(p);
@@ -213,6 +229,13 @@ int ferry_dataset_tokens(ferry_dataset **out, const ferry_tokens_opts *o)
     if (o->order != FERRY_TOKENS_ALL && o->order != FERRY_TOKENS_LLMC)
         return ferry__err(FERRY_EINVAL, "tokens: order %d is not ALL (0) or LLMC (1)", o->order);
     uint64_t world = o->world_size ? o->world_size : 1;
+    uint64_t stride = o->stride ? o->stride : seq;
+    if (stride > MAX_SEQ)
+        return ferry__err(FERRY_EINVAL, "tokens: stride %llu is outside [1, %llu]",
+                          (unsigned long long)stride, (unsigned long long)MAX_SEQ);
+    if (o->order == FERRY_TOKENS_LLMC && (stride != seq || o->random_offset))
+        return ferry__err(FERRY_EINVAL, "tokens: llm.c order cuts windows at multiples of seq: "
+                                        "stride and random offsets are for order all");
     if (o->order == FERRY_TOKENS_LLMC && (o->batch < 1 || o->batch > ((uint64_t)1 << 24) ||
                                           world > ((uint64_t)1 << 20) || o->rank >= world))
         return ferry__err(FERRY_EINVAL,
@@ -258,6 +281,8 @@ int ferry_dataset_tokens(ferry_dataset **out, const ferry_tokens_opts *o)
         return rc;
     }
     d->seq = seq;
+    d->stride = stride;
+    d->random_offset = o->random_offset != 0;
     d->order = o->order;
     d->batch = o->batch;
     d->rank = o->rank;
@@ -296,14 +321,22 @@ int ferry_dataset_tokens(ferry_dataset **out, const ferry_tokens_opts *o)
         d->size = size;
         s->tok = (const uint8_t *)s->map.data + header;
         s->header = header;
-        s->windows = s->count ? (s->count - 1) / seq : 0;
+        /* windows of seq + 1 tokens every stride tokens; with random offsets as
+         * many as fit whatever the offset in [0, stride) */
+        uint64_t reach = seq + (d->random_offset ? stride : 1);
+        s->windows = s->count >= reach ? (s->count - reach) / stride + 1 : 0;
         if (o->order == FERRY_TOKENS_LLMC)
             s->samples = s->windows / (d->batch * world) * d->batch;
         else
             s->samples = s->windows;
-        /* what no sample reads: the tail, and in llm.c's order the partial chunk
-         * and the other ranks' windows */
-        uint64_t covered = s->samples ? s->samples * seq + 1 : 0;
+        /* what no sample reads (at offset 0): the tail, the gaps between windows
+         * further apart than seq + 1, and in llm.c's order the partial chunk and
+         * the other ranks' windows */
+        uint64_t covered = 0;
+        if (s->samples && stride <= seq + 1)
+            covered = (s->samples - 1) * stride + seq + 1;
+        else if (s->samples)
+            covered = s->samples * (seq + 1);
         if (o->order == FERRY_TOKENS_LLMC)
             covered = s->samples ? s->samples / d->batch * d->batch * world * seq + 1 : 0;
         d->dropped += s->count - (covered < s->count ? covered : s->count);
@@ -324,7 +357,10 @@ int ferry_dataset_tokens(ferry_dataset **out, const ferry_tokens_opts *o)
         f[k].shape[0] = (int64_t)seq;
     }
     bool far = (seq + 1) * d->size >= FAR_HINT_MIN;
+    const shard *sh = d->s; /* the dataset owns d from here */
+    size_t nsh = d->n;
     rc = ferry_dataset_create(out, &tokens_vtable, d, f, 2);
+    rc = ferry__dataset_shards_at(out, rc, &sh->first, sizeof *sh, nsh);
     if (rc == 0 && !far)
         (*out)->near_hints_only = true;
     return rc;
@@ -340,8 +376,10 @@ int ferry__tokens_open_spec(ferry_dataset **out, ferry_stream **st, ferry__spec 
     const char *dt = ferry__spec_str(s, "dtype"), *order = ferry__spec_str(s, "order"),
                *outs = ferry__spec_str(s, "out");
     int rc;
+    const char *offset = ferry__spec_str(s, "offset");
     if ((rc = ferry__spec_bool(s, "raw", &o.raw)) < 0 ||
         (rc = ferry__spec_u64(s, "seq", 1, MAX_SEQ, &o.seq)) < 0 ||
+        (rc = ferry__spec_u64(s, "stride", 1, MAX_SEQ, &o.stride)) < 0 ||
         (rc = ferry__spec_u64(s, "batch", 1, (uint64_t)1 << 24, &o.batch)) < 0 ||
         (rc = ferry__spec_u64(s, "rank", 0, (uint64_t)1 << 20, &o.rank)) < 0 ||
         (rc = ferry__spec_u64(s, "world", 1, (uint64_t)1 << 20, &o.world_size)) < 0 ||
@@ -361,6 +399,11 @@ int ferry__tokens_open_spec(ferry_dataset **out, ferry_stream **st, ferry__spec 
     else if (outs)
         return ferry__err(FERRY_EINVAL, "source %s: out=\"%.32s\" is not i32 or i64", s->kind,
                           outs);
+    if (offset && !strcmp(offset, "random"))
+        o.random_offset = 1;
+    else if (offset && strcmp(offset, "0"))
+        return ferry__err(FERRY_EINVAL, "source %s: offset=\"%.32s\" is not 0 or random", s->kind,
+                          offset);
     if (!order || !strcmp(order, "all"))
         o.order = FERRY_TOKENS_ALL;
     else if (!strcmp(order, "llmc"))

@@ -500,7 +500,23 @@ int ferry_dataset_wds(ferry_dataset **out, const char *location, const ferry_wds
     int rc = wds_open(&w, location, o, true);
     if (rc < 0)
         return rc;
-    return ferry_dataset_create(out, &wds_vtable, w, w->fields, w->nfields);
+    /* the tars' first samples: the samples are in file order */
+    size_t nf = w->files.n;
+    uint64_t *first = ferry__malloc((nf ? nf : 1) * sizeof *first);
+    for (uint64_t k = 0, i = 0; first && k < nf; k++) {
+        while (i < w->nsamples && w->samples[i].file < k)
+            i++;
+        first[k] = i;
+    }
+    rc = ferry_dataset_create(out, &wds_vtable, w, w->fields, w->nfields);
+    if (rc == 0 && !first) {
+        ferry_dataset_free(*out);
+        *out = NULL;
+        rc = ferry__err(FERRY_ENOMEM, "wds: out of memory");
+    }
+    rc = ferry__dataset_shards_at(out, rc, first, sizeof *first, nf);
+    ferry__free(first);
+    return rc;
 }
 
 /* ---- Stream: the members of a tar grouped into samples, under the shard engine ---- */

@@ -17,6 +17,8 @@
 #define SALT_PERM 0x7065726du   /* "perm" */
 #define SALT_DRAW 0x64726177u   /* "draw" */
 #define SALT_WEIGHT 0x77676874u /* "wght" */
+#define SALT_SHARDS 0x73686473u /* "shds" */
+#define SALT_WINDOW 0x77696e64u /* "wind" */
 
 /* ---- The keyed bijection ---- */
 
@@ -86,22 +88,33 @@ typedef enum {
     K_SUBSET,
     K_WEIGHTED,
     K_WEIGHTED_NOREPL,
-    K_DIST
+    K_FIXED,
+    K_WINDOW
 } kind;
 
 struct ferry_sampler {
     kind kind;
-    uint64_t n;   /* size of the index space */
-    uint64_t len; /* positions per epoch */
+    uint64_t n;    /* size of the index space */
+    uint64_t base; /* positions of the whole order, before a rank split */
+    uint64_t len;  /* positions per epoch: base, or this rank's part of it */
     uint64_t seed, epoch;
     ferry_permutation perm;
-    uint64_t *subset; /* K_SUBSET: the indices */
+    uint64_t *subset; /* K_SUBSET, K_FIXED: the indices */
     double *prob;     /* K_WEIGHTED: alias table */
     uint64_t *alias;
-    double *weights;     /* K_WEIGHTED_NOREPL */
-    uint64_t *order;     /* K_WEIGHTED_NOREPL: this epoch's order */
-    int64_t rank, world; /* K_DIST */
-    int shuffle;
+    double *weights; /* K_WEIGHTED_NOREPL */
+    uint64_t *order; /* K_WEIGHTED_NOREPL: this epoch's order */
+    /* K_WINDOW: the shards' bounds [nshards + 1], the window's width, and this
+     * epoch's shards in order (worder) with the positions before each (wcum,
+     * [nshards + 1]), and each window's order of its positions (wperm, one a
+     * window) */
+    uint64_t *bounds, *worder, *wcum;
+    ferry_permutation *wperm;
+    uint64_t nshards, window;
+    /* the rank split (ferry_sampler_split): this rank takes positions rank,
+     * rank + world, ... of the order; world 1 = none */
+    int64_t rank, world;
+    bool distributed; /* made by ferry_sampler_distributed: its kind's name */
 };
 
 static int new_sampler(ferry_sampler **out, kind k, uint64_t n, uint64_t len, uint64_t seed)
@@ -112,8 +125,10 @@ static int new_sampler(ferry_sampler **out, kind k, uint64_t n, uint64_t len, ui
         return ferry__err(FERRY_ENOMEM, "sampler: out of memory");
     s->kind = k;
     s->n = n;
+    s->base = len;
     s->len = len;
     s->seed = seed;
+    s->world = 1;
     ferry_permutation_init(&s->perm, n, seed, 0);
     return 0;
 }
@@ -138,29 +153,42 @@ int ferry_sampler_random(ferry_sampler **out, uint64_t n, uint64_t seed, int rep
                        num_samples ? num_samples : n, seed);
 }
 
-int ferry_sampler_subset_random(ferry_sampler **out, const uint64_t *indices, uint64_t count,
-                                uint64_t seed)
+/* A sampler of kind k over a copy of the given indices. */
+static int with_indices(ferry_sampler **out, kind k, const uint64_t *indices, uint64_t count,
+                        uint64_t seed)
 {
     *out = NULL;
     size_t bytes;
+    const char *who = k == K_FIXED ? "fixed" : "subset";
     if (count && !indices)
-        return ferry__err(FERRY_EINVAL, "subset sampler: indices is NULL");
+        return ferry__err(FERRY_EINVAL, "%s sampler: indices is NULL", who);
     if (count > SIZE_MAX || !ferry__mul_size((size_t)count, sizeof(uint64_t), &bytes))
-        return ferry__err(FERRY_EOVERFLOW, "subset sampler: %llu indices overflow memory",
+        return ferry__err(FERRY_EOVERFLOW, "%s sampler: %llu indices overflow memory", who,
                           (unsigned long long)count);
     ferry_sampler *s;
-    int rc = new_sampler(&s, K_SUBSET, count, count, seed);
+    int rc = new_sampler(&s, k, count, count, seed);
     if (rc < 0)
         return rc;
     s->subset = ferry__malloc(bytes);
     if (!s->subset) {
         ferry_sampler_free(s);
-        return ferry__err(FERRY_ENOMEM, "subset sampler: out of memory");
+        return ferry__err(FERRY_ENOMEM, "%s sampler: out of memory", who);
     }
     if (count)
         memcpy(s->subset, indices, bytes);
     *out = s;
     return 0;
+}
+
+int ferry_sampler_subset_random(ferry_sampler **out, const uint64_t *indices, uint64_t count,
+                                uint64_t seed)
+{
+    return with_indices(out, K_SUBSET, indices, count, seed);
+}
+
+int ferry_sampler_fixed(ferry_sampler **out, const uint64_t *indices, uint64_t count)
+{
+    return with_indices(out, K_FIXED, indices, count, 0);
 }
 
 /* Vose's alias method: O(n) build, two draws per sample. Weights are scaled by
@@ -287,37 +315,142 @@ int ferry_dist_from_env(int64_t *rank, int64_t *world_size)
     return 0;
 }
 
-int ferry_sampler_distributed(ferry_sampler **out, const ferry_distributed_opts *o)
+int ferry_sampler_split(ferry_sampler *s, int64_t rank, int64_t world_size, int drop_last)
 {
-    *out = NULL;
-    int64_t rank = o->rank, world = o->world_size;
-    if (rank < 0 || world < 0) {
+    if (rank < 0 || world_size < 0) {
         int64_t er, ew;
         int rc = ferry_dist_from_env(&er, &ew);
         if (rc < 0)
             return rc;
-        if (world < 0)
-            world = ew;
+        if (world_size < 0)
+            world_size = ew;
         if (rank < 0)
             rank = er;
     }
-    if (world < 1 || world > ((int64_t)1 << 31))
-        return ferry__err(FERRY_EINVAL, "distributed sampler: world_size %lld is outside [1, 2^31]",
-                          (long long)world);
-    if (rank >= world)
-        return ferry__err(FERRY_EINVAL, "distributed sampler: rank %lld is outside [0, %lld]",
-                          (long long)rank, (long long)(world - 1));
-    uint64_t n = o->n, w = (uint64_t)world;
-    uint64_t per_rank = o->drop_last ? n / w : n / w + (n % w != 0);
+    if (world_size < 1 || world_size > ((int64_t)1 << 31))
+        return ferry__err(FERRY_EINVAL, "%s sampler: world_size %lld is outside [1, 2^31]",
+                          ferry_sampler_kind(s), (long long)world_size);
+    if (rank >= world_size)
+        return ferry__err(FERRY_EINVAL, "%s sampler: rank %lld is outside [0, %lld]",
+                          ferry_sampler_kind(s), (long long)rank, (long long)(world_size - 1));
+    uint64_t n = s->base, w = (uint64_t)world_size;
+    s->rank = rank;
+    s->world = world_size;
+    s->len = drop_last ? n / w : n / w + (n % w != 0);
+    return 0;
+}
+
+int ferry_sampler_distributed(ferry_sampler **out, const ferry_distributed_opts *o)
+{
     ferry_sampler *s;
-    int rc = new_sampler(&s, K_DIST, n, per_rank, o->seed);
+    *out = NULL;
+    int rc = o->shuffle ? ferry_sampler_random(&s, o->n, o->seed, 0, 0)
+                        : ferry_sampler_sequential(&s, o->n);
     if (rc < 0)
         return rc;
-    s->rank = rank;
-    s->world = world;
-    s->shuffle = o->shuffle;
+    s->seed = o->seed;
+    s->distributed = true;
+    if ((rc = ferry_sampler_split(s, o->rank, o->world_size, o->drop_last)) < 0) {
+        ferry_sampler_free(s);
+        return rc;
+    }
     *out = s;
     return 0;
+}
+
+/* ---- Shard windows ---- */
+
+int ferry_sampler_window(ferry_sampler **out, const uint64_t *bounds, uint64_t nshards,
+                         uint64_t window, uint64_t seed)
+{
+    int rc = 0;
+    ferry_sampler *s = NULL;
+    size_t bytes;
+    *out = NULL;
+    if (nshards == 0 || !bounds)
+        return ferry__err(FERRY_EINVAL, "window sampler: needs at least one shard");
+    if (window == 0)
+        return ferry__err(FERRY_EINVAL, "window sampler: window 0 is outside [1, %llu] shards",
+                          (unsigned long long)nshards);
+    if (bounds[0] != 0)
+        return ferry__err(FERRY_EINVAL, "window sampler: the first shard starts at %llu, not 0",
+                          (unsigned long long)bounds[0]);
+    for (uint64_t k = 0; k < nshards; k++)
+        if (bounds[k + 1] < bounds[k])
+            return ferry__err(FERRY_EINVAL,
+                              "window sampler: shard %llu ends at %llu, before it starts (%llu)",
+                              (unsigned long long)k, (unsigned long long)bounds[k + 1],
+                              (unsigned long long)bounds[k]);
+    size_t pbytes;
+    if (nshards >= SIZE_MAX / 3 ||
+        !ferry__mul_size((size_t)nshards + 1, 3 * sizeof(uint64_t), &bytes) ||
+        !ferry__mul_size((size_t)nshards, sizeof(ferry_permutation), &pbytes))
+        return ferry__err(FERRY_EOVERFLOW, "window sampler: %llu shards overflow memory",
+                          (unsigned long long)nshards);
+    uint64_t n = bounds[nshards];
+    FERRY_TRY(new_sampler(&s, K_WINDOW, n, n, seed));
+    /* one allocation: bounds, then this epoch's order and its sums */
+    if (!(s->bounds = ferry__malloc(bytes)) || !(s->wperm = ferry__malloc(pbytes)))
+        FERRY_FAIL(FERRY_ENOMEM, "window sampler: out of memory for %llu shards",
+                   (unsigned long long)nshards);
+    memcpy(s->bounds, bounds, (size_t)(nshards + 1) * sizeof *bounds);
+    s->worder = s->bounds + nshards + 1;
+    s->wcum = s->worder + nshards + 1;
+    s->nshards = nshards;
+    s->window = window < nshards ? window : nshards;
+    FERRY_TRY(ferry_sampler_set_epoch(s, 0));
+    *out = s;
+    return 0;
+cleanup:
+    ferry_sampler_free(s);
+    return rc;
+}
+
+/* The epoch's order of shards, the positions before each, and each window's
+ * order of its positions (keyed by seed, window and epoch). */
+static void window_epoch(ferry_sampler *s, uint64_t epoch)
+{
+    ferry_permutation p;
+    ferry_permutation_init(&p, s->nshards, ferry_hash64(s->seed, SALT_SHARDS), epoch);
+    s->wcum[0] = 0;
+    for (uint64_t k = 0; k < s->nshards; k++) {
+        uint64_t sh = ferry_permutation_at(&p, k);
+        s->worder[k] = sh;
+        s->wcum[k + 1] = s->wcum[k] + (s->bounds[sh + 1] - s->bounds[sh]);
+    }
+    uint64_t W = s->window, key = ferry_hash64(s->seed, SALT_WINDOW);
+    for (uint64_t j = 0, lo = 0; lo < s->nshards; j++, lo += W) {
+        uint64_t hi = lo + W < s->nshards ? lo + W : s->nshards;
+        ferry_permutation_init(&s->wperm[j], s->wcum[hi] - s->wcum[lo], ferry_hash64(key, j),
+                               epoch);
+    }
+}
+
+/* The last k in [lo, hi) with v[k * step] <= x (v nondecreasing, v[lo * step] <= x). */
+static uint64_t last_at_most(const uint64_t *v, uint64_t lo, uint64_t hi, uint64_t step, uint64_t x)
+{
+    while (hi - lo > 1) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (v[mid * step] <= x)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Position g of the epoch: its window (the last whose first position is <= g: an
+ * empty window starts where the next does), its place in the window's own random
+ * order, and the shard of that place. */
+static uint64_t window_at(const ferry_sampler *s, uint64_t g)
+{
+    uint64_t W = s->window, nwin = (s->nshards + W - 1) / W;
+    uint64_t j = last_at_most(s->wcum, 0, nwin, W, g);
+    uint64_t lo = j * W, hi = lo + W < s->nshards ? lo + W : s->nshards;
+    uint64_t start = s->wcum[lo];
+    uint64_t at = start + ferry_permutation_at(&s->wperm[j], g - start);
+    uint64_t k = last_at_most(s->wcum, lo, hi, 1, at);
+    return s->bounds[s->worder[k]] + (at - s->wcum[k]);
 }
 
 void ferry_sampler_free(ferry_sampler *s)
@@ -329,6 +462,8 @@ void ferry_sampler_free(ferry_sampler *s)
     ferry__free(s->alias);
     ferry__free(s->weights);
     ferry__free(s->order);
+    ferry__free(s->bounds);
+    ferry__free(s->wperm);
     ferry__free(s);
 }
 
@@ -355,7 +490,7 @@ static int build_weighted_order(ferry_sampler *s, uint64_t epoch)
     for (uint64_t i = 0; i < s->n; i++)
         m += s->weights[i] > 0;
     keyed *k = ferry__malloc(m * sizeof *k);
-    uint64_t *order = ferry__malloc(s->len * sizeof *order);
+    uint64_t *order = ferry__malloc(s->base * sizeof *order);
     if (!k || !order) {
         ferry__free(k);
         ferry__free(order);
@@ -374,7 +509,7 @@ static int build_weighted_order(ferry_sampler *s, uint64_t epoch)
         j++;
     }
     qsort(k, m, sizeof *k, cmp_keyed);
-    for (uint64_t i = 0; i < s->len; i++)
+    for (uint64_t i = 0; i < s->base; i++)
         order[i] = k[i].index;
     ferry__free(k);
     ferry__free(s->order);
@@ -391,6 +526,8 @@ int ferry_sampler_set_epoch(ferry_sampler *s, uint64_t epoch)
     }
     s->epoch = epoch;
     ferry_permutation_init(&s->perm, s->n, s->seed, epoch);
+    if (s->kind == K_WINDOW)
+        window_epoch(s, epoch);
     return 0;
 }
 
@@ -404,38 +541,47 @@ uint64_t ferry_sampler_len(const ferry_sampler *s)
     return s->len;
 }
 
-uint64_t ferry_sampler_at(const ferry_sampler *s, uint64_t pos)
+/* Position g of the whole order (before a rank split). */
+static uint64_t base_at(const ferry_sampler *s, uint64_t g)
 {
-    if (pos >= s->len)
-        return UINT64_MAX;
     switch (s->kind) {
     case K_SEQ:
-        return pos;
+        return g;
     case K_RANDOM:
-        return ferry_permutation_at(&s->perm, pos);
+        return ferry_permutation_at(&s->perm, g);
     case K_RANDOM_REPL: {
         ferry_rng r;
-        ferry_rng_init(&r, ferry_hash64(s->seed, SALT_DRAW), s->epoch, pos);
+        ferry_rng_init(&r, ferry_hash64(s->seed, SALT_DRAW), s->epoch, g);
         return ferry_rng_below(&r, s->n);
     }
     case K_SUBSET:
-        return s->subset[ferry_permutation_at(&s->perm, pos)];
+        return s->subset[ferry_permutation_at(&s->perm, g)];
     case K_WEIGHTED: {
         ferry_rng r;
-        ferry_rng_init(&r, ferry_hash64(s->seed, SALT_DRAW), s->epoch, pos);
+        ferry_rng_init(&r, ferry_hash64(s->seed, SALT_DRAW), s->epoch, g);
         uint64_t i = ferry_rng_below(&r, s->n);
         return ferry_rng_uniform(&r) < s->prob[i] ? i : s->alias[i];
     }
     case K_WEIGHTED_NOREPL:
-        return s->order[pos];
-    case K_DIST: {
-        uint64_t g = (uint64_t)s->rank + pos * (uint64_t)s->world;
-        if (g >= s->n)
-            g %= s->n; /* padding wraps around the order, as PyTorch's does */
-        return s->shuffle ? ferry_permutation_at(&s->perm, g) : g;
-    }
+        return s->order[g];
+    case K_FIXED:
+        return s->subset[g];
+    case K_WINDOW:
+        return window_at(s, g);
     }
     return UINT64_MAX;
+}
+
+uint64_t ferry_sampler_at(const ferry_sampler *s, uint64_t pos)
+{
+    if (pos >= s->len)
+        return UINT64_MAX;
+    if (s->world == 1)
+        return base_at(s, pos);
+    uint64_t g = (uint64_t)s->rank + pos * (uint64_t)s->world;
+    if (g >= s->base)
+        g %= s->base; /* padding wraps around the order, as PyTorch's does */
+    return base_at(s, g);
 }
 
 int ferry_sampler_fill(const ferry_sampler *s, uint64_t pos, uint64_t count, uint64_t *out)
@@ -453,6 +599,8 @@ int ferry_sampler_fill(const ferry_sampler *s, uint64_t pos, uint64_t count, uin
 
 const char *ferry_sampler_kind(const ferry_sampler *s)
 {
+    if (s->distributed)
+        return "distributed";
     switch (s->kind) {
     case K_SEQ:
         return "sequential";
@@ -464,8 +612,10 @@ const char *ferry_sampler_kind(const ferry_sampler *s)
     case K_WEIGHTED:
     case K_WEIGHTED_NOREPL:
         return "weighted";
-    case K_DIST:
-        return "distributed";
+    case K_FIXED:
+        return "fixed";
+    case K_WINDOW:
+        return "window";
     }
     return "?";
 }

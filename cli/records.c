@@ -534,7 +534,9 @@ int cmd_verify(int argc, char **argv)
     if (a)
         return a < 0 ? 0 : a;
     struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && !looks_like_shard(path)) {
+    size_t plen = strlen(path);
+    bool manifest = plen > 9 && !strcmp(path + plen - 9, ".manifest"); /* names its set */
+    if (!manifest && stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && !looks_like_shard(path)) {
         /* not damage: something else than a shard */
         char msg[1024];
         snprintf(msg, sizeof msg,

@@ -407,3 +407,24 @@ else:
     whole = pickle.load(open(tmp_path / "whole", "rb"))
     rest = pickle.load(open(str(tmp_path / "state") + ".rest", "rb"))
     assert rest == whole[3:]
+
+
+def test_the_command_takes_remote_sets(servers, remote_data, tmp_path):
+    """ferry verify, stat and ls over a set in S3 and over HTTP by its manifest."""
+    local = remote_data[0]
+    t = servers.env()
+    manifest = [f for f in os.listdir(os.path.join(local, "records")) if f.endswith(".manifest")]
+    env = base_env(servers, tmp_path / "cache")
+    for loc in ("s3://%s/data/records" % t["FERRY_TEST_S3_BUCKET"],
+                "%s/data/records/%s" % (t["FERRY_TEST_HTTP_URL"], manifest[0])):
+        for cmd in (["verify", loc, "--json"], ["stat", loc, "--json"], ["ls", loc, "--json"]):
+            p = subprocess.run([ferry_exe(), *cmd], capture_output=True, text=True, env=env,
+                               timeout=120)
+            assert p.returncode == 0, (cmd, p.stderr)
+            r = json.loads(p.stdout)
+            if cmd[0] == "verify":
+                assert r["ok"] and r["records"] == 300, r
+            elif cmd[0] == "stat":
+                assert r["records"] == 300 and r["shards"] == 8, r
+            else:
+                assert sum(s["records"] for s in r["shards"]) == 300

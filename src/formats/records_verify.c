@@ -97,10 +97,24 @@ int ferry_records_verify(const char *path, ferry_report_fn report, void *arg, ui
     struct stat st;
     if (!path)
         return ferry__err(FERRY_EINVAL, "verify: path is NULL");
-    /* a remote location is a shard when it names one, else a set's prefix */
+    /* a set's manifest named: the set, without listing its folder (HTTP has none) */
     size_t plen = strlen(path);
+    char dirbuf[4096];
+    const char *named_manifest = NULL;
+    if (plen > 9 && !strcmp(path + plen - 9, ".manifest")) {
+        const char *slash = strrchr(path, '/');
+        snprintf(dirbuf, sizeof dirbuf, "%.*s", slash ? (int)(slash - path) : 1,
+                 slash ? path : ".");
+        named_manifest = path;
+        path = dirbuf;
+        plen = strlen(path);
+    }
+    /* a remote location is a shard when it names one, else a set's prefix */
     bool remote = ferry__is_remote(path);
-    if (remote) {
+    if (named_manifest) {
+        memset(&st, 0, sizeof st);
+        st.st_mode = S_IFDIR;
+    } else if (remote) {
         memset(&st, 0, sizeof st);
         st.st_mode = plen > 6 && !strcmp(path + plen - 6, ".ferry") ? S_IFREG : S_IFDIR;
     } else if (stat(path, &st) != 0) {
@@ -131,10 +145,12 @@ int ferry_records_verify(const char *path, ferry_report_fn report, void *arg, ui
     /* a directory: its manifest, else its .ferry files */
     char **ents = NULL;
     size_t nents = 0;
-    int lr = ferry__list_dir(path, &ents, &nents);
+    int lr = named_manifest ? 0 : ferry__list_dir(path, &ents, &nents);
     if (lr < 0)
         return remote ? lr : ferry__err(FERRY_EIO, "%s: cannot read the directory", path);
     char manifest[4096] = "";
+    if (named_manifest)
+        snprintf(manifest, sizeof manifest, "%s", named_manifest);
     char **shards = NULL;
     size_t nshards = 0, cap = 0;
     int rc = 0;

@@ -7,7 +7,8 @@
 # vs torch.save, torch.load and dd (tensors_vs.py), a stream loader's resume vs
 # reading its shuffle buffers (resume_vs.py), .npy rows and token windows
 # vs a bare copy loop (arrays_vs.py), and TFRecord and WebDataset shards vs dd,
-# bare zlib and an image folder (formats_vs.py).
+# bare zlib and an image folder (formats_vs.py), and a LevelDB of Caffe Datum
+# values vs python3-plyvel in a DataLoader and a minidb file vs dd (kvdb_vs.py).
 # Prints tables on stdout and writes bench/results/*.json.
 # Exits 0 whether or not the targets pass; non-zero only if something breaks.
 set -euo pipefail
@@ -42,6 +43,8 @@ mkdir -p "$here/results"
 # .npy rows and llm.c token windows vs a bare copy loop and a np.memmap DataLoader; MDS vs records
 "$python" "$here/arrays_vs.py" --ferry "$ferry" --out "$here/results/arrays.json" || exit $?
 "$python" "$here/formats_vs.py" --ferry "$ferry" --out "$here/results/formats.json" || exit $?
+# LevelDB of Caffe Datum values vs python3-plyvel in a DataLoader; minidb vs dd
+"$python" "$here/kvdb_vs.py" --ferry "$ferry" --out "$here/results/kvdb.json" || exit $?
 "$python" "$here/python_vs_torch.py" --ferry "$ferry" --out "$here/results/python.json" || exit $?
 # remote record shards over nginx on loopback vs 4 parallel curl and the local files
 "$python" "$here/remote_vs.py" --ferry "$ferry" --out "$here/results/remote.json" || exit $?

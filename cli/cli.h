@@ -76,6 +76,13 @@ int cmd_tensors_cat(int argc, char **argv);
 
 int cmd_classes(int argc, char **argv);
 
+/* Key/value stores given as sources (minidb:, leveldb:, rocksdb:, lmdb:): ls,
+ * stat and verify hand such an argument to these (db.c). */
+bool cli_is_db_source(const char *arg);
+int cmd_db_ls(int argc, char **argv);
+int cmd_db_stat(int argc, char **argv);
+int cmd_db_verify(int argc, char **argv);
+
 /* On stderr: what reading an image folder left out (files in its root, files
  * without an accepted extension, links to nothing); nothing for other datasets. */
 void cli_folder_note(const ferry_dataset *ds, const char *spec);

@@ -23,6 +23,8 @@ static void usage(FILE *f)
                "  verify DIR|FILE          check every record's CRC and the manifest\n"
                "  stat DIR|FILE            summarise record shards\n"
                "  (ls, cat and verify also read .safetensors files: names, dtypes, shapes, CRCs)\n"
+               "  (ls, stat and verify also read stores: minidb:FILE, leveldb:DIR, rocksdb:DIR,\n"
+               "   lmdb:PATH: entries, keys, fields, every value decoded)\n"
                "  tokens SOURCE OUT        write a field of token ids as an llm.c token shard\n"
                "  classes SOURCE           the classes of an image folder and their labels\n"
                "  version                  print the version (also -V, --version)\n"

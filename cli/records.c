@@ -358,6 +358,9 @@ int cmd_ls(int argc, char **argv)
 {
     if (argc == 2 && cli_is_safetensors(argv[1]))
         return cmd_tensors_ls(argc, argv);
+    for (int i = 1; i < argc; i++)
+        if (cli_is_db_source(argv[i]))
+            return cmd_db_ls(argc, argv);
     const char *path;
     bool json;
     int a = path_args(argc, argv,
@@ -521,6 +524,9 @@ int cmd_verify(int argc, char **argv)
 {
     if (argc == 2 && cli_is_safetensors(argv[1]))
         return cmd_tensors_verify(argc, argv);
+    for (int i = 1; i < argc; i++)
+        if (cli_is_db_source(argv[i]))
+            return cmd_db_verify(argc, argv);
     const char *path;
     bool json;
     int a =
@@ -580,6 +586,9 @@ int cmd_verify(int argc, char **argv)
 
 int cmd_stat(int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++)
+        if (cli_is_db_source(argv[i]))
+            return cmd_db_stat(argc, argv);
     const char *path;
     bool json;
     int a = path_args(argc, argv,

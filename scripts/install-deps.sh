@@ -20,6 +20,10 @@ pkgs+=(lmdb-utils python3-lmdb)
 # python3-botocore: the tests upload their S3 fixtures with boto3 and check the
 # signer against botocore's
 pkgs+=(libcurl4-openssl-dev python3-boto3 python3-botocore)
+# libleveldb-dev: leveldb: sources; librocksdb-dev: rocksdb: (optional at build);
+# python3-plyvel, protobuf-compiler, python3-protobuf: the tests write LevelDBs and
+# Caffe Datum / Caffe2 TensorProtos values with the real library and serialiser
+pkgs+=(libleveldb-dev librocksdb-dev python3-plyvel protobuf-compiler python3-protobuf)
 if [ "${1:-}" = fuzz ]; then
   pkgs+=(clang libclang-rt-14-dev)
 fi
@@ -31,6 +35,7 @@ fi
 if [ "${1:-}" = bench ]; then
   pkgs+=(python3-numpy python3-torch python3-torchvision python3-pil python3-lmdb lmdb-utils libturbojpeg0-dev)
   pkgs+=(libdeflate-dev)  # formats_vs.py measures it beside zlib
+  pkgs+=(python3-plyvel protobuf-compiler python3-protobuf)  # kvdb_vs.py
 fi
 
 # remote reading: libcurl is the transport; its tests start nginx (http and https with

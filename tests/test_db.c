@@ -110,8 +110,10 @@ TEST(bad_arguments_and_missing_databases)
 {
     test_make_dir("db");
     ferry_db *db;
-    CHECK_RC(ferry_db_open(&db, "leveldb", test_dir, FERRY_DB_READ), FERRY_EINVAL);
-    CHECK_CONTAINS(ferry_last_errmsg(), "unknown backend \"leveldb\"");
+    CHECK_RC(ferry_db_open(&db, "zmqdb", test_dir, FERRY_DB_READ), FERRY_EINVAL);
+    CHECK_CONTAINS(ferry_last_errmsg(),
+                   "unknown backend \"zmqdb\" (records, lmdb, minidb, leveldb, "
+                   "rocksdb)");
     CHECK_RC(ferry_db_open(&db, "records", test_dir, 7), FERRY_EINVAL);
     char path[512];
     snprintf(path, sizeof path, "%s/none", test_dir);

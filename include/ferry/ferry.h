@@ -29,6 +29,7 @@
 #include "mds.h"
 #include "tfrecord.h"
 #include "wds.h"
+#include "caffe2.h"
 #include "folder.h"
 #include "remote.h"
 

@@ -179,6 +179,9 @@ FERRY_API void ferry_lmdb_writer_free(ferry_lmdb_writer *w);
  *  - "value": uint8 variable up to max_len, by default the largest value in the
  *    database (with a smaller max_len, a longer value is FERRY_EOVERFLOW naming
  *    its key).
+ * With datum AUTO, a first value that is no Datum but a Caffe2 TensorProtos (as
+ * Caffe2's make_image_db writes LMDBs) gives one field a proto, as ferry/db.h's
+ * ferry_dataset_db describes; every value must then be one.
  * A value that does not decode as a Datum is FERRY_ECORRUPT naming the entry:
  * "data.mdb: entry 7 (key \"00000007_x.png\"): datum: byte 12: ...".
  *

@@ -13,14 +13,20 @@ workers, and resumable from a small ``state_dict()``.
             x, y = batch["image"], batch["label"]
 
 Sources are the same text the ``ferry`` command takes (``lines:``, ``csv:``,
-``records:``, ``lmdb:``, ``files:``, ``images:``, ``synthetic:``), a handle from
+``records:``, ``lmdb:``, ``files:``, ``images:``, ``npy:``, ``tokens:``,
+``mds:``, ``tfrecord:``, ``wds:``, ``synthetic:``), a path, a handle from
 ``ferry.open``, or any Python object with ``__len__`` and ``__getitem__`` (a
-torch map-style Dataset works unchanged). docs/python.md has the whole story.
+torch map-style Dataset works unchanged; each worker thread calls its own copy).
+``fields=("image", "label")`` gives tuples. ``ferry.save`` / ``ferry.load``
+write and read safetensors files; ``ferry.pack`` writes record shards.
+docs/python.md has the whole story.
 """
 
 import atexit as _atexit
+import dis as _dis
 import math as _math
 import os as _os
+import sys as _sys
 import threading as _threading
 import warnings as _warnings
 import weakref as _weakref
@@ -32,7 +38,8 @@ from . import _ferry
 __version__ = _ferry.version()
 
 __all__ = [
-    "DataLoader", "Batch", "TupleBatch", "Dataset", "Field", "open", "index", "pack", "save", "load",
+    "DataLoader", "Batch", "TupleBatch", "Dataset", "Sample", "Field", "WorkerInfo", "open",
+    "index", "pack", "save", "load", "strings", "get_worker_info", "sample_seed",
     "load_metadata", "tokens",
     "Sampler", "SequentialSampler", "RandomSampler", "SubsetRandomSampler",
     "WeightedRandomSampler", "DistributedSampler", "FixedSampler", "ShardWindowSampler",
@@ -153,6 +160,30 @@ class Batch(dict):
         """The dataset index of each sample (int64 ``[size]``; -1 for streams)."""
         return _as_output(self._idx, self)
 
+    def __iter__(self):
+        # `x, y = batch` (and `for x, y in loader`) would unpack the keys: the
+        # strings "image", "label" where tensors are meant. A dict is still
+        # iterated over its keys everywhere else (for k in batch, list(batch)).
+        try:
+            f = _sys._getframe(1)
+            unpack = f.f_code.co_code[f.f_lasti] in _UNPACK_OPS
+        except (ValueError, IndexError):
+            unpack = False      # no Python caller
+        if unpack:
+            names = list(dict.keys(self))
+            raise TypeError(
+                "a ferry.Batch is a dict of field name to tensor (%s): unpacking it would give "
+                "the names, not the tensors. Take them by name (batch[%r]), or ask the loader "
+                "for tuples: ferry.DataLoader(..., fields=(%s)) yields (%s) in that order"
+                % (", ".join(map(repr, names)), names[0] if names else "name",
+                   ", ".join(map(repr, names[:2])), ", ".join(names[:2])))
+        return dict.__iter__(self)
+
+    def strings(self, name, encoding="utf-8", errors="surrogateescape"):
+        """A variable-length text field (a ``path``, a ``line``) as a list of
+        ``str``, one per sample, each cut at its length (``NAME_lengths``)."""
+        return strings(self[name], self[name + "_lengths"], encoding, errors)
+
     def __repr__(self):
         shapes = ", ".join("%r: %s" % (k, _shape_text(v)) for k, v in self.items())
         return "Batch(epoch=%d, number=%d, {%s})" % (self.epoch, self.number, shapes)
@@ -160,6 +191,34 @@ class Batch(dict):
     def __reduce__(self):
         # pickle, copy.deepcopy, torch.save: the fields and the indices as tensors
         return (_rebuild, (Batch, dict(self), self.epoch, self.number, self.size, self.indices))
+
+
+_UNPACK_OPS = frozenset(_dis.opmap[n] for n in ("UNPACK_SEQUENCE", "UNPACK_EX"))
+
+
+def strings(data, lengths, encoding="utf-8", errors="surrogateescape"):
+    """Rows of a variable-length uint8 field (``batch["path"]``, padded to its
+    bound) as a list of ``str``, each cut at its length (``batch["path_lengths"]``).
+    ``encoding=None`` gives ``bytes``. File names decode as ``os.fsdecode`` does."""
+    np = _numpy()
+    if hasattr(data, "numpy") and hasattr(data, "cpu"):
+        data = data.cpu().numpy()
+    if hasattr(lengths, "numpy") and hasattr(lengths, "cpu"):
+        lengths = lengths.cpu().numpy()
+    data = np.asarray(data)
+    lengths = np.asarray(lengths).reshape(-1)
+    if data.ndim != 2 or data.dtype.itemsize != 1:
+        raise ValueError("strings: expected a [batch, bound] tensor of bytes, got shape %s %s"
+                         % (tuple(data.shape), data.dtype))
+    if len(lengths) != data.shape[0]:
+        raise ValueError("strings: %d rows but %d lengths" % (data.shape[0], len(lengths)))
+    out = []
+    for row, n in zip(data, lengths.tolist()):
+        if not 0 <= n <= data.shape[1]:
+            raise ValueError("strings: length %d is outside 0..%d" % (n, data.shape[1]))
+        b = row[:n].tobytes()
+        out.append(b if encoding is None else b.decode(encoding, errors))
+    return out
 
 
 class TupleBatch(tuple):
@@ -353,11 +412,18 @@ def _schema(sample, fields, where):
         if k not in names:
             raise ValueError("fields: %r is not a field of sample 0 (its fields: %s)"
                              % (k, ", ".join(map(repr, names))))
+    known = {f.name: f for f in getattr(sample, "fields", None) or ()
+             if isinstance(sample, Sample)}
     out = []
     for k, v in items:
         if not isinstance(k, str):
             raise TypeError("%s: field names must be str, got %r" % (where, k))
-        out.append(_field_spec(k, given[k]) if k in given else _infer_field(k, v, where))
+        if k in given:
+            out.append(_field_spec(k, given[k]))
+        elif k in known:
+            out.append(known[k])    # a ferry dataset's own field: its bound, if it varies
+        else:
+            out.append(_infer_field(k, v, where))
     return out, kind
 
 
@@ -369,7 +435,11 @@ def _check_field_names(fields):
                              "is another field's name" % (f.name, f.name + "_lengths"))
 
 
-def _python_source(ds, fields):
+def _python_source(ds, fields, seed=None, per_sample=False, copies=0):
+    """(Source, kind, the workers' copies of ds or None). With copies, sample 0
+    is read from worker 0's copy: the dataset itself stays as it was made (a
+    handle its __getitem__ opens is never opened in this thread and then shared
+    by the copies)."""
     try:
         n = len(ds)
     except TypeError:
@@ -381,28 +451,51 @@ def _python_source(ds, fields):
             "yourself, or store it in a format ferry streams (ferry.pack)" % type(ds).__name__)
     if n <= 0:
         raise ValueError("the dataset is empty (len() is %d)" % n)
-    sample = ds[0]
+    objs = _worker_copies(ds, copies, "the dataset") if copies else None
+    first = objs[0] if objs else ds
+    sample, drew = _sample0(lambda: first[0], seed, per_sample)
     fl, kind = _schema(sample, fields, "sample 0 of %s" % type(ds).__name__)
     _check_field_names(fl)
-    return _ferry.python_source(ds, n, [tuple(f) for f in fl], kind), kind
+    return _ferry.python_source(ds, n, [tuple(f) for f in fl], kind), kind, (objs, drew)
 
 
-def _transform_source(src, fn, fields, spec):
+def _transform_source(src, fn, fields, spec, seed=None, per_sample=False, copies=0):
     if not callable(fn):
         raise TypeError("transform must be callable, got %s" % type(fn).__name__)
+    objs = _worker_copies(fn, copies, "transform") if copies else None
+    first = objs[0] if objs else fn
     if src.is_stream:
         raise ValueError("transform= needs a map-style source; %r is a stream" % (spec,))
     sample = _read(src, 0)
-    out = fn(sample)
+    out, drew = _sample0(lambda: first(sample), seed, per_sample)
     fl, kind = _schema(out, fields, "transform(sample 0)")
     _check_field_names(fl)
-    return _ferry.transform_source(src, fn, [tuple(f) for f in fl], kind), kind
+    return _ferry.transform_source(src, fn, [tuple(f) for f in fl], kind), kind, (objs, drew)
+
+
+class Sample(dict):
+    """One sample of a ``ferry.Dataset``: a dict of field name to NumPy array (a
+    copy; a variable field at its length). ``fields`` is the dataset's schema, so
+    that a loader over a wrapper of the dataset (``torch.utils.data.Subset``,
+    ``ConcatDataset``) knows which fields vary in length, as ``path`` does."""
+
+    __slots__ = ("fields",)
+
+    def __reduce__(self):
+        return (_rebuild_sample, (dict(self), self.fields))
+
+
+def _rebuild_sample(values, fields):
+    s = Sample(values)
+    s.fields = fields
+    return s
 
 
 def _read(src, i):
-    """Sample i of a C source as a dict of NumPy arrays (copies)."""
+    """Sample i of a C source as a Sample of NumPy arrays (copies)."""
     np = _numpy()
-    out = {}
+    out = Sample()
+    out.fields = [Field(*f) for f in src.fields()]
     for (name, dtype, shape, variable), (data, length) in zip(src.fields(), src.read(i)):
         if variable:
             shape = (length,) + tuple(shape[1:])
@@ -422,11 +515,49 @@ class Dataset:
     command's form, see docs/cli.md)."""
 
     def __init__(self, source):
-        if not isinstance(source, str):
-            raise TypeError("source must be a str such as 'lines:FILE', got %s"
-                            % type(source).__name__)
+        source = _source_text(source)
         self.source = source
         self._src = _ferry.open_source(source)
+
+    @classmethod
+    def _over(cls, src, text):
+        """A Dataset over a source already open (a loader's: not opened again)."""
+        ds = cls.__new__(cls)
+        ds.source, ds._src = text, src
+        return ds
+
+    def _folder(self):
+        f = self._src.folder() if not self._src.is_stream else None
+        if f is None:
+            raise AttributeError("%s is not an image folder (images:DIR, files:DIR): it has "
+                                 "no classes" % (self.source,))
+        return f
+
+    @property
+    def classes(self):
+        """An image folder's class names, in label order (torchvision's
+        ``ImageFolder.classes``)."""
+        return list(self._folder()[0])
+
+    @property
+    def class_to_idx(self):
+        """An image folder's ``{class name: label}`` (torchvision's
+        ``ImageFolder.class_to_idx``)."""
+        return {c: i for i, c in enumerate(self._folder()[0])}
+
+    @property
+    def left_out(self):
+        """What reading an image folder left out, as ``ferry classes`` counts it:
+        ``{"root_files", "filtered", "hidden", "other", "dangling", "example"}``
+        (files directly in the folder, files without an accepted extension,
+        hidden files, entries that are not files, symbolic links to nothing, and
+        the first entry left out). None for other sources."""
+        f = self._src.folder() if not self._src.is_stream else None
+        if f is None:
+            return None
+        d = dict(f[1])
+        d["example"] = f[2]
+        return d
 
     @property
     def fields(self):
@@ -462,6 +593,7 @@ class Dataset:
     def __reduce__(self):
         # pickle (multiprocessing's 'spawn' workers): opened again by its text
         return (Dataset, (self.source,))
+
 
     def __repr__(self):
         return "ferry.Dataset(%r)" % (self.source,)
@@ -521,6 +653,8 @@ def pack(source, outdir, name=None, shard_size=None, shard_records=None, zstd=No
     src = (_ferry.open_source(source, _ferry.SOURCE_ENCODED)
            if isinstance(source, str) and fields is None
            else _resolve(source, fields, None)[0])
+    if isinstance(source, (str, _os.PathLike)):
+        _folder_note(Dataset._over(src, _source_text(source)), _source_text(source), 3)
     if not isinstance(outdir, (str, _os.PathLike)):
         raise TypeError("outdir must be a str or path, got %s" % type(outdir).__name__)
     if name is not None and not isinstance(name, str):
@@ -652,30 +786,140 @@ def load_metadata(path):
                                _ferry.OUT_NUMPY if _np is not None else _ferry.OUT_RAW)[1]
 
 
-def _resolve(source, fields, transform):
-    """(C source, sample kind, identity text) for whatever DataLoader was given."""
+_KIND_BY_SUFFIX = ((".txt", "lines"), (".csv", "csv"), (".csv.gz", "csv"), (".csv.zst", "csv"),
+                   (".tsv", "csv"), (".npy", "npy"), (".tfrecord", "tfrecord"),
+                   (".tfrecord.gz", "tfrecord"), (".tar", "wds"), (".tgz", "wds"),
+                   (".tar.gz", "wds"), (".mdb", "lmdb"), (".ferry", "records"),
+                   (".minidb", "minidb"))
+
+
+def _source_text(source):
+    """A source's text: a str as it is; a path (pathlib.Path, os.PathLike) as the
+    kind its file or folder is, where that can be told: a folder of record shards
+    (a .manifest in it) is records:, an LMDB environment (data.mdb) lmdb:, a
+    LevelDB or RocksDB database (CURRENT and a MANIFEST-*; RocksDB writes OPTIONS-*
+    too) leveldb: or rocksdb:, any other folder images: (torchvision's ImageFolder
+    layout); a file by its extension."""
     if isinstance(source, str):
-        src, ident, kind = _ferry.open_source(source), source, _KEYED
-    elif isinstance(source, Dataset):
+        return source
+    if not isinstance(source, _os.PathLike):
+        raise TypeError("source must be a str such as 'lines:FILE' or a path (pathlib.Path), "
+                        "got %s" % type(source).__name__)
+    path = _os.fsdecode(source)
+    kinds = ("'images:%s' (an image folder), 'files:%s', 'records:%s', 'lines:%s', 'csv:%s', "
+             "..." % ((path,) * 5))
+    if _os.path.isdir(path):
+        names = _os.listdir(path)
+        if any(n.endswith(".manifest") or n.endswith(".ferry") for n in names):
+            return "records:" + path
+        if "data.mdb" in names:
+            return "lmdb:" + path
+        if "CURRENT" in names and any(n.startswith("MANIFEST-") for n in names):
+            rocks = any(n.startswith("OPTIONS-") for n in names)
+            return ("rocksdb:" if rocks else "leveldb:") + path
+        return "images:" + path
+    if _os.path.isfile(path):
+        low = path.lower()
+        for suffix, kind in sorted(_KIND_BY_SUFFIX, key=lambda x: -len(x[0])):
+            if low.endswith(suffix):
+                return "%s:%s" % (kind, path)
+        raise TypeError("source %r: a path whose kind cannot be told from its name; give the "
+                        "kind as text: %s" % (path, kinds))
+    raise NotFoundError("source %r: no such file or directory" % (path,))
+
+
+def _folder_note(ds, ident, stacklevel):
+    """What reading an image folder left out, said as the command says it."""
+    left = ds.left_out
+    if not left:
+        return
+    notes = []
+    if left["root_files"]:
+        notes.append("%d entr%s directly in the folder (samples are in class directories)"
+                     % (left["root_files"], "y" if left["root_files"] == 1 else "ies"))
+    if left["filtered"]:
+        notes.append("%d file%s without an accepted extension (BMP, PPM, TIFF, ... are not "
+                     "decoded; ext= lists the extensions read)"
+                     % (left["filtered"], "" if left["filtered"] == 1 else "s"))
+    if left["hidden"]:
+        notes.append("%d hidden file%s" % (left["hidden"], "" if left["hidden"] == 1 else "s"))
+    if left["other"]:
+        notes.append("%d entr%s that are not files"
+                     % (left["other"], "y" if left["other"] == 1 else "ies"))
+    if notes:
+        _warnings.warn("%s: left out %s%s; ferry.open(...).left_out counts them"
+                       % (ident, "; ".join(notes),
+                          ", e.g. %s" % left["example"] if left["example"] else ""),
+                       UserWarning, stacklevel=stacklevel)
+    if left["dangling"]:
+        _warnings.warn("%s: %d symbolic link%s to nothing: listed as samples that fail "
+                       "(on_error='skip' leaves them out)"
+                       % (ident, left["dangling"], "" if left["dangling"] == 1 else "s"),
+                       UserWarning, stacklevel=stacklevel)
+
+
+def _selection(fields):
+    """fields= as a selection of a ferry source's fields (a tuple or list of
+    names), or None where it is something else."""
+    if isinstance(fields, (tuple, list)) and fields and all(isinstance(f, str) for f in fields):
+        return tuple(fields)
+    return None
+
+
+_SHUFFLE_BUFFER = 8192              # samples a stream shard's buffer holds, as `ferry bench`
+_SHUFFLE_BUFFER_BYTES = 64 << 20    # ... fewer for large samples
+
+
+def _resolve(source, fields, transform, shuffle_seed=None, seed=None, per_sample=False,
+             copies=0):
+    """(C source, sample kind, identity text, (copies, drew)) for whatever
+    DataLoader was given. shuffle_seed: a stream source gets a shuffle buffer
+    seeded with it, as the command's --shuffle gives one. copies: how many
+    copies of a Python dataset (or transform) to make for worker threads
+    (returned; None for none), and drew: the global generators its sample 0
+    drew from."""
+    if isinstance(source, Dataset):
         src, ident, kind = source._src, source.source, _KEYED
-    elif isinstance(source, (bytes, _os.PathLike)):
-        text = _os.fsdecode(source)
-        raise TypeError("source must be a str: %r%s" % (
-            text, "" if ":" in text else " (a kind, a colon, a location: 'lines:%s')" % text))
+    elif isinstance(source, (str, bytes, _os.PathLike)):
+        ident = _source_text(source)
+        src, kind = _ferry.open_source(ident), _KEYED
     else:
         if transform is not None:
             raise ValueError("transform= applies to ferry's own sources; a Python dataset can "
                              "transform in its __getitem__")
-        src, kind = _python_source(source, fields)
+        src, kind, objs = _python_source(source, fields, seed, per_sample, copies)
         return src, kind, "python:%s.%s,len=%d" % (type(source).__module__,
-                                                   type(source).__qualname__, len(source))
-    if fields is not None and transform is None:
-        raise ValueError("fields= describes a Python dataset's samples (or a transform's "
-                         "output); a ferry source has its own schema: %s" % ident)
+                                                   type(source).__qualname__, len(source)), objs
+    if shuffle_seed is not None and src.is_stream:
+        if ",shuffle=" in ident:
+            raise ValueError("shuffle=True and a shuffle= in the source text %r: use one (the "
+                             "source's shuffle=N sets the buffer's size)" % (ident,))
+        per = sum(_math.prod(f[2]) * _numpy().dtype(f[1]).itemsize for f in src.fields())
+        buf = _SHUFFLE_BUFFER
+        if per and _SHUFFLE_BUFFER_BYTES // per < buf:
+            buf = max(1, _SHUFFLE_BUFFER_BYTES // per)
+        if isinstance(source, Dataset):
+            src = _ferry.open_source(ident)     # the decorator takes the stream it wraps
+        src = _ferry.stream_shuffle(src, buf, shuffle_seed)
+    if fields is not None and transform is None and _selection(fields) is None:
+        raise ValueError("fields= on a ferry source selects its fields, in order, as a tuple "
+                         "of names (fields=(%s)); a dict of dtypes describes a Python "
+                         "dataset's samples (or a transform's output). %s has: %s"
+                         % (", ".join(repr(f[0]) for f in src.fields()[:2]), ident,
+                            ", ".join(f[0] for f in src.fields())))
     if transform is not None:
-        src, kind = _transform_source(src, transform, fields, ident)
+        src, kind, objs = _transform_source(src, transform, fields, ident, seed, per_sample,
+                                            copies)
         ident += ",transform=%s" % getattr(transform, "__qualname__", type(transform).__name__)
-    return src, kind, ident
+        return src, kind, ident, objs
+    return src, kind, ident, (None, [])
+
+
+# ---- Worker threads and Python datasets: _workers.py ---------------------------
+
+from ._workers import (WorkerInfo, get_worker_info, sample_seed, _NOT_MADE,  # noqa: E402
+                       _per_sample, _sample0, _tls, _torch_worker_info, _worker_copies,
+                       _worker_info_class, _rng_lock)
 
 
 # ---- Samplers ---------------------------------------------------------------
@@ -1091,7 +1335,7 @@ _TORCH_ONLY = {
                          "stacked per field. Reshape per sample in the dataset's __getitem__ "
                          "or in transform=, per batch in the training loop"),
     "multiprocessing_context": (None, "ferry's workers are threads in this process, not "
-                                      "processes: nothing is pickled"),
+                                      "processes: no batch is pickled"),
     "generator": (None, "ferry's orders are keyed by seed and epoch, the same for any worker "
                         "count: pass seed=<int>"),
 }
@@ -1169,13 +1413,20 @@ class DataLoader:
 
     - ``source``: a source text (``"images:train/,pipeline=train"``,
       ``"lines:corpus.txt,max=512"``, ``"records:shards/"``, ``"lmdb:db"``,
-      ``"csv:parts/"``, ``"synthetic:100000"``; see docs/cli.md), a
-      ``ferry.Dataset``, or a map-style Python dataset (``__len__`` and
-      ``__getitem__`` returning a dict, a tuple or one value of NumPy arrays,
-      torch tensors, numbers, str or bytes).
+      ``"csv:parts/"``, ``"npy:x.npy"``, ``"tokens:shards/*.bin"``,
+      ``"mds:DIR"``, ``"tfrecord:DIR"``, ``"wds:shards/"``,
+      ``"synthetic:100000"``; see docs/cli.md), a path (``pathlib.Path``: a
+      folder is an image folder, or records: / lmdb: where it holds those; a
+      file by its extension), a ``ferry.Dataset``, or a map-style Python
+      dataset (``__len__`` and ``__getitem__`` returning a dict, a tuple or one
+      value of NumPy arrays, torch tensors, numbers, str or bytes). It is
+      ``loader.dataset`` (a ``ferry.Dataset`` for a source text or path).
     - ``batch_size`` (default 1): samples per batch.
     - ``shuffle`` (default False): a random order each epoch (without
-      ``sampler``). Streams (``csv:``) have no random access and refuse it.
+      ``sampler``). A stream (``csv:``, ``records:...,stream=1``) has no random
+      access: it goes through a shuffle buffer per stream shard instead, as
+      with the command's ``--shuffle`` (8192 samples, fewer for samples over
+      8 KiB; ``shuffle=N`` in the source text sets another size).
     - ``sampler``: a ``ferry`` sampler (``RandomSampler``,
       ``DistributedSampler``, ``FixedSampler``, ``ShardWindowSampler``, ...), or
       as PyTorch takes it: a list of indices (the order of every epoch), a torch
@@ -1196,15 +1447,19 @@ class DataLoader:
     - ``timeout`` (seconds, default 0 = forever): raise ``ferry.TimeoutError``
       when no batch comes in that long (needs ``num_workers`` > 0).
     - ``worker_init_fn``: called as ``worker_init_fn(worker_id)`` on each worker
-      thread once, before it loads anything.
+      thread once, before it loads anything (not with ``num_workers=0``, as
+      PyTorch); ``get_worker_info()`` answers there.
     - ``prefetch_factor``: batches in flight per worker (default: ferry's own
       choice, 2 per worker and more for small batches); the pool holds
-      ``prefetch_factor * max(1, num_workers) + 1`` batch buffers.
+      ``prefetch_factor * num_workers + 1`` batch buffers. With
+      ``num_workers=0`` it is a ValueError, as in PyTorch.
     - ``persistent_workers`` (default True): workers live as long as the loader.
       False starts fresh workers (and calls ``worker_init_fn`` again) each epoch.
     - ``seed``: the seed of every random choice (order, crops, flips). None
-      draws one at random once; it is in ``state_dict()``, so a resumed run
-      continues the same order.
+      draws one from torch's global generator (so ``torch.manual_seed(s)``
+      makes runs repeatable, as with PyTorch's loader), or at random without
+      torch output; it is in ``state_dict()``, so a resumed run continues the
+      same order.
     - ``in_order`` (default True): batches in sampler order. False hands them
       out as they complete (the same batches, maybe in another order).
     - ``on_error``: "fail" (default) raises at the first bad sample; "skip" drops
@@ -1234,22 +1489,45 @@ class DataLoader:
       the loader is closed (Chrome trace JSON: Perfetto, chrome://tracing or
       ``ferry report FILE``; docs/trace.md). ``FERRY_TRACE=FILE`` in the
       environment does the same for every loader of the process.
-    - ``fields``: a Python dataset's schema where sample 0 does not tell it all:
+    - ``fields``: a tuple of field names: batches are ``TupleBatch`` tuples of
+      those fields in that order (``fields=("image", "label")`` gives
+      ``for x, y in loader``), of a ferry source or of dict samples. A dict:
+      a Python dataset's schema where sample 0 does not tell it all:
       ``{"text": ("uint8", (None,), 512)}`` (dtype, shape, bound of a variable
       first dimension) or ``{"x": ("float32", (3, 32, 32))}``.
     - ``transform``: a callable applied to each sample of a ferry source on the
       worker threads: it gets a dict of NumPy arrays of the sample's fields
       (copies) and returns a dict (or tuple) of values.
+    - ``python_rng``: "shared" (default) or "per_sample". Worker threads share
+      Python's, NumPy's and torch's global random generators (PyTorch's worker
+      processes each have their own), so random choices drawn from them in a
+      Python dataset are not repeatable with ``num_workers`` > 0; a warning
+      says so when the first samples draw from them. "per_sample" runs Python
+      samples one at a time with those generators seeded from (seed, epoch,
+      index) and restored after: exactly repeatable, the same for any
+      ``num_workers``, but no two samples' Python code overlaps. Or draw from
+      a generator of the sample's own, seeded with ``ferry.sample_seed()``.
+
+    With workers, each worker calls its own copy of a Python dataset (and of
+    ``transform``), as each PyTorch worker process has one: a deep copy that
+    shares what a fork would share unwritten (lists and dicts of plain values,
+    arrays, tensors, open files, and what cannot be copied).
+    docs/python.md ("Worker threads") says what threads change.
 
     Each ``for batch in loader`` is the next epoch (``set_epoch`` picks one);
     ``len(loader)`` is the batches in an epoch. Batches are ``ferry.Batch``
     (a dict of field name to tensor) or, for tuple samples, ``ferry.TupleBatch``.
+
+    See also ``ferry.open`` (a source's samples, an image folder's classes),
+    ``ferry.pack`` (record shards), ``ferry.save`` / ``ferry.load``
+    (safetensors files) and ``ferry.get_worker_info``.
     """
 
     def __init__(self, source, batch_size=1, shuffle=False, sampler=None, num_workers=0,
                  drop_last=False, timeout=0, worker_init_fn=None, prefetch_factor=None,
                  persistent_workers=True, seed=None, in_order=True, on_error="fail",
-                 skip_budget=None, output="torch", *, fields=None, transform=None, **kwargs):
+                 skip_budget=None, output="torch", *, fields=None, transform=None,
+                 python_rng="shared", **kwargs):
         self.pin_memory = _pin_memory(kwargs.pop("pin_memory", False),
                                       kwargs.pop("pin_memory_device", ""))
         self.device = _device(kwargs.pop("device", None))
@@ -1287,6 +1565,10 @@ class DataLoader:
         if worker_init_fn is not None and not callable(worker_init_fn):
             raise TypeError("worker_init_fn must be callable, got %s" % type(worker_init_fn).__name__)
         self.worker_init_fn = worker_init_fn
+        if prefetch_factor is not None and self.num_workers == 0:
+            raise ValueError("prefetch_factor option could only be specified in "
+                             "multiprocessing: let num_workers > 0 to enable worker threads, "
+                             "otherwise set prefetch_factor to None (PyTorch's rule)")
         if prefetch_factor is not None:
             _int(prefetch_factor, "prefetch_factor", 1, 65535)
             if prefetch_factor * max(1, self.num_workers) + 1 > 65536:
@@ -1296,7 +1578,18 @@ class DataLoader:
         self.prefetch_factor = prefetch_factor
         self.persistent_workers = _bool(persistent_workers, "persistent_workers")
         _check_seed(seed)
-        if seed is None:
+        if python_rng not in ("shared", "per_sample"):
+            raise ValueError("python_rng must be 'shared' or 'per_sample', got %r" % (python_rng,))
+        self.python_rng = python_rng
+        if seed is None and output == "torch":
+            # the number torch's generator would draw next, read from a copy of it: so
+            # torch.manual_seed(s) repeats runs, as with PyTorch's loader, and making
+            # the loader draws nothing (the model's initialisation after it is the same)
+            t = _torch_module()
+            g = t.Generator()
+            g.set_state(t.get_rng_state())
+            seed = int(t.empty((), dtype=t.int64).random_(generator=g).item())
+        elif seed is None:
             seed = int.from_bytes(_os.urandom(8), "little")
         self.seed = seed
         self.in_order = _bool(in_order, "in_order")
@@ -1326,21 +1619,62 @@ class DataLoader:
         else:
             _numpy()
 
-        self._src, kind, self._ident = _resolve(source, fields, transform)
+        # fields=("image", "label"): those fields of dict samples, as tuples (for a
+        # ferry source, a Python dataset's dicts, or a transform's)
+        sel = _selection(fields)
+        self._src, kind, self._ident, (self._copies, drew) = _resolve(
+            source, None if sel is not None else fields, transform,
+            self.seed if self.shuffle else None, self.seed, python_rng == "per_sample",
+            self.num_workers)
+        if drew and self.num_workers and python_rng == "shared":
+            _warnings.warn(
+                "%s draws from the global random generator%s of %s, which ferry's worker "
+                "threads share with each other and with the training loop: its random choices "
+                "differ from run to run. For repeatable ones pass python_rng='per_sample' "
+                "(samples then run one at a time), or draw from a generator seeded with "
+                "ferry.sample_seed() (docs/python.md, \"Worker threads\")"
+                % ("the dataset's __getitem__" if transform is None else "transform",
+                   "s" if len(drew) > 1 else "", " and ".join(drew)), UserWarning, stacklevel=2)
         self.source = source
         self._tuple = kind != _KEYED
         self._stream = self._src.is_stream
+        self._select = None
+        names = [f[0] for f in self._src.fields()]
+        if sel is not None:
+            if kind != _KEYED:
+                raise ValueError("fields=%r selects fields of samples that are dicts; these "
+                                 "samples are tuples (or one value), in their own order"
+                                 % (fields,))
+            for n in sel:
+                if n not in names:
+                    raise ValueError("fields: %r is not a field of %s (its fields: %s)"
+                                     % (n, self._ident, ", ".join(names)))
+            if len(set(sel)) != len(sel):
+                raise ValueError("fields: %r names a field twice" % (fields,))
+            self._select = tuple(names.index(n) for n in sel)
+            self._tuple = True
         if self._stream and window_shards is not None:
             raise ValueError(
                 "%s is a stream: window_shards= is for map-style sources; a stream reads its "
                 "files in a new random order each epoch already (CSV parts: in name order), and "
                 "its samples are mixed by a shuffle buffer in the source (shuffle=N)"
                 % (self._ident,))
-        if self._stream and (self.shuffle or self._sampler is not None):
+        if self._stream and self._sampler is not None:
             raise ValueError(
-                "%s is a stream: it has no random access, so shuffle= and sampler= cannot order "
-                "it. Pack it (ferry.pack) and load the records, or shuffle in the source" %
-                (self._ident,))
+                "%s is a stream: it has no random access, so sampler= cannot order it. Pack "
+                "it (ferry.pack) and load the records, or use shuffle=True (a shuffle buffer, "
+                "as the command's --shuffle)" % (self._ident,))
+        if isinstance(source, Dataset):
+            self.dataset = source
+        elif isinstance(source, (str, bytes, _os.PathLike)):
+            self.dataset = Dataset._over(self._src, self._ident)
+            self._folder_note()
+        else:
+            self.dataset = source
+        self._pyobj = (transform if transform is not None
+                       else None if isinstance(source, (str, bytes, _os.PathLike, Dataset))
+                       else source)
+
         self._csampler = None
         if isinstance(self._sampler, ShardWindowSampler):
             bounds = self._src.shards()
@@ -1421,16 +1755,58 @@ class DataLoader:
 
     # -- the C loader --
 
+    def _folder_note(self):
+        _folder_note(self.dataset, self._ident, 4)
+
+    def _worker_start(self, base_seed, worker_objs):
+        """The first call on each worker thread: its WorkerInfo, then the user's
+        worker_init_fn."""
+        cls = _worker_info_class()
+        user = self.worker_init_fn
+        dataset = self.dataset
+        own = worker_objs is not None and self._pyobj is self.dataset
+        # (no reference to the loader itself: it would keep itself alive)
+
+        def start(worker, num_workers, _seed):
+            if num_workers == 0:
+                return      # the iterating thread: no worker, as PyTorch's main process
+            ds = worker_objs[worker] if own else dataset     # the worker's own copy
+            _tls.info = cls(id=worker, num_workers=num_workers,
+                            seed=(base_seed + worker) & 0xFFFFFFFFFFFFFFFF, dataset=ds)
+            if user is not None:
+                user(worker)
+        return start
+
     def _make_loader(self):
         prefetch = 0
         if self.prefetch_factor is not None:
             prefetch = self.prefetch_factor * max(1, self.num_workers) + 1
+        base_seed = self.seed
+        if not self.persistent_workers:
+            # fresh workers each epoch get fresh seeds, as PyTorch's do
+            base_seed = (self.seed + 0x9E3779B97F4A7C15 * (self._epoch + 1)) & 0xFFFFFFFFFFFFFFFF
+        worker_objs = None
+        if self._pyobj is not None:
+            getitem = self._pyobj is self.dataset
+            if self.num_workers:
+                # the first loader's were made with the source; each later one (fresh
+                # workers each epoch) gets fresh copies, as PyTorch's fresh workers do
+                worker_objs, made = self._copies, self._copies is not _NOT_MADE
+                self._copies = _NOT_MADE
+                if not made:
+                    worker_objs = _worker_copies(self._pyobj, self.num_workers,
+                                                 "the dataset" if getitem else "transform")
+            call = _per_sample(getitem) if self.python_rng == "per_sample" else None
+            self._src.set_python(worker_objs, call)
+        if self.num_workers and "torch" in _sys.modules:
+            _torch_worker_info()
         self._loader = _ferry.Loader(
             self._src, batch_size=self.batch_size, drop_last=self.drop_last,
             num_workers=self.num_workers, prefetch=prefetch, shuffle=self.shuffle,
             seed=self.seed, sampler=self._csampler, in_order=self.in_order,
             on_error=1 if self.on_error == "skip" else 0, skip_budget=self.skip_budget,
-            worker_init=self.worker_init_fn,
+            worker_init=self._worker_start(base_seed, worker_objs) if self.num_workers else None,
+            select=self._select,
             output=_ferry.OUT_TORCH if self.output == "torch" else _ferry.OUT_NUMPY,
             tuple_batch=self._tuple,
             # a short wait inside, so that Ctrl-C is seen while workers load
@@ -1481,6 +1857,14 @@ class DataLoader:
 
     def __iter__(self):
         self._check_open()
+        if self.output == "torch":
+            # what PyTorch's loader draws from torch's generator for each `for` (its
+            # workers' base seed, and RandomSampler's seed): the training loop's own
+            # random numbers (dropout, say) then come out as under PyTorch's loader
+            t = _torch_module()
+            with _rng_lock:     # never between a per_sample sample's seeding and its draws
+                for _ in range(2 if self.shuffle and self._sampler is None else 1):
+                    t.empty((), dtype=t.int64).random_()
         if self._sampler is not None and self._sampler._epoch_set:
             # sampler.set_epoch(e), as DistributedSampler users call it, picks the epoch
             if not self._epoch_given and not self._resume:

@@ -166,6 +166,10 @@ static PyObject *mod_device_probe(PyObject *m, PyObject *args)
 static PyMethodDef module_methods[] = {
     {"device_probe", mod_device_probe, METH_VARARGS, "device_probe(name) -> None or why not"},
     {"version", mod_version, METH_NOARGS, "The C library's version."},
+    {"stream_shuffle", fpy_mod_stream_shuffle, METH_VARARGS,
+     "stream_shuffle(source, buffer, seed) -> Source (takes source's stream)"},
+    {"sample_info", fpy_mod_sample_info, METH_NOARGS,
+     "sample_info() -> (index, epoch, seed) of the sample being read, or None"},
     {"strerror", mod_strerror, METH_VARARGS, "strerror(code) -> (name, description)"},
     {"open_source", fpy_mod_open_source, METH_VARARGS, "open_source(spec, flags=0) -> Source"},
     {"python_source", fpy_mod_python_source, METH_VARARGS,

@@ -122,6 +122,14 @@ typedef struct pyds {
      * SystemExit): that ends the epoch whatever the skip policy */
     _Atomic(ferry_loader *) loader;
     PyObject *fatal; /* that exception, under em */
+    /* each loader worker's own copy of obj (or of transform), as a PyTorch worker
+     * process has its own: a tuple indexed by the worker's number, or NULL (the
+     * object itself: no workers, or the reads of sample 0). Set by the Loader
+     * under the GIL. */
+    PyObject *workers;
+    /* call(obj, key) (a dataset) or call(transform, sample) instead of obj[key] or
+     * transform(sample), where set (seeding generators around each sample) */
+    PyObject *call;
 } pyds;
 
 /* A dataset's vtables: __getitem__ of a Python object, or a transform over a C
@@ -140,6 +148,10 @@ PyObject *fpy_take_exception(pyds *p, uint64_t index);
 /* The KeyboardInterrupt or SystemExit a sample raised (a new reference, removed),
  * or NULL. */
 PyObject *fpy_take_fatal(pyds *p);
+/* sample_info() -> (index, epoch, seed) of the sample this thread's Python code is
+ * reading for a loader, or None: seed is the sample's own (from the loader's
+ * seed, the epoch and the index, as its crops and flips are keyed). */
+PyObject *fpy_mod_sample_info(PyObject *m, PyObject *unused);
 
 /* ---- source.c: the Source type ---- */
 
@@ -158,6 +170,7 @@ const ferry_field *fpy_source_field(SourceObject *s, int f);
 PyObject *fpy_mod_open_source(PyObject *m, PyObject *args);
 PyObject *fpy_mod_python_source(PyObject *m, PyObject *args);
 PyObject *fpy_mod_transform_source(PyObject *m, PyObject *args);
+PyObject *fpy_mod_stream_shuffle(PyObject *m, PyObject *args);
 
 /* ---- sampler.c: the Sampler type ---- */
 

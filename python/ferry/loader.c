@@ -24,6 +24,8 @@ typedef struct {
     int closed_by_other;       /* close() by another thread (a worker's __getitem__) during next():
                                 * the iteration ends there too */
     int nfields;
+    int nsel; /* fields a tuple batch holds, in order: sel[0..nsel) */
+    int sel[FERRY_MAX_FIELDS];
     int variable[FERRY_MAX_FIELDS];
     PyObject *names[FERRY_MAX_FIELDS];
     PyObject *len_names[FERRY_MAX_FIELDS];
@@ -75,7 +77,8 @@ static int call_worker_init(uint32_t worker, uint32_t num_workers, uint64_t seed
     if (!ts)
         return -1;
     int rc = 0;
-    PyObject *r = PyObject_CallFunction(self->worker_init, "I", worker);
+    PyObject *r = PyObject_CallFunction(self->worker_init, "IIK", worker, num_workers,
+                                        (unsigned long long)seed);
     if (!r) {
         PyObject *t, *v, *tb;
         PyErr_Fetch(&t, &v, &tb);
@@ -275,12 +278,12 @@ static int do_resume(ferry_loader *l, const busy_args *a)
  *        rank, world_size, stream_shards) */
 static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"source",         "batch_size",    "drop_last",   "num_workers",
-                             "prefetch",       "shuffle",       "seed",        "sampler",
-                             "in_order",       "on_error",      "skip_budget", "worker_init",
-                             "output",         "tuple_batch",   "poll_ms",     "rank",
-                             "world_size",     "stream_shards", "pin_memory",  "device",
-                             "device_buffers", "stream_fn",     "trace",       NULL};
+    static char *kwlist[] = {
+        "source",         "batch_size",  "drop_last",     "num_workers", "prefetch",
+        "shuffle",        "seed",        "sampler",       "in_order",    "on_error",
+        "skip_budget",    "worker_init", "output",        "tuple_batch", "poll_ms",
+        "rank",           "world_size",  "stream_shards", "pin_memory",  "device",
+        "device_buffers", "stream_fn",   "trace",         "select",      NULL};
     PyObject *source, *sampler = Py_None, *worker_init = Py_None;
     unsigned int batch_size = 1, num_workers = 0, prefetch = 0, stream_shards = 0;
     int drop_last = 0, shuffle = 0, in_order = 1, on_error = 0, output = OUT_TORCH, tuple_batch = 0;
@@ -289,13 +292,14 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     unsigned int device_buffers = 0;
     PyObject *stream_fn = Py_None;
     const char *trace = NULL;
+    PyObject *select = Py_None;
     unsigned long long seed = 0, skip_budget = 0;
     long long poll_ms = 0, rank = -1, world = -1;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "O!|IpIIpKOpiKOipLLLIpzIOz", kwlist, fpy_source_type, &source, &batch_size,
+            args, kw, "O!|IpIIpKOpiKOipLLLIpzIOzO", kwlist, fpy_source_type, &source, &batch_size,
             &drop_last, &num_workers, &prefetch, &shuffle, &seed, &sampler, &in_order, &on_error,
             &skip_budget, &worker_init, &output, &tuple_batch, &poll_ms, &rank, &world,
-            &stream_shards, &pin_memory, &device, &device_buffers, &stream_fn, &trace))
+            &stream_shards, &pin_memory, &device, &device_buffers, &stream_fn, &trace, &select))
         return NULL;
     if (sampler != Py_None && !PyObject_TypeCheck(sampler, fpy_sampler_type)) {
         PyErr_SetString(PyExc_TypeError, "sampler must be a ferry sampler");
@@ -326,6 +330,33 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     self->tuple_batch = tuple_batch;
     self->poll = poll_ms > 0;
     self->nfields = fpy_source_nfields(src);
+    self->nsel = self->nfields;
+    for (int f = 0; f < self->nfields; f++)
+        self->sel[f] = f;
+    if (select != Py_None) {
+        /* a tuple batch of these fields, in this order (checked by the caller) */
+        Py_ssize_t k = PySequence_Size(select);
+        if (k < 1 || k > self->nfields) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "select: 1 to nfields field numbers");
+            Py_DECREF(self);
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < k; i++) {
+            PyObject *x = PySequence_GetItem(select, i);
+            long f = x ? PyLong_AsLong(x) : -1;
+            Py_XDECREF(x);
+            if (f < 0 || f >= self->nfields) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_ValueError, "select: a field number out of range");
+                Py_DECREF(self);
+                return NULL;
+            }
+            self->sel[i] = (int)f;
+        }
+        self->nsel = (int)k;
+        self->tuple_batch = 1;
+    }
     for (int f = 0; f < self->nfields; f++) {
         const ferry_field *fi = fpy_source_field(src, f);
         self->variable[f] = fi->variable;
@@ -421,7 +452,8 @@ static PyObject *make_batch(LoaderObject *self, ferry_batch *b)
             goto fail;
         }
     }
-    for (int f = 0; f < self->nfields; f++) {
+    for (int k = 0; k < self->nsel; k++) {
+        int f = self->sel[k];
         if (ferry_batch_export(b, f, 0, &t) < 0 ||
             !(vals[nv] = dev >= 0 ? fpy_export_device_tensor(&t, dev)
                                   : fpy_export_tensor(&t, self->output, 0)))
@@ -443,7 +475,7 @@ static PyObject *make_batch(LoaderObject *self, ferry_batch *b)
         goto fail;
     if (self->tuple_batch) {
         /* the fields in their positions; variable fields' lengths in .lengths */
-        PyObject *tup = PyTuple_New(self->nfields);
+        PyObject *tup = PyTuple_New(self->nsel);
         lens = PyDict_New();
         if (!tup || !lens) {
             Py_XDECREF(tup);
@@ -451,7 +483,7 @@ static PyObject *make_batch(LoaderObject *self, ferry_batch *b)
         }
         int pos = 0;
         for (int i = 0; i < nv; i++) {
-            if (keys[i] == self->names[pos]) {
+            if (pos < self->nsel && keys[i] == self->names[self->sel[pos]]) {
                 PyTuple_SetItem(tup, pos, Py_NewRef(vals[i]));
                 pos++;
             } else {

@@ -373,6 +373,63 @@ static int take_item(pyds *p, PyObject *item, uint64_t index, const char *pre, c
     return rc;
 }
 
+/* The sample this thread's Python code is reading (sample_info()). */
+typedef struct sample_now {
+    int active;
+    uint64_t index, epoch, seed;
+} sample_now;
+static _Thread_local sample_now g_cur;
+
+PyObject *fpy_mod_sample_info(PyObject *m, PyObject *unused)
+{
+    if (!g_cur.active)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(KKK)", (unsigned long long)g_cur.index, (unsigned long long)g_cur.epoch,
+                         (unsigned long long)g_cur.seed);
+}
+
+/* The object a worker calls: its own copy where the loader made them. GIL held. */
+static PyObject *worker_obj(pyds *p, PyObject *obj, ferry_ctx *ctx)
+{
+    if (p->workers && ctx) {
+        uint32_t w = ferry_ctx_worker(ctx);
+        if ((Py_ssize_t)w < PyTuple_Size(p->workers))
+            return PyTuple_GetItem(p->workers, (Py_ssize_t)w);
+    }
+    return obj;
+}
+
+/* obj[arg] (getitem) or obj(arg), through p->call where set, with sample_info()
+ * telling which sample this is. GIL held. The objects are held for the call: the
+ * loader may swap p's while the call runs without the GIL (a worker still in
+ * __getitem__ when its loader was freed and a new one made). */
+static PyObject *call_sample(pyds *p, PyObject *obj, PyObject *arg, int getitem, uint64_t index,
+                             ferry_ctx *ctx)
+{
+    ferry_rng r;
+    uint64_t epoch = ctx ? ferry_ctx_epoch(ctx) : 0;
+    sample_now outer = g_cur; /* a sample read inside another's call */
+    if (ctx)
+        ferry_ctx_rng(ctx, index, &r);
+    else
+        ferry_rng_init(&r, 0, 0, index);
+    g_cur.index = index;
+    g_cur.epoch = epoch;
+    /* keyed as the sample's crops and flips are, hashed apart from their draws */
+    g_cur.seed = ferry_hash64(ferry_rng_u64(&r), 0x707974686f6eull);
+    g_cur.active = 1;
+    PyObject *item, *call = p->call ? Py_NewRef(p->call) : NULL;
+    Py_INCREF(obj);
+    if (call)
+        item = PyObject_CallFunctionObjArgs(call, obj, arg, NULL);
+    else
+        item = getitem ? PyObject_GetItem(obj, arg) : PyObject_CallFunctionObjArgs(obj, arg, NULL);
+    Py_DECREF(obj);
+    Py_XDECREF(call);
+    g_cur = outer;
+    return item;
+}
+
 static int pyds_get(void *self, uint64_t index, ferry_sample *out, ferry_ctx *ctx)
 {
     pyds *p = self;
@@ -381,7 +438,7 @@ static int pyds_get(void *self, uint64_t index, ferry_sample *out, ferry_ctx *ct
         return ferry_error(FERRY_ENOMEM, "dataset[%llu]: no Python thread state (out of memory)",
                            (unsigned long long)index);
     PyObject *key = PyLong_FromUnsignedLongLong(index);
-    PyObject *item = key ? PyObject_GetItem(p->obj, key) : NULL;
+    PyObject *item = key ? call_sample(p, worker_obj(p, p->obj, ctx), key, 1, index, ctx) : NULL;
     Py_XDECREF(key);
     int rc = take_item(p, item, index, "dataset[", "]", out);
     fpy_gil_leave(ts);
@@ -437,7 +494,8 @@ static int transform_get(void *self, uint64_t index, ferry_sample *out, ferry_ct
     if (!ts)
         return ferry_error(FERRY_ENOMEM, "transform: no Python thread state (out of memory)");
     PyObject *views = views_dict(p, buf, len);
-    PyObject *item = views ? PyObject_CallFunctionObjArgs(p->transform, views, NULL) : NULL;
+    PyObject *item =
+        views ? call_sample(p, worker_obj(p, p->transform, ctx), views, 0, index, ctx) : NULL;
     Py_XDECREF(views);
     rc = take_item(p, item, index, "transform(sample ", ")", out);
     fpy_gil_leave(ts);
@@ -450,6 +508,8 @@ void fpy_pyds_destroy(void *self)
     Py_XDECREF(p->obj);
     Py_XDECREF(p->transform);
     Py_XDECREF(p->inner_src);
+    Py_XDECREF(p->workers);
+    Py_XDECREF(p->call);
     for (int f = 0; f < FERRY_MAX_FIELDS; f++) {
         Py_XDECREF(p->names[f]);
         Py_XDECREF(p->inner_names[f]);

@@ -149,6 +149,68 @@ done:
     return r;
 }
 
+/* set_python(workers, call): a Python source's per-worker objects (a tuple, or
+ * None) and the callable each sample goes through (or None) */
+static PyObject *source_set_python(PyObject *self, PyObject *args)
+{
+    SourceObject *s = (SourceObject *)self;
+    PyObject *workers, *call;
+    if (!PyArg_ParseTuple(args, "OO", &workers, &call))
+        return NULL;
+    if (!s->py) {
+        PyErr_SetString(PyExc_TypeError, "not a Python source");
+        return NULL;
+    }
+    if (workers != Py_None && !PyTuple_Check(workers)) {
+        PyErr_SetString(PyExc_TypeError, "workers must be a tuple or None");
+        return NULL;
+    }
+    if (call != Py_None && !PyCallable_Check(call)) {
+        PyErr_SetString(PyExc_TypeError, "call must be callable or None");
+        return NULL;
+    }
+    /* workers read these holding the GIL, as this runs */
+    PyObject *ow = s->py->workers, *oc = s->py->call;
+    s->py->workers = workers == Py_None ? NULL : Py_NewRef(workers);
+    s->py->call = call == Py_None ? NULL : Py_NewRef(call);
+    Py_XDECREF(ow);
+    Py_XDECREF(oc);
+    Py_RETURN_NONE;
+}
+
+/* folder() -> None, or ([class names in label order], {what was left out}, first
+ * entry left out or None) for a source over an image folder */
+static PyObject *source_folder(PyObject *self, PyObject *unused)
+{
+    SourceObject *s = (SourceObject *)self;
+    ferry_folder_report r;
+    if (!s->ds || ferry_folder_get_report(s->ds, &r) < 0)
+        Py_RETURN_NONE;
+    uint64_t n = ferry_folder_nclasses(s->ds);
+    PyObject *names = PyList_New((Py_ssize_t)n);
+    for (uint64_t k = 0; names && k < n; k++) {
+        const char *c = ferry_folder_class_name(s->ds, k);
+        PyObject *o = PyUnicode_DecodeFSDefault(c ? c : "");
+        if (!o) {
+            Py_CLEAR(names);
+            break;
+        }
+        PyList_SetItem(names, (Py_ssize_t)k, o);
+    }
+    if (!names)
+        return NULL;
+    PyObject *first =
+        r.first_ignored ? PyUnicode_DecodeFSDefault(r.first_ignored) : Py_NewRef(Py_None);
+    if (!first) {
+        Py_DECREF(names);
+        return NULL;
+    }
+    return Py_BuildValue("(N{sKsKsKsKsK}N)", names, "root_files", (unsigned long long)r.root_files,
+                         "filtered", (unsigned long long)r.filtered, "hidden",
+                         (unsigned long long)r.hidden, "other", (unsigned long long)r.other,
+                         "dangling", (unsigned long long)r.dangling, first);
+}
+
 /* shards() -> the bounds of the dataset's shards (ferry_dataset_shards), or None
  * for a stream */
 static PyObject *source_shards(PyObject *self, PyObject *unused)
@@ -171,6 +233,8 @@ static PyObject *source_shards(PyObject *self, PyObject *unused)
 }
 
 static PyMethodDef source_methods[] = {
+    {"set_python", source_set_python, METH_VARARGS, "set_python(workers, call)"},
+    {"folder", source_folder, METH_NOARGS, "folder() -> None or (classes, left_out, first)"},
     {"fields", source_fields, METH_NOARGS, "[(name, dtype, shape, variable), ...]"},
     {"read", source_read, METH_VARARGS, "read(i) -> [(bytes, length or None), ...]"},
     {"shards", source_shards, METH_NOARGS, "shards() -> [bounds of the shards] or None"},
@@ -214,6 +278,33 @@ PyObject *fpy_mod_open_source(PyObject *m, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     rc = ferry_source_open_flags(spec, flags, &s->ds, &s->st);
     Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        Py_DECREF(s);
+        return fpy_raise_last(rc);
+    }
+    return (PyObject *)s;
+}
+
+/* stream_shuffle(source, buffer, seed) -> a Source over source's stream through a
+ * shuffle buffer (ferry_stream_shuffle, as the command's --shuffle): the stream
+ * moves to the new Source, which source no longer has */
+PyObject *fpy_mod_stream_shuffle(PyObject *m, PyObject *args)
+{
+    PyObject *in;
+    unsigned long long buffer, seed;
+    if (!PyArg_ParseTuple(args, "O!KK", fpy_source_type, &in, &buffer, &seed))
+        return NULL;
+    SourceObject *inner = (SourceObject *)in;
+    if (!inner->st) {
+        PyErr_SetString(PyExc_ValueError, "stream_shuffle: not a stream source");
+        return NULL;
+    }
+    SourceObject *s = source_alloc();
+    if (!s)
+        return NULL;
+    ferry_stream *st = inner->st;
+    inner->st = NULL; /* the decorator owns it from here, also when it fails */
+    int rc = ferry_stream_shuffle(&s->st, st, (size_t)buffer, seed);
     if (rc < 0) {
         Py_DECREF(s);
         return fpy_raise_last(rc);

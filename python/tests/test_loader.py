@@ -476,8 +476,8 @@ def test_stats():
 
 def test_kept_tensors_never_starve_the_loader():
     for w in (0, 1):
-        dl = ferry.DataLoader("synthetic:1000", batch_size=10, num_workers=w, prefetch_factor=1,
-                              seed=8)
+        dl = ferry.DataLoader("synthetic:1000", batch_size=10, num_workers=w,
+                              prefetch_factor=1 if w else None, seed=8)
         kept = [(b["data"], b["data"].clone(), b.indices) for b in dl]
         batches = list(ferry.DataLoader("synthetic:1000", batch_size=10, seed=8))
         assert len(kept) == len(batches) == 100
@@ -541,7 +541,7 @@ def test_a_damaged_stream_state_is_refused_when_loaded(tmp_path):
     assert all(np.array_equal(a[k], b[k]) for a, b in zip(got, rest) for k in a)
 
 
-def test_streams_refuse_shuffle_and_have_no_len(tmp_path):
+def test_streams_shuffle_through_a_buffer_and_have_no_len(tmp_path):
     d = tmp_path / "csv"
     d.mkdir()
     (d / "part-00000").write_text("".join("%d,%d\n" % (i, i * 2) for i in range(100)))
@@ -551,7 +551,19 @@ def test_streams_refuse_shuffle_and_have_no_len(tmp_path):
     with pytest.raises(TypeError, match="no length"):
         len(dl)
     with pytest.raises(ValueError, match="stream"):
-        ferry.DataLoader("csv:%s" % d, shuffle=True)
+        ferry.DataLoader("csv:%s" % d, sampler=ferry.RandomSampler())
+    # shuffle=True is the command's --shuffle: a buffer of 8192 samples, seeded by seed=
+    def rows_of(loader):
+        return [int(r) for b in loader for r in b["data"][:, 0]]
+    got = rows_of(ferry.DataLoader("csv:%s" % d, batch_size=16, shuffle=True, seed=5,
+                                   num_workers=2, output="numpy"))
+    assert sorted(got) == list(range(100)) and got != list(range(100))
+    assert got == rows_of(ferry.DataLoader("csv:%s,shuffle=8192,seed=5" % d, batch_size=16,
+                                           output="numpy"))
+    assert got == rows_of(ferry.DataLoader(ferry.open("csv:%s" % d), batch_size=16,
+                                           shuffle=True, seed=5, output="numpy"))
+    with pytest.raises(ValueError, match="use one"):
+        ferry.DataLoader("csv:%s,shuffle=10" % d, shuffle=True)
 
 
 CTRL_C = r'''

@@ -137,7 +137,12 @@ def test_transform_arrays_may_be_kept(lines_file):
     assert len(kept) == 1001
     assert sorted(bytes(k) for k in kept[1:]) == sorted(bytes(ds[i]["line"]) for i in range(1000))
     with pytest.raises(ferry.InvalidError, match=r"fields=\{name: \(dtype, \(None"):
-        list(ferry.DataLoader("lines:" + lines_file, batch_size=10, transform=lambda s: s))
+        list(ferry.DataLoader("lines:" + lines_file, batch_size=10,
+                              transform=lambda s: {"line": s["line"]}))
+    # a sample handed on as it came keeps its source's schema: the line varies
+    b = next(iter(ferry.DataLoader("lines:" + lines_file, batch_size=10, transform=lambda s: s,
+                                   output="numpy")))
+    assert b.strings("line") == [bytes(ds[i]["line"]).decode() for i in range(10)]
 
 
 def test_pack_says_what_it_cut_and_skipped(tmp_path, lines_file):

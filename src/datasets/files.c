@@ -10,6 +10,7 @@
 #include "../io/io.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,6 +104,26 @@ static void strings_free(strings *l)
     memset(l, 0, sizeof *l);
 }
 
+/* Why directory path cannot be listed; for the folder itself (root), what the
+ * text of the source may have meant. */
+static int dir_error(const char *path, bool root, int err)
+{
+    struct stat st;
+    if (err == ENOTDIR || (stat(path, &st) == 0 && !S_ISDIR(st.st_mode)))
+        return ferry__err(FERRY_EINVAL,
+                          "%s: is a file, not a directory (this kind reads a folder of class "
+                          "directories, as torchvision's ImageFolder)",
+                          path);
+    const char *opt = root ? strpbrk(path, " ;") : NULL;
+    if (opt && strchr(opt, '='))
+        return ferry__err(FERRY_ENOENT,
+                          "%s: cannot open the directory: %s (options follow the location "
+                          "after a ',', e.g. images:DIR,pipeline=train)",
+                          path, strerror(err));
+    return ferry__err(err == ENOENT ? FERRY_ENOENT : FERRY_EIO, "%s: cannot open the directory: %s",
+                      path, strerror(err));
+}
+
 /* The names in directory root/rel, sorted (all, hidden ones included). */
 static int list_dir(const files *d, const char *rel, strings *out)
 {
@@ -110,7 +131,7 @@ static int list_dir(const files *d, const char *rel, strings *out)
     snprintf(path, sizeof path, "%s%s%s", d->root, rel[0] ? "/" : "", rel);
     DIR *dir = opendir(path);
     if (!dir)
-        return ferry__err(FERRY_ENOENT, "%s: cannot open the directory", path);
+        return dir_error(path, rel[0] == 0, errno);
     int rc = 0;
     struct dirent *de;
     while ((de = readdir(dir))) {

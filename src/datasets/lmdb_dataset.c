@@ -5,6 +5,7 @@
  * and no allocation.
  */
 #include "spec.h"
+#include "db_values.h"
 #include "../formats/lmdb_env.h"
 #include "../core/guard.h"
 
@@ -18,6 +19,8 @@
 typedef struct lmdb_ds {
     ferry__lmdb_reader *r;
     bool datum, encoded;
+    bool protos;                  /* Caffe2 TensorProtos values, decoded by vs */
+    ferry__db_values vs;          /* protos */
     int f_data, f_label, f_float; /* field numbers, -1 when absent */
     int32_t c, h, w;
     size_t nfloat;
@@ -94,6 +97,10 @@ static int get_entry(const lmdb_ds *d, uint64_t i, ferry_sample *out)
     if (d->datum)
         return get_datum(d, i, out);
     const ferry__lmdb_entry *e = &d->r->e[i];
+    if (d->protos) {
+        int rc = ferry__db_values_get(&d->vs, e->key, e->klen, e->val, e->vlen, out);
+        return rc < 0 ? entry_err(d, i, rc, NULL) : rc;
+    }
     if (e->vlen > d->max_len)
         return entry_err(d, i, FERRY_EOVERFLOW, "the value is %zu bytes, over max %llu", e->vlen,
                          (unsigned long long)d->max_len);
@@ -176,6 +183,20 @@ static int decode_first(const ferry__lmdb_reader *r, ferry_datum *first)
     return rc;
 }
 
+/* Whether the first entry is a Caffe2 TensorProtos (as Caffe2's make_image_db
+ * writes LMDBs): then its fields are vs's. Read under a guard. */
+static bool protos_first(lmdb_ds *d, uint64_t max_len)
+{
+    ferry__guard g;
+    ferry__guard_push(&g);
+    if (sigsetjmp(g.jb, 0))
+        return false;
+    int rc = ferry__db_values_init(&d->vs, FERRY_DB_VALUE_TENSORPROTOS, max_len, 0, 0,
+                                   d->r->e[0].val, d->r->e[0].vlen);
+    ferry__guard_pop(&g);
+    return rc == 0;
+}
+
 void ferry_lmdb_opts_default(ferry_lmdb_opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -237,8 +258,12 @@ int ferry_dataset_lmdb(ferry_dataset **out, const ferry_lmdb_opts *o)
         d->datum = rc == 0 && (o->datum == FERRY_LMDB_DATUM_ON || first.data_size > 0 ||
                                first.float_count > 0);
         rc = 0;
+        d->protos = !d->datum && o->datum == FERRY_LMDB_DATUM_AUTO &&
+                    protos_first(d, o->max_len ? o->max_len : DEFAULT_MAX_LEN);
     }
-    if (d->datum) {
+    if (d->protos) {
+        return ferry_dataset_create(out, &lmdb_vtable, d, d->vs.f, d->vs.nfields);
+    } else if (d->datum) {
         if (first.data_size > 0 || first.encoded) {
             d->f_data = nf;
             if (first.encoded) {

@@ -35,6 +35,9 @@ static const struct kind {
     {"mds", ferry__mds_open_spec, MAP},
     {"tfrecord", ferry__tfrecord_open_spec, MAP | STREAM | SEED},
     {"wds", ferry__wds_open_spec, MAP | STREAM | SEED},
+    {"minidb", ferry__kv_open_spec, MAP | STREAM | SEED},
+    {"leveldb", ferry__kv_open_spec, MAP},
+    {"rocksdb", ferry__kv_open_spec, MAP},
 };
 #define NKINDS (sizeof kinds / sizeof kinds[0])
 

@@ -39,8 +39,11 @@ int ferry__spec_parse(ferry__spec *s, const char *text)
             *end = 0;
         char *eq = strchr(p, '=');
         if (!eq || eq == p)
-            return ferry__err(FERRY_EINVAL, "source %s: option \"%.64s\" is not key=value", s->kind,
-                              p);
+            return ferry__err(FERRY_EINVAL,
+                              "source %s: option \"%.64s\" is not key=value (options are "
+                              "separated by ','; the items of a list value by ';', as in "
+                              "mean=0.5;0.5;0.5)",
+                              s->kind, p);
         *eq = 0;
         /* "key=," is a comma (a delimiter, say) when it ends the text or an option */
         if (end && end == eq + 1 && (end[1] == 0 || end[1] == ',')) {

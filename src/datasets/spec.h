@@ -58,7 +58,7 @@ typedef int ferry__opener(ferry_dataset **ds, ferry_stream **st, ferry__spec *s)
 ferry__opener ferry__synthetic_open_spec, ferry__lines_open_spec, ferry__files_open_spec,
     ferry__images_open_spec, ferry__records_open_spec, ferry__lmdb_open_spec, ferry__csv_open_spec,
     ferry__npy_open_spec, ferry__tokens_open_spec, ferry__mds_open_spec, ferry__tfrecord_open_spec,
-    ferry__wds_open_spec;
+    ferry__wds_open_spec, ferry__kv_open_spec;
 
 /* The image options of a spec ("pipeline=", "size=", ...), taken when the kind
  * decodes images (is_images) or a pipeline= is given (*present); *field is

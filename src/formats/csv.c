@@ -417,6 +417,19 @@ static void cell_bounds(const ferry_csv_parser *p, const char *cell, const char 
     *b_out = b;
 }
 
+/* Whether cell [a, b) (blanks trimmed) is a missing value in a column of kind k. */
+static bool is_missing(const char *a, const char *b, uint8_t k)
+{
+    static const char *const words[] = {"NA", "N/A", "n/a", "NULL", "null", "None", "#N/A", "<NA>"};
+    size_t n = (size_t)(b - a);
+    if (n == 0)
+        return true;
+    for (size_t i = 0; i < sizeof words / sizeof *words; i++)
+        if (strlen(words[i]) == n && !memcmp(a, words[i], n))
+            return true;
+    return k == COL_I64 && n == 3 && (!memcmp(a, "NaN", 3) || !memcmp(a, "nan", 3));
+}
+
 /* A bad cell starting at cell (its blanks included): finds its extent, and reports
  * the column count instead when that is wrong too. */
 static int cell_error(const ferry_csv_parser *p, const char *line, const char *end,
@@ -444,20 +457,13 @@ static int cell_error(const ferry_csv_parser *p, const char *line, const char *e
         what = "is longer than 1024 characters";
     else if (p->kind[col] == COL_I64)
         what = "is not an integer";
-    return ferry__err(FERRY_ECORRUPT, "column %zu: %s %s", col + 1, text, what);
-}
-
-/* Whether cell [a, b) (blanks trimmed) is a missing value in a column of kind k. */
-static bool is_missing(const char *a, const char *b, uint8_t k)
-{
-    static const char *const words[] = {"NA", "N/A", "n/a", "NULL", "null", "None", "#N/A", "<NA>"};
-    size_t n = (size_t)(b - a);
-    if (n == 0)
-        return true;
-    for (size_t i = 0; i < sizeof words / sizeof *words; i++)
-        if (strlen(words[i]) == n && !memcmp(a, words[i], n))
-            return true;
-    return k == COL_I64 && n == 3 && (!memcmp(a, "NaN", 3) || !memcmp(a, "nan", 3));
+    /* a missing value where no missing= says what it reads as: say how */
+    bool hint =
+        why != NUM_RANGE && why != NUM_LONG && !p->missing && is_missing(a, b, p->kind[col]);
+    return ferry__err(FERRY_ECORRUPT, "column %zu: %s %s%s", col + 1, text, what,
+                      hint ? ": a missing value (missing=V reads empty cells, NA, N/A, NULL, "
+                             "None, #N/A and <NA> as V, e.g. missing=nan)"
+                           : "");
 }
 
 int ferry_csv_parser_set_missing(ferry_csv_parser *p, const char *fill)

@@ -1,60 +1,17 @@
 /*
- * Caffe's Datum: a hand-written reader and writer of its protobuf wire format.
- * No protobuf library: the message is small, and a reader written for it can
- * check every length against the buffer and say where it went wrong.
+ * Caffe's Datum: a hand-written reader and writer of its protobuf wire format
+ * (protowire.h). No protobuf library: the message is small, and a reader written
+ * for it can check every length against the buffer and say where it went wrong.
  */
 #include "ferry/lmdb.h"
-#include "../core/internal.h"
+#include "protowire.h"
 
 #include <string.h>
 
 #define DIM_LIMIT ((uint64_t)1 << 31)
 
-enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2, WT_SGROUP = 3, WT_EGROUP = 4, WT_I32 = 5 };
-
 static const char *const field_names[8] = {NULL,   "channels", "height",     "width",
                                            "data", "label",    "float_data", "encoded"};
-
-/* Reads a varint at *pos (at most 10 bytes, at most 64 bits). */
-static int read_varint(const uint8_t *p, size_t n, size_t *pos, uint64_t *out)
-{
-    size_t at = *pos;
-    uint64_t v = 0;
-    for (unsigned i = 0; i < 10; i++) {
-        if (at + i >= n)
-            return ferry__err(FERRY_ECORRUPT,
-                              "datum: byte %zu: varint runs past the end (%zu bytes)", *pos, n);
-        uint8_t b = p[at + i];
-        if (i == 9 && (b & 0x80))
-            return ferry__err(FERRY_ECORRUPT, "datum: byte %zu: varint longer than 10 bytes", *pos);
-        if (i == 9 && b > 1)
-            return ferry__err(FERRY_ECORRUPT, "datum: byte %zu: varint overflows 64 bits", *pos);
-        v |= (uint64_t)(b & 0x7f) << (7 * i);
-        if (!(b & 0x80)) {
-            *pos = at + i + 1;
-            *out = v;
-            return 0;
-        }
-    }
-    return ferry__err(FERRY_ECORRUPT, "datum: byte %zu: varint longer than 10 bytes", *pos);
-}
-
-/* protobuf writes a negative int32 sign-extended to 64 bits; some writers use its
- * 32-bit pattern. Anything else does not fit. */
-static int to_int32(uint64_t v, size_t at, unsigned field, int32_t *out)
-{
-    if (v <= UINT32_MAX) {
-        *out = (int32_t)(uint32_t)v;
-        return 0;
-    }
-    if (v >= (uint64_t)0xFFFFFFFF80000000ull) {
-        *out = (int32_t)(int64_t)v;
-        return 0;
-    }
-    return ferry__err(FERRY_ECORRUPT,
-                      "datum: byte %zu: field %u (%s) value %llu does not fit in int32", at, field,
-                      field_names[field], (unsigned long long)v);
-}
 
 /* Walks the message. With fdst, also copies the floats' raw little-endian bytes
  * there (at most fcap floats) in order. */
@@ -65,107 +22,66 @@ static int walk(const uint8_t *p, size_t n, ferry_datum *d, uint8_t *fdst, size_
     d->msg_size_ = n;
     size_t pos = 0, runs = 0, dim_at = 0, data_at = n, copied = 0;
     while (pos < n) {
-        size_t at = pos;
-        uint64_t tag, v;
-        int rc = read_varint(p, n, &pos, &tag);
+        size_t at = pos, len = 0;
+        unsigned field, wt;
+        uint64_t v = 0;
+        const uint8_t *body = NULL;
+        int rc = ferry__pb_tag("datum", p, n, &pos, &field, &wt);
         if (rc < 0)
             return rc;
-        if (tag > UINT32_MAX)
-            return ferry__err(FERRY_ECORRUPT, "datum: byte %zu: tag %llu is out of range", at,
-                              (unsigned long long)tag);
-        unsigned field = (unsigned)(tag >> 3), wt = (unsigned)(tag & 7);
-        if (field == 0)
-            return ferry__err(FERRY_ECORRUPT, "datum: byte %zu: field number 0 is invalid", at);
-        if (wt == WT_SGROUP || wt == WT_EGROUP)
-            return ferry__err(FERRY_ECORRUPT,
-                              "datum: byte %zu: field %u has group wire type %u (not supported)",
-                              at, field, wt);
-        if (wt > WT_I32)
-            return ferry__err(FERRY_ECORRUPT, "datum: byte %zu: field %u has invalid wire type %u",
-                              at, field, wt);
         bool known = field <= 7;
-        unsigned want = field == 4 ? WT_LEN : field == 6 ? WT_I32 : WT_VARINT;
-        if (known && wt != want && !(field == 6 && wt == WT_LEN))
+        unsigned want = field == 4 ? FERRY__WT_LEN : field == 6 ? FERRY__WT_I32 : FERRY__WT_VARINT;
+        if (known && wt != want && !(field == 6 && wt == FERRY__WT_LEN))
             return ferry__err(
                 FERRY_ECORRUPT, "datum: byte %zu: field %u (%s) has wire type %u, expected %u%s",
                 at, field, field_names[field], wt, want, field == 6 ? " or 2 (packed)" : "");
-        switch (wt) {
-        case WT_VARINT:
-            if ((rc = read_varint(p, n, &pos, &v)) < 0)
+        if ((rc = ferry__pb_payload("datum", p, n, &pos, at, field, wt, &v, &body, &len)) < 0)
+            return rc;
+        if (!known)
+            continue;
+        if (wt == FERRY__WT_VARINT && field == 7) {
+            d->encoded = v != 0;
+        } else if (wt == FERRY__WT_VARINT) {
+            int32_t x = 0;
+            if ((rc = ferry__pb_int32("datum", v, at, field, field_names[field], &x)) < 0)
                 return rc;
-            if (field == 7) {
-                d->encoded = v != 0;
-            } else if (known) {
-                int32_t x = 0;
-                if ((rc = to_int32(v, at, field, &x)) < 0)
-                    return rc;
-                if (field == 5) {
-                    d->label = x;
-                } else {
-                    if (x < 0)
-                        return ferry__err(FERRY_ECORRUPT, "datum: byte %zu: %s %d is negative", at,
-                                          field_names[field], x);
-                    *(field == 1 ? &d->channels : field == 2 ? &d->height : &d->width) = x;
-                    dim_at = at > dim_at ? at : dim_at;
-                }
+            if (field == 5) {
+                d->label = x;
+            } else {
+                if (x < 0)
+                    return ferry__err(FERRY_ECORRUPT, "datum: byte %zu: %s %d is negative", at,
+                                      field_names[field], x);
+                *(field == 1 ? &d->channels : field == 2 ? &d->height : &d->width) = x;
+                dim_at = at > dim_at ? at : dim_at;
             }
-            break;
-        case WT_I64:
-            if (n - pos < 8)
-                return ferry__err(
-                    FERRY_ECORRUPT,
-                    "datum: byte %zu: field %u's 8 bytes run past the end (%zu bytes)", at, field,
-                    n);
-            pos += 8;
-            break;
-        case WT_I32:
-            if (n - pos < 4)
-                return ferry__err(
-                    FERRY_ECORRUPT,
-                    "datum: byte %zu: field %u's 4 bytes run past the end (%zu bytes)", at, field,
-                    n);
-            if (field == 6) {
-                if (fdst && copied < fcap)
-                    memcpy(fdst + 4 * copied++, p + pos, 4);
-                if (d->float_count++ == 0)
-                    d->float_bytes = p + pos;
+        } else if (wt == FERRY__WT_I32) { /* float_data, one value */
+            if (fdst && copied < fcap)
+                memcpy(fdst + 4 * copied++, body, 4);
+            if (d->float_count++ == 0)
+                d->float_bytes = body;
+            runs++;
+        } else if (field == 4) {
+            d->data = body;
+            d->data_size = len;
+            data_at = at;
+        } else { /* float_data, packed */
+            if (len % 4)
+                return ferry__err(FERRY_ECORRUPT,
+                                  "datum: byte %zu: field 6 (float_data) packed length %zu "
+                                  "is not a multiple of 4",
+                                  at, len);
+            size_t k = len / 4;
+            if (fdst && copied < fcap) {
+                size_t m = k < fcap - copied ? k : fcap - copied;
+                memcpy(fdst + 4 * copied, body, 4 * m);
+                copied += m;
+            }
+            if (k) {
+                if (d->float_count == 0)
+                    d->float_bytes = body;
+                d->float_count += k;
                 runs++;
             }
-            pos += 4;
-            break;
-        case WT_LEN:
-            if ((rc = read_varint(p, n, &pos, &v)) < 0)
-                return rc;
-            if (v > n - pos)
-                return ferry__err(FERRY_ECORRUPT,
-                                  "datum: byte %zu: field %u length %llu runs past the end (%zu "
-                                  "bytes)",
-                                  at, field, (unsigned long long)v, n);
-            if (field == 4) {
-                d->data = p + pos;
-                d->data_size = (size_t)v;
-                data_at = at;
-            } else if (field == 6) {
-                if (v % 4)
-                    return ferry__err(FERRY_ECORRUPT,
-                                      "datum: byte %zu: field 6 (float_data) packed length %llu "
-                                      "is not a multiple of 4",
-                                      at, (unsigned long long)v);
-                size_t k = (size_t)v / 4;
-                if (fdst && copied < fcap) {
-                    size_t m = k < fcap - copied ? k : fcap - copied;
-                    memcpy(fdst + 4 * copied, p + pos, 4 * m);
-                    copied += m;
-                }
-                if (k) {
-                    if (d->float_count == 0)
-                        d->float_bytes = p + pos;
-                    d->float_count += k;
-                    runs++;
-                }
-            }
-            pos += (size_t)v;
-            break;
         }
     }
     if (runs > 1)
@@ -260,26 +176,6 @@ size_t ferry_datum_floats(const ferry_datum *d, void *dst, size_t n)
     return m;
 }
 
-static size_t varint_size(uint64_t v)
-{
-    size_t k = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        k++;
-    }
-    return k;
-}
-
-static uint8_t *put_varint(uint8_t *o, uint64_t v)
-{
-    while (v >= 0x80) {
-        *o++ = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    *o++ = (uint8_t)v;
-    return o;
-}
-
 static uint64_t int32_wire(int32_t x)
 {
     return (uint64_t)(int64_t)x; /* sign-extended, as protobuf writes int32 */
@@ -299,17 +195,17 @@ int ferry_datum_encode(const ferry_datum *d, void *buf, size_t cap, size_t *size
     if (!ferry__mul_size(d->float_count, 4, &fbytes))
         return ferry__err(FERRY_EINVAL, "datum encode: float_count %zu is too large",
                           d->float_count);
-    need += 1 + varint_size(int32_wire(d->channels));
-    need += 1 + varint_size(int32_wire(d->height));
-    need += 1 + varint_size(int32_wire(d->width));
+    need += 1 + ferry__pb_varint_size(int32_wire(d->channels));
+    need += 1 + ferry__pb_varint_size(int32_wire(d->height));
+    need += 1 + ferry__pb_varint_size(int32_wire(d->width));
     if (d->data_size) {
-        part = 1 + varint_size(d->data_size);
+        part = 1 + ferry__pb_varint_size(d->data_size);
         if (!ferry__add_size(need, part, &need) || !ferry__add_size(need, d->data_size, &need))
             return ferry__err(FERRY_EINVAL, "datum encode: the record would overflow size_t");
     }
-    need += 1 + varint_size(int32_wire(d->label));
+    need += 1 + ferry__pb_varint_size(int32_wire(d->label));
     if (d->float_count) {
-        part = 1 + varint_size(fbytes);
+        part = 1 + ferry__pb_varint_size(fbytes);
         if (!ferry__add_size(need, part, &need) || !ferry__add_size(need, fbytes, &need))
             return ferry__err(FERRY_EINVAL, "datum encode: the record would overflow size_t");
     }
@@ -320,22 +216,22 @@ int ferry_datum_encode(const ferry_datum *d, void *buf, size_t cap, size_t *size
                           need, cap);
     uint8_t *o = buf;
     *o++ = 1 << 3;
-    o = put_varint(o, int32_wire(d->channels));
+    o = ferry__pb_put_varint(o, int32_wire(d->channels));
     *o++ = 2 << 3;
-    o = put_varint(o, int32_wire(d->height));
+    o = ferry__pb_put_varint(o, int32_wire(d->height));
     *o++ = 3 << 3;
-    o = put_varint(o, int32_wire(d->width));
+    o = ferry__pb_put_varint(o, int32_wire(d->width));
     if (d->data_size) {
-        *o++ = 4 << 3 | WT_LEN;
-        o = put_varint(o, d->data_size);
+        *o++ = 4 << 3 | FERRY__WT_LEN;
+        o = ferry__pb_put_varint(o, d->data_size);
         memcpy(o, d->data, d->data_size);
         o += d->data_size;
     }
     *o++ = 5 << 3;
-    o = put_varint(o, int32_wire(d->label));
+    o = ferry__pb_put_varint(o, int32_wire(d->label));
     if (d->float_count) {
-        *o++ = 6 << 3 | WT_LEN;
-        o = put_varint(o, fbytes);
+        *o++ = 6 << 3 | FERRY__WT_LEN;
+        o = ferry__pb_put_varint(o, fbytes);
         if (copy_floats_le(d, o, d->float_count) != d->float_count)
             return ferry__err(FERRY_EINVAL, "datum encode: the floats could not be read back");
         o += fbytes;

@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""ferry's LevelDB and minidb readers against their anchors, in one run.
+
+    kvdb_vs.py [--ferry build/ferry] [--entries N] [--repeat R] [--out FILE]
+
+1. A LevelDB of N (50000) Caffe Datum values of 4 KB (1x64x64 random bytes and
+   a label, serialised by protoc's Python code from tests/protos/caffe.proto,
+   written with python3-plyvel), read shuffled:
+     ferry:  ferry bench leveldb:DB,verify=0 --shuffle --workers 2 --batch 256,
+             samples/s of one epoch (fields data uint8 [1, 64, 64] and label),
+             block checksums unchecked as in the anchor (LevelDB's, plyvel's and
+             Caffe's default); also with ferry's default, verify=1, which checks
+             every block's CRC-32C (in software in Debian's libleveldb);
+     anchor: a map-style PyTorch Dataset over python3-plyvel (the DB opened in
+             the main process and inherited by the workers: LevelDB's lock
+             admits one process), Datum.FromString, numpy, torch.from_numpy;
+             DataLoader(batch_size=256, shuffle=True, num_workers=2), default
+             collate; samples/s after the first batch.
+   Target: ferry >= 10x the anchor, like for like (verify=0); the ratio with
+   verify=1 is reported beside it.
+2. The same entries as a Caffe2 minidb file (Caffe2's framing), read front to
+   back whole: ferry bench minidb:FILE,stream=1 --workers 2 --batch 256 (the
+   sequential reader, every value decoded into batches), the command's wall
+   time, against `dd if=FILE of=/dev/null bs=8M`'s. Target: ferry's rate >=
+   0.8x dd's. Beside it, the map-style read (minidb:FILE: the file mapped and
+   indexed by a scan at open, then read in order), whose scan touches every
+   page of the file once more. Both with the file in the page cache; each time
+   is the best of 3 runs in a row, alternating with dd's.
+Each comparison runs R (3) times, alternating, on the same machine in the same
+run; the table gives every ratio and the median. Writes the raw results as
+JSON (--out).
+"""
+import argparse
+import importlib
+import json
+import os
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from common import dd_read, last_json, load_average, log, raw_header, write_results  # noqa
+
+BATCH, WORKERS, SIDE = 256, 2, 64
+
+
+def protos(tmpdir):
+    subprocess.check_call(["protoc", "-I", os.path.join(ROOT, "tests", "protos"),
+                           "--python_out", tmpdir, "caffe.proto"])
+    sys.path.insert(0, tmpdir)
+    return importlib.import_module("caffe_pb2")
+
+
+def entries(caffe_pb2, n):
+    rng = __import__("numpy").random.default_rng(1)
+    for i in range(n):
+        d = caffe_pb2.Datum(channels=1, height=SIDE, width=SIDE, label=i % 1000,
+                            data=rng.integers(0, 256, SIDE * SIDE, dtype="uint8").tobytes())
+        yield b"%08d" % i, d.SerializeToString()
+
+
+def write_stores(caffe_pb2, n, db_path, minidb_path):
+    import plyvel
+    db = plyvel.DB(db_path, create_if_missing=True, error_if_exists=True)
+    with open(minidb_path, "wb") as f:
+        wb = db.write_batch()
+        for k, v in entries(caffe_pb2, n):
+            wb.put(k, v)
+            f.write(struct.pack("<ii", len(k), len(v)) + k + v)
+        wb.write()
+    db.compact_range()
+    db.close()
+
+
+def ferry_bench(exe, spec, shuffle, n):
+    cmd = [exe, "bench", spec, "--batch", str(BATCH), "--workers", str(WORKERS),
+           "--epochs", "1", "--json", "--no-progress"] + (["--shuffle"] if shuffle else [])
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        raise RuntimeError("ferry bench %s failed: %s" % (spec, p.stderr))
+    r = last_json(p.stdout, "ferry bench")
+    if r["samples"] != n or r.get("errors", 0):
+        raise RuntimeError("ferry bench: %d samples, %s errors" % (r["samples"], r.get("errors")))
+    r["wall_seconds"] = wall
+    return r
+
+
+def plyvel_anchor(db_path, caffe_pb2, n):
+    import numpy as np
+    import plyvel
+    import torch
+
+    class PlyvelDatum(torch.utils.data.Dataset):
+        def __init__(self, path):
+            self.db = plyvel.DB(path)
+            self.keys = list(self.db.iterator(include_value=False))
+
+        def __len__(self):
+            return len(self.keys)
+
+        def __getitem__(self, i):
+            d = caffe_pb2.Datum.FromString(self.db.get(self.keys[i]))
+            x = np.frombuffer(d.data, dtype=np.uint8).reshape(d.channels, d.height, d.width)
+            return torch.from_numpy(x.copy()), d.label
+
+    ds = PlyvelDatum(db_path)
+    dl = torch.utils.data.DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=WORKERS)
+    it = iter(dl)
+    first = next(it)
+    t0 = time.perf_counter()
+    got = 0
+    for x, y in it:
+        got += x.shape[0]
+    secs = time.perf_counter() - t0
+    del it, dl
+    ds.db.close()
+    if got + first[0].shape[0] != n:
+        raise RuntimeError("anchor: %d samples, expected %d" % (got + first[0].shape[0], n))
+    return {"samples_after_first": got, "seconds": secs, "samples_per_s": got / secs,
+            "torch": torch.__version__, "plyvel": plyvel.__version__}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--ferry", default=os.path.join(ROOT, "build", "ferry"))
+    ap.add_argument("--entries", type=int, default=50000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "kvdb.json"))
+    a = ap.parse_args()
+    exe = os.path.abspath(a.ferry)
+    load = load_average()
+    tmp = tempfile.mkdtemp(prefix="ferry-kvdb-")
+    try:
+        caffe_pb2 = protos(tmp)
+        db_path, mdb = os.path.join(tmp, "db"), os.path.join(tmp, "train.minidb")
+        log("writing %d Datum values of %d bytes with plyvel and as a minidb" % (a.entries,
+                                                                                  SIDE * SIDE))
+        write_stores(caffe_pb2, a.entries, db_path, mdb)
+        size = os.path.getsize(mdb)
+        dd_read(mdb, size)  # into the page cache
+        rounds = []
+        for r in range(a.repeat):
+            log("round %d: LevelDB shuffled, ferry then plyvel; minidb, ferry then dd" % (r + 1))
+            f = ferry_bench(exe, "leveldb:%s,verify=0" % db_path, True, a.entries)
+            p = plyvel_anchor(db_path, caffe_pb2, a.entries)
+            fv = ferry_bench(exe, "leveldb:" + db_path, True, a.entries)
+            # each the best of 3, alternating, as formats_vs.py times dd
+            ms, ds, mms = [], [], []
+            for _ in range(3):
+                ms.append(ferry_bench(exe, "minidb:%s,stream=1" % mdb, False, a.entries))
+                ds.append(dd_read(mdb, size))
+                mms.append(ferry_bench(exe, "minidb:" + mdb, False, a.entries))
+            m = min(ms, key=lambda r: r["wall_seconds"])
+            mm = min(mms, key=lambda r: r["wall_seconds"])
+            d = min(ds)
+            rounds.append({"leveldb_ferry_samples_per_s": f["samples_per_s"],
+                           "leveldb_plyvel_samples_per_s": p["samples_per_s"],
+                           "leveldb_ratio": f["samples_per_s"] / p["samples_per_s"],
+                           "leveldb_ferry_verify_samples_per_s": fv["samples_per_s"],
+                           "leveldb_verify_ratio": fv["samples_per_s"] / p["samples_per_s"],
+                           "minidb_ferry_wall_s": m["wall_seconds"], "minidb_dd_wall_s": d,
+                           "minidb_ratio": d / m["wall_seconds"],
+                           "minidb_mapped_wall_s": mm["wall_seconds"],
+                           "minidb_mapped_ratio": d / mm["wall_seconds"],
+                           "versions": {"torch": p["torch"], "plyvel": p["plyvel"]}})
+        lr = statistics.median(x["leveldb_ratio"] for x in rounds)
+        mr = statistics.median(x["minidb_ratio"] for x in rounds)
+        vr = statistics.median(x["leveldb_verify_ratio"] for x in rounds)
+        mmr = statistics.median(x["minidb_mapped_ratio"] for x in rounds)
+        print("ferry LevelDB and minidb readers (%d entries of %d-byte Datum values, %d cpus, "
+              "load %.2f)" % (a.entries, SIDE * SIDE, os.cpu_count(), load[0]))
+        print("%-6s %12s %12s %12s %7s %7s   %8s %8s %8s %7s %7s" % (
+            "round", "ferry smp/s", "verify=1", "plyvel smp/s", "ratio", "v=1", "stream s",
+            "mapped s", "dd s", "ratio", "mapped"))
+        for i, x in enumerate(rounds):
+            print("%-6d %12.0f %12.0f %12.0f %6.1fx %6.1fx   %8.3f %8.3f %8.3f %6.2fx %6.2fx" % (
+                i + 1, x["leveldb_ferry_samples_per_s"], x["leveldb_ferry_verify_samples_per_s"],
+                x["leveldb_plyvel_samples_per_s"], x["leveldb_ratio"], x["leveldb_verify_ratio"],
+                x["minidb_ferry_wall_s"], x["minidb_mapped_wall_s"], x["minidb_dd_wall_s"],
+                x["minidb_ratio"], x["minidb_mapped_ratio"]))
+        print("median: LevelDB shuffled %.1fx plyvel+DataLoader like for like (target >= 10x: "
+              "%s), %.1fx with verify=1; minidb read front to back %.2fx dd (target >= 0.8x: %s), "
+              "mapped and indexed %.2fx; minidb file %d bytes"
+              % (lr, "PASS" if lr >= 10 else "FAIL", vr, mr, "PASS" if mr >= 0.8 else "FAIL",
+                 mmr, size))
+        raw = raw_header("kvdb_vs", plyvel=rounds[0]["versions"]["plyvel"],
+                         torch=rounds[0]["versions"]["torch"])
+        raw.update({"entries": a.entries, "value_bytes": SIDE * SIDE, "minidb_bytes": size,
+                    "batch": BATCH, "workers": WORKERS, "load": load, "rounds": rounds,
+                    "median_leveldb_ratio": lr, "median_leveldb_verify_ratio": vr,
+                    "median_minidb_ratio": mr, "median_minidb_mapped_ratio": mmr})
+        write_results(a.out, raw, private=(tmp,))
+    finally:
+        subprocess.run(["rm", "-rf", tmp])
+
+
+if __name__ == "__main__":
+    main()

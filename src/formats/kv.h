@@ -1,0 +1,114 @@
+/*
+ * The key/value stores ferry reads and writes through a library or a framing of
+ * its own: Caffe2's minidb (minidb.c), LevelDB (leveldb_env.c) and RocksDB
+ * (rocksdb_env.c), behind one table of operations, so that the DB interface
+ * (datasets/db.c) and the dataset over them (datasets/kv_dataset.c) treat them
+ * alike. Shared with the datasets layer, as lmdb_env.h is.
+ *
+ * A store opened for reading has a fixed number of entries, in its order (minidb:
+ * the file's; LevelDB and RocksDB: key order, as of a snapshot taken at open),
+ * located once at open: entry i is one lookup. Reads (key, get) are safe from any
+ * number of threads; an iterator belongs to one thread.
+ */
+#ifndef FERRY_KV_H
+#define FERRY_KV_H
+
+#include "../core/internal.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct ferry__kv ferry__kv;
+typedef struct ferry__kv_iter ferry__kv_iter;
+typedef struct ferry__kv_writer ferry__kv_writer;
+
+typedef struct ferry__kv_opts {
+    uint64_t index_max; /* bytes the entry index may take (keys, offsets); 0 = 1 GiB */
+    int verify;         /* LevelDB/RocksDB: check every block's checksum as it is read */
+} ferry__kv_opts;
+
+/* An entry's value, lent to fn for the time of the call. */
+typedef int ferry__kv_fn(void *arg, const uint8_t *v, size_t vlen);
+
+typedef struct ferry__kv_ops {
+    const char *name;
+    /* 1: values are read from a mapping of the file (get's pointer is into it),
+     * so a reader copies them out under a guard (core/guard.h) */
+    int mapped;
+    /* Opens `path` read-only and locates every entry. Errors name the path and,
+     * from a library, keep its words ("leveldb: Corruption: ..."). */
+    int (*open)(ferry__kv **out, const char *path, const ferry__kv_opts *o);
+    void (*close)(ferry__kv *kv);
+    uint64_t (*count)(const ferry__kv *kv);
+    /* The largest value's length when the store knows it without reading the
+     * values (minidb), else 0. */
+    uint64_t (*largest)(const ferry__kv *kv);
+    /* The longest key's length. */
+    size_t (*longest_key)(const ferry__kv *kv);
+    /* Entry i's key (i < count), valid until close. */
+    void (*key)(const ferry__kv *kv, uint64_t i, const uint8_t **k, size_t *klen);
+    /* Calls fn with entry i's value; returns fn's result or the read's error
+     * (FERRY_ECORRUPT, FERRY_EIO naming the path, the entry and its key). */
+    int (*get)(const ferry__kv *kv, uint64_t i, ferry__kv_fn *fn, void *arg);
+    /* The entries from `first` on, in order: next skips `skip` entries, then gives
+     * one (pointers valid until the next call), or FERRY_END. */
+    int (*iter_open)(ferry__kv *kv, uint64_t first, ferry__kv_iter **out);
+    int (*iter_next)(ferry__kv_iter *it, uint64_t skip, const void **k, size_t *klen,
+                     const void **v, size_t *vlen);
+    void (*iter_close)(ferry__kv_iter *it);
+    /* Writing: a transaction made visible by commit (durable when it returns 0);
+     * commit and abort free the writer. */
+    int (*writer_open)(ferry__kv_writer **out, const char *path);
+    int (*put)(ferry__kv_writer *w, const void *k, size_t klen, const void *v, size_t vlen);
+    int (*commit)(ferry__kv_writer *w);
+    void (*abort)(ferry__kv_writer *w);
+} ferry__kv_ops;
+
+extern const ferry__kv_ops ferry__minidb_ops, ferry__leveldb_ops, ferry__rocksdb_ops;
+
+/* The operations of a backend by name ("minidb", "leveldb", "rocksdb"), or NULL. */
+const ferry__kv_ops *ferry__kv_find(const char *name);
+
+/* The path a store was opened with, for messages (every backend's struct starts
+ * with a ferry__kv_base). */
+typedef struct ferry__kv_base {
+    const ferry__kv_ops *ops;
+    char path[512];
+} ferry__kv_base;
+const char *ferry__kv_path(const ferry__kv *kv);
+
+/* A library's error string as ferry's error: "PATH: LIB: its words", the code
+ * from the words' start (Corruption: FERRY_ECORRUPT; NotFound, or "does not
+ * exist": FERRY_ENOENT; else FERRY_EIO). `what` is NULL or says what was read
+ * ("entry 7 (key \"k\")"). */
+int ferry__kv_lib_err(const char *path, const char *lib, const char *what, const char *err);
+
+/* ---- minidb's framing, for the mapped reader and the stream ----
+ * Checks the entry header h of entry i at offset `at`, with `avail` bytes of the
+ * file from h on (fewer than 8: cut short): a key of 1 .. FERRY__MINIDB_KEY_MAX
+ * bytes, a value length that is not negative, both inside avail. FERRY_ECORRUPT
+ * naming path, the entry and its offset. */
+#define FERRY__MINIDB_KEY_MAX ((uint32_t)1 << 20) /* far above any key Caffe2 writes */
+int ferry__minidb_frame(const char *path, const uint8_t *h, uint64_t avail, uint64_t i, uint64_t at,
+                        uint32_t *klen, uint32_t *vlen);
+
+/* Keys in messages: ferry__lmdb_key_repr (lmdb_env.h). */
+
+/* ---- The key index of the library-backed stores ----
+ * Every key once, in order, in one growing arena, with its offset: the index of
+ * positions that makes entry i one lookup. Bounded by index_max. */
+typedef struct ferry__kv_keys {
+    uint8_t *arena;
+    uint64_t *off; /* n + 1 offsets into arena */
+    uint64_t n, cap_n;
+    size_t used, cap, longest;
+    uint64_t max;
+} ferry__kv_keys;
+
+/* Appends a key; FERRY_EOVERFLOW naming path and index_max when the index would
+ * pass it, FERRY_ENOMEM. */
+int ferry__kv_keys_add(ferry__kv_keys *ks, const char *path, const void *k, size_t klen);
+void ferry__kv_keys_get(const ferry__kv_keys *ks, uint64_t i, const uint8_t **k, size_t *klen);
+void ferry__kv_keys_free(ferry__kv_keys *ks);
+
+#endif

@@ -10,6 +10,10 @@ also on failure) and measures, in one run, best of 3 each, side by side:
      through the offset index; and the stream, stream=1) vs
      `dd if=FILE of=/dev/null bs=8M` over the same files from the page cache
      (8 files of 64 KiB records, 1.3 GB at scale 1). Target: >= 0.8x.
+  1b. the same with 4 KiB records (1.07 GB at scale 1, batch 64), and the same
+     records packed as record shards (`ferry pack tfrecord:DIR,raw=1`) read with
+     the same batch. Targets: map-style >= 0.8x dd; the record shards' records/s
+     >= the best of TFRecord's (the format ferry recommends reads fastest).
   2. gzip TFRecord: `ferry bench tfrecord:DIR,raw=1 --batch 64 --workers 2`
      (a stream: gzip has no random access) vs the bare decompression rate of
      the library ferry was built with (ISA-L's igzip when it links libisal,
@@ -24,6 +28,9 @@ also on failure) and measures, in one run, best of 3 each, side by side:
      `ferry bench images:DIR` with the same options over the same images in an
      image folder (bench/gen_images.py, 1,000 images at scale 1). Target:
      images/s >= 0.95x.
+  4. one CSV file (200 MB of 17 numbers a row at scale 1) read as a stream,
+     gzip (level 6) vs the same file uncompressed: `ferry bench csv:FILE
+     --batch 256 --workers 2`. Target: >= 0.9x.
 Beside each rate, the CPU seconds each command took (user + system, from the
 kernel's accounting of the child): on a machine shared with other work the
 wall-clock rates move with the load, the CPU cost much less.
@@ -36,6 +43,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -65,6 +73,15 @@ GZ_BYTES = 4000
 GZ_LEVEL = 6
 GZ_BATCH = 64
 TARGET_2 = 0.90
+
+SMALL_RECORDS = 262144       # at scale 1, in all: 1.07 GB
+SMALL_BYTES = 4096
+SMALL_BATCH = 64
+TARGET_SMALL = 0.80
+
+CSV_BYTES = 200e6            # at scale 1
+CSV_BATCH = 256
+TARGET_CSV = 0.90
 
 IMAGES = 1000                # at scale 1
 IMG_BATCH = 64
@@ -171,19 +188,34 @@ def write_files(exe, d, nfiles, total, nbytes, gz):
     return files
 
 
-def part_plain(ferry, exe, tmpdir, n):
-    d = os.path.join(tmpdir, "plain")
-    log("1. writing %d TFRecords of %d bytes in %d files"
-        % (n, PLAIN_BYTES, PLAIN_FILES))
-    files = write_files(exe, d, PLAIN_FILES, n, PLAIN_BYTES, False)
+def part_plain(ferry, exe, tmpdir, n, nbytes=PLAIN_BYTES, batch=PLAIN_BATCH,
+               tag="1", also_records=False):
+    """Uncompressed TFRecord (n records of nbytes in PLAIN_FILES files) vs dd;
+    with also_records, the same records packed as record shards
+    (`ferry pack tfrecord:DIR,raw=1`) and read with the same batch: the format
+    ferry recommends against TFRecord on the same bytes."""
+    d = os.path.join(tmpdir, "plain-%d" % nbytes)
+    log("%s. writing %d TFRecords of %d bytes in %d files"
+        % (tag, n, nbytes, PLAIN_FILES))
+    files = write_files(exe, d, PLAIN_FILES, n, nbytes, False)
     total = sum(os.path.getsize(p) for p in files)
+    rec_dir = os.path.join(tmpdir, "records-%d" % nbytes)
+    rec_total = 0
+    if also_records:
+        cmd = [ferry.exe, "pack", "tfrecord:%s,raw=1" % d, rec_dir,
+               "--no-progress"]
+        run_checked(cmd, "ferry pack tfrecord")
+        rec_total = sum(os.path.getsize(os.path.join(rec_dir, f))
+                        for f in os.listdir(rec_dir) if f.endswith(".ferry"))
     os.sync()
-    dd_runs, fmap, fstream = [], [], []
+    dd_runs, fmap, fstream, frec = [], [], [], []
     for rep in range(REPEATS):
         if sum(warm(p) for p in files) != total:
             raise RuntimeError("short read of the TFRecord files")
-        log("1. run %d/%d: dd, ferry map-style, ferry stream"
-            % (rep + 1, REPEATS))
+        if also_records:
+            warm(rec_dir)
+        log("%s. run %d/%d: dd, ferry map-style, ferry stream%s"
+            % (tag, rep + 1, REPEATS, ", records" if also_records else ""))
         c0 = child_cpu()
         wall = sum(dd_read(p, os.path.getsize(p)) for p in files)
         dd_runs.append({"command": ["dd", "if=FILE", "of=/dev/null", "bs=8M"],
@@ -192,21 +224,97 @@ def part_plain(ferry, exe, tmpdir, n):
                         "mb_per_s": total / wall / MB})
         for runs, src in ((fmap, "tfrecord:%s,raw=1" % d),
                           (fstream, "tfrecord:%s,raw=1,stream=1" % d)):
-            r = ferry.bench(src, PLAIN_BATCH, n)
+            r = ferry.bench(src, batch, n)
             r["file_mb_per_s"] = total / r["seconds"] / MB
             runs.append(r)
+        if also_records:
+            r = ferry.bench("records:%s" % rec_dir, batch, n)
+            r["file_mb_per_s"] = rec_total / r["seconds"] / MB
+            frec.append(r)
+    shutil.rmtree(d)
     best_dd = max(dd_runs, key=lambda r: r["mb_per_s"])
     bm = max(fmap, key=lambda r: r["file_mb_per_s"])
     bs = max(fstream, key=lambda r: r["file_mb_per_s"])
-    return {"records": n, "record_bytes": PLAIN_BYTES, "files": len(files),
-            "file_bytes": total, "dd": dd_runs, "ferry_map": fmap,
-            "ferry_stream": fstream, "best_dd": best_dd, "best_map": bm,
-            "best_stream": bs,
-            "ratio_map": bm["file_mb_per_s"] / best_dd["mb_per_s"],
-            "ratio_stream": bs["file_mb_per_s"] / best_dd["mb_per_s"],
-            "cpu_seconds": {"dd": min(r["cpu_seconds"] for r in dd_runs),
-                            "map": min(r["cpu_seconds"] for r in fmap),
-                            "stream": min(r["cpu_seconds"] for r in fstream)}}
+    out = {"records": n, "record_bytes": nbytes, "files": len(files),
+           "batch": batch, "file_bytes": total, "dd": dd_runs,
+           "ferry_map": fmap, "ferry_stream": fstream, "best_dd": best_dd,
+           "best_map": bm, "best_stream": bs,
+           "ratio_map": bm["file_mb_per_s"] / best_dd["mb_per_s"],
+           "ratio_stream": bs["file_mb_per_s"] / best_dd["mb_per_s"],
+           "cpu_seconds": {"dd": min(r["cpu_seconds"] for r in dd_runs),
+                           "map": min(r["cpu_seconds"] for r in fmap),
+                           "stream": min(r["cpu_seconds"] for r in fstream)}}
+    if also_records:
+        shutil.rmtree(rec_dir)
+        br = max(frec, key=lambda r: r["samples_per_s"])
+        tf_best = max(bm["samples_per_s"], bs["samples_per_s"])
+        # reading a set takes its open too: the TFRecord index walks every
+        # header (mapping every page) before the loader's clock starts
+        proc = lambda runs: max(n / r["wall_seconds"] for r in runs)
+        out.update({"records_bytes": rec_total, "ferry_records": frec,
+                    "best_records": br,
+                    "ratio_records": br["file_mb_per_s"] / best_dd["mb_per_s"],
+                    "records_vs_tfrecord_loader": br["samples_per_s"] / tf_best,
+                    "records_vs_tfrecord": proc(frec) / max(proc(fmap),
+                                                            proc(fstream))})
+        out["cpu_seconds"]["records"] = min(r["cpu_seconds"] for r in frec)
+    return out
+
+
+def write_csv(path, nbytes):
+    """A numeric CSV file of about nbytes: 16 float columns and an integer
+    label, as numpy.savetxt writes them (%.6g), a block of 20,000 seeded
+    random rows over and over (parsing costs the same; gzip's 32 KiB window
+    cannot see the repeats)."""
+    import io
+    import numpy as np
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((20000, 16)).astype(np.float32)
+    lab = rng.integers(0, 1000, size=(20000, 1))
+    buf = io.StringIO()
+    np.savetxt(buf, np.hstack([a, lab]), fmt=["%.6g"] * 16 + ["%d"],
+               delimiter=",")
+    block = buf.getvalue().encode()
+    rows = 0
+    with open(path, "wb") as f:
+        while f.tell() < nbytes:
+            f.write(block)
+            rows += 20000
+    return rows
+
+
+def part_csv(ferry, tmpdir, nbytes, tag="4"):
+    """One gzip CSV file read as a stream vs the same file uncompressed, both
+    parsed into a float32 field (parsing bounds both). 2 workers, one file: one
+    stream shard parses while the other core inflates ahead of it."""
+    import gzip
+    plain = os.path.join(tmpdir, "rows.csv")
+    gz = plain + ".gz"
+    log("%s. writing a CSV file of %.0f MB and its gzip (level %d)"
+        % (tag, nbytes / MB, GZ_LEVEL))
+    rows = write_csv(plain, nbytes)
+    with open(plain, "rb") as src, gzip.open(gz, "wb", GZ_LEVEL) as dst:
+        shutil.copyfileobj(src, dst, 8 << 20)
+    size, gz_size = os.path.getsize(plain), os.path.getsize(gz)
+    os.sync()
+    fp, fz = [], []
+    for rep in range(REPEATS):
+        warm(plain)
+        warm(gz)
+        log("%s. run %d/%d: ferry csv plain, gzip" % (tag, rep + 1, REPEATS))
+        for runs, path in ((fp, plain), (fz, gz)):
+            r = ferry.bench("csv:%s" % path, CSV_BATCH, rows)
+            r["text_mb_per_s"] = size / r["seconds"] / MB
+            runs.append(r)
+    os.remove(plain)
+    os.remove(gz)
+    bp = max(fp, key=lambda r: r["text_mb_per_s"])
+    bz = max(fz, key=lambda r: r["text_mb_per_s"])
+    return {"rows": rows, "text_bytes": size, "gzip_bytes": gz_size,
+            "plain": fp, "gzip": fz, "best_plain": bp, "best_gzip": bz,
+            "ratio": bz["text_mb_per_s"] / bp["text_mb_per_s"],
+            "cpu_seconds": {"plain": min(r["cpu_seconds"] for r in fp),
+                            "gzip": min(r["cpu_seconds"] for r in fz)}}
 
 
 BARE_MODE = {"zlib": "inflate", "igzip": "igzip", "libdeflate": "libdeflate"}
@@ -302,6 +410,49 @@ def part_images(ferry, tmpdir, n):
                             "images": min(r["cpu_seconds"] for r in fi)}}
 
 
+def small_lines(q):
+    """Part 1b's lines: TFRecord of small records vs dd, and the same records
+    as record shards."""
+    return [
+        "1b. uncompressed TFRecord, %d records of %d bytes, batch %d, %.0f MB "
+        "in %d files, CRCs checked" % (q["records"], q["record_bytes"],
+                                       q["batch"], q["file_bytes"] / MB,
+                                       q["files"]),
+        "   dd bs=8M                  %8s MB/s" % fmt(q["best_dd"]["mb_per_s"]),
+        "   ferry map-style (index)   %8s MB/s  %.2fx  %s (target >= %.2fx)"
+        % (fmt(q["best_map"]["file_mb_per_s"]), q["ratio_map"],
+           pf(q["ratio_map"] >= TARGET_SMALL), TARGET_SMALL),
+        "   ferry stream              %8s MB/s  %.2fx" % (
+            fmt(q["best_stream"]["file_mb_per_s"]), q["ratio_stream"]),
+        "   ferry records (same data) %8s MB/s  %.2fx dd" % (
+            fmt(q["best_records"]["file_mb_per_s"]), q["ratio_records"]),
+        "   records/s, record shards / TFRecord's best: %.2fx by the process's "
+        "wall clock (open and read)  %s (target >= 1); %.2fx by the loader's "
+        "clock alone" % (q["records_vs_tfrecord"],
+                         pf(q["records_vs_tfrecord"] >= 1.0),
+                         q["records_vs_tfrecord_loader"]),
+        "   CPU seconds (least of 3): dd %.3f, map-style %.3f, stream %.3f, "
+        "records %.3f" % (q["cpu_seconds"]["dd"], q["cpu_seconds"]["map"],
+                          q["cpu_seconds"]["stream"],
+                          q["cpu_seconds"]["records"]),
+    ]
+
+
+def csv_lines(c):
+    return [
+        "4. one CSV file, %d rows of 17 numbers, %.0f MB (gzip %.0f MB), "
+        "batch %d, a stream" % (c["rows"], c["text_bytes"] / MB,
+                                c["gzip_bytes"] / MB, CSV_BATCH),
+        "   ferry csv, plain          %8s MB/s of text"
+        % fmt(c["best_plain"]["text_mb_per_s"]),
+        "   ferry csv, gzip           %8s MB/s of text  %.2fx  %s (target >= "
+        "%.2fx)" % (fmt(c["best_gzip"]["text_mb_per_s"]), c["ratio"],
+                    pf(c["ratio"] >= TARGET_CSV), TARGET_CSV),
+        "   CPU seconds (least of 3): plain %.3f, gzip %.3f"
+        % (c["cpu_seconds"]["plain"], c["cpu_seconds"]["gzip"]),
+    ]
+
+
 def report(raw, t0, out):
     p, g, i = raw["plain"], raw["gzip"], raw["images"]
     lines = [
@@ -320,6 +471,8 @@ def report(raw, t0, out):
         "   CPU seconds (least of 3): dd %.3f, ferry map-style %.3f, stream %.3f"
         % (p["cpu_seconds"]["dd"], p["cpu_seconds"]["map"],
            p["cpu_seconds"]["stream"]),
+        "",
+    ] + small_lines(raw["small"]) + [
         "",
         "2. gzip TFRecord, %d records of %d bytes, %.0f MB gzip -> %.0f MB; "
         "ferry inflates with %s" % (g["records"], g["record_bytes"],
@@ -355,7 +508,8 @@ def report(raw, t0, out):
         "   CPU seconds (least of 3): images %.3f, wds %.3f (%.2fx)"
         % (i["cpu_seconds"]["images"], i["cpu_seconds"]["wds"],
            i["cpu_seconds"]["images"] / i["cpu_seconds"]["wds"]),
-    ]
+        "",
+    ] + csv_lines(raw["csv"])
     print_report(lines, t0, out)
 
 
@@ -373,7 +527,10 @@ def main():
     n1 = max(PLAIN_FILES, int(PLAIN_RECORDS * args.scale))
     n2 = max(GZ_FILES, int(GZ_RECORDS * args.scale))
     n3 = max(IMG_BATCH, int(IMAGES * args.scale))
-    need = n1 * PLAIN_BYTES * 1.1 + n2 * GZ_BYTES + n3 * 250000
+    n4 = max(PLAIN_FILES, int(SMALL_RECORDS * args.scale))
+    n5 = CSV_BYTES * args.scale
+    need = (n1 * PLAIN_BYTES * 1.1 + n2 * GZ_BYTES + n3 * 250000
+            + 2.2 * n4 * SMALL_BYTES)
 
     def run(tmpdir):
         ferry = Ferry(exe_ferry, tmpdir)
@@ -384,8 +541,11 @@ def main():
         raw["load_average"] = load
         raw["scale"] = args.scale
         raw["plain"] = part_plain(ferry, exe, tmpdir, n1)
+        raw["small"] = part_plain(ferry, exe, tmpdir, n4, SMALL_BYTES,
+                                  SMALL_BATCH, "1b", also_records=True)
         raw["gzip"] = part_gzip(ferry, exe, inflaters, lib, tmpdir, n2)
         raw["images"] = part_images(ferry, tmpdir, n3)
+        raw["csv"] = part_csv(ferry, tmpdir, n5)
         write_results(args.out, raw, private=[tmpdir])
         report(raw, t0, shown_path(args.out, ROOT))
 

@@ -56,7 +56,7 @@ static void bench_usage(FILE *f)
            "                    --pipeline)\n"
            "  --workers N       worker threads, 0..1024; 0 = the caller's thread (default 2)\n"
            "  --prefetch N      batch buffers in flight, 1..65536 (default 2 per worker,\n"
-           "                    more for small batches: up to 32 MiB or 64 buffers)\n"
+           "                    more for small batches: up to 8 MiB or 64 buffers)\n"
            "  --shuffle         random order (a new one each epoch); a stream (csv:,\n"
            "                    records:...,stream=1) goes through a shuffle buffer per\n"
            "                    stream shard, seeded by --seed (see --shuffle-buffer)\n"

@@ -1159,3 +1159,50 @@ TEST(oom_atomic_open)
     CHECK(k >= 3); /* the path, the temporary's name and the buffer */
     test_remove_dir();
 }
+
+static void fill_bytes(uint8_t *p, size_t n, uint64_t seed)
+{
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        p[i] = (uint8_t)(x >> 24);
+    }
+}
+
+/* The check fused with the copy: the CRC of the table version and the bytes of
+ * memcpy, for every length around the 256-, 64- and 16-byte steps, any alignment
+ * of either side, and continued from a starting CRC; nothing written past n. */
+TEST(crc32c_copy_matches_table_and_memcpy)
+{
+    size_t cap = 70001 + 128;
+    uint8_t *src = malloc(cap), *dst = malloc(cap + 64);
+    fill_bytes(src, cap, 13);
+    static const size_t big[] = {4095, 4096, 4097, 4111,  4112,  4159,
+                                 4160, 4351, 4352, 65535, 65536, 70001};
+    size_t nbig = sizeof big / sizeof big[0];
+    for (size_t k = 0; k < 700 + nbig; k++) {
+        size_t len = k < 700 ? k : big[k - 700];
+        for (size_t a = 0; a < 64; a += k < 300 ? 7 : 21)
+            for (size_t b = 0; b < 64; b += 33) {
+                memset(dst, 0xa5, cap + 64);
+                uint32_t c = ferry__crc32c_copy(0xdeadbeefu, dst + b, src + a, len);
+                CHECK_U64(c, ferry__crc32c_sw(0xdeadbeefu, src + a, len));
+                CHECK(memcmp(dst + b, src + a, len) == 0);
+                for (size_t i = 0; i < b; i++)
+                    CHECK(dst[i] == 0xa5);
+                CHECK(dst[b + len] == 0xa5);
+            }
+    }
+    /* chained: the CRC of pieces copied one after another is the whole one's */
+    uint32_t c = 0;
+    for (size_t at = 0; at < 70001; at += 4099) {
+        size_t n = 70001 - at < 4099 ? 70001 - at : 4099;
+        c = ferry__crc32c_copy(c, dst + at, src + at, n);
+    }
+    CHECK_U64(c, ferry__crc32c_sw(0, src, 70001));
+    CHECK(memcmp(dst, src, 70001) == 0);
+    free(src);
+    free(dst);
+}

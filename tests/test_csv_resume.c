@@ -773,7 +773,15 @@ TEST(a_part_cut_shorter_than_the_state_is_an_error)
 
 /* ---- the reader underneath: seek forward and back in decoded data ---- */
 
-TEST(seqread_seek_in_plain_gzip_and_zstd_files)
+/* Opens path, decoding ahead on a thread of its own when `ahead`. */
+static void open_sr(ferry__seqread *r, const char *path, int ahead)
+{
+    CHECK_OK(ferry__seqread_open(r, path, path, FERRY__COMP_AUTO, 0));
+    if (ahead)
+        ferry__seqread_decode_ahead(r);
+}
+
+static void seek_in_each_kind(int ahead)
 {
     test_make_dir("csv-resume");
     tbuf plain = {0};
@@ -792,7 +800,7 @@ TEST(seqread_seek_in_plain_gzip_and_zstd_files)
     for (int f = 0; f < 3; f++) {
         ferry__seqread r;
         uint64_t to;
-        CHECK_OK(ferry__seqread_open(&r, path[f], path[f], FERRY__COMP_AUTO, 0));
+        open_sr(&r, path[f], ahead);
         for (size_t i = 0; i < sizeof at / sizeof *at; i++) {
             CHECK_OK(ferry__seqread_seek(&r, at[i], &to));
             CHECK_U64(r.off, at[i]);
@@ -819,7 +827,7 @@ TEST(seqread_seek_in_plain_gzip_and_zstd_files)
     test_write_file(path[1], gz.p, gz.n / 4);
     ferry__seqread r;
     uint64_t to;
-    CHECK_OK(ferry__seqread_open(&r, path[1], path[1], FERRY__COMP_AUTO, 0));
+    open_sr(&r, path[1], ahead);
     CHECK_RC(ferry__seqread_seek(&r, plain.n - 1, &to), FERRY_ECORRUPT);
     CHECK_CONTAINS(ferry_last_errmsg(), "the gzip stream ends early");
     CHECK_OK(ferry__seqread_seek(&r, 100, &to)); /* a broken reader starts again */
@@ -835,7 +843,7 @@ TEST(seqread_seek_in_plain_gzip_and_zstd_files)
         add(&plain, "%d,%s\n", i, "0.25,0.50,0.75,1.00,1.25,1.50,1.75,2.00,2.25,2.50");
     gzip_to(&gz, plain.p, plain.n);
     test_write_file(path[1], gz.p, gz.n / 2);
-    CHECK_OK(ferry__seqread_open(&r, path[1], path[1], FERRY__COMP_AUTO, 0));
+    open_sr(&r, path[1], ahead);
     uint64_t whole;
     CHECK_OK(ferry__seqread_read(&r, plain.p, plain.n, &n));
     whole = r.off;
@@ -849,6 +857,82 @@ TEST(seqread_seek_in_plain_gzip_and_zstd_files)
     CHECK_CONTAINS(ferry_last_errmsg(), "the gzip stream ends early");
     CHECK_U64(r.off, whole);
     ferry__seqread_close(&r);
+    free(plain.p);
+    free(gz.p);
+    free(zs.p);
+    test_remove_dir();
+}
+
+TEST(seqread_seek_in_plain_gzip_and_zstd_files)
+{
+    seek_in_each_kind(0);
+}
+
+/* The same decoded on a thread ahead of the reader: the same bytes, the same
+ * errors after the same bytes, and seeks back that start the decoder again. */
+TEST(seqread_decoding_ahead_reads_and_seeks_the_same)
+{
+    seek_in_each_kind(1);
+}
+
+/* Past the 4 MiB the caller's thread decodes first, the decoder runs ahead on a
+ * thread of its own: every byte the same, in reads of every size, seeks back and
+ * forth that stop and start it, and a file cut short: the bytes before the cut,
+ * then the error. */
+TEST(seqread_decoding_ahead_past_its_start)
+{
+    test_make_dir("csv-resume");
+    tbuf plain = {0}, gz = {0}, zs = {0};
+    for (int i = 0; plain.n < ((size_t)12 << 20); i++)
+        add(&plain, "%lld,%d.25\n", (long long)i * 7919, i % 1000);
+    gzip_to(&gz, plain.p, plain.n / 2);
+    gzip_to(&gz, plain.p + plain.n / 2, plain.n - plain.n / 2); /* two members */
+    zstd_to(&zs, plain.p, plain.n);
+    char path[2][512];
+    test_write_file(test_path("big.gz", path[0]), gz.p, gz.n);
+    test_write_file(test_path("big.zst", path[1]), zs.p, zs.n);
+    char *got = malloc(plain.n + 1);
+    for (int f = 0; f < 2; f++) {
+        ferry__seqread r;
+        open_sr(&r, path[f], 1);
+        size_t n, at = 0, step = 1;
+        while (at < plain.n) { /* reads of 1 byte to 1 MiB and more */
+            size_t want = step < plain.n - at ? step : plain.n - at;
+            CHECK_OK(ferry__seqread_read(&r, got + at, want, &n));
+            CHECK_EQ(n, want);
+            at += n;
+            step = step * 3 + 1;
+            if (step > ((size_t)3 << 20))
+                step = 7;
+        }
+        CHECK(r.ahead != NULL); /* it did start */
+        CHECK(!memcmp(got, plain.p, plain.n));
+        CHECK_OK(ferry__seqread_read(&r, got, 8, &n));
+        CHECK_EQ(n, 0);
+        uint64_t to;
+        const uint64_t seek[] = {100, (uint64_t)9 << 20, plain.n / 2 - 3, (uint64_t)5 << 20, 7};
+        for (size_t i = 0; i < sizeof seek / sizeof *seek; i++) {
+            CHECK_OK(ferry__seqread_seek(&r, seek[i], &to));
+            CHECK_U64(to, seek[i]);
+            CHECK_OK(ferry__seqread_read(&r, got, 4096, &n));
+            CHECK(n == 4096 && !memcmp(got, plain.p + seek[i], n));
+        }
+        ferry__seqread_close(&r);
+    }
+    /* cut short three quarters in: every byte before the cut, then the error */
+    test_write_file(path[0], gz.p, gz.n * 3 / 4);
+    ferry__seqread r;
+    open_sr(&r, path[0], 1);
+    size_t n, at = 0;
+    int rc;
+    while ((rc = ferry__seqread_read(&r, got + at, 65536, &n)) == 0 && n > 0)
+        at += n;
+    CHECK_RC(rc, FERRY_ECORRUPT);
+    CHECK_CONTAINS(ferry_last_errmsg(), "the gzip stream ends early");
+    CHECK(at > ((size_t)6 << 20) && at < plain.n && !memcmp(got, plain.p, at));
+    CHECK_RC(ferry__seqread_read(&r, got, 1, &n), FERRY_ECORRUPT); /* and stays */
+    ferry__seqread_close(&r);
+    free(got);
     free(plain.p);
     free(gz.p);
     free(zs.p);

@@ -1,7 +1,8 @@
 /*
  * Files cut short under a reader: every mapped reader (a record shard, a lines
  * file, a line index, an LMDB environment, a .npy, a stored .npz member, a token
- * shard, an MDS shard) read by a loader with 2 workers, and
+ * shard, an MDS shard, a TFRecord file read through its offset index) read by a
+ * loader with 2 workers, and
  * by the ferry command, while the file is truncated. The read must end in an
  * error that names the file, never in a SIGBUS.
  */
@@ -203,6 +204,22 @@ static void make_mds(fixture *x, int arg)
     snprintf(x->spec, sizeof x->spec, "mds:%s", dir);
 }
 
+/* One TFRecord file of NREC records of REC_BYTES, read map-style (raw). */
+static void make_tfrecord(fixture *x, int arg)
+{
+    size_t n = (size_t)NREC * (REC_BYTES + 16), at = 0;
+    uint8_t *buf = malloc(n), rec[REC_BYTES];
+    CHECK(buf != NULL);
+    for (int j = 0; j < NREC; j++) {
+        memset(rec, j & 0xff, sizeof rec);
+        at += test_tfrecord_frame(buf + at, rec, sizeof rec);
+    }
+    test_path("a.tfrecord", x->victim);
+    test_write_file(x->victim, buf, at);
+    free(buf);
+    snprintf(x->spec, sizeof x->spec, "tfrecord:%s,raw=1", x->victim);
+}
+
 static uint64_t file_size(const char *path)
 {
     struct stat st;
@@ -235,9 +252,13 @@ static int read_through_a_cut(const fixture *x, int shuffle, int before, uint64_
     if (cut) {
         const char *msg = ferry_loader_errmsg(l);
         /* bytes past the end in the last page read as zeros: an index entry there
-         * is a damaged entry (FERRY_ECORRUPT); past that page, the fault is caught */
+         * is a damaged entry (FERRY_ECORRUPT), a TFRecord there is a file shorter
+         * than when it was indexed (FERRY_ESTALE); past that page, the fault is
+         * caught */
         if (!strstr(msg, x->victim) ||
-            (rc == FERRY_EIO ? !strstr(msg, "cut short while it was read") : rc != FERRY_ECORRUPT))
+            (rc == FERRY_EIO      ? !strstr(msg, "cut short while it was read")
+             : rc == FERRY_ESTALE ? !strstr(msg, "shorter than when it was indexed")
+                                  : rc != FERRY_ECORRUPT))
             test_fail(__FILE__, __LINE__, "%s cut to %llu bytes: %s (%s)", x->victim,
                       (unsigned long long)keep, ferry_errname(rc), msg);
     }
@@ -312,6 +333,11 @@ TEST(a_token_shard_cut_short_under_a_loader_is_an_error)
 TEST(an_mds_shard_cut_short_under_a_loader_is_an_error)
 {
     cut_each_way(make_mds, 0);
+}
+
+TEST(a_tfrecord_file_cut_short_under_a_loader_is_an_error)
+{
+    cut_each_way(make_tfrecord, 0);
 }
 
 /* ferry bench over the source while the victim is cut: exits by itself, non-zero,

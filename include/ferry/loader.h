@@ -53,7 +53,7 @@ typedef struct ferry_loader_opts {
     int drop_last;        /* drop a last, partial batch (streams: every short batch) */
     uint32_t num_workers; /* 0 .. 1024; 0 = the consumer's thread does the work */
     uint32_t prefetch;    /* batch buffers (in flight + held), 1 .. 65536; 0 = 2 per worker
-                           * (at least 2), more for small batches: up to 32 MiB of
+                           * (at least 2), more for small batches: up to 8 MiB of
                            * buffers or 64 of them */
     int shuffle;          /* without a sampler: random (1) or sequential (0) order */
     uint64_t seed;

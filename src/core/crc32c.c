@@ -32,6 +32,7 @@
  * streams). */
 #define MID_BLOCK 1024u
 #define SHORT_BLOCK 256u
+#define FUSE_PIECE 16384u /* bytes checked, then copied, while in L1/L2 */
 
 /* Filled once (pthread_once) and read-only afterwards. */
 static uint32_t slice[8][256];
@@ -305,6 +306,79 @@ CLMUL_TARGET static uint32_t crc_clmul(uint32_t crc, const void *data, size_t n)
         c = _mm_crc32_u8((uint32_t)c, *p++);
     return ~(uint32_t)c;
 }
+
+/*
+ * crc_clmul that also copies: each 64-byte piece is stored to dst as it is folded,
+ * so the data crosses the memory bus once, into the cache, and leaves it once,
+ * where a check and then a copy would read it twice. n >= CLMUL_MIN.
+ */
+CLMUL_TARGET static uint32_t crc_clmul_copy(uint32_t crc, void *dst, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    unsigned char *d = dst;
+    __m512i a0 = _mm512_loadu_si512((const void *)p);
+    __m512i a1 = _mm512_loadu_si512((const void *)(p + 64));
+    __m512i a2 = _mm512_loadu_si512((const void *)(p + 128));
+    __m512i a3 = _mm512_loadu_si512((const void *)(p + 192));
+    _mm512_storeu_si512((void *)d, a0);
+    _mm512_storeu_si512((void *)(d + 64), a1);
+    _mm512_storeu_si512((void *)(d + 128), a2);
+    _mm512_storeu_si512((void *)(d + 192), a3);
+    a0 = _mm512_xor_si512(a0, _mm512_zextsi128_si512(_mm_cvtsi32_si128((int)~crc)));
+    p += 256;
+    d += 256;
+    n -= 256;
+    const __m512i k256 = k512(fold_256), k64 = k512(fold_64);
+    while (n >= 256) {
+        __m512i b0 = _mm512_loadu_si512((const void *)p);
+        __m512i b1 = _mm512_loadu_si512((const void *)(p + 64));
+        __m512i b2 = _mm512_loadu_si512((const void *)(p + 128));
+        __m512i b3 = _mm512_loadu_si512((const void *)(p + 192));
+        _mm512_storeu_si512((void *)d, b0);
+        _mm512_storeu_si512((void *)(d + 64), b1);
+        _mm512_storeu_si512((void *)(d + 128), b2);
+        _mm512_storeu_si512((void *)(d + 192), b3);
+        a0 = fold512(a0, k256, b0);
+        a1 = fold512(a1, k256, b1);
+        a2 = fold512(a2, k256, b2);
+        a3 = fold512(a3, k256, b3);
+        p += 256;
+        d += 256;
+        n -= 256;
+    }
+    a0 = fold512(a0, k64, a1);
+    a0 = fold512(a0, k64, a2);
+    a0 = fold512(a0, k64, a3);
+    while (n >= 64) {
+        __m512i b = _mm512_loadu_si512((const void *)p);
+        _mm512_storeu_si512((void *)d, b);
+        a0 = fold512(a0, k64, b);
+        p += 64;
+        d += 64;
+        n -= 64;
+    }
+    memcpy(d, p, n); /* the tail, under 64 bytes */
+    __m128i x = _mm512_extracti32x4_epi32(a0, 3);
+    x = fold128(_mm512_extracti32x4_epi32(a0, 0), k128(fold_48), x);
+    x = fold128(_mm512_extracti32x4_epi32(a0, 1), k128(fold_32), x);
+    x = fold128(_mm512_extracti32x4_epi32(a0, 2), k128(fold_16), x);
+    const __m128i k16 = k128(fold_16);
+    while (n >= 16) {
+        x = fold128(x, k16, _mm_loadu_si128((const __m128i *)p));
+        p += 16;
+        n -= 16;
+    }
+    uint64_t c = _mm_crc32_u64(0, (uint64_t)_mm_cvtsi128_si64(x));
+    c = _mm_crc32_u64(c, (uint64_t)_mm_extract_epi64(x, 1));
+    while (n >= 8) {
+        c = _mm_crc32_u64(c, ferry__load_le64(p));
+        p += 8;
+        n -= 8;
+    }
+    while (n--)
+        c = _mm_crc32_u8((uint32_t)c, *p++);
+    return ~(uint32_t)c;
+}
 #endif
 
 int ferry__crc32c_hw_available(void)
@@ -354,4 +428,26 @@ uint32_t ferry_crc32c(uint32_t crc, const void *data, size_t n)
 uint32_t ferry__crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b)
 {
     return multmodp(x8nmodp(len_b), crc_a) ^ crc_b;
+}
+
+uint32_t ferry__crc32c_copy(uint32_t crc, void *dst, const void *src, size_t n)
+{
+    tables();
+#if defined(__x86_64__)
+    if (have_clmul && n >= CLMUL_MIN)
+        return crc_clmul_copy(crc, dst, src, n);
+#endif
+    /* without the fused loop: the check first, so that the copy reads from the cache
+     * in pieces the cache holds */
+    const unsigned char *p = src;
+    unsigned char *d = dst;
+    while (n) {
+        size_t k = n < FUSE_PIECE ? n : FUSE_PIECE;
+        crc = ferry_crc32c(crc, p, k);
+        memcpy(d, p, k);
+        p += k;
+        d += k;
+        n -= k;
+    }
+    return crc;
 }

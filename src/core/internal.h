@@ -150,5 +150,9 @@ uint32_t ferry__crc32c_clmul(uint32_t crc, const void *data, size_t n);
 /* crc(A || B) from crc(A), crc(B) and the length of B (after zlib's crc32_combine):
  * the CRC of a buffer checked in pieces on several threads. */
 uint32_t ferry__crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
+/* Copies n bytes from src to dst (which must not overlap) and returns the CRC-32C
+ * of them, continuing crc: one pass over the data where the CPU has the
+ * carry-less multiply, else a check and a copy of pieces that stay in the cache. */
+uint32_t ferry__crc32c_copy(uint32_t crc, void *dst, const void *src, size_t n);
 
 #endif /* FERRY_INTERNAL_H */

@@ -18,6 +18,7 @@
 #include <sys/mman.h>
 
 #define MAX_SHARDS 1000000u
+#define AHEAD_UNIT ((uint64_t)64 << 10) /* read ahead once per this many bytes of a shard */
 
 typedef struct shard_set {
     /* files[k] is NULL until a lazy set opens shard k (shard_file) */
@@ -25,7 +26,8 @@ typedef struct shard_set {
     char **names;
     uint64_t *first; /* first[k] = records before shard k; first[n] = total */
     size_t n;
-    bool big; /* records of 64 KiB and more on average: each worth reading ahead */
+    bool big;                 /* records of 64 KiB and more on average: each worth reading ahead */
+    _Atomic uint64_t **ahead; /* by shard: a bit per AHEAD_UNIT bytes already asked for */
     int nfields;
     ferry_field fields[FERRY_MAX_FIELDS];
     /* A remote set with a manifest opens its shards as they are first read, so that
@@ -34,6 +36,7 @@ typedef struct shard_set {
     bool lazy;
     char **paths;
     size_t *at;
+    uint64_t *sizes; /* the manifest's byte counts */
     uint64_t set_id;
     pthread_mutex_t mu; /* installs a lazily opened shard */
 } shard_set;
@@ -46,7 +49,9 @@ static void set_free(shard_set *s)
         ferry_record_file_free(s->files ? s->files[k] : NULL);
         ferry__free(s->names ? s->names[k] : NULL);
         ferry__free(s->paths ? s->paths[k] : NULL);
+        ferry__free(s->ahead ? (void *)s->ahead[k] : NULL);
     }
+    ferry__free((void *)s->ahead);
     if (s->lazy)
         pthread_mutex_destroy(&s->mu);
     ferry__free(s->files);
@@ -54,6 +59,7 @@ static void set_free(shard_set *s)
     ferry__free(s->first);
     ferry__free(s->paths);
     ferry__free(s->at);
+    ferry__free(s->sizes);
     ferry__free(s);
 }
 
@@ -248,7 +254,8 @@ static int set_open_once(shard_set **out, const char *location, uint64_t shard_i
     s->files = ferry__calloc(take ? take : 1, sizeof *s->files);
     s->names = ferry__calloc(take ? take : 1, sizeof *s->names);
     s->first = ferry__calloc(take + 1, sizeof *s->first);
-    if (!s->files || !s->names || !s->first)
+    s->ahead = ferry__calloc(take ? take : 1, sizeof *s->ahead);
+    if (!s->files || !s->names || !s->first || !s->ahead)
         FERRY_FAIL(FERRY_ENOMEM, "records: out of memory");
     if (take == 0)
         FERRY_FAIL(FERRY_EINVAL, "%s: %zu shards leave none for shard_id %llu of %llu", dir, n,
@@ -261,7 +268,8 @@ static int set_open_once(shard_set **out, const char *location, uint64_t shard_i
         pthread_mutex_init(&s->mu, NULL);
         s->paths = ferry__calloc(take, sizeof *s->paths);
         s->at = ferry__calloc(take, sizeof *s->at);
-        if (!s->paths || !s->at)
+        s->sizes = ferry__calloc(take, sizeof *s->sizes);
+        if (!s->paths || !s->at || !s->sizes)
             FERRY_FAIL(FERRY_ENOMEM, "records: out of memory");
     }
     for (size_t p = shard_id; p < n; p += num_shards) {
@@ -275,8 +283,12 @@ static int set_open_once(shard_set **out, const char *location, uint64_t shard_i
             if (!(s->paths[k] = ferry__strdup(path)))
                 FERRY_FAIL(FERRY_ENOMEM, "records: out of memory");
             s->at[k] = p;
+            s->sizes[k] = bytes[p];
             s->first[k + 1] = s->first[k] + counts[p];
             total_bytes += bytes[p];
+            if (!(s->ahead[k] =
+                      ferry__calloc((size_t)(bytes[p] / AHEAD_UNIT / 64) + 1, sizeof(uint64_t))))
+                FERRY_FAIL(FERRY_ENOMEM, "records: out of memory");
             continue;
         }
         if (s->lazy)
@@ -308,6 +320,8 @@ static int set_open_once(shard_set **out, const char *location, uint64_t shard_i
         }
         s->first[k + 1] = s->first[k] + c;
         total_bytes += size;
+        if (!(s->ahead[k] = ferry__calloc((size_t)(size / AHEAD_UNIT / 64) + 1, sizeof(uint64_t))))
+            FERRY_FAIL(FERRY_ENOMEM, "records: out of memory");
     }
     s->big = s->first[s->n] && total_bytes / s->first[s->n] >= ((uint64_t)64 << 10);
     *out = s;
@@ -384,13 +398,6 @@ void ferry_records_shards_free(char **paths, size_t n)
 
 /* ---- Map-style ---- */
 
-static void populate(uintptr_t a, uintptr_t e)
-{
-    uintptr_t page = 4096, start = a & ~(page - 1);
-    if (madvise((void *)start, e - start, MADV_POPULATE_READ) != 0)
-        madvise((void *)start, e - start, MADV_WILLNEED);
-}
-
 static uint64_t set_len(void *self)
 {
     shard_set *s = self;
@@ -427,6 +434,9 @@ static int shard_file(shard_set *s, size_t k, ferry_record_file **out)
     uint64_t want = s->first[k + 1] - s->first[k];
     FERRY_TRY(ferry_record_file_open(&f, path, 0));
     FERRY_TRY(check_identity(path, f, true, s->set_id, s->at[k]));
+    if (ferry_record_file_bytes(f) != s->sizes[k])
+        FERRY_FAIL(FERRY_ECORRUPT, "%s: %llu bytes, the manifest says %llu", path,
+                   (unsigned long long)ferry_record_file_bytes(f), (unsigned long long)s->sizes[k]);
     if (ferry_record_file_count(f) != want)
         FERRY_FAIL(FERRY_ECORRUPT, "%s: %llu records, the manifest says %llu", path,
                    (unsigned long long)ferry_record_file_count(f), (unsigned long long)want);
@@ -479,15 +489,35 @@ int ferry__records_raw(const ferry_dataset *ds, uint64_t i, const void **payload
     return ferry_record_file_raw(f, i - s->first[k], payload, n, &off);
 }
 
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22 /* Linux 5.14; older kernels answer EINVAL, and it is only a hint */
-#endif
+/* Asks the kernel to read bytes [a, e) of shard j into the page cache, unless an
+ * earlier call asked for them (a bit per AHEAD_UNIT) or their first and last pages
+ * are cached already (mincore: two lookups, where MADV_WILLNEED would look up
+ * every page): MADV_WILLNEED starts the reads and returns. Nothing is mapped here:
+ * for cached pages a fault maps 16 at a time when the record is read, which costs
+ * less than walking each page with MADV_POPULATE_READ. */
+static void read_ahead(shard_set *s, size_t j, const void *base, uintptr_t a, uintptr_t e)
+{
+    uint64_t lo = (a - (uintptr_t)base) / AHEAD_UNIT, hi = (e - 1 - (uintptr_t)base) / AHEAD_UNIT;
+    bool asked = true;
+    for (uint64_t u = lo; u <= hi; u++) {
+        uint64_t bit = (uint64_t)1 << (u % 64);
+        if (!(atomic_fetch_or_explicit(&s->ahead[j][u / 64], bit, memory_order_relaxed) & bit))
+            asked = false;
+    }
+    if (asked)
+        return;
+    uintptr_t page = 4096, start = a & ~(page - 1), last = (e - 1) & ~(page - 1);
+    unsigned char in_first = 0, in_last = 0;
+    if (mincore((void *)start, page, &in_first) == 0 &&
+        mincore((void *)last, page, &in_last) == 0 && (in_first & 1) && (in_last & 1))
+        return;
+    madvise((void *)start, e - start, MADV_WILLNEED);
+}
 
-/* Later batches: records i..last (consecutive) lie together in their shards;
- * have the kernel map (or at least read) each shard's part of them ahead, when it
- * is large enough to be worth a call (a page fault per 64 KiB in the worker costs
- * more than one call for the whole run). */
-static void populate_run(shard_set *s, uint64_t i, uint64_t last)
+/* Later batches: records i..last (consecutive) lie together in their shards; have
+ * the kernel read each shard's part of them ahead, when it is large enough to be
+ * worth a call. */
+static void read_ahead_run(shard_set *s, uint64_t i, uint64_t last)
 {
     size_t j = shard_of(s, i);
     while (i <= last && j < s->n) {
@@ -500,7 +530,7 @@ static void populate_run(shard_set *s, uint64_t i, uint64_t last)
                    ferry__record_file_span(s->files[j], end - s->first[j], &q, &m) == 0) {
             uintptr_t a = (uintptr_t)p, e = (uintptr_t)q + m;
             if (e > a && e - a >= ((uintptr_t)64 << 10))
-                populate(a, e);
+                read_ahead(s, j, ferry__record_file_base(s->files[j]), a, e);
         }
         i = end + 1;
         j++;
@@ -540,7 +570,7 @@ static void hint_mapped(shard_set *s, const uint64_t *indices, size_t count, int
         while (e < count && indices[e] == indices[e - 1] + 1 && indices[e] < total)
             e++;
         if ((e - k >= 2 || s->big) && indices[k] < total)
-            populate_run(s, indices[k], indices[e - 1]);
+            read_ahead_run(s, indices[k], indices[e - 1]);
         k = e;
     }
 }

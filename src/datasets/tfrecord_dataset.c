@@ -9,6 +9,7 @@
 #include "spec.h"
 #include "../formats/example.h"
 #include "../formats/tfrecord_internal.h"
+#include "../core/guard.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -34,8 +35,8 @@ typedef struct tfr {
     int nfields;
     ferry_field fields[FERRY_MAX_FIELDS]; /* sorted by name when decoding Examples */
     col cols[FERRY_MAX_FIELDS];
-    /* map-style */
-    ferry__file *fds;
+    /* map-style: the files mapped (read under a guard: a file cut short is an error) */
+    ferry__map *maps;
     uint64_t *first; /* first[k] = records before file k */
     uint64_t **offs; /* offs[k][j] = offset of record j of file k; one past the last */
 } tfr;
@@ -45,12 +46,12 @@ static void tfr_free(tfr *t)
     if (!t)
         return;
     for (size_t k = 0; k < t->files.n; k++) {
-        if (t->fds)
-            ferry__file_close(&t->fds[k]);
+        if (t->maps)
+            ferry__unmap(&t->maps[k]);
         if (t->offs)
             ferry__free(t->offs[k]);
     }
-    ferry__free(t->fds);
+    ferry__free(t->maps);
     ferry__free(t->offs);
     ferry__free(t->first);
     ferry__shard_files_free(&t->files);
@@ -630,6 +631,72 @@ static int parse_features(tfr *t, const char *text)
     return ferry__check_fields(t->fields, t->nfields);
 }
 
+/* The index of mapped plain file k from its record headers alone: offs[k] gets
+ * each record's offset and one past the last (*cnt of them), max_raw the longest
+ * record. The errors are a stream's (a damaged or cut header, a record running
+ * past the end). Read under a guard, as the file may be cut short meanwhile; the
+ * offsets grow in t->offs[k], which t frees whatever happens. */
+static int walk(tfr *t, size_t k, uint64_t *cnt, uint64_t *max_raw)
+{
+    const char *name = t->files.paths[k];
+    const uint8_t *b = t->maps[k].data;
+    uint64_t size = t->maps[k].size, off = 0, rec = 0, len;
+    size_t cap = 0;
+    int rc = 0;
+    for (;;) {
+        if (*cnt == cap) {
+            size_t ncap = cap ? 2 * cap : 1024;
+            uint64_t *grown = ferry__realloc(t->offs[k], ncap * sizeof *grown);
+            if (!grown) {
+                rc = ferry__err(FERRY_ENOMEM, "%s: out of memory for the index", name);
+                break;
+            }
+            t->offs[k] = grown;
+            cap = ncap;
+        }
+        t->offs[k][(*cnt)++] = off;
+        if (off == size)
+            break; /* one past the last */
+        if (size - off < FERRY__TFR_HEADER) {
+            rc = ferry__err(FERRY_ECORRUPT,
+                            "%s: record %llu at offset %llu: truncated header (%llu of 12 bytes)",
+                            name, (unsigned long long)rec, (unsigned long long)off,
+                            (unsigned long long)(size - off));
+            break;
+        }
+        if ((rc = ferry__tfr_header(name, rec, off, b + off, t->o.max_record, &len)) < 0)
+            break;
+        if (size - off < FERRY__TFR_OVERHEAD + len) {
+            uint64_t there = size - off;
+            rc = ferry__err(
+                FERRY_ECORRUPT,
+                "%s: record %llu at offset %llu: truncated: %llu data bytes and a "
+                "CRC announced, %llu there",
+                name, (unsigned long long)rec, (unsigned long long)off, (unsigned long long)len,
+                (unsigned long long)(there > FERRY__TFR_OVERHEAD ? there - FERRY__TFR_OVERHEAD
+                                                                 : 0));
+            break;
+        }
+        if (len > *max_raw)
+            *max_raw = len;
+        off += FERRY__TFR_OVERHEAD + len;
+        rec++;
+    }
+    return rc;
+}
+
+__attribute__((noinline)) static int walk_headers(tfr *t, size_t k, uint64_t *cnt,
+                                                  uint64_t *max_raw)
+{
+    ferry__guard g;
+    ferry__guard_push(&g);
+    if (sigsetjmp(g.jb, 0))
+        return ferry__guard_err(g.addr, t->files.paths[k], t->maps[k].data, "indexing");
+    int rc = walk(t, k, cnt, max_raw);
+    ferry__guard_pop(&g);
+    return rc;
+}
+
 static int tfr_open(tfr **out, const char *location, const ferry_tfrecord_opts *o, bool map)
 {
     int rc = 0;
@@ -651,18 +718,17 @@ static int tfr_open(tfr **out, const char *location, const ferry_tfrecord_opts *
                                       "\"tfrec\")"));
     if (map) {
         /* the index: every record's offset, from the headers alone */
-        t->fds = ferry__calloc(t->files.n, sizeof *t->fds);
+        t->maps = ferry__calloc(t->files.n, sizeof *t->maps);
         t->offs = ferry__calloc(t->files.n, sizeof *t->offs);
         t->first = ferry__calloc(t->files.n + 1, sizeof *t->first);
-        if (!t->fds || !t->offs || !t->first)
+        if (!t->maps || !t->offs || !t->first)
             FERRY_FAIL(FERRY_ENOMEM, "tfrecord: out of memory");
-        for (size_t k = 0; k < t->files.n; k++)
-            t->fds[k].fd = -1;
+        FERRY_TRY(ferry__guard_install());
         for (size_t k = 0; k < t->files.n; k++) {
             const char *path = t->files.paths[k];
             ferry__tfr_reader rd;
             ferry__prefetch_ahead(t->files.paths, t->files.n, k + 1, 0);
-            /* a small window: the reads stop at the headers */
+            /* opened to tell a compressed file (its first bytes); then mapped */
             FERRY_TRY(ferry__tfr_open(&rd, path, path, t->o.compression, t->o.max_record, 4096));
             if (rd.r.compressed) {
                 const char *c = rd.r.compressed;
@@ -672,44 +738,11 @@ static int tfr_open(tfr **out, const char *location, const ferry_tfrecord_opts *
                            "(read %s files as a stream)",
                            path, c, c);
             }
-            size_t cap = 1024, cnt = 0;
-            uint64_t *offs = ferry__malloc(cap * sizeof *offs);
-            for (;;) {
-                const uint8_t *d;
-                size_t n;
-                uint64_t off;
-                if (!offs) {
-                    rc = ferry__err(FERRY_ENOMEM, "%s: out of memory for the index", path);
-                    break;
-                }
-                rc = ferry__tfr_next(&rd, &d, &n, &off, 0);
-                if (rc == FERRY_END) {
-                    off = rd.r.off;
-                    rc = 0;
-                }
-                if (rc < 0)
-                    break;
-                if (cnt == cap) {
-                    uint64_t *g = ferry__realloc(offs, 2 * cap * sizeof *offs);
-                    if (!g) {
-                        rc = ferry__err(FERRY_ENOMEM, "%s: out of memory for the index", path);
-                        break;
-                    }
-                    offs = g;
-                    cap *= 2;
-                }
-                offs[cnt++] = off;
-                if (d == NULL && n > max_raw)
-                    max_raw = n;
-                if (off == rd.r.off) /* the end: offs[cnt-1] is one past the last */
-                    break;
-            }
             ferry__tfr_close(&rd);
-            t->offs[k] = offs;
-            if (rc < 0)
-                goto cleanup;
+            FERRY_TRY(ferry__map_file(&t->maps[k], path));
+            uint64_t cnt = 0;
+            FERRY_TRY(walk_headers(t, k, &cnt, &max_raw));
             t->first[k + 1] = t->first[k] + (cnt - 1);
-            FERRY_TRY(ferry__file_open(&t->fds[k], path));
         }
     }
     if (o && o->features && !t->o.raw) {
@@ -744,56 +777,15 @@ static uint64_t tfr_len(void *self)
     return t->first[t->files.n];
 }
 
-/* raw = 1 records at least this long are read straight into the sample (the
- * header and the CRC with reads of their own): one copy instead of two. */
-#define RAW_DIRECT ((uint64_t)16 << 10)
-
 static int stale(const char *name, uint64_t j, uint64_t off, const char *why)
 {
     return ferry__err(FERRY_ESTALE, "%s: record %llu at offset %llu: %s", name,
                       (unsigned long long)j, (unsigned long long)off, why);
 }
 
-static int get_raw_direct(const tfr *t, size_t k, uint64_t j, uint64_t off, uint64_t len,
-                          ferry_sample *out)
+/* The file of global record i: the last k with first[k] <= i. */
+static size_t file_of(const tfr *t, uint64_t i)
 {
-    const char *name = t->files.paths[k];
-    uint8_t head[FERRY__TFR_HEADER], crc[4];
-    uint64_t hlen;
-    size_t got;
-    int rc;
-    if (len > (uint64_t)t->fields[0].shape[0])
-        return ferry__err(FERRY_EOVERFLOW,
-                          "%s: record %llu at offset %llu: %llu bytes, over the bound of \"data\" "
-                          "(%lld; give max=)",
-                          name, (unsigned long long)j, (unsigned long long)off,
-                          (unsigned long long)len, (long long)t->fields[0].shape[0]);
-    if ((rc = ferry__file_pread(&t->fds[k], name, head, sizeof head, off, &got)) < 0)
-        return rc;
-    if (got < sizeof head)
-        return stale(name, j, off, "the file is shorter than when it was indexed");
-    if ((rc = ferry__tfr_header(name, j, off, head, t->o.max_record, &hlen)) < 0)
-        return rc;
-    if (hlen != len)
-        return stale(name, j, off, "its length changed since the file was indexed");
-    if ((rc = ferry__file_pread(&t->fds[k], name, out->data[0], (size_t)len,
-                                off + FERRY__TFR_HEADER, &got)) < 0)
-        return rc;
-    if (got < len)
-        return stale(name, j, off, "the file is shorter than when it was indexed");
-    if ((rc = ferry__file_pread(&t->fds[k], name, crc, 4, off + FERRY__TFR_HEADER + len, &got)) < 0)
-        return rc;
-    if (got < 4)
-        return stale(name, j, off, "the file is shorter than when it was indexed");
-    if ((rc = ferry__tfr_data_at(name, j, off, out->data[0], len, crc)) < 0)
-        return rc;
-    out->length[0] = (int64_t)len;
-    return 0;
-}
-
-static int tfr_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
-{
-    tfr *t = self;
     size_t lo = 0, hi = t->files.n;
     while (hi - lo > 1) {
         size_t mid = (lo + hi) / 2;
@@ -802,35 +794,65 @@ static int tfr_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
         else
             hi = mid;
     }
-    uint64_t j = i - t->first[lo], off = t->offs[lo][j];
-    uint64_t total = t->offs[lo][j + 1] - off;
-    const char *name = t->files.paths[lo];
-    if (t->o.raw && total >= RAW_DIRECT)
-        return get_raw_direct(t, lo, j, off, total - FERRY__TFR_OVERHEAD, out);
-    uint8_t *buf = ferry_ctx_scratch(ctx, (size_t)total);
-    if (!buf)
-        return FERRY_ENOMEM;
-    size_t got;
-    int rc = ferry__file_pread(&t->fds[lo], name, buf, (size_t)total, off, &got);
-    if (rc < 0)
-        return rc;
-    uint64_t len;
-    if (got < total)
-        return ferry__err(FERRY_ESTALE,
-                          "%s: record %llu at offset %llu: the file is shorter than when it was "
-                          "indexed",
-                          name, (unsigned long long)j, (unsigned long long)off);
-    if ((rc = ferry__tfr_header(name, j, off, buf, t->o.max_record, &len)) < 0)
-        return rc;
-    if (len + FERRY__TFR_OVERHEAD != total)
-        return ferry__err(FERRY_ESTALE,
-                          "%s: record %llu at offset %llu: its length changed since the file was "
-                          "indexed",
-                          name, (unsigned long long)j, (unsigned long long)off);
-    if ((rc = ferry__tfr_data(name, j, off, buf + FERRY__TFR_HEADER, len)) < 0)
-        return rc;
-    return decode(t, buf + FERRY__TFR_HEADER, (size_t)len, out, name, j, off);
+    return lo;
 }
+
+/* A record that fails its data CRC in a file that is shorter now than when it was
+ * indexed: the bytes past the new end read as zeros from the mapping's last page. */
+static int bad_data(const tfr *t, size_t k, uint64_t j, uint64_t off, uint64_t end, int rc)
+{
+    uint64_t size;
+    int64_t mtime;
+    if (ferry__stat(t->files.paths[k], &size, &mtime) == 0 && size < end)
+        return stale(t->files.paths[k], j, off, "the file is shorter than when it was indexed");
+    return rc;
+}
+
+/* Record i from the mapping: both CRCs checked; raw = 1, the data's CRC in the same
+ * pass as its copy into the sample. Does not allocate (a fault leaves it). */
+static int tfr_read(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
+{
+    (void)ctx;
+    tfr *t = self;
+    size_t k = file_of(t, i);
+    uint64_t j = i - t->first[k], off = t->offs[k][j];
+    uint64_t total = t->offs[k][j + 1] - off, len;
+    const char *name = t->files.paths[k];
+    const uint8_t *h = (const uint8_t *)t->maps[k].data + off;
+    int rc;
+    if ((rc = ferry__tfr_header(name, j, off, h, t->o.max_record, &len)) < 0)
+        return bad_data(t, k, j, off, off + total, rc);
+    if (len + FERRY__TFR_OVERHEAD != total)
+        return bad_data(t, k, j, off, off + total,
+                        stale(name, j, off, "its length changed since the file was indexed"));
+    const uint8_t *d = h + FERRY__TFR_HEADER;
+    if (!t->o.raw) {
+        if ((rc = ferry__tfr_data(name, j, off, d, len)) < 0)
+            return bad_data(t, k, j, off, off + total, rc);
+        return decode(t, d, (size_t)len, out, name, j, off);
+    }
+    if (len > (uint64_t)t->fields[0].shape[0])
+        return ferry__err(FERRY_EOVERFLOW,
+                          "%s: record %llu at offset %llu: %llu bytes, over the bound of \"data\" "
+                          "(%lld; give max=)",
+                          name, (unsigned long long)j, (unsigned long long)off,
+                          (unsigned long long)len, (long long)t->fields[0].shape[0]);
+    uint32_t crc = ferry__crc32c_copy(0, out->data[0], d, (size_t)len);
+    if ((rc = ferry__tfr_data_crc(name, j, off, crc, len, d + len)) < 0)
+        return bad_data(t, k, j, off, off + total, rc);
+    out->length[0] = (int64_t)len;
+    return 0;
+}
+
+static int tfr_fault(const ferry__reading *rd, uintptr_t addr)
+{
+    const tfr *t = rd->arg;
+    size_t k = file_of(t, rd->item);
+    return ferry__guard_err(addr, t->files.paths[k], t->maps[k].data, "record %llu",
+                            (unsigned long long)(rd->item - t->first[k]));
+}
+
+FERRY__GUARDED_GET(tfr_get, tfr_read, tfr_fault)
 
 static void tfr_destroy(void *self)
 {
@@ -855,13 +877,15 @@ int ferry_dataset_tfrecord(ferry_dataset **out, const char *location, const ferr
 
 /* ---- Stream: the framing of a file's records, under the shard engine ---- */
 
-/* raw: a small window, so that large records are read from the file straight
- * into the sample (ferry__tfr_next_into); for fetch too, where each fetch away from
- * the last one reads a window (a compressed file's is 64 KiB at least) */
+/* A window of 1 MiB (the default): a record of up to a quarter of it is checked and
+ * copied out of the window in one pass (ferry__tfr_next_into), one read of the
+ * file for many small records; a larger one is read from the file straight into
+ * the sample. For fetch a small one, where each fetch away from the last one reads
+ * a window (a compressed file's is 64 KiB at least). */
 static int st_open(const void *self, void *rd, const char *path, bool fetch)
 {
     const tfr *t = self;
-    size_t window = t->o.raw || fetch ? (size_t)16 << 10 : 0;
+    size_t window = fetch ? (size_t)16 << 10 : 0;
     return ferry__tfr_open(rd, path, path, t->o.compression, t->o.max_record, window);
 }
 

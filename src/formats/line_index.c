@@ -17,6 +17,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -31,9 +32,9 @@
 #define HEADER 64u
 #define FLAG_FINAL_NEWLINE 1u   /* the last line ends with "\n" */
 #define EDGE 4096u              /* bytes hashed at each end of the source */
-#define CHUNK ((size_t)1 << 20) /* read size: small enough to stay in cache for the scan */
+#define CHUNK ((size_t)1 << 20) /* bytes a scanner takes at a time */
 #define NCHUNKS 4
-#define SINK_CAP ((size_t)1 << 17)
+#define WRITEBACK_EVERY ((uint64_t)4 << 20) /* index bytes between writeback starts */
 #define PROGRESS_EVERY ((uint64_t)64 << 20)
 
 typedef struct header {
@@ -74,21 +75,12 @@ static int edge_hashes(const ferry__file *f, const char *path, uint64_t *head, u
 
 /* ---- Building ---- */
 
+/* The line starts found in one chunk of the file. */
 typedef struct sink {
-    uint64_t *buf;
+    uint64_t *buf; /* room for CHUNK entries: a chunk cannot hold more line starts */
     size_t n;
-    ferry__atomic_file *w;
-    uint64_t total, size;
-    int rc;
+    uint64_t size; /* the file's: no line starts at its end */
 } sink;
-
-static void flush(sink *s)
-{
-    if (s->n && s->rc == 0)
-        s->rc = ferry__atomic_write(s->w, s->buf, s->n * sizeof *s->buf);
-    s->total += s->n;
-    s->n = 0;
-}
 
 /* A line starts after each newline, except after the file's last byte. */
 static inline void emit_mask(sink *s, uint64_t mask, uint64_t base)
@@ -108,8 +100,6 @@ static void scan_scalar(sink *s, const uint8_t *p, size_t n, uint64_t base)
         uint64_t start = base + (uint64_t)(q - p) + 1;
         if (start < s->size)
             s->buf[s->n++] = start;
-        if (s->n == SINK_CAP)
-            flush(s);
         q++;
     }
 }
@@ -127,11 +117,8 @@ __attribute__((target("avx2"))) static void scan_avx2(sink *s, const uint8_t *p,
         uint64_t lo = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(a, nl));
         uint64_t hi = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(b, nl));
         uint64_t mask = lo | hi << 32;
-        if (mask) {
-            if (s->n + 64 > SINK_CAP)
-                flush(s);
+        if (mask)
             emit_mask(s, mask, base + i);
-        }
     }
     scan_scalar(s, p + i, n - i, base + i);
 }
@@ -146,11 +133,8 @@ static void scan_sse2(sink *s, const uint8_t *p, size_t n, uint64_t base)
             __m128i v = _mm_loadu_si128((const __m128i *)(p + i + 16 * k));
             mask |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(v, nl)) << (16 * k);
         }
-        if (mask) {
-            if (s->n + 64 > SINK_CAP)
-                flush(s);
+        if (mask)
             emit_mask(s, mask, base + i);
-        }
     }
     scan_scalar(s, p + i, n - i, base + i);
 }
@@ -170,41 +154,58 @@ static scan_fn pick_scan(void)
 #endif
 }
 
-/* Reading and scanning overlap: a reader thread fills chunks (pread: a file
- * that shrinks gives an error, never a fault) while the caller's thread scans
- * the previous ones. The two bounded queues carry chunks back and forth. */
+/* The file is mapped, and two scanners scan alternate chunks of it at once (each
+ * byte read from memory once, where a read into a buffer would copy it first), each
+ * into the chunk's own list of line starts, while the caller's thread writes the
+ * lists out in the file's order: chunk c is scanner c % NSCAN's, and each
+ * scanner's chunks come back in its order through its own pair of bounded queues.
+ * A scanner reads under a guard: a file cut short while it is indexed is an error
+ * naming it, not a fault. */
+#define NSCAN 2
+
 typedef struct chunk {
-    uint8_t *data;
     size_t n;
     uint64_t off;
+    uint8_t last; /* its last byte */
+    sink s;
     int rc;
     char msg[FERRY_ERRMSG_MAX];
 } chunk;
 
-typedef struct reader {
-    const ferry__file *f;
+typedef struct scanner {
+    const uint8_t *base; /* the mapping */
+    uint64_t size;
     const char *path;
+    scan_fn scan;
+    unsigned first; /* its first chunk: chunks first, first + NSCAN, ... */
     ferry__queue *empty, *full;
-} reader;
+} scanner;
 
-static void *reader_main(void *arg)
+__attribute__((noinline)) static int scan_chunk(const scanner *r, chunk *c)
 {
-    reader *r = arg;
-    uint64_t off = 0;
-    while (off < r->f->size) {
+    ferry__guard g;
+    ferry__guard_push(&g);
+    if (sigsetjmp(g.jb, 0))
+        return ferry__guard_err(g.addr, r->path, r->base, "indexing");
+    r->scan(&c->s, r->base + c->off, c->n, c->off);
+    c->last = r->base[c->off + c->n - 1];
+    ferry__guard_pop(&g);
+    return 0;
+}
+
+static void *scanner_main(void *arg)
+{
+    scanner *r = arg;
+    for (uint64_t off = (uint64_t)r->first * CHUNK; off < r->size; off += NSCAN * CHUNK) {
         void *item;
         if (ferry__queue_pop(r->empty, &item, 0) != 0)
-            break; /* closed: the scanner gave up */
+            break; /* closed: the writer gave up */
         chunk *c = item;
-        size_t want = r->f->size - off < CHUNK ? (size_t)(r->f->size - off) : CHUNK;
         c->off = off;
-        c->rc = ferry__file_pread(r->f, r->path, c->data, want, off, &c->n);
-        if (c->rc == 0 && c->n < want)
-            c->rc = ferry__err(FERRY_EIO, "%s: shrank while being indexed (at offset %llu)",
-                               r->path, (unsigned long long)(off + c->n));
-        if (c->rc < 0)
+        c->n = r->size - off < CHUNK ? (size_t)(r->size - off) : CHUNK;
+        c->s.n = 0;
+        if ((c->rc = scan_chunk(r, c)) < 0)
             ferry__err_copy(c->msg); /* the message lives in this thread: carry it over */
-        off += want;
         if (ferry__queue_push(r->full, c, 0) != 0 || c->rc < 0)
             break;
     }
@@ -228,13 +229,14 @@ int ferry_line_index_build(const char *path, const char *index_path, ferry_progr
     int rc = 0;
     ferry__file f = {-1, 0, 0};
     ferry__atomic_file w = {.fd = -1};
-    uint8_t *chunk_mem = NULL;
+    ferry__map map = {NULL, 0};
     chunk chunks[NCHUNKS];
     char *own_index = NULL;
-    sink s = {0};
-    reader r = {NULL, NULL, NULL, NULL};
-    ferry__thread thread;
-    bool started = false;
+    scanner sc[NSCAN];
+    ferry__thread threads[NSCAN];
+    int started = 0;
+    memset(chunks, 0, sizeof chunks);
+    memset(sc, 0, sizeof sc);
     if (!path)
         return ferry__err(FERRY_EINVAL, "line index: path is NULL");
     if (!index_path && !(index_path = own_index = default_index_path(path)))
@@ -244,55 +246,70 @@ int ferry_line_index_build(const char *path, const char *index_path, ferry_progr
     header h = {.version = VERSION, .size = f.size, .mtime_ns = f.mtime_ns};
     memcpy(h.magic, MAGIC, 8);
     FERRY_TRY(edge_hashes(&f, path, &h.head_hash, &h.tail_hash));
-    chunk_mem = ferry__aligned_alloc(CHUNK * NCHUNKS);
-    s.buf = ferry__malloc(SINK_CAP * sizeof *s.buf);
-    if (!chunk_mem || !s.buf)
-        FERRY_FAIL(FERRY_ENOMEM, "line index: out of memory");
+    FERRY_TRY(ferry__guard_install());
+    FERRY_TRY(ferry__map_open(&map, &f, path));
+    /* read once, in order: the kernel may read ahead and drop behind */
+    if (map.data)
+        madvise(map.data, map.size, MADV_SEQUENTIAL);
+    for (int i = 0; i < NCHUNKS; i++) {
+        chunks[i].s.size = f.size;
+        /* its pages are touched only as far as line starts are found */
+        if (!(chunks[i].s.buf = ferry__malloc(CHUNK * sizeof(uint64_t))))
+            FERRY_FAIL(FERRY_ENOMEM, "line index: out of memory");
+    }
     FERRY_TRY(ferry__atomic_open(&w, index_path));
-    s.w = &w;
-    s.size = f.size;
     header zero = {0};
     FERRY_TRY(ferry__atomic_write(&w, &zero, sizeof zero));
-    if (f.size)
-        s.buf[s.n++] = 0;
-    scan_fn scan = pick_scan();
-    uint64_t done = 0, next_report = PROGRESS_EVERY;
-    uint8_t last = '\n';
-    r = (reader){&f, path, NULL, NULL};
-    FERRY_TRY(ferry__queue_create(&r.empty, NCHUNKS));
-    FERRY_TRY(ferry__queue_create(&r.full, NCHUNKS));
-    for (int i = 0; i < NCHUNKS; i++) {
-        chunks[i].data = chunk_mem + (size_t)i * CHUNK;
-        ferry__queue_push(r.empty, &chunks[i], 0);
+    uint64_t first = 0, done = 0, next_report = PROGRESS_EVERY, total = 0, at = HEADER;
+    uint64_t kicked = HEADER;
+    if (f.size) {
+        FERRY_TRY(ferry__atomic_write(&w, &first, sizeof first));
+        total = 1;
+        at += 8;
     }
-    FERRY_TRY(ferry__thread_start(&thread, reader_main, &r));
-    started = true;
-    while (done < f.size) {
+    scan_fn scan = pick_scan();
+    uint8_t last = '\n';
+    for (int k = 0; k < NSCAN; k++) {
+        sc[k] = (scanner){map.data, f.size, path, scan, (unsigned)k, NULL, NULL};
+        FERRY_TRY(ferry__queue_create(&sc[k].empty, NCHUNKS / NSCAN));
+        FERRY_TRY(ferry__queue_create(&sc[k].full, NCHUNKS / NSCAN));
+        for (int i = k; i < NCHUNKS; i += NSCAN)
+            ferry__queue_push(sc[k].empty, &chunks[i], 0);
+    }
+    for (; started < NSCAN; started++)
+        FERRY_TRY(ferry__thread_start(&threads[started], scanner_main, &sc[started]));
+    for (uint64_t c = 0; done < f.size; c++) {
+        scanner *r = &sc[c % NSCAN];
         void *item;
-        ferry__queue_pop(r.full, &item, 0);
-        chunk *c = item;
-        if (c->rc < 0) {
-            rc = ferry__err(c->rc, "%s", c->msg);
+        ferry__queue_pop(r->full, &item, 0);
+        chunk *ch = item;
+        if (ch->rc < 0) {
+            rc = ferry__err(ch->rc, "%s", ch->msg);
             goto cleanup;
         }
-        scan(&s, c->data, c->n, c->off);
-        if ((rc = s.rc) < 0)
-            goto cleanup;
-        last = c->data[c->n - 1];
-        done += c->n;
-        ferry__queue_push(r.empty, c, 0);
+        if (ch->s.n) {
+            FERRY_TRY(ferry__atomic_pwrite(&w, ch->s.buf, ch->s.n * sizeof(uint64_t), at));
+            at += ch->s.n * sizeof(uint64_t);
+            total += ch->s.n;
+            /* the kernel writes the index out while the file is scanned, so that
+             * the fsync at the end finds little left to do */
+            if (at - kicked >= WRITEBACK_EVERY) {
+                ferry__atomic_writeback(&w, kicked, at - kicked);
+                kicked = at;
+            }
+        }
+        last = ch->last;
+        done += ch->n;
+        ferry__queue_push(r->empty, ch, 0);
         if (progress && done >= next_report) {
             progress(done, f.size, arg);
             next_report = done + PROGRESS_EVERY;
         }
     }
-    if (s.n + 1 > SINK_CAP)
-        flush(&s);
-    s.buf[s.n++] = f.size; /* the end of the last line */
-    flush(&s);
-    if ((rc = s.rc) < 0)
-        goto cleanup;
-    h.count = s.total - 1;
+    /* the end of the last line */
+    FERRY_TRY(ferry__atomic_pwrite(&w, &f.size, sizeof f.size, at));
+    total++;
+    h.count = total - 1;
     h.flags = f.size && last == '\n' ? FLAG_FINAL_NEWLINE : 0;
     h.check = fnv(&h, offsetof(header, check));
     /* a file that changed while it was read would get an index of neither version */
@@ -308,17 +325,23 @@ int ferry_line_index_build(const char *path, const char *index_path, ferry_progr
     if (nlines)
         *nlines = h.count;
 cleanup:
-    if (started) {
-        ferry__queue_close(r.empty); /* a reader still waiting for a chunk stops */
-        ferry__queue_close(r.full);
-        ferry__thread_join(&thread);
+    for (int k = 0; k < NSCAN; k++) {
+        if (sc[k].empty)
+            ferry__queue_close(sc[k].empty); /* a scanner still waiting for a chunk stops */
+        if (sc[k].full)
+            ferry__queue_close(sc[k].full);
     }
-    ferry__queue_free(r.empty);
-    ferry__queue_free(r.full);
+    for (int k = 0; k < started; k++)
+        ferry__thread_join(&threads[k]);
+    for (int k = 0; k < NSCAN; k++) {
+        ferry__queue_free(sc[k].empty);
+        ferry__queue_free(sc[k].full);
+    }
     ferry__atomic_abort(&w);
+    ferry__unmap(&map);
     ferry__file_close(&f);
-    ferry__aligned_free(chunk_mem);
-    ferry__free(s.buf);
+    for (int i = 0; i < NCHUNKS; i++)
+        ferry__free(chunks[i].s.buf);
     ferry__free(own_index);
     return rc;
 }

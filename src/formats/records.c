@@ -477,15 +477,16 @@ int ferry__record_file_span(const ferry_record_file *f, uint64_t i, const void *
 typedef struct rec {
     uint64_t off;
     const uint8_t *payload;
-    uint32_t stored, raw;
+    uint32_t stored, raw, crc;
 } rec;
 
 #define REC_FMT "%s: record %llu at offset %llu: "
 #define REC_ARGS(f, i, off) (f)->name, (unsigned long long)(i), (unsigned long long)(off)
 
-/* Finds record i and checks it: its header, its place between its neighbours, its
- * payload's CRC. */
-static int locate(const ferry_record_file *f, uint64_t i, rec *r)
+/* Finds record i and checks it: its header, its place between its neighbours and,
+ * unless the caller checks it while copying (check_payload false), its payload's
+ * CRC. */
+static int locate(const ferry_record_file *f, uint64_t i, rec *r, bool check_payload)
 {
     if (i >= f->count)
         return ferry__err(FERRY_ERANGE, "%s: record %llu is past the last (%llu records)", f->name,
@@ -522,9 +523,11 @@ static int locate(const ferry_record_file *f, uint64_t i, rec *r)
                                   "disagrees with the records)",
                           REC_ARGS(f, i, off), (unsigned long long)(room - stored),
                           (unsigned long long)next);
-    if (ferry_crc32c(0, h + FERRY__REC_RECORD_HEADER, stored) != ferry__load_le32(h + 8))
+    if (check_payload &&
+        ferry_crc32c(0, h + FERRY__REC_RECORD_HEADER, stored) != ferry__load_le32(h + 8))
         return ferry__err(FERRY_ECORRUPT, REC_FMT "crc mismatch", REC_ARGS(f, i, off));
     r->off = off;
+    r->crc = ferry__load_le32(h + 8);
     r->payload = h + FERRY__REC_RECORD_HEADER;
     r->stored = stored;
     r->raw = raw;
@@ -541,7 +544,7 @@ int ferry_record_file_raw(const ferry_record_file *f, uint64_t i, const void **d
     ferry__guard_push(&g);
     if (sigsetjmp(g.jb, 0))
         return ferry__guard_err(g.addr, f->name, f->base, "record %llu", (unsigned long long)i);
-    int rc = locate(f, i, &r);
+    int rc = locate(f, i, &r, true);
     ferry__guard_pop(&g);
     if (rc < 0)
         return rc;
@@ -568,24 +571,34 @@ static void dctx_give(const ferry_record_file *f, uint32_t worker, ZSTD_DCtx *d)
 }
 
 /* Copies the fields of a payload into the sample, checking each length against the
- * schema and the payload's end. */
-static int parse(const ferry_record_file *f, uint64_t i, uint64_t off, const uint8_t *p, size_t n,
-                 ferry_sample *out)
+ * schema and the payload's end. With check, the payload's CRC is checked in the
+ * same pass as the copy (each byte read from memory once), against r->crc; a
+ * payload that fails it is reported as a CRC mismatch, whatever its fields say. */
+static int parse(const ferry_record_file *f, uint64_t i, const rec *r, const uint8_t *p, size_t n,
+                 ferry_sample *out, bool check)
 {
     size_t pos = 0;
+    uint32_t crc = 0;
+    int rc = 0;
     for (int k = 0; k < f->nfields; k++) {
         const ferry_field *fl = &f->fields[k];
         size_t bytes = ferry_field_nbytes(fl);
         if (fl->variable) {
-            if (n - pos < 4)
-                return ferry__err(FERRY_ECORRUPT, REC_FMT "field \"%s\": row count past the end",
-                                  REC_ARGS(f, i, off), fl->name);
+            if (n - pos < 4) {
+                rc = ferry__err(FERRY_ECORRUPT, REC_FMT "field \"%s\": row count past the end",
+                                REC_ARGS(f, i, r->off), fl->name);
+                goto done;
+            }
             uint32_t rows = ferry__load_le32(p + pos);
+            if (check)
+                crc = ferry_crc32c(crc, p + pos, 4);
             pos += 4;
-            if ((int64_t)rows > fl->shape[0])
-                return ferry__err(FERRY_ECORRUPT,
-                                  REC_FMT "field \"%s\": %u rows is more than its bound %lld",
-                                  REC_ARGS(f, i, off), fl->name, rows, (long long)fl->shape[0]);
+            if ((int64_t)rows > fl->shape[0]) {
+                rc = ferry__err(FERRY_ECORRUPT,
+                                REC_FMT "field \"%s\": %u rows is more than its bound %lld",
+                                REC_ARGS(f, i, r->off), fl->name, rows, (long long)fl->shape[0]);
+                goto done;
+            }
             /* rows <= bound, so this is at most the field's size */
             bytes = (size_t)rows * ferry_field_row_elems(fl) * ferry_dtype_size(fl->dtype);
             if (!out->length)
@@ -593,33 +606,57 @@ static int parse(const ferry_record_file *f, uint64_t i, uint64_t off, const uin
                                   f->name, fl->name);
             out->length[k] = rows;
         }
-        if (n - pos < bytes)
-            return ferry__err(FERRY_ECORRUPT,
-                              REC_FMT "field \"%s\" needs %zu bytes; the payload has %zu left",
-                              REC_ARGS(f, i, off), fl->name, bytes, n - pos);
+        if (n - pos < bytes) {
+            rc = ferry__err(FERRY_ECORRUPT,
+                            REC_FMT "field \"%s\" needs %zu bytes; the payload has %zu left",
+                            REC_ARGS(f, i, r->off), fl->name, bytes, n - pos);
+            goto done;
+        }
         if (bytes) {
             if (!out->data[k])
                 return ferry__err(FERRY_EINVAL, "%s: sample has no memory for field \"%s\"",
                                   f->name, fl->name);
-            memcpy(out->data[k], p + pos, bytes);
+            if (check)
+                crc = ferry__crc32c_copy(crc, out->data[k], p + pos, bytes);
+            else
+                memcpy(out->data[k], p + pos, bytes);
         }
         pos += bytes;
     }
     if (pos != n)
-        return ferry__err(FERRY_ECORRUPT, REC_FMT "%zu bytes left over after the last field",
-                          REC_ARGS(f, i, off), n - pos);
-    return 0;
+        rc = ferry__err(FERRY_ECORRUPT, REC_FMT "%zu bytes left over after the last field",
+                        REC_ARGS(f, i, r->off), n - pos);
+done:
+    if (check && (rc < 0 ? ferry_crc32c(0, p, n) : crc) != r->crc)
+        return ferry__err(FERRY_ECORRUPT, REC_FMT "crc mismatch", REC_ARGS(f, i, r->off));
+    return rc;
+}
+
+#define FUSE_MIN 1024u
+
+/* Whether record i spans FUSE_MIN bytes or more (from the index: its header is
+ * checked later). */
+static inline bool rec_fits_fuse(const ferry_record_file *f, uint64_t i)
+{
+    if (i >= f->count)
+        return false;
+    uint64_t off = rec_offset(f, i), next = i + 1 < f->count ? rec_offset(f, i + 1) : f->end;
+    return next > off && next - off >= FUSE_MIN + FERRY__REC_RECORD_HEADER;
 }
 
 static int read_record(const ferry_record_file *f, uint64_t i, ferry_sample *out, ferry_ctx *ctx,
                        ferry__reading *rd)
 {
     rec r = {0};
-    int rc = locate(f, i, &r);
+    bool zstd = f->hflags & FERRY__REC_FLAG_ZSTD;
+    /* an uncompressed payload of FUSE_MIN bytes or more is checked while it is
+     * copied; a smaller one, which the cache holds between the two, first */
+    bool fuse = !zstd && rec_fits_fuse(f, i);
+    int rc = locate(f, i, &r, !fuse);
     if (rc < 0)
         return rc;
-    if (!(f->hflags & FERRY__REC_FLAG_ZSTD))
-        return parse(f, i, r.off, r.payload, r.stored, out);
+    if (!zstd)
+        return parse(f, i, &r, r.payload, r.stored, out, fuse);
     if (!ctx)
         return ferry__err(FERRY_EINVAL, "%s: reading a compressed shard needs a ctx", f->name);
     uint64_t t0 = ferry_now_ns();
@@ -650,7 +687,7 @@ static int read_record(const ferry_record_file *f, uint64_t i, ferry_sample *out
     if (got != r.raw)
         return ferry__err(FERRY_ECORRUPT, REC_FMT "decompresses to %zu bytes, its header says %u",
                           REC_ARGS(f, i, r.off), got, r.raw);
-    rc = parse(f, i, r.off, dst, got, out);
+    rc = parse(f, i, &r, dst, got, out, false);
     ferry_ctx_stage_add(ctx, FERRY_STAGE_DECODE, ferry_now_ns() - t0);
     return rc;
 }
@@ -674,6 +711,11 @@ __attribute__((noinline)) static int read_guarded(const ferry_record_file *f, ui
 bool ferry__record_file_holds(const ferry_record_file *f, uintptr_t addr)
 {
     return addr >= (uintptr_t)f->base && addr - (uintptr_t)f->base < f->size;
+}
+
+const void *ferry__record_file_base(const ferry_record_file *f)
+{
+    return f->base;
 }
 
 int ferry__record_file_read_by(const ferry_record_file *f, uint64_t i, ferry_sample *out,

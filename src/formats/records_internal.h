@@ -94,5 +94,7 @@ int ferry__record_file_read_by(const ferry_record_file *f, uint64_t i, ferry_sam
                                ferry_ctx *ctx, const void *self);
 /* Whether addr lies in the shard's mapping (to tell which file faulted). */
 bool ferry__record_file_holds(const ferry_record_file *f, uintptr_t addr);
+/* The start of the shard's mapping (valid while f lives). */
+const void *ferry__record_file_base(const ferry_record_file *f);
 
 #endif

@@ -53,7 +53,13 @@ int ferry__tfr_header(const char *name, uint64_t record, uint64_t off, const uin
 int ferry__tfr_data_at(const char *name, uint64_t record, uint64_t off, const uint8_t *d,
                        uint64_t len, const uint8_t *crc)
 {
-    uint32_t want = ferry__tfr_mask(crc32c(d, (size_t)len)), got = ferry__load_le32(crc);
+    return ferry__tfr_data_crc(name, record, off, crc32c(d, (size_t)len), len, crc);
+}
+
+int ferry__tfr_data_crc(const char *name, uint64_t record, uint64_t off, uint32_t computed,
+                        uint64_t len, const uint8_t *crc)
+{
+    uint32_t want = ferry__tfr_mask(computed), got = ferry__load_le32(crc);
     if (want != got)
         return ferry__err(FERRY_ECORRUPT,
                           "%s: record %llu at offset %llu: data CRC mismatch (stored %08x, "
@@ -183,6 +189,21 @@ int ferry__tfr_next_into(ferry__tfr_reader *t, uint8_t *dst, size_t cap, size_t 
             return truncated(t, *off, len, skipped);
         t->record++;
         return over;
+    }
+    if (len + 4 <= r->cap / 4) {
+        /* small: the data and its CRC in the window, checked while copied out */
+        if ((rc = ferry__seqread_need(r, (size_t)len + 4, &got)) < 0)
+            return broken(t, rc);
+        if (got < len + 4)
+            return truncated(t, *off, len, got < len ? got : len);
+        const uint8_t *d = r->buf + r->pos;
+        int crc = ferry__tfr_data_crc(r->name, rec, *off,
+                                      ferry__crc32c_copy(0, dst, d, (size_t)len), len, d + len);
+        if ((rc = ferry__seqread_skip(r, len + 4, &skipped)) < 0)
+            return broken(t, rc);
+        *n = (size_t)len;
+        t->record++;
+        return crc;
     }
     if ((rc = ferry__seqread_read(r, dst, (size_t)len, &got)) < 0)
         return broken(t, rc);

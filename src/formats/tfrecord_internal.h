@@ -30,6 +30,10 @@ int ferry__tfr_data(const char *name, uint64_t record, uint64_t off, const uint8
 /* The same with the stored CRC elsewhere (4 bytes at crc). */
 int ferry__tfr_data_at(const char *name, uint64_t record, uint64_t off, const uint8_t *d,
                        uint64_t len, const uint8_t *crc);
+/* The same with the data's CRC-32C computed already (unmasked; ferry__crc32c_copy
+ * computes it while copying the data out). */
+int ferry__tfr_data_crc(const char *name, uint64_t record, uint64_t off, uint32_t computed,
+                        uint64_t len, const uint8_t *crc);
 
 /* Reads the records of one file in order. */
 typedef struct ferry__tfr_reader {
@@ -53,8 +57,10 @@ void ferry__tfr_close(ferry__tfr_reader *t);
  * index scan): *data is then NULL. */
 int ferry__tfr_next(ferry__tfr_reader *t, const uint8_t **data, size_t *n, uint64_t *off,
                     int check_data);
-/* The next record's data copied into dst (cap bytes): for a plain file, what the
- * window does not hold is read from the file straight into dst. Errors as
+/* The next record's data copied into dst (cap bytes): a record of up to a quarter
+ * of the window from the window, its CRC computed in the same pass as the copy;
+ * a larger one, for a plain file, read from the file straight into dst where the
+ * window does not hold it. Errors as
  * ferry__tfr_next; a record over cap is FERRY_EOVERFLOW (passed over, not read). */
 int ferry__tfr_next_into(ferry__tfr_reader *t, uint8_t *dst, size_t cap, size_t *n, uint64_t *off);
 

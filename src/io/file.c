@@ -145,6 +145,24 @@ cleanup:
     return rc;
 }
 
+int ferry__map_open(ferry__map *m, const ferry__file *f, const char *path)
+{
+    m->data = NULL;
+    m->size = 0;
+    if (f->size > SIZE_MAX)
+        return ferry__err(FERRY_EOVERFLOW, "%s: too large to map", path);
+    if (f->size) {
+        void *p = mmap(NULL, (size_t)f->size, PROT_READ, MAP_SHARED, f->fd, 0);
+        if (p == MAP_FAILED) {
+            int e = errno;
+            return ferry__err(errno_code(e), "%s: cannot map: %s", path, strerror(e));
+        }
+        m->data = p;
+        m->size = (size_t)f->size;
+    }
+    return 0;
+}
+
 int ferry__map_file(ferry__map *m, const char *path)
 {
     ferry__file f = {-1, 0, 0};
@@ -153,22 +171,9 @@ int ferry__map_file(ferry__map *m, const char *path)
     int rc = ferry__file_open(&f, path);
     if (rc < 0)
         return rc;
-    if (f.size > SIZE_MAX) {
-        ferry__file_close(&f);
-        return ferry__err(FERRY_EOVERFLOW, "%s: too large to map", path);
-    }
-    if (f.size) {
-        void *p = mmap(NULL, (size_t)f.size, PROT_READ, MAP_SHARED, f.fd, 0);
-        if (p == MAP_FAILED) {
-            int e = errno;
-            ferry__file_close(&f);
-            return ferry__err(errno_code(e), "%s: cannot map: %s", path, strerror(e));
-        }
-        m->data = p;
-        m->size = (size_t)f.size;
-    }
+    rc = ferry__map_open(m, &f, path);
     ferry__file_close(&f);
-    return 0;
+    return rc;
 }
 
 void ferry__unmap(ferry__map *m)
@@ -385,6 +390,18 @@ int ferry__atomic_reserve(ferry__atomic_file *w, uint64_t size)
         return ferry__err(FERRY_EIO, "%s: cannot set the size to %llu bytes: %s", w->tmp,
                           (unsigned long long)size, strerror(errno));
     return 0;
+}
+
+void ferry__atomic_writeback(const ferry__atomic_file *w, uint64_t off, uint64_t n)
+{
+#ifdef SYNC_FILE_RANGE_WRITE
+    if (w->fd >= 0)
+        (void)sync_file_range(w->fd, (off_t)off, (off_t)n, SYNC_FILE_RANGE_WRITE);
+#else
+    (void)w;
+    (void)off;
+    (void)n;
+#endif
 }
 
 int ferry__atomic_pwrite(ferry__atomic_file *w, const void *p, size_t n, uint64_t off)

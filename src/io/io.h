@@ -40,6 +40,9 @@ typedef struct ferry__map {
     size_t size;
 } ferry__map;
 int ferry__map_file(ferry__map *m, const char *path);
+/* Maps the file f has open, as far as its size when it was opened (path: for
+ * messages). */
+int ferry__map_open(ferry__map *m, const ferry__file *f, const char *path);
 void ferry__unmap(ferry__map *m);
 
 #define FERRY__ATOMIC_BUF ((size_t)256 << 10)
@@ -69,6 +72,10 @@ int ferry__atomic_pwrite(ferry__atomic_file *w, const void *p, size_t n, uint64_
 /* A positioned write that leaves the append buffer alone: several threads may
  * call it at once on disjoint ranges, provided nothing is appended meanwhile. */
 int ferry__atomic_pwrite_mt(const ferry__atomic_file *w, const void *p, size_t n, uint64_t off);
+/* Starts writing bytes [off, off + n) of the temporary out to the disk and returns
+ * (sync_file_range; a hint: nothing where the system lacks it): a writer of a large
+ * file calls it as it goes, so that the fsync of the commit finds little left. */
+void ferry__atomic_writeback(const ferry__atomic_file *w, uint64_t off, uint64_t n);
 /* Sets the temporary's size to `size`, so that positioned writes may land in any
  * order (a full disk shows in the writes, as with appends). */
 int ferry__atomic_reserve(ferry__atomic_file *w, uint64_t size);

@@ -265,7 +265,7 @@ static int decode_into(ferry__seqread *r, uint8_t *out, size_t room, size_t want
 {
     int rc;
     *made = 0;
-    while (*made < want && !r->eof) {
+    while (*made < want && !r->dec_eof) {
         if ((rc = more_input(r)) < 0)
             return rc;
         /* No input left: the end after a whole member; else the decoder may still
@@ -276,7 +276,7 @@ static int decode_into(ferry__seqread *r, uint8_t *out, size_t room, size_t want
         bool drain = r->in_pos == r->in_len;
         if (r->member_end) {
             if (drain) {
-                r->eof = true;
+                r->dec_eof = true;
                 break;
             }
             if (r->codec == GZIP) { /* gzip files concatenate */
@@ -303,6 +303,169 @@ static int decode_into(ferry__seqread *r, uint8_t *out, size_t room, size_t want
     return 0;
 }
 
+/* ---- Decoding ahead on a thread of its own ---- */
+
+#define AHEAD_BLOCK ((size_t)256 << 10)
+#define AHEAD_BLOCKS 4
+/* decoded bytes read on the caller's thread first: a reader that stops early (a
+ * resume, a file's first rows) costs no thread and no decoding it will not use */
+#define AHEAD_AFTER ((uint64_t)4 << 20)
+
+/* The decoder's thread fills blocks of a ring in order; the reader's thread copies
+ * them out. The decoder's fields of the reader (dec, in, in_pos, in_len, file_off,
+ * member_end, dec_eof) belong to the thread while it runs. */
+struct ferry__seqread_ahead {
+    ferry__thread th;
+    pthread_mutex_t m;
+    pthread_cond_t cv;
+    uint8_t *blk[AHEAD_BLOCKS];
+    size_t len[AHEAD_BLOCKS];
+    unsigned head, count; /* blocks ready: head .. head + count - 1 (mod AHEAD_BLOCKS) */
+    size_t used;          /* bytes of blk[head] copied out */
+    bool stop, done;      /* done: the stream's end or an error (rc, msg) after the blocks */
+    int rc;
+    char msg[FERRY_ERRMSG_MAX];
+};
+
+static void *ahead_main(void *arg)
+{
+    ferry__seqread *r = arg;
+    struct ferry__seqread_ahead *a = r->ahead;
+    for (;;) {
+        pthread_mutex_lock(&a->m);
+        while (a->count == AHEAD_BLOCKS && !a->stop)
+            pthread_cond_wait(&a->cv, &a->m);
+        if (a->stop) {
+            pthread_mutex_unlock(&a->m);
+            return NULL;
+        }
+        unsigned slot = (a->head + a->count) % AHEAD_BLOCKS;
+        pthread_mutex_unlock(&a->m);
+        size_t made;
+        int rc = decode_into(r, a->blk[slot], AHEAD_BLOCK, AHEAD_BLOCK, &made);
+        pthread_mutex_lock(&a->m);
+        a->len[slot] = made;
+        if (made)
+            a->count++;
+        if (rc < 0 || r->dec_eof) {
+            a->done = true;
+            a->rc = rc;
+            if (rc < 0)
+                ferry__err_copy(a->msg); /* the message lives in this thread: carry it over */
+        }
+        bool done = a->done;
+        pthread_cond_broadcast(&a->cv);
+        pthread_mutex_unlock(&a->m);
+        if (done)
+            return NULL;
+    }
+}
+
+static void ahead_stop(ferry__seqread *r)
+{
+    struct ferry__seqread_ahead *a = r->ahead;
+    if (!a)
+        return;
+    pthread_mutex_lock(&a->m);
+    a->stop = true;
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->m);
+    ferry__thread_join(&a->th);
+    a->stop = a->done = false;
+    a->head = a->count = 0;
+    a->used = 0;
+    a->rc = 0;
+}
+
+static int ahead_start(ferry__seqread *r)
+{
+    return ferry__thread_start(&r->ahead->th, ahead_main, r);
+}
+
+static void ahead_free(ferry__seqread *r)
+{
+    struct ferry__seqread_ahead *a = r->ahead;
+    if (!a)
+        return;
+    ahead_stop(r);
+    pthread_mutex_destroy(&a->m);
+    pthread_cond_destroy(&a->cv);
+    ferry__aligned_free(a->blk[0]);
+    ferry__free(a);
+    r->ahead = NULL;
+}
+
+/* produce() from the ring: copies until `want` bytes are out, the end, or the
+ * decoder's error (after the bytes before it). */
+static int take_ahead(ferry__seqread *r, uint8_t *out, size_t room, size_t want, size_t *made)
+{
+    struct ferry__seqread_ahead *a = r->ahead;
+    while (*made < want) {
+        pthread_mutex_lock(&a->m);
+        while (a->count == 0 && !a->done)
+            pthread_cond_wait(&a->cv, &a->m);
+        if (a->count == 0) {
+            int rc = a->rc;
+            pthread_mutex_unlock(&a->m);
+            if (rc < 0)
+                return ferry__err(rc, "%s", a->msg);
+            r->eof = true;
+            return 0;
+        }
+        unsigned h = a->head;
+        pthread_mutex_unlock(&a->m);
+        size_t k = a->len[h] - a->used;
+        if (k > room - *made)
+            k = room - *made;
+        memcpy(out + *made, a->blk[h] + a->used, k);
+        *made += k;
+        a->used += k;
+        if (a->used == a->len[h]) {
+            pthread_mutex_lock(&a->m);
+            a->head = (h + 1) % AHEAD_BLOCKS;
+            a->count--;
+            a->used = 0;
+            pthread_cond_broadcast(&a->cv);
+            pthread_mutex_unlock(&a->m);
+        }
+        if (*made == room)
+            break;
+    }
+    return 0;
+}
+
+/* Starts decoding ahead, from where the decoder is; stays on the caller's thread
+ * where the memory or the thread cannot be had. */
+static void ahead_begin(ferry__seqread *r)
+{
+    struct ferry__seqread_ahead *a = ferry__calloc(1, sizeof *a);
+    uint8_t *mem = ferry__aligned_alloc(AHEAD_BLOCK * AHEAD_BLOCKS);
+    r->ahead_wanted = false;
+    if (!a || !mem) {
+        ferry__free(a);
+        ferry__aligned_free(mem);
+        return;
+    }
+    for (int i = 0; i < AHEAD_BLOCKS; i++)
+        a->blk[i] = mem + (size_t)i * AHEAD_BLOCK;
+    pthread_mutex_init(&a->m, NULL);
+    pthread_cond_init(&a->cv, NULL);
+    r->ahead = a;
+    if (ahead_start(r) < 0) {
+        pthread_mutex_destroy(&a->m);
+        pthread_cond_destroy(&a->cv);
+        ferry__aligned_free(mem);
+        ferry__free(a);
+        r->ahead = NULL;
+        ferry__err_clear();
+    }
+}
+
+void ferry__seqread_decode_ahead(ferry__seqread *r)
+{
+    r->ahead_wanted = r->codec != PLAIN;
+}
+
 /* Reads or decodes into out until at least `want` bytes are there, or the end, or
  * an error, which is kept (r->err) and returned from here on: the bytes before it
  * stay the caller's. */
@@ -312,8 +475,14 @@ static int produce(ferry__seqread *r, uint8_t *out, size_t room, size_t want, si
     *made = 0;
     if (r->err)
         return ferry__err(r->err, "%s", r->err_msg);
-    if (r->codec != PLAIN) {
+    if (r->ahead_wanted && r->decoded >= AHEAD_AFTER)
+        ahead_begin(r);
+    if (r->ahead) {
+        rc = take_ahead(r, out, room, want, made);
+    } else if (r->codec != PLAIN) {
         rc = decode_into(r, out, room, want, made);
+        r->eof = r->dec_eof;
+        r->decoded += *made;
     } else {
         while (*made < want && !r->eof) {
             size_t got;
@@ -388,6 +557,7 @@ int ferry__seqread_open(ferry__seqread *r, const char *path, const char *name, i
 
 void ferry__seqread_close(ferry__seqread *r)
 {
+    ahead_free(r);
     decoder_free(r);
     if (r->src && r->src->close)
         r->src->close(r);
@@ -524,10 +694,14 @@ int ferry__seqread_seek(ferry__seqread *r, uint64_t off, uint64_t *at)
         return 0;
     }
     if (off < r->off || r->err) {
-        /* decode again from the start */
+        /* decode again from the start (ahead again once as far in as the first time) */
+        if (r->ahead) {
+            ahead_free(r);
+            r->ahead_wanted = true;
+        }
         r->pos = r->end = r->in_pos = r->in_len = 0;
-        r->file_off = r->off = 0;
-        r->eof = r->member_end = false;
+        r->file_off = r->off = r->decoded = 0;
+        r->eof = r->dec_eof = r->member_end = false;
         r->err = 0;
         decoder_reset(r);
     }

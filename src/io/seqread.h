@@ -61,10 +61,14 @@ typedef struct ferry__seqread {
     uint64_t file_off; /* next source offset to read */
     uint8_t *buf;      /* the window: buf[pos..end) are the bytes at stream offset off */
     size_t cap, pos, end;
-    uint64_t off;    /* stream (decoded) offset of buf[pos] */
-    bool eof;        /* nothing more after buf[end] */
-    bool member_end; /* gzip: the decoder finished a member; zstd: a frame */
-    int err;         /* the decoder's error, returned once the bytes before it are used */
+    uint64_t off;      /* stream (decoded) offset of buf[pos] */
+    bool eof;          /* nothing more after buf[end] */
+    bool dec_eof;      /* the decoder's end (the decoder's thread's, when decoding ahead) */
+    bool ahead_wanted; /* decode ahead once `decoded` is far enough */
+    uint64_t decoded;  /* bytes decoded on the caller's thread */
+    struct ferry__seqread_ahead *ahead; /* decoding ahead on a thread, or NULL */
+    bool member_end;                    /* gzip: the decoder finished a member; zstd: a frame */
+    int err; /* the decoder's error, returned once the bytes before it are used */
     char err_msg[FERRY_ERRMSG_MAX];
 } ferry__seqread;
 
@@ -78,6 +82,15 @@ int ferry__seqread_open(ferry__seqread *r, const char *path, const char *name, i
 /* The same over another byte source: r->src, r->src_ctx and r->size set by the
  * caller (the rest of r zeroed); closes the source when it fails. */
 int ferry__seqread_open_src(ferry__seqread *r, const char *name, int compression, size_t window);
+/* For a compressed file: once 4 MiB have been decoded on the caller's thread,
+ * decodes on a thread of its own, ahead of the caller (up to 1 MiB: four blocks of
+ * 256 KiB), so that a caller that parses what it reads (CSV) parses while the next
+ * bytes are inflated, on another core; a reader that stops early (a resume, the
+ * first rows) never starts the thread. Nothing for a plain file. Where the memory
+ * or the thread cannot be had, the reader decodes on the caller's thread as
+ * without. The bytes, and the errors after them, are those of a reader without.
+ * The thread rules stay: one thread at a time calls the reader. */
+void ferry__seqread_decode_ahead(ferry__seqread *r);
 /* Closes the source and frees; safe on a zeroed or closed reader. */
 void ferry__seqread_close(ferry__seqread *r);
 /* Makes n bytes available at r->buf + r->pos, growing the window when n is larger.

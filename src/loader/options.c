@@ -66,8 +66,12 @@ int ferry__loader_check_opts(ferry_loader_opts *o)
 
 /* The default depth: 2 buffers per worker (at least 2), and more when batches are
  * small, up to AUTO_PREFETCH_BYTES of buffers or AUTO_PREFETCH_MAX of them. Deep
- * pools of small batches let workers run on while the consumer wakes up. */
-#define AUTO_PREFETCH_BYTES ((size_t)32 << 20)
+ * pools of small batches let workers run on while the consumer wakes up. The bytes
+ * stay within a last-level cache: the free buffers go round, and a pool larger
+ * than the cache makes every write to a batch a miss (a read of the line from
+ * memory before it is written), which halves the rate of a copy from the page
+ * cache. */
+#define AUTO_PREFETCH_BYTES ((size_t)8 << 20)
 #define AUTO_PREFETCH_MAX 64u
 static uint32_t auto_prefetch(const ferry_loader *l)
 {

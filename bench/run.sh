@@ -48,3 +48,5 @@ mkdir -p "$here/results"
 # LevelDB of Caffe Datum values vs python3-plyvel in a DataLoader; minidb vs dd
 "$python" "$here/kvdb_vs.py" --ferry "$ferry" --out "$here/results/kvdb.json" || exit $?
 "$python" "$here/python_vs_torch.py" --ferry "$ferry" --out "$here/results/python.json" || exit $?
+# remote record shards over nginx on loopback vs 4 parallel curl and the local files
+"$python" "$here/remote_vs.py" --ferry "$ferry" --out "$here/results/remote.json" || exit $?

@@ -317,6 +317,12 @@ typedef struct ferry_loader_stats {
      * copies they count are `copies_timed`, of `copy_bytes_timed` bytes. */
     uint64_t copies, copy_bytes, device_bytes;
     uint64_t copies_timed, copy_bytes_timed, copy_ns, copy_exposed_ns;
+    /* Remote locations (ferry/remote.h): bytes downloaded, opens served by the
+     * node cache and objects fetched into it, requests retried, and the time
+     * threads waited on fetches. They are the process's counters (the fetches of
+     * a source's open, before the loader was made, included): loaders of one
+     * process see each other's. */
+    uint64_t downloaded_bytes, cache_hits, cache_misses, retries, fetch_wait_ns;
 } ferry_loader_stats;
 
 /* Counters so far. consumer_wait_ns / elapsed_ns near 1 means training is

@@ -2031,7 +2031,8 @@ class DataLoader:
         max=), elapsed_s, samples_per_s, first_batch_s, consumer_wait_s,
         consumer_wait_fraction (near 1: training waits for input), worker
         busy/idle seconds, stage_s (read, decode, transform, write), num_workers,
-        prefetch."""
+        prefetch; for remote locations downloaded_bytes, cache_hits,
+        cache_misses, retries, fetch_wait_s (the process's counters)."""
         self._check_open()
         return self._loader.stats()
 

@@ -39,6 +39,7 @@
 #include "ferry/loader.h"
 #include "../datasets/dataset_internal.h"
 #include "ferry/device.h"   /* pin_memory: page-locked blocks */
+#include "ferry/remote.h"   /* remote locations' counters */
 #include "../device/ring.h" /* device: the ring of device buffers */
 #include "trace.h"          /* opts.trace, FERRY_TRACE */
 

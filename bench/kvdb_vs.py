@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """ferry's LevelDB and minidb readers against their anchors, in one run.
 
-    kvdb_vs.py [--ferry build/ferry] [--entries N] [--repeat R] [--out FILE]
+    kvdb_vs.py [--ferry build/ferry] [--entries N] [--minidb-entries M] [--repeat R]
+               [--out FILE]
 
 1. A LevelDB of N (50000) Caffe Datum values of 4 KB (1x64x64 random bytes and
    a label, serialised by protoc's Python code from tests/protos/caffe.proto,
@@ -18,8 +19,10 @@
              collate; samples/s after the first batch.
    Target: ferry >= 10x the anchor, like for like (verify=0); the ratio with
    verify=1 is reported beside it.
-2. The same entries as a Caffe2 minidb file (Caffe2's framing), read front to
-   back whole: ferry bench minidb:FILE,stream=1 --workers 2 --batch 256 (the
+2. M (250000, about 1 GB) such entries as a Caffe2 minidb file (Caffe2's
+   framing; the first N are the LevelDB's), large enough that starting a
+   process (about 10 ms for ferry, 1 ms for dd) is a small part of the time,
+   read front to back whole: ferry bench minidb:FILE,stream=1 --workers 2 --batch 256 (the
    sequential reader, every value decoded into batches), the command's wall
    time, against `dd if=FILE of=/dev/null bs=8M`'s. Target: ferry's rate >=
    0.8x dd's. Beside it, the map-style read (minidb:FILE: the file mapped and
@@ -27,13 +30,19 @@
    page of the file once more. Both with the file in the page cache; each time
    is the best of 3 runs in a row, alternating with dd's.
 Each comparison runs R (3) times, alternating, on the same machine in the same
-run; the table gives every ratio and the median. Writes the raw results as
-JSON (--out).
+run; the table gives every ratio and the median. Beside the wall-clock ratios,
+each command's CPU time (user + system, from the kernel's accounting of the
+waited process and its threads or workers) is given per sample for LevelDB
+(ferry's includes its start and the key index built at open; the anchor's its
+workers' start) and as a ratio for minidb (dd's CPU time over ferry's): on a
+machine shared with other work, CPU time does not count the waits for a core.
+Writes the raw results as JSON (--out).
 """
 import argparse
 import importlib
 import json
 import os
+import resource
 import statistics
 import struct
 import subprocess
@@ -64,31 +73,53 @@ def entries(caffe_pb2, n):
         yield b"%08d" % i, d.SerializeToString()
 
 
-def write_stores(caffe_pb2, n, db_path, minidb_path):
+def write_stores(caffe_pb2, n, db_path, minidb_path, n_minidb):
     import plyvel
     db = plyvel.DB(db_path, create_if_missing=True, error_if_exists=True)
     with open(minidb_path, "wb") as f:
         wb = db.write_batch()
-        for k, v in entries(caffe_pb2, n):
-            wb.put(k, v)
-            f.write(struct.pack("<ii", len(k), len(v)) + k + v)
+        for i, (k, v) in enumerate(entries(caffe_pb2, max(n, n_minidb))):
+            if i < n:
+                wb.put(k, v)
+            if i < n_minidb:
+                f.write(struct.pack("<ii", len(k), len(v)) + k + v)
         wb.write()
     db.compact_range()
     db.close()
 
 
+def children_cpu():
+    """CPU seconds (user + system) of the waited child processes so far."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def self_cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def dd_timed(path, size):
+    c0 = children_cpu()
+    wall = dd_read(path, size)
+    return {"wall_seconds": wall, "cpu_seconds": children_cpu() - c0}
+
+
 def ferry_bench(exe, spec, shuffle, n):
     cmd = [exe, "bench", spec, "--batch", str(BATCH), "--workers", str(WORKERS),
            "--epochs", "1", "--json", "--no-progress"] + (["--shuffle"] if shuffle else [])
+    c0 = children_cpu()
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - t0
+    cpu = children_cpu() - c0
     if p.returncode != 0:
         raise RuntimeError("ferry bench %s failed: %s" % (spec, p.stderr))
     r = last_json(p.stdout, "ferry bench")
     if r["samples"] != n or r.get("errors", 0):
         raise RuntimeError("ferry bench: %d samples, %s errors" % (r["samples"], r.get("errors")))
     r["wall_seconds"] = wall
+    r["cpu_seconds"] = cpu
     return r
 
 
@@ -110,6 +141,7 @@ def plyvel_anchor(db_path, caffe_pb2, n):
             x = np.frombuffer(d.data, dtype=np.uint8).reshape(d.channels, d.height, d.width)
             return torch.from_numpy(x.copy()), d.label
 
+    c0 = self_cpu() + children_cpu()
     ds = PlyvelDatum(db_path)
     dl = torch.utils.data.DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=WORKERS)
     it = iter(dl)
@@ -121,9 +153,11 @@ def plyvel_anchor(db_path, caffe_pb2, n):
     secs = time.perf_counter() - t0
     del it, dl
     ds.db.close()
+    cpu = self_cpu() + children_cpu() - c0  # the workers have been joined
     if got + first[0].shape[0] != n:
         raise RuntimeError("anchor: %d samples, expected %d" % (got + first[0].shape[0], n))
     return {"samples_after_first": got, "seconds": secs, "samples_per_s": got / secs,
+            "cpu_seconds": cpu,
             "torch": torch.__version__, "plyvel": plyvel.__version__}
 
 
@@ -131,6 +165,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ferry", default=os.path.join(ROOT, "build", "ferry"))
     ap.add_argument("--entries", type=int, default=50000)
+    ap.add_argument("--minidb-entries", type=int, default=250000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out", default=os.path.join(HERE, "results", "kvdb.json"))
     a = ap.parse_args()
@@ -140,9 +175,9 @@ def main():
     try:
         caffe_pb2 = protos(tmp)
         db_path, mdb = os.path.join(tmp, "db"), os.path.join(tmp, "train.minidb")
-        log("writing %d Datum values of %d bytes with plyvel and as a minidb" % (a.entries,
-                                                                                  SIDE * SIDE))
-        write_stores(caffe_pb2, a.entries, db_path, mdb)
+        log("writing %d Datum values of %d bytes with plyvel, %d as a minidb" % (
+            a.entries, SIDE * SIDE, a.minidb_entries))
+        write_stores(caffe_pb2, a.entries, db_path, mdb, a.minidb_entries)
         size = os.path.getsize(mdb)
         dd_read(mdb, size)  # into the page cache
         rounds = []
@@ -154,17 +189,27 @@ def main():
             # each the best of 3, alternating, as formats_vs.py times dd
             ms, ds, mms = [], [], []
             for _ in range(3):
-                ms.append(ferry_bench(exe, "minidb:%s,stream=1" % mdb, False, a.entries))
-                ds.append(dd_read(mdb, size))
-                mms.append(ferry_bench(exe, "minidb:" + mdb, False, a.entries))
+                ms.append(ferry_bench(exe, "minidb:%s,stream=1" % mdb, False, a.minidb_entries))
+                ds.append(dd_timed(mdb, size))
+                mms.append(ferry_bench(exe, "minidb:" + mdb, False, a.minidb_entries))
             m = min(ms, key=lambda r: r["wall_seconds"])
             mm = min(mms, key=lambda r: r["wall_seconds"])
-            d = min(ds)
+            d = min(x["wall_seconds"] for x in ds)
+            dc = min(x["cpu_seconds"] for x in ds)
+            mc = min(x["cpu_seconds"] for x in ms)
+            mmc = min(x["cpu_seconds"] for x in mms)
             rounds.append({"leveldb_ferry_samples_per_s": f["samples_per_s"],
                            "leveldb_plyvel_samples_per_s": p["samples_per_s"],
                            "leveldb_ratio": f["samples_per_s"] / p["samples_per_s"],
                            "leveldb_ferry_verify_samples_per_s": fv["samples_per_s"],
                            "leveldb_verify_ratio": fv["samples_per_s"] / p["samples_per_s"],
+                           "leveldb_ferry_cpu_us_per_sample": f["cpu_seconds"] / a.entries * 1e6,
+                           "leveldb_ferry_verify_cpu_us_per_sample":
+                               fv["cpu_seconds"] / a.entries * 1e6,
+                           "leveldb_plyvel_cpu_us_per_sample": p["cpu_seconds"] / a.entries * 1e6,
+                           "minidb_ferry_cpu_s": mc, "minidb_mapped_cpu_s": mmc,
+                           "minidb_dd_cpu_s": dc, "minidb_cpu_ratio": dc / mc,
+                           "minidb_mapped_cpu_ratio": dc / mmc,
                            "minidb_ferry_wall_s": m["wall_seconds"], "minidb_dd_wall_s": d,
                            "minidb_ratio": d / m["wall_seconds"],
                            "minidb_mapped_wall_s": mm["wall_seconds"],
@@ -176,23 +221,38 @@ def main():
         mmr = statistics.median(x["minidb_mapped_ratio"] for x in rounds)
         print("ferry LevelDB and minidb readers (%d entries of %d-byte Datum values, %d cpus, "
               "load %.2f)" % (a.entries, SIDE * SIDE, os.cpu_count(), load[0]))
-        print("%-6s %12s %12s %12s %7s %7s   %8s %8s %8s %7s %7s" % (
-            "round", "ferry smp/s", "verify=1", "plyvel smp/s", "ratio", "v=1", "stream s",
-            "mapped s", "dd s", "ratio", "mapped"))
+        print("%-6s %12s %12s %12s %7s %7s %19s   %8s %8s %8s %7s %7s %15s" % (
+            "round", "ferry smp/s", "verify=1", "plyvel smp/s", "ratio", "v=1",
+            "cpu us/smp f/v/p", "stream s", "mapped s", "dd s", "ratio", "mapped",
+            "cpu ratio s/m"))
         for i, x in enumerate(rounds):
-            print("%-6d %12.0f %12.0f %12.0f %6.1fx %6.1fx   %8.3f %8.3f %8.3f %6.2fx %6.2fx" % (
-                i + 1, x["leveldb_ferry_samples_per_s"], x["leveldb_ferry_verify_samples_per_s"],
-                x["leveldb_plyvel_samples_per_s"], x["leveldb_ratio"], x["leveldb_verify_ratio"],
-                x["minidb_ferry_wall_s"], x["minidb_mapped_wall_s"], x["minidb_dd_wall_s"],
-                x["minidb_ratio"], x["minidb_mapped_ratio"]))
+            print("%-6d %12.0f %12.0f %12.0f %6.1fx %6.1fx %6.1f/%5.1f/%6.1f   %8.3f %8.3f %8.3f "
+                  "%6.2fx %6.2fx %7.2fx/%5.2fx" % (
+                      i + 1, x["leveldb_ferry_samples_per_s"],
+                      x["leveldb_ferry_verify_samples_per_s"], x["leveldb_plyvel_samples_per_s"],
+                      x["leveldb_ratio"], x["leveldb_verify_ratio"],
+                      x["leveldb_ferry_cpu_us_per_sample"],
+                      x["leveldb_ferry_verify_cpu_us_per_sample"],
+                      x["leveldb_plyvel_cpu_us_per_sample"], x["minidb_ferry_wall_s"],
+                      x["minidb_mapped_wall_s"], x["minidb_dd_wall_s"], x["minidb_ratio"],
+                      x["minidb_mapped_ratio"], x["minidb_cpu_ratio"],
+                      x["minidb_mapped_cpu_ratio"]))
+        med = {k: statistics.median(x[k] for x in rounds) for k in (
+            "leveldb_ferry_cpu_us_per_sample", "leveldb_plyvel_cpu_us_per_sample",
+            "minidb_cpu_ratio", "minidb_mapped_cpu_ratio")}
         print("median: LevelDB shuffled %.1fx plyvel+DataLoader like for like (target >= 10x: "
-              "%s), %.1fx with verify=1; minidb read front to back %.2fx dd (target >= 0.8x: %s), "
-              "mapped and indexed %.2fx; minidb file %d bytes"
-              % (lr, "PASS" if lr >= 10 else "FAIL", vr, mr, "PASS" if mr >= 0.8 else "FAIL",
-                 mmr, size))
+              "%s), %.1fx with verify=1; CPU per sample %.1f us ferry, %.1f us plyvel (%.1fx); "
+              "minidb read front to back %.2fx dd (target >= 0.8x: %s), mapped and indexed "
+              "%.2fx; in CPU time %.2fx and %.2fx; minidb file %d bytes, %d entries"
+              % (lr, "PASS" if lr >= 10 else "FAIL", vr, med["leveldb_ferry_cpu_us_per_sample"],
+                 med["leveldb_plyvel_cpu_us_per_sample"],
+                 med["leveldb_plyvel_cpu_us_per_sample"] / med["leveldb_ferry_cpu_us_per_sample"],
+                 mr, "PASS" if mr >= 0.8 else "FAIL", mmr, med["minidb_cpu_ratio"],
+                 med["minidb_mapped_cpu_ratio"], size, a.minidb_entries))
         raw = raw_header("kvdb_vs", plyvel=rounds[0]["versions"]["plyvel"],
                          torch=rounds[0]["versions"]["torch"])
-        raw.update({"entries": a.entries, "value_bytes": SIDE * SIDE, "minidb_bytes": size,
+        raw.update({"entries": a.entries, "minidb_entries": a.minidb_entries,
+                    "value_bytes": SIDE * SIDE, "minidb_bytes": size, "medians": med,
                     "batch": BATCH, "workers": WORKERS, "load": load, "rounds": rounds,
                     "median_leveldb_ratio": lr, "median_leveldb_verify_ratio": vr,
                     "median_minidb_ratio": mr, "median_minidb_mapped_ratio": mmr})

@@ -40,9 +40,13 @@ mkdir -p "$here/results"
 "$python" "$here/tensors_vs.py" --ferry "$ferry" --out "$here/results/tensors.json" || exit $?
 # a stream loader resumed from its state vs reading the samples its shuffle buffers hold
 "$python" "$here/resume_vs.py" --ferry "$ferry" --out "$here/results/resume.json" || exit $?
+# a map-style state resumed on another world size vs the same one, and its size
+"$python" "$here/elastic_vs.py" --ferry "$ferry" --out "$here/results/elastic.json" || exit $?
 # .npy rows and llm.c token windows vs a bare copy loop and a np.memmap DataLoader; MDS vs records
 "$python" "$here/arrays_vs.py" --ferry "$ferry" --out "$here/results/arrays.json" || exit $?
 "$python" "$here/formats_vs.py" --ferry "$ferry" --out "$here/results/formats.json" || exit $?
 # LevelDB of Caffe Datum values vs python3-plyvel in a DataLoader; minidb vs dd
 "$python" "$here/kvdb_vs.py" --ferry "$ferry" --out "$here/results/kvdb.json" || exit $?
 "$python" "$here/python_vs_torch.py" --ferry "$ferry" --out "$here/results/python.json" || exit $?
+# remote record shards over nginx on loopback vs 4 parallel curl and the local files
+"$python" "$here/remote_vs.py" --ferry "$ferry" --out "$here/results/remote.json" || exit $?

@@ -518,8 +518,13 @@ int cmd_bench(int argc, char **argv)
                (double)st.stage_ns[FERRY_STAGE_DECODE] / 1e9,
                (double)st.stage_ns[FERRY_STAGE_TRANSFORM] / 1e9,
                (double)st.stage_ns[FERRY_STAGE_WRITE] / 1e9);
-        printf(", \"truncated\": %llu, \"buffer_bytes_per_s\": %.1f, \"skipped_samples\": [",
+        printf(", \"truncated\": %llu, \"buffer_bytes_per_s\": %.1f",
                (unsigned long long)st.truncated, buf_bps);
+        printf(", \"downloaded_bytes\": %llu, \"cache_hits\": %llu, \"cache_misses\": %llu"
+               ", \"retries\": %llu, \"fetch_wait_s\": %.6f, \"skipped_samples\": [",
+               (unsigned long long)st.downloaded_bytes, (unsigned long long)st.cache_hits,
+               (unsigned long long)st.cache_misses, (unsigned long long)st.retries,
+               (double)st.fetch_wait_ns / 1e9);
         for (uint64_t k = 0;; k++) {
             uint64_t ep, ix;
             const char *msg;

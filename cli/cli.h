@@ -28,6 +28,8 @@ typedef struct cli_progress {
     bool on;
     uint64_t total, last_ns, start_ns;
     const char *label;
+    ferry_remote_stats remote0; /* at the start: the line shows remote reads since */
+    char note[128];
 } cli_progress;
 void cli_progress_start(cli_progress *p, const char *label, uint64_t total, bool enabled);
 void cli_progress_update(cli_progress *p, uint64_t done, const char *unit);

@@ -265,9 +265,14 @@ static int list_shards(const char *path, shard_list *out)
 {
     struct stat st;
     memset(out, 0, sizeof *out);
-    if (stat(path, &st) != 0)
+    /* a remote location (s3://, http(s)://) is a shard when it names one, else a set */
+    bool remote = strstr(path, "://") != NULL;
+    size_t len = strlen(path);
+    bool one = remote && len > 6 && !strcmp(path + len - 6, ".ferry");
+    bool manifest = len > 9 && !strcmp(path + len - 9, ".manifest"); /* names its set */
+    if (!remote && stat(path, &st) != 0)
         return cli_error(EXIT_USAGE, "%s: no such file or directory", path);
-    if (!S_ISDIR(st.st_mode)) {
+    if (one || (!remote && !manifest && !S_ISDIR(st.st_mode))) {
         out->paths = malloc(sizeof *out->paths);
         out->paths[0] = strdup(path);
         out->n = 1;
@@ -371,18 +376,17 @@ int cmd_ls(int argc, char **argv)
         printf("{\"shards\": [");
     for (size_t i = 0; i < s.n && status == 0; i++) {
         ferry_record_file *f;
-        struct stat st;
         if (ferry_record_file_open(&f, s.paths[i], 0) < 0) {
             fflush(stdout);
             status = cli_error(1, "%s", ferry_last_errmsg());
             break;
         }
-        stat(s.paths[i], &st);
         if (json) {
             printf("%s{\"path\": ", i ? ", " : "");
             cli_json_string(stdout, s.paths[i]);
             printf(", \"records\": %llu, \"bytes\": %lld}",
-                   (unsigned long long)ferry_record_file_count(f), (long long)st.st_size);
+                   (unsigned long long)ferry_record_file_count(f),
+                   (long long)ferry_record_file_bytes(f));
             if (i + 1 == s.n) {
                 printf("], \"fields\": ");
                 print_schema_json(f);
@@ -390,7 +394,8 @@ int cmd_ls(int argc, char **argv)
             }
         } else {
             printf("%s  %llu records  %lld bytes\n", s.paths[i],
-                   (unsigned long long)ferry_record_file_count(f), (long long)st.st_size);
+                   (unsigned long long)ferry_record_file_count(f),
+                   (long long)ferry_record_file_bytes(f));
             if (i == 0)
                 print_schema(f);
         }
@@ -535,7 +540,9 @@ int cmd_verify(int argc, char **argv)
     if (a)
         return a < 0 ? 0 : a;
     struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && !looks_like_shard(path)) {
+    size_t plen = strlen(path);
+    bool manifest = plen > 9 && !strcmp(path + plen - 9, ".manifest"); /* names its set */
+    if (!manifest && stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && !looks_like_shard(path)) {
         /* not damage: something else than a shard */
         char msg[1024];
         snprintf(msg, sizeof msg,
@@ -597,14 +604,12 @@ int cmd_stat(int argc, char **argv)
     uint64_t records = 0, bytes = 0;
     for (size_t i = 0; i < s.n && status == 0; i++) {
         ferry_record_file *f;
-        struct stat st;
         if (ferry_record_file_open(&f, s.paths[i], 0) < 0) {
             status = cli_error(1, "%s", ferry_last_errmsg());
             break;
         }
-        stat(s.paths[i], &st);
         records += ferry_record_file_count(f);
-        bytes += (uint64_t)st.st_size;
+        bytes += ferry_record_file_bytes(f);
         if (i + 1 == s.n && json) {
             printf("{\"path\": ");
             cli_json_string(stdout, path);

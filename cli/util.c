@@ -57,6 +57,26 @@ void cli_progress_start(cli_progress *p, const char *label, uint64_t total, bool
     p->label = label;
     p->start_ns = ferry_now_ns();
     p->last_ns = 0;
+    ferry_remote_stats_get(&p->remote0);
+}
+
+/* ", 112 MB/s down, cache 3 hits 5 fetched" once remote objects were read since
+ * the progress started, else "". */
+static const char *remote_note(cli_progress *p, double secs)
+{
+    ferry_remote_stats r;
+    ferry_remote_stats_get(&r);
+    uint64_t down = r.downloaded_bytes - p->remote0.downloaded_bytes;
+    uint64_t hits = r.cache_hits - p->remote0.cache_hits;
+    uint64_t misses = r.cache_misses - p->remote0.cache_misses;
+    if (!down && !hits && !misses) {
+        p->note[0] = 0;
+    } else {
+        snprintf(p->note, sizeof p->note, ", %.1f MB/s down, cache %llu hit%s %llu fetched",
+                 secs > 0 ? (double)down / 1e6 / secs : 0.0, (unsigned long long)hits,
+                 hits == 1 ? "" : "s", (unsigned long long)misses);
+    }
+    return p->note;
 }
 
 void cli_progress_update(cli_progress *p, uint64_t done, const char *unit)
@@ -83,12 +103,13 @@ void cli_progress_update(cli_progress *p, uint64_t done, const char *unit)
                 snprintf(eta, sizeof eta, ", ETA %llum%02llus", (unsigned long long)(left / 60),
                          (unsigned long long)(left % 60));
         }
-        fprintf(stderr, "\r%s [%.*s%*s] %3d%% %llu/%llu %s, %.0f/s%s ", p->label, fill,
+        fprintf(stderr, "\r%s [%.*s%*s] %3d%% %llu/%llu %s, %.0f/s%s%s ", p->label, fill,
                 "##############################", width - fill, "",
                 (int)(100.0 * (double)done / (double)p->total), (unsigned long long)done,
-                (unsigned long long)p->total, unit, rate, eta);
+                (unsigned long long)p->total, unit, rate, eta, remote_note(p, secs));
     } else {
-        fprintf(stderr, "\r%s %llu %s, %.0f/s ", p->label, (unsigned long long)done, unit, rate);
+        fprintf(stderr, "\r%s %llu %s, %.0f/s%s ", p->label, (unsigned long long)done, unit, rate,
+                remote_note(p, secs));
     }
     fflush(stderr);
 }

@@ -16,6 +16,10 @@ pkgs=(build-essential cmake pkg-config python3 python3-pil python3-numpy libzstd
 pkgs+=(zlib1g-dev libisal-dev zstd)
 # lmdb-utils and python3-lmdb: the LMDB reader is compared with mdb_dump and py-lmdb
 pkgs+=(lmdb-utils python3-lmdb)
+# libcurl4-openssl-dev: remote locations (s3://, http(s)://); python3-boto3 and
+# python3-botocore: the tests upload their S3 fixtures with boto3 and check the
+# signer against botocore's
+pkgs+=(libcurl4-openssl-dev python3-boto3 python3-botocore)
 # libleveldb-dev: leveldb: sources; librocksdb-dev: rocksdb: (optional at build);
 # python3-plyvel, protobuf-compiler, python3-protobuf: the tests write LevelDBs and
 # Caffe Datum / Caffe2 TensorProtos values with the real library and serialiser

@@ -209,7 +209,7 @@ TEST(map_resume)
     uint8_t state[256];
     size_t n;
     CHECK_OK(ferry_loader_state_save(l, state, sizeof state, &n));
-    CHECK_EQ(n, 100);
+    CHECK_EQ(n, 116);
     ferry_loader_free(l);
     o.num_workers = 0;
     CHECK_OK(ferry_loader_create(&l, ds, &o));

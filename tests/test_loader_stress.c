@@ -220,8 +220,10 @@ static ferry_loader_opts make_opts(const cfg *c)
     o.on_error = c->on_error;
     o.skip_budget = c->budget;
     o.stream_shards = c->shards;
-    o.rank = c->rank;
-    o.world_size = c->world;
+    if (c->stream) { /* a map-style loader's share is ferry_sampler_split's (test_samplers) */
+        o.rank = c->rank;
+        o.world_size = c->world;
+    }
     return o;
 }
 

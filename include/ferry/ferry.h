@@ -31,5 +31,6 @@
 #include "wds.h"
 #include "caffe2.h"
 #include "folder.h"
+#include "remote.h"
 
 #endif /* FERRY_H */

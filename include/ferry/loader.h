@@ -66,8 +66,22 @@ typedef struct ferry_loader_opts {
     ferry_worker_init_fn worker_init;
     void *worker_init_arg;
     uint32_t stream_shards; /* streams only: shards read in parallel, 1 .. 65536; 0 = 1 */
-    int64_t rank;           /* streams only: this rank and the world size; < 0 = from the */
-    int64_t world_size;     /* environment (ferry_dist_from_env) */
+    /* This rank and the world size (docs/distributed.md).
+     * A stream: < 0 = from the environment (ferry_dist_from_env); the stream is cut
+     * into world_size * stream_shards shards (ferry_loader_create_stream).
+     * A map-style loader: world_size < 0 (the default) = not split, every rank reads
+     * the sampler's whole order, as PyTorch's DataLoader without a
+     * DistributedSampler does (a sampler split already, as a distributed one is:
+     * its rank and world size are then the loader's). world_size >= 1 = this rank's
+     * share of the sampler's order (the sampler, the caller's too, is split in
+     * place by ferry_sampler_split; rank < 0 = from the environment): batch k on
+     * every rank together is global batch k, positions
+     * [k*G, (k+1)*G) of the order with G = batch_size x world_size, whatever the
+     * world size; a last, partial global batch is padded (drop_last 0) or dropped
+     * (drop_last 1) as PyTorch's DistributedSampler with the DataLoader's same
+     * drop_last does. */
+    int64_t rank;
+    int64_t world_size;
     /* Bytes the loader may hold: the batch buffers (prefetch of them, each
      * batch_size samples with every variable field at its bound), one sample of
      * scratch per worker, and for a stream the buffers of its shuffle and group-batch
@@ -196,6 +210,13 @@ FERRY_API int ferry_loader_start(ferry_loader *l, uint64_t epoch, uint64_t first
  * and given the state by ferry_loader_state_resume hands out exactly the batches
  * the first would have handed out next. The state is checksummed and versioned.
  *
+ * A map-style state is the same on every rank (the epoch, the next global step,
+ * the seed, the order's ferry_sampler_id, the world size and the global batch
+ * G = batch_size x world_size; and the samples skipped this epoch, this rank's)
+ * and resumes on another world size: the next batch is the next global step, so
+ * every rank's batches together go on with the same global batches as an
+ * uninterrupted run, every remaining sample once (PyTorch's padding of a last,
+ * partial batch aside). batch_size may change with the world size; G may not.
  * Resuming a map-style loader is ferry_loader_start(epoch, next batch): no
  * reading. A stream loader whose stream is resumable (ferry_stream_resumable:
  * record shards, TFRecord, WebDataset and CSV files, map-style datasets read in
@@ -214,8 +235,8 @@ FERRY_API int ferry_loader_start(ferry_loader *l, uint64_t epoch, uint64_t first
  * streams lacks save/restore/fetch) is resumed by reading again, on the caller's
  * thread, every sample its shards gave since the epoch began.
  *
- * Size: ferry_loader_state_size(l) bytes: 100 for a map-style loader; for a
- * stream loader, which changes as batches are read, 112, plus per stream shard 32 and its position
+ * Size: ferry_loader_state_size(l) bytes: 116 for a map-style loader; for a
+ * stream loader, which changes as batches are read, 128, plus per stream shard 32 and its position
  * (16 bytes, plus each stream's own: 8 to 32 for a file cursor, 24 per decorator plus 32 per
  * buffered sample for a shuffle buffer or a group-batch; see ferry/stream.h), plus per batch read
  * ahead 36 bytes and 32 per sample (at most prefetch batches). A shuffle buffer of 10,000 samples
@@ -226,11 +247,15 @@ FERRY_API int ferry_loader_start(ferry_loader *l, uint64_t epoch, uint64_t first
  * for a loader in completion order (no position); FERRY_ESTATE for a resumable
  * stream loader whose epoch an error or a cancel stopped after its shards had
  * read ahead (those batches are gone: start an epoch first). Resume: FERRY_ECORRUPT for a damaged
- * or truncated blob; FERRY_EINVAL naming the setting for a state saved with another batch_size,
- * seed, drop_last, rank, world_size or stream_shards, or from another source (told apart by the
- * schema and, map-style, the length, and for a stream by each decorator's kind and settings; two
- * sources with the same schema and length are not), or when a buffered sample read again does not
- * match (a group key that changed: the source changed since); FERRY_ENOTSUP for another version.
+ * or truncated blob; FERRY_EINVAL naming the setting for a state saved with another seed,
+ * drop_last or stream_shards, a stream's other batch_size or rank, a map-style loader's other
+ * order (sampler) or other global batch (naming G, both world sizes and the batch sizes that keep
+ * G), or from another source (told apart by the schema and, map-style, the length, and for a
+ * stream by each decorator's kind and settings; two sources with the same schema and length are
+ * not: where the files are is not part of a source's identity), or when a buffered sample read
+ * again does not match (a group key that changed: the source changed since); FERRY_ESTATE for a
+ * stream state on another world size (a stream's shards are not dealt again: resume it on as many
+ * ranks); FERRY_ENOTSUP for a version this library does not read (it reads 1 to 3).
  * Then the loader is as after a failed ferry_loader_start. */
 FERRY_API size_t ferry_loader_state_size(const ferry_loader *l);
 FERRY_API int ferry_loader_state_save(ferry_loader *l, void *buf, size_t cap, size_t *len);
@@ -292,6 +317,12 @@ typedef struct ferry_loader_stats {
      * copies they count are `copies_timed`, of `copy_bytes_timed` bytes. */
     uint64_t copies, copy_bytes, device_bytes;
     uint64_t copies_timed, copy_bytes_timed, copy_ns, copy_exposed_ns;
+    /* Remote locations (ferry/remote.h): bytes downloaded, opens served by the
+     * node cache and objects fetched into it, requests retried, and the time
+     * threads waited on fetches. They are the process's counters (the fetches of
+     * a source's open, before the loader was made, included): loaders of one
+     * process see each other's. */
+    uint64_t downloaded_bytes, cache_hits, cache_misses, retries, fetch_wait_ns;
 } ferry_loader_stats;
 
 /* Counters so far. consumer_wait_ns / elapsed_ns near 1 means training is

@@ -83,6 +83,8 @@ enum {
 FERRY_API int ferry_record_file_open(ferry_record_file **out, const char *path, int flags);
 FERRY_API void ferry_record_file_free(ferry_record_file *f);
 FERRY_API uint64_t ferry_record_file_count(const ferry_record_file *f);
+/* The shard's size in bytes (its file's; for a remote one, the object's). */
+FERRY_API uint64_t ferry_record_file_bytes(const ferry_record_file *f);
 FERRY_API int ferry_record_file_nfields(const ferry_record_file *f);
 FERRY_API const ferry_field *ferry_record_file_field(const ferry_record_file *f, int i);
 /* 1 when the footer was missing or damaged and the records were found by a scan. */
@@ -133,7 +135,10 @@ FERRY_API int ferry_records_verify(const char *path, ferry_report_fn report, voi
  * each shard's set identity, are checked against the files; a shard it names that
  * is missing is an error (after reading the manifest again, in case the set was
  * just replaced). Without a manifest, a shard that carries a set identity is an
- * error (its set's manifest is missing). */
+ * error (its set's manifest is missing). dir may name the manifest itself
+ * (DIR/NAME.manifest): the set is then read without listing DIR, as an HTTP
+ * location needs; a remote DIR (s3://, http(s)://) is read through the node cache
+ * (ferry/remote.h). */
 FERRY_API int ferry_dataset_records(ferry_dataset **out, const char *dir, uint64_t shard_id,
                                     uint64_t num_shards);
 

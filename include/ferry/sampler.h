@@ -102,10 +102,54 @@ FERRY_API int ferry_sampler_window(ferry_sampler **out, const uint64_t *bounds, 
 FERRY_API int ferry_sampler_split(ferry_sampler *s, int64_t rank, int64_t world_size,
                                   int drop_last);
 
-/* Reads the rank and world size a launcher set: RANK / WORLD_SIZE (torchrun),
- * OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_SIZE (Open MPI), SLURM_PROCID /
- * SLURM_NTASKS (Slurm), in that order of preference. With none set: rank 0 of 1.
- * A variable that is set but is not a number in range is FERRY_EINVAL, naming it. */
+/* What decides a sampler's order, as a 64-bit hash: its kind and settings (n,
+ * length, seed, replacement, window, a hash of the indices, weights or shards'
+ * bounds), not its rank and world size (ferry_sampler_split) nor what follows
+ * from them, so that a loader state saved on one number of ranks can be checked
+ * against a loader on another. */
+FERRY_API uint64_t ferry_sampler_id(const ferry_sampler *s);
+
+/* The rank and world size a sampler is split for (ferry_sampler_split, a
+ * distributed sampler); 0 of 1 when it is not. */
+FERRY_API void ferry_sampler_world(const ferry_sampler *s, int64_t *rank, int64_t *world_size);
+
+/* The length of the whole order, before a split (the sampler's own length when it
+ * is not split). */
+FERRY_API uint64_t ferry_sampler_global_len(const ferry_sampler *s);
+
+/* ---- The launcher's environment ---- */
+
+/* Where a process is among those a launcher started. local_rank and
+ * local_world_size are the process's place on its node and the processes there,
+ * -1 when the launcher did not say. launcher names the variables read:
+ * "torchrun", "Open MPI", "Slurm", or "" when none was set (rank 0 of 1). */
+typedef struct ferry_dist_env {
+    int64_t rank, world_size;
+    int64_t local_rank, local_world_size;
+    const char *launcher; /* static */
+} ferry_dist_env;
+
+/* Reads the environment a launcher set, from the first family of variables
+ * found, in this order:
+ *   torchrun (and torch.distributed.launch, DeepSpeed, Accelerate):
+ *     RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE
+ *   Open MPI (mpirun):
+ *     OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK,
+ *     OMPI_COMM_WORLD_LOCAL_SIZE
+ *   Slurm (srun):
+ *     SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, and SLURM_NTASKS_PER_NODE or
+ *     else this node's entry (SLURM_NODEID) of SLURM_TASKS_PER_NODE ("4(x2),3")
+ * A family is chosen by its rank or world size variable; torchrun run inside a
+ * Slurm or MPI job sets both families, and its own describe the processes that
+ * load, so they win. Within the family the variables are checked against each
+ * other: a rank without its world size (or the reverse, or a local rank without
+ * a local world size), a value that is not a decimal number, rank >= world size,
+ * local rank >= local world size, local world size > world size, or local rank >
+ * rank are FERRY_EINVAL with a message naming the variables and their values. */
+FERRY_API int ferry_dist_env_read(ferry_dist_env *out);
+
+/* The rank and world size of ferry_dist_env_read (rank 0 of 1 when none is set),
+ * with its errors. */
 FERRY_API int ferry_dist_from_env(int64_t *rank, int64_t *world_size);
 
 FERRY_API void ferry_sampler_free(ferry_sampler *s);

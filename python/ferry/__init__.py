@@ -26,6 +26,7 @@ import atexit as _atexit
 import dis as _dis
 import math as _math
 import os as _os
+import re as _re
 import sys as _sys
 import threading as _threading
 import warnings as _warnings
@@ -43,6 +44,7 @@ __all__ = [
     "load_metadata", "tokens",
     "Sampler", "SequentialSampler", "RandomSampler", "SubsetRandomSampler",
     "WeightedRandomSampler", "DistributedSampler", "FixedSampler", "ShardWindowSampler",
+    "dist_env",
     "Error", "InvalidError", "OutOfMemoryError", "IOFailure", "CorruptError", "TimeoutError",
     "CancelledError", "RangeError", "NotSupportedError", "NotFoundError", "BudgetError",
     "StateError", "DatasetError", "TooLargeError", "StaleError",
@@ -174,9 +176,9 @@ class Batch(dict):
             raise TypeError(
                 "a ferry.Batch is a dict of field name to tensor (%s): unpacking it would give "
                 "the names, not the tensors. Take them by name (batch[%r]), or ask the loader "
-                "for tuples: ferry.DataLoader(..., fields=(%s)) yields (%s) in that order"
+                "for tuples: ferry.DataLoader(..., fields=%r) yields (%s) in that order"
                 % (", ".join(map(repr, names)), names[0] if names else "name",
-                   ", ".join(map(repr, names[:2])), ", ".join(names[:2])))
+                   tuple(names[:2]), ", ".join(names[:2])))
         return dict.__iter__(self)
 
     def strings(self, name, encoding="utf-8", errors="surrogateescape"):
@@ -638,10 +640,11 @@ def pack(source, outdir, name=None, shard_size=None, shard_records=None, zstd=No
     (``NAME-00000-of-000NN.ferry`` and ``NAME.manifest``), as ``ferry pack``:
     ``name`` (default "data"), ``shard_size`` (bytes or "256M"; default 1 GiB),
     ``shard_records``, ``zstd`` (level 1..19; default: stored), ``workers``
-    (threads reading the source). An image folder given as text
-    (``"images:DIR"``) is packed as its encoded files, each checked to be an
-    image, unless the text names a ``pipeline=``: the train and eval pipelines
-    then read the shards. ``source`` is a source text, a
+    (threads reading the source). An image folder (``"images:DIR"``, a
+    ``pathlib.Path`` of one, or ``ferry.open("images:DIR")``) is packed as its
+    encoded files, each checked to be an image, as ``ferry pack`` packs it,
+    unless the text names a ``pipeline=``: the train and eval pipelines then
+    read the shards. ``source`` is a source text, a
     ``ferry.Dataset`` or a map-style Python dataset (``fields=`` as for
     ``DataLoader``). ``on_error="skip"`` leaves bad samples out (up to
     ``skip_budget``, default 1000) instead of failing. Nothing a reader takes for
@@ -649,9 +652,18 @@ def pack(source, outdir, name=None, shard_size=None, shard_records=None, zstd=No
     or not at all. Returns ``{"records": N, "bytes": B, "skipped": S,
     "truncated": T}``: bytes of sample data written, bad samples left out, and
     samples the source cut to fit their field (lines longer than ``max=``)."""
-    # an image folder is packed as its encoded files, as the command packs it
-    src = (_ferry.open_source(source, _ferry.SOURCE_ENCODED)
-           if isinstance(source, str) and fields is None
+    if _selection(fields) is not None and isinstance(source, (str, _os.PathLike, Dataset)):
+        raise ValueError("fields=%r: pack stores every field of a ferry source; a tuple of "
+                         "names selects the fields a DataLoader yields as tuples, when it "
+                         "loads the shards" % (fields,))
+    # an image folder is packed as its encoded files, as the command packs its
+    # text: given as text, as a path or as a ferry.Dataset opened from that text
+    text = None
+    if fields is None and isinstance(source, (str, _os.PathLike)):
+        text = _source_text(source)
+    elif fields is None and isinstance(source, Dataset):
+        text = source.source
+    src = (_ferry.open_source(text, _ferry.SOURCE_ENCODED) if text is not None
            else _resolve(source, fields, None)[0])
     if isinstance(source, (str, _os.PathLike)):
         _folder_note(Dataset._over(src, _source_text(source)), _source_text(source), 3)
@@ -786,6 +798,35 @@ def load_metadata(path):
                                _ferry.OUT_NUMPY if _np is not None else _ferry.OUT_RAW)[1]
 
 
+def _normalise_source(text):
+    """A source text with its location as an absolute, normalised path: the same
+    data named "data/", "./data" or "/abs/data" is one source. Locations that are
+    not local paths (URLs, synthetic: sizes, Python datasets) are kept as given."""
+    kind, colon, rest = text.partition(":")
+    if not colon or kind in ("synthetic", "python"):
+        return text
+    loc, comma, opts = rest.partition(",")
+    if not loc or "://" in loc:
+        return text
+    return "%s:%s%s%s" % (kind, _os.path.normpath(_os.path.abspath(loc)), comma, opts)
+
+
+def _fingerprint(src):
+    """A hash of a map-style C source's schema and of a few samples' bytes (the
+    first, the middle and the last): what tells the same data at another place
+    from other data of the same length and schema. None for a stream."""
+    import hashlib
+    if src.is_stream:
+        return None
+    h = hashlib.sha256(repr(src.fields()).encode())
+    n = len(src)
+    for i in sorted({0, n // 2, n - 1} if n else ()):
+        for data, length in src.read(i):
+            h.update(b"%d:" % (-1 if length is None else length))
+            h.update(bytes(data))
+    return h.hexdigest()[:32]
+
+
 _KIND_BY_SUFFIX = ((".txt", "lines"), (".csv", "csv"), (".csv.gz", "csv"), (".csv.zst", "csv"),
                    (".tsv", "csv"), (".npy", "npy"), (".tfrecord", "tfrecord"),
                    (".tfrecord.gz", "tfrecord"), (".tar", "wds"), (".tgz", "wds"),
@@ -872,9 +913,11 @@ _SHUFFLE_BUFFER_BYTES = 64 << 20    # ... fewer for large samples
 
 def _resolve(source, fields, transform, shuffle_seed=None, seed=None, per_sample=False,
              copies=0):
-    """(C source, sample kind, identity text, (copies, drew)) for whatever
-    DataLoader was given. shuffle_seed: a stream source gets a shuffle buffer
-    seeded with it, as the command's --shuffle gives one. copies: how many
+    """(C source, sample kind, identity text, (copies, drew), the source before
+    transform= as a Dataset or None, the C source before a transform or None for a
+    Python dataset: what its fingerprint is taken of) for whatever DataLoader was
+    given. shuffle_seed: a stream source gets a shuffle buffer seeded with it, as the
+    command's --shuffle gives one. copies: how many
     copies of a Python dataset (or transform) to make for worker threads
     (returned; None for none), and drew: the global generators its sample 0
     drew from."""
@@ -888,8 +931,9 @@ def _resolve(source, fields, transform, shuffle_seed=None, seed=None, per_sample
             raise ValueError("transform= applies to ferry's own sources; a Python dataset can "
                              "transform in its __getitem__")
         src, kind, objs = _python_source(source, fields, seed, per_sample, copies)
-        return src, kind, "python:%s.%s,len=%d" % (type(source).__module__,
-                                                   type(source).__qualname__, len(source)), objs
+        ident = "python:%s.%s,len=%d" % (type(source).__module__, type(source).__qualname__,
+                                         len(source))
+        return src, kind, ident, objs, None, None
     if shuffle_seed is not None and src.is_stream:
         if ",shuffle=" in ident:
             raise ValueError("shuffle=True and a shuffle= in the source text %r: use one (the "
@@ -907,12 +951,14 @@ def _resolve(source, fields, transform, shuffle_seed=None, seed=None, per_sample
                          "dataset's samples (or a transform's output). %s has: %s"
                          % (", ".join(repr(f[0]) for f in src.fields()[:2]), ident,
                             ", ".join(f[0] for f in src.fields())))
+    base = src
     if transform is not None:
+        plain = Dataset._over(src, ident)
         src, kind, objs = _transform_source(src, transform, fields, ident, seed, per_sample,
                                             copies)
         ident += ",transform=%s" % getattr(transform, "__qualname__", type(transform).__name__)
-        return src, kind, ident, objs
-    return src, kind, ident, (None, [])
+        return src, kind, ident, objs, plain, base
+    return src, kind, ident, (None, []), None, base
 
 
 # ---- Worker threads and Python datasets: _workers.py ---------------------------
@@ -1117,10 +1163,18 @@ class DistributedSampler(Sampler):
     r + num_replicas, ... of the (shuffled) order; padded by wrapping around to a
     multiple of num_replicas unless ``drop_last``. ``rank`` and ``num_replicas``
     default to the launcher's (torchrun's RANK / WORLD_SIZE, Open MPI's, Slurm's;
-    rank 0 of 1 when none is set)."""
+    rank 0 of 1 when none is set; ``ferry.dist_env()``).
+
+    ``sampler=`` shares out another ferry sampler's order the same way (a
+    ``WeightedRandomSampler``, a ``SubsetRandomSampler``, ...): ``shuffle`` and
+    ``seed`` are then that sampler's. Either way every rank's batch k together is
+    global batch k (positions [k*G, (k+1)*G) of the order, G = batch_size x
+    num_replicas), the same samples on any number of ranks that divides G, and a
+    loader's ``state_dict()`` resumes on another number of ranks
+    (docs/distributed.md)."""
 
     def __init__(self, dataset=None, num_replicas=None, rank=None, shuffle=True, seed=0,
-                 drop_last=False):
+                 drop_last=False, *, sampler=None):
         super().__init__(dataset)
         env_rank, env_world = _ferry.dist_from_env()
         if num_replicas is None:
@@ -1137,16 +1191,70 @@ class DistributedSampler(Sampler):
         _check_seed(seed)
         if seed is None:
             seed = 0
+        if sampler is not None:
+            if not isinstance(sampler, Sampler) or isinstance(sampler, DistributedSampler) \
+                    or getattr(sampler, "num_replicas", 1) != 1:
+                raise TypeError("sampler= must be a ferry sampler that is not split among ranks "
+                                "already (RandomSampler, WeightedRandomSampler, ...), got %s"
+                                % type(sampler).__name__)
+            if self._n is None:
+                self._n = sampler._n
         self.num_replicas, self.rank = num_replicas, rank
         self.shuffle, self.seed, self.drop_last = bool(shuffle), seed, bool(drop_last)
+        self.sampler = sampler
+
+    def _bind(self, n, seed):
+        if self.sampler is None:
+            return super()._bind(n, seed)
+        self.sampler._bind(n, seed)  # its checks against the dataset
+        self._n = n
+        return self._share(n, seed)
+
+    def _share(self, n, seed):
+        # a handle of the inner's order of its own, split for this rank
+        self._c = self.sampler._make(n, seed)
+        self._c.split(self.rank, self.num_replicas, self.drop_last)
+        self._c.set_epoch(self._epoch)
+        return self._c
+
+    def _bind_source(self, bounds):
+        if hasattr(self.sampler, "_bind_source"):
+            self.sampler._bind_source(bounds)
+
+    def _handle(self):
+        if self._c is None and self.sampler is not None:
+            if self._n is None:
+                raise TypeError("DistributedSampler has no dataset yet: give dataset=, or use "
+                                "it in a DataLoader first")
+            return self._share(self._n, 0)
+        return super()._handle()
 
     def _make(self, n, seed):
         return _ferry.sampler("distributed", n=n, rank=self.rank, world_size=self.num_replicas,
                               shuffle=self.shuffle, seed=self.seed, drop_last=self.drop_last)
 
     def _describe(self):
-        return "DistributedSampler(num_replicas=%d, rank=%d, shuffle=%r, seed=%d, drop_last=%r)" % (
-            self.num_replicas, self.rank, self.shuffle, self.seed, self.drop_last)
+        # the order, not this rank's place in it: the same on every rank, and on
+        # another number of ranks (a state resumes there)
+        if self.sampler is not None:
+            return "DistributedSampler(%s, drop_last=%r)" % (self.sampler._describe(),
+                                                             self.drop_last)
+        return "DistributedSampler(shuffle=%r, seed=%d, drop_last=%r)" % (
+            self.shuffle, self.seed, self.drop_last)
+
+
+def dist_env():
+    """Where this process is among those a launcher started, as a dict: rank,
+    world_size, local_rank, local_world_size (-1 where the launcher did not
+    say) and launcher ("torchrun", "Open MPI", "Slurm", or "" when none is set:
+    rank 0 of 1). torchrun's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE are
+    read first, then Open MPI's OMPI_COMM_WORLD_*, then Slurm's SLURM_PROCID,
+    SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE; variables of one launcher
+    that disagree (a rank past the world size, a rank without its world size)
+    raise ``ferry.InvalidError`` naming them."""
+    rank, world, lrank, lworld, launcher = _ferry.dist_env()
+    return {"rank": rank, "world_size": world, "local_rank": lrank,
+            "local_world_size": lworld, "launcher": launcher}
 
 
 def _replicas(num_replicas, rank):
@@ -1219,8 +1327,9 @@ class FixedSampler(Sampler):
     def _describe(self):
         import hashlib
         h = hashlib.sha256(repr(self.indices).encode()).hexdigest()[:16]
-        return "FixedSampler(%d indices %s, num_replicas=%d, rank=%d, drop_last=%r)" % (
-            len(self.indices), h, self.num_replicas, self.rank, self.drop_last)
+        # the order, not this rank's place in it: a state resumes on other ranks
+        return "FixedSampler(%d indices %s, drop_last=%r)" % (len(self.indices), h,
+                                                              self.drop_last)
 
 
 class ShardWindowSampler(Sampler):
@@ -1275,9 +1384,9 @@ class ShardWindowSampler(Sampler):
                               world_size=self.num_replicas, drop_last=self.drop_last)
 
     def _describe(self):
-        return "ShardWindowSampler(window_shards=%d, num_replicas=%d, rank=%d, seed=%r, " \
-            "drop_last=%r)" % (self.window_shards, self.num_replicas, self.rank, self.seed,
-                               self.drop_last)
+        # the order, not this rank's place in it: a state resumes on other ranks
+        return "ShardWindowSampler(window_shards=%d, seed=%r, drop_last=%r)" % (
+            self.window_shards, self.seed, self.drop_last)
 
 
 class _UserOrder(FixedSampler):
@@ -1622,7 +1731,7 @@ class DataLoader:
         # fields=("image", "label"): those fields of dict samples, as tuples (for a
         # ferry source, a Python dataset's dicts, or a transform's)
         sel = _selection(fields)
-        self._src, kind, self._ident, (self._copies, drew) = _resolve(
+        self._src, kind, self._ident, (self._copies, drew), plain, self._base_src = _resolve(
             source, None if sel is not None else fields, transform,
             self.seed if self.shuffle else None, self.seed, python_rng == "per_sample",
             self.num_workers)
@@ -1667,7 +1776,9 @@ class DataLoader:
         if isinstance(source, Dataset):
             self.dataset = source
         elif isinstance(source, (str, bytes, _os.PathLike)):
-            self.dataset = Dataset._over(self._src, self._ident)
+            # the source itself, also under transform= (as PyTorch's loader.dataset is
+            # what was given): its samples, its length, and it pickles as its text
+            self.dataset = plain if plain is not None else Dataset._over(self._src, self._ident)
             self._folder_note()
         else:
             self.dataset = source
@@ -1676,7 +1787,9 @@ class DataLoader:
                        else source)
 
         self._csampler = None
-        if isinstance(self._sampler, ShardWindowSampler):
+        if isinstance(self._sampler, ShardWindowSampler) or (
+                isinstance(self._sampler, DistributedSampler)
+                and isinstance(self._sampler.sampler, ShardWindowSampler)):
             bounds = self._src.shards()
             ends = getattr(source, "cumulative_sizes", None)  # a torch ConcatDataset
             if len(bounds) == 2 and isinstance(ends, list) and ends and ends[-1] == bounds[-1]:
@@ -1918,20 +2031,49 @@ class DataLoader:
         max=), elapsed_s, samples_per_s, first_batch_s, consumer_wait_s,
         consumer_wait_fraction (near 1: training waits for input), worker
         busy/idle seconds, stage_s (read, decode, transform, write), num_workers,
-        prefetch."""
+        prefetch; for remote locations downloaded_bytes, cache_hits,
+        cache_misses, retries, fetch_wait_s (the process's counters)."""
         self._check_open()
         return self._loader.stats()
 
+    def _world(self):
+        """The ranks the order is shared out to: the sampler's (a DistributedSampler,
+        or any sampler split among ranks), else 1."""
+        return 1 if self._csampler is None else self._csampler.world[1]
+
+    def _identity(self):
+        """What identifies the data: its length and fields, and a fingerprint of a
+        few samples' bytes (computed once)."""
+        if self._ident_cache is None:
+            base = self._base_src
+            self._ident_cache = (
+                None if self._stream else len(self._src),
+                None if base is None else [[name, str(dtype), list(shape), bool(var)]
+                                           for name, dtype, shape, var in base.fields()],
+                None if base is None else _fingerprint(base))
+        return self._ident_cache
+
+    _ident_cache = None
+    _base_src = None
+
     def state_dict(self):
-        """Where the loader is: a small dict (the seed, the epoch and the batches
-        handed out of it, and the source and settings that decide the order).
-        ``load_state_dict`` in a new process, even with another ``num_workers`` or
-        ``prefetch_factor``, continues with exactly the next batch."""
+        """Where the loader is: a small dict (under 1 KB for a map-style source:
+        the seed, the epoch and the global steps done in it, the number of ranks
+        and the global batch, and what identifies the source and the order),
+        the same on every rank. ``load_state_dict`` in a new process, even with
+        another ``num_workers``, ``prefetch_factor`` or number of ranks,
+        continues with exactly the next batch (docs/distributed.md)."""
+        length, fields, fingerprint = self._identity()
+        world = self._world()
         state = {
-            "ferry_state": 1,
-            "source": self._ident,
-            "length": None if self._stream else len(self._src),
+            "ferry_state": 2,
+            "source": _normalise_source(self._ident),
+            "length": length,
+            "fields": fields,
+            "fingerprint": fingerprint,
             "batch_size": self.batch_size,
+            "world_size": world,
+            "global_batch_size": self.batch_size * world,
             "drop_last": self.drop_last,
             "shuffle": self.shuffle,
             "sampler": None if self._sampler is None else self._sampler._describe(),
@@ -1954,30 +2096,74 @@ class DataLoader:
             state["stream"] = blob.hex()
         return state
 
-    def load_state_dict(self, state):
+    def _check_source(self, state, mine, strict):
+        """The state's source against this loader's: the same data, told by its
+        normalised path (or, with strict=False, at another place) and its length,
+        fields and fingerprint."""
+        theirs = _normalise_source(str(state["source"]))
+        for k in ("length", "fields", "fingerprint"):
+            if state.get(k) is not None and mine[k] is not None and state[k] != mine[k]:
+                raise ValueError("state is of other data: its %s is %r there, %r here (source "
+                                 "%r there, %r here)" % (k, state[k], mine[k], theirs,
+                                                         mine["source"]))
+        if theirs == mine["source"]:
+            return
+        t_kind, _, t_rest = theirs.partition(":")
+        m_kind, _, m_rest = mine["source"].partition(":")
+        moved = (t_kind == m_kind and t_rest.partition(",")[1:] == m_rest.partition(",")[1:]
+                 and state.get("fingerprint") is not None and mine["fingerprint"] is not None)
+        if strict or not moved:
+            raise ValueError(
+                "state is of another loader: source is %r there, %r here%s" % (
+                    theirs, mine["source"],
+                    " (the same data at another place? load_state_dict(state, strict=False) "
+                    "takes it when its length, fields and fingerprint match, as they do)"
+                    if moved else ""))
+
+    def load_state_dict(self, state, strict=True):
         """Continues from ``state_dict()``'s dict: the next ``for`` yields the
-        batch after the last one handed out. A state of another source, length,
-        batch size, order or a damaged one is a ValueError naming what differs."""
+        batch after the last one handed out, on this number of ranks (the global
+        batch, batch_size x ranks, must be the one saved). A state of other data,
+        another length, order or global batch, or a damaged one is a ValueError
+        naming what differs. The source is compared by what identifies the data:
+        its path normalised (a trailing '/', relative or absolute), its length,
+        fields and a fingerprint of a few samples. ``strict=False`` also takes
+        the same data at another place (staged to a local disk, say): the kind
+        and options the same, the length, fields and fingerprint matching."""
         if not isinstance(state, _Mapping):
             raise TypeError("state must be a dict from state_dict(), got %s" % type(state).__name__)
-        if state.get("ferry_state") != 1:
-            raise ValueError("not a ferry.DataLoader state (ferry_state is %r)"
-                             % (state.get("ferry_state"),))
+        version = state.get("ferry_state")
+        if version not in (1, 2):
+            raise ValueError("not a ferry.DataLoader state (ferry_state is %r; this version "
+                             "reads 1 and 2)" % (version,))
         mine = self.state_dict()
         for k in ("source", "length", "batch_size", "drop_last", "shuffle", "sampler"):
             if k == "batch_size" and getattr(self._sampler, "batches", False):
                 continue  # a batch sampler's: checked with its order, when it is drawn
             if k not in state:
                 raise ValueError("state has no %r" % k)
-            if state[k] != mine[k]:
-                raise ValueError("state is of another loader: %s is %r there, %r here"
-                                 % (k, state[k], mine[k]))
+        self._check_source(state, mine, strict)
         for k in ("seed", "epoch", "batches"):
             v = state.get(k)
             if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < 1 << 64:
                 raise ValueError("state: %s must be an int in [0, 2**64), got %r" % (k, v))
-        if state["seed"] >= 1 << 64:
-            raise ValueError("state: seed %r is out of range" % (state["seed"],))
+        theirs_sampler = state["sampler"]
+        if version == 1:
+            # version 1 named a DistributedSampler's ranks in its sampler; the order is
+            # the rest
+            state = dict(state)
+            m = _re.search(r"num_replicas=(\d+), rank=\d+, ", str(theirs_sampler))
+            state["world_size"] = int(m.group(1)) if m else 1
+            if m:
+                theirs_sampler = theirs_sampler.replace(m.group(0), "")
+        for k in ("drop_last", "shuffle"):
+            if state[k] != mine[k]:
+                raise ValueError("state is of another loader: %s is %r there, %r here"
+                                 % (k, state[k], mine[k]))
+        if theirs_sampler != mine["sampler"]:
+            raise ValueError("state is of another loader: sampler is %r there, %r here"
+                             % (theirs_sampler, mine["sampler"]))
+        self._check_global_batch(state, mine)
         blob = None
         if self._stream and (state["batches"] or "stream" in state):
             try:
@@ -2004,9 +2190,46 @@ class DataLoader:
                                    "state says epoch %d, batch %d" % (*at, state["epoch"],
                                                                       state["batches"]))
             blob = blob if state["batches"] else None
+        if not self._stream and not self._placeholder and state["batches"] > len(self._loader):
+            # (a user's order is known at the first `for`, which checks it then)
+            raise ValueError("state: %d global steps done, but an epoch has %d"
+                             % (state["batches"], len(self._loader)))
         self._epoch, self._first, self._resume = state["epoch"], state["batches"], True
         self._stream_state = blob
         self._order_saved = state.get("order") if state["batches"] else None
+
+    def _check_global_batch(self, state, mine):
+        """The global batch (batch_size x ranks) must be the saved one; the number
+        of ranks may change with the batch size (a map-style source), so that
+        the global steps go on as they would have."""
+        sb, sw = state["batch_size"], state.get("world_size", 1)
+        sg = state.get("global_batch_size", sb * sw if isinstance(sb, int) else None)
+        for k, v in (("batch_size", sb), ("world_size", sw), ("global_batch_size", sg)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError("state: %s must be a positive int, got %r" % (k, v))
+        if sb * sw != sg:
+            raise ValueError("state: batch_size %d x world_size %d is not its global_batch_size "
+                             "%d: the state is damaged" % (sb, sw, sg))
+        b, w, g = mine["batch_size"], mine["world_size"], mine["global_batch_size"]
+        if self._stream and sw != w:
+            raise StateError("state: a stream's state is its ranks' places in their own shards, "
+                             "which are not dealt again to another number of ranks (%d there, "
+                             "%d here): resume it on %d ranks" % (sw, w, sw))
+        if self._stream and sb != b:
+            raise ValueError("state is of another loader: batch_size is %r there, %r here"
+                             % (sb, b))
+        if sg == g:
+            return
+        if sg % w == 0:
+            raise ValueError(
+                "state: saved with a global batch of %d (batch_size %d x world_size %d); this "
+                "loader's is %d (batch_size %d x world_size %d). The global batch must stay the "
+                "same: on world_size %d use batch_size %d" % (sg, sb, sw, g, b, w, w, sg // w))
+        ways = ", ".join("%d (%d)" % (d, sg // d) for d in range(1, sg + 1) if sg % d == 0)
+        raise ValueError(
+            "state: saved with a global batch of %d (batch_size %d x world_size %d); world_size "
+            "%d does not divide it, so no batch_size continues its global steps here. Those "
+            "that do, world_size (batch_size): %s" % (sg, sb, sw, w, ways))
 
     def close(self):
         """Stops the workers and frees the loader. Tensors of earlier batches stay

@@ -179,6 +179,8 @@ static PyMethodDef module_methods[] = {
     {"sampler", (PyCFunction)(void (*)(void))fpy_mod_sampler, METH_VARARGS | METH_KEYWORDS,
      "sampler(kind, ...) -> Sampler"},
     {"dist_from_env", fpy_mod_dist_from_env, METH_NOARGS, "(rank, world_size) from the launcher"},
+    {"dist_env", fpy_mod_dist_env, METH_NOARGS,
+     "(rank, world_size, local_rank, local_world_size, launcher) from the launcher"},
     {"index", mod_index, METH_VARARGS, "index(path, index_path=None) -> lines"},
     {"pack", mod_pack, METH_VARARGS, "pack(source, outdir, ...) -> (records, bytes)"},
     {"pack_tokens", mod_pack_tokens, METH_VARARGS,

@@ -183,6 +183,7 @@ extern PyTypeObject *fpy_sampler_type;
 
 PyObject *fpy_mod_sampler(PyObject *m, PyObject *args, PyObject *kw);
 PyObject *fpy_mod_dist_from_env(PyObject *m, PyObject *unused);
+PyObject *fpy_mod_dist_env(PyObject *m, PyObject *unused);
 
 /* ---- loader.c: the Loader type ---- */
 

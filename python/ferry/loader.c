@@ -771,6 +771,11 @@ static PyObject *loader_stats(PyObject *op, PyObject *unused)
     STAT("prefetch", PyLong_FromUnsignedLong(s.prefetch));
     STAT("truncated", PyLong_FromUnsignedLongLong(s.truncated));
     STAT("data_bytes", PyLong_FromUnsignedLongLong(s.data_bytes));
+    STAT("downloaded_bytes", PyLong_FromUnsignedLongLong(s.downloaded_bytes));
+    STAT("cache_hits", PyLong_FromUnsignedLongLong(s.cache_hits));
+    STAT("cache_misses", PyLong_FromUnsignedLongLong(s.cache_misses));
+    STAT("retries", PyLong_FromUnsignedLongLong(s.retries));
+    STAT("fetch_wait_s", PyFloat_FromDouble((double)s.fetch_wait_ns / 1e9));
     PyObject *named = PyList_New(0);
     for (uint64_t k = 0; named && k < FERRY_SKIPPED_KEPT; k++) {
         uint64_t ep, ix;

@@ -69,13 +69,37 @@ static PyObject *sampler_kind(PyObject *self, void *unused)
     return PyUnicode_FromString(ferry_sampler_kind(((SamplerObject *)self)->s));
 }
 
+/* (rank, world_size) the sampler is split for; (0, 1) when it is not */
+static PyObject *sampler_world(PyObject *self, void *unused)
+{
+    int64_t rank, world;
+    ferry_sampler_world(((SamplerObject *)self)->s, &rank, &world);
+    return Py_BuildValue("(LL)", (long long)rank, (long long)world);
+}
+
+/* split(rank, world_size, drop_last): this sampler's share, in place */
+static PyObject *sampler_split(PyObject *self, PyObject *args)
+{
+    long long rank, world;
+    int drop_last;
+    if (!PyArg_ParseTuple(args, "LLp", &rank, &world, &drop_last))
+        return NULL;
+    int rc = ferry_sampler_split(((SamplerObject *)self)->s, rank, world, drop_last);
+    if (rc < 0)
+        return fpy_raise_last(rc);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef sampler_methods[] = {
     {"set_epoch", sampler_set_epoch, METH_VARARGS, "set_epoch(epoch)"},
     {"indices", sampler_indices, METH_VARARGS, "indices(first, count) -> [int]"},
+    {"split", sampler_split, METH_VARARGS, "split(rank, world_size, drop_last)"},
     {NULL}};
 
-static PyGetSetDef sampler_getset[] = {{"kind", sampler_kind, NULL, "The sampler's kind.", NULL},
-                                       {NULL}};
+static PyGetSetDef sampler_getset[] = {
+    {"kind", sampler_kind, NULL, "The sampler's kind.", NULL},
+    {"world", sampler_world, NULL, "(rank, world_size) the sampler is split for.", NULL},
+    {NULL}};
 
 static PyType_Slot sampler_slots[] = {{Py_tp_dealloc, sampler_dealloc},
                                       {Py_tp_methods, sampler_methods},
@@ -205,4 +229,14 @@ PyObject *fpy_mod_dist_from_env(PyObject *m, PyObject *unused)
     if (rc < 0)
         return fpy_raise_last(rc);
     return Py_BuildValue("(LL)", (long long)rank, (long long)world);
+}
+
+PyObject *fpy_mod_dist_env(PyObject *m, PyObject *unused)
+{
+    ferry_dist_env e;
+    int rc = ferry_dist_env_read(&e);
+    if (rc < 0)
+        return fpy_raise_last(rc);
+    return Py_BuildValue("(LLLLs)", (long long)e.rank, (long long)e.world_size,
+                         (long long)e.local_rank, (long long)e.local_world_size, e.launcher);
 }

@@ -82,6 +82,28 @@ def test_pack_of_an_image_folder_stores_the_encoded_files(tmp_path):
     assert r2["bytes"] >= r2["records"] * 3 * 16 * 16 * 4
 
 
+def test_pack_of_a_folder_as_a_path_or_a_dataset_stores_the_encoded_files(tmp_path):
+    import pathlib
+    root = _image_folder(tmp_path)
+    subprocess.run([_bin(), "pack", "images:%s" % root, str(tmp_path / "cli")], check=True,
+                   capture_output=True, timeout=120)
+    cli = ferry.open("records:%s" % (tmp_path / "cli"))
+    for k, src in enumerate((pathlib.Path(root), ferry.open("images:%s" % root),
+                             ferry.DataLoader("images:%s" % root).dataset)):
+        out = tmp_path / ("py%d" % k)
+        ferry.pack(src, out)
+        py = ferry.open("records:%s" % out)
+        assert [(f.name, f.dtype) for f in py.fields] == [(f.name, f.dtype) for f in cli.fields]
+        assert len(py) == len(cli)
+        for i in range(len(py)):
+            for name in ("image", "label", "path"):
+                assert np.asarray(py[i][name]).tobytes() == np.asarray(cli[i][name]).tobytes()
+    # a selection of fields is the loader's, never silently ignored here
+    with pytest.raises(ValueError, match="pack stores every field"):
+        ferry.pack(pathlib.Path(root), tmp_path / "sel", fields=("image", "label"))
+    assert not (tmp_path / "sel").exists()
+
+
 def test_tokens_writes_a_shard_the_tokens_source_reads(tmp_path):
     ids = np.arange(0, 3000, 3, dtype=np.int64)
     np.save(tmp_path / "ids.npy", ids)

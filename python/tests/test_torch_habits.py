@@ -2,6 +2,7 @@
 tuples to unpack, a worker's own copy of the dataset, get_worker_info(),
 repeatable random transforms, loader.dataset, image folders' classes and what
 they leave out, and the smaller habits (paths, hints, prefetch_factor)."""
+import copy
 import os
 import pickle
 import random
@@ -61,6 +62,17 @@ def test_unpacking_a_dict_batch_says_what_to_do():
     # a dict everywhere else: keys, items, list, dict(), **
     assert list(b) == ["data", "label"] == [k for k in b] == sorted(dict(b))
     assert {**b}.keys() == b.keys()
+    assert tuple(b) == ("data", "label") and set(b) == {"data", "label"}
+    assert [k for k, _ in zip(b, b.values())] == [k for k, v in b.items()] == list(b)
+    assert list(enumerate(b)) == [(0, "data"), (1, "label")]
+    assert sorted(copy.deepcopy(b)) == sorted(pickle.loads(pickle.dumps(b))) == list(b)
+    (k0, k1), = [sorted(b)]     # unpacking what was made of its keys
+    assert (k0, k1) == ("data", "label")
+    # one field: the tuple to write is still a tuple
+    one = next(iter(ferry.DataLoader("synthetic:4,bytes=4", batch_size=2,
+                                     transform=lambda s: {"x": s["data"]})))
+    with pytest.raises(TypeError, match=r"fields=\('x',\)\) yields \(x\)"):
+        (x,) = one
 
 
 def test_fields_select_tuples_from_a_ferry_source(folder):
@@ -307,6 +319,11 @@ def test_loader_dataset_and_subset_of_a_ferry_dataset(folder):
     assert pickle.loads(pickle.dumps(full[2]))["label"] == 0
     py = Who()
     assert ferry.DataLoader(py).dataset is py
+    # under transform=, the source's own samples: its length, and it pickles
+    t = ferry.DataLoader("synthetic:10,bytes=4", transform=lambda s: {"y": s["label"] * 2})
+    assert len(t.dataset) == 10 and t.dataset.source == "synthetic:10,bytes=4"
+    again = pickle.loads(pickle.dumps(t.dataset))
+    assert again[3]["label"] == ferry.open("synthetic:10,bytes=4")[3]["label"]
 
 
 # ---- 9: image folders as torchvision's, and what is left out -----------------

@@ -8,6 +8,7 @@
 #include "spec.h"
 #include "../formats/records_internal.h"
 #include "../io/io.h"
+#include "../io/remote.h"
 #include "../core/guard.h"
 
 #include <dirent.h>
@@ -20,6 +21,7 @@
 #define AHEAD_UNIT ((uint64_t)64 << 10) /* read ahead once per this many bytes of a shard */
 
 typedef struct shard_set {
+    /* files[k] is NULL until a lazy set opens shard k (shard_file) */
     ferry_record_file **files;
     char **names;
     uint64_t *first; /* first[k] = records before shard k; first[n] = total */
@@ -28,6 +30,15 @@ typedef struct shard_set {
     _Atomic uint64_t **ahead; /* by shard: a bit per AHEAD_UNIT bytes already asked for */
     int nfields;
     ferry_field fields[FERRY_MAX_FIELDS];
+    /* A remote set with a manifest opens its shards as they are first read, so that
+     * the first batch waits for the shards it needs, not for the whole set: paths[k]
+     * (its URL) and at[k] (its place in the manifest, for the identity check). */
+    bool lazy;
+    char **paths;
+    size_t *at;
+    uint64_t *sizes; /* the manifest's byte counts */
+    uint64_t set_id;
+    pthread_mutex_t mu; /* installs a lazily opened shard */
 } shard_set;
 
 static void set_free(shard_set *s)
@@ -37,12 +48,18 @@ static void set_free(shard_set *s)
     for (size_t k = 0; k < s->n; k++) {
         ferry_record_file_free(s->files ? s->files[k] : NULL);
         ferry__free(s->names ? s->names[k] : NULL);
+        ferry__free(s->paths ? s->paths[k] : NULL);
         ferry__free(s->ahead ? (void *)s->ahead[k] : NULL);
     }
     ferry__free((void *)s->ahead);
+    if (s->lazy)
+        pthread_mutex_destroy(&s->mu);
     ferry__free(s->files);
     ferry__free(s->names);
     ferry__free(s->first);
+    ferry__free(s->paths);
+    ferry__free(s->at);
+    ferry__free(s->sizes);
     ferry__free(s);
 }
 
@@ -88,25 +105,30 @@ static int list_shards(const char *dir, char ***names, uint64_t **counts, uint64
     *counts = *bytes = NULL;
     *n = 0;
     *set_id = 0;
-    DIR *d = opendir(dir);
-    if (!d)
-        return ferry__err(FERRY_ENOENT, "%s: cannot open the shard directory", dir);
+    char **ents = NULL;
+    size_t nents = 0;
     char manifest[4096] = "";
     size_t cap = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        size_t len = strlen(e->d_name);
-        if (len > 9 && !strcmp(e->d_name + len - 9, ".manifest")) {
+    /* the set's manifest named: no listing (an HTTP server has none) */
+    size_t dl = strlen(dir);
+    if (dl > 9 && !strcmp(dir + dl - 9, ".manifest"))
+        snprintf(manifest, sizeof manifest, "%s", dir);
+    else if ((rc = ferry__list_dir(dir, &ents, &nents)) < 0)
+        return rc;
+    for (size_t i = 0; i < nents; i++) {
+        const char *name = ents[i];
+        size_t len = strlen(name);
+        if (len > 9 && !strcmp(name + len - 9, ".manifest")) {
             if (manifest[0]) {
-                closedir(d);
-                return ferry__err(FERRY_EINVAL,
-                                  "%s: more than one manifest (%s, %s): give the set's manifest",
-                                  dir, manifest + strlen(dir) + 1, e->d_name);
+                rc = ferry__err(FERRY_EINVAL,
+                                "%s: more than one manifest (%s, %s): give the set's manifest", dir,
+                                manifest + strlen(dir) + 1, name);
+                break;
             }
-            snprintf(manifest, sizeof manifest, "%s/%s", dir, e->d_name);
+            snprintf(manifest, sizeof manifest, "%s/%s", dir, name);
             continue;
         }
-        if (len <= 6 || strcmp(e->d_name + len - 6, ".ferry"))
+        if (len <= 6 || strcmp(name + len - 6, ".ferry"))
             continue;
         if (*n == cap) {
             cap = cap ? cap * 2 : 16;
@@ -117,13 +139,15 @@ static int list_shards(const char *dir, char ***names, uint64_t **counts, uint64
             }
             *names = grown;
         }
-        if (!((*names)[*n] = ferry__strdup(e->d_name))) {
+        if (!((*names)[*n] = ferry__strdup(name))) {
             rc = ferry__err(FERRY_ENOMEM, "%s: out of memory", dir);
             break;
         }
         (*n)++;
     }
-    closedir(d);
+    for (size_t i = 0; i < nents; i++)
+        ferry__free(ents[i]);
+    ferry__free(ents);
     if (rc == 0 && manifest[0]) {
         /* the manifest decides which files make the set */
         for (size_t k = 0; k < *n; k++)
@@ -195,9 +219,23 @@ static int check_identity(const char *path, const ferry_record_file *f, bool man
     return 0;
 }
 
-static int set_open_once(shard_set **out, const char *dir, uint64_t shard_id, uint64_t num_shards,
-                         bool *changed)
+/* The folder of a set's shards: location itself, or the folder of the manifest it
+ * names. */
+static const char *set_dir(const char *location, char *buf, size_t cap)
 {
+    size_t n = strlen(location);
+    const char *slash = strrchr(location, '/');
+    if (n <= 9 || strcmp(location + n - 9, ".manifest"))
+        return location;
+    snprintf(buf, cap, "%.*s", slash ? (int)(slash - location) : 1, slash ? location : ".");
+    return buf;
+}
+
+static int set_open_once(shard_set **out, const char *location, uint64_t shard_id,
+                         uint64_t num_shards, bool *changed)
+{
+    char dirbuf[4096];
+    const char *dir = set_dir(location, dirbuf, sizeof dirbuf);
     int rc = 0;
     char **names = NULL;
     uint64_t *counts = NULL, *bytes = NULL, set_id = 0;
@@ -208,7 +246,7 @@ static int set_open_once(shard_set **out, const char *dir, uint64_t shard_id, ui
     if (num_shards == 0 || shard_id >= num_shards || num_shards > MAX_SHARDS)
         return ferry__err(FERRY_EINVAL, "records: shard_id %llu is outside [0, num_shards %llu)",
                           (unsigned long long)shard_id, (unsigned long long)num_shards);
-    FERRY_TRY(list_shards(dir, &names, &counts, &bytes, &n, &set_id));
+    FERRY_TRY(list_shards(location, &names, &counts, &bytes, &n, &set_id));
     s = ferry__calloc(1, sizeof *s);
     size_t take = n > shard_id ? (n - shard_id + num_shards - 1) / num_shards : 0;
     if (!s)
@@ -222,6 +260,18 @@ static int set_open_once(shard_set **out, const char *dir, uint64_t shard_id, ui
     if (take == 0)
         FERRY_FAIL(FERRY_EINVAL, "%s: %zu shards leave none for shard_id %llu of %llu", dir, n,
                    (unsigned long long)shard_id, (unsigned long long)num_shards);
+    bool remote = ferry__is_remote(dir);
+    /* a remote set with a manifest: the shards after the first are opened when read */
+    if (remote && counts) {
+        s->lazy = true;
+        s->set_id = set_id;
+        pthread_mutex_init(&s->mu, NULL);
+        s->paths = ferry__calloc(take, sizeof *s->paths);
+        s->at = ferry__calloc(take, sizeof *s->at);
+        s->sizes = ferry__calloc(take, sizeof *s->sizes);
+        if (!s->paths || !s->at || !s->sizes)
+            FERRY_FAIL(FERRY_ENOMEM, "records: out of memory");
+    }
     for (size_t p = shard_id; p < n; p += num_shards) {
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", dir, names[p]);
@@ -229,6 +279,20 @@ static int set_open_once(shard_set **out, const char *dir, uint64_t shard_id, ui
         if (!(s->names[k] = ferry__strdup(names[p])))
             FERRY_FAIL(FERRY_ENOMEM, "records: out of memory");
         s->n++;
+        if (s->lazy && k > 0) {
+            if (!(s->paths[k] = ferry__strdup(path)))
+                FERRY_FAIL(FERRY_ENOMEM, "records: out of memory");
+            s->at[k] = p;
+            s->sizes[k] = bytes[p];
+            s->first[k + 1] = s->first[k] + counts[p];
+            total_bytes += bytes[p];
+            if (!(s->ahead[k] =
+                      ferry__calloc((size_t)(bytes[p] / AHEAD_UNIT / 64) + 1, sizeof(uint64_t))))
+                FERRY_FAIL(FERRY_ENOMEM, "records: out of memory");
+            continue;
+        }
+        if (s->lazy)
+            s->at[k] = p;
         uint64_t size;
         int64_t mtime;
         if (ferry__stat(path, &size, &mtime) < 0) {
@@ -284,8 +348,10 @@ static int set_open(shard_set **out, const char *dir, uint64_t shard_id, uint64_
     }
 }
 
-int ferry_records_shards(const char *dir, char ***paths, size_t *n)
+int ferry_records_shards(const char *location, char ***paths, size_t *n)
 {
+    char dirbuf[4096];
+    const char *dir = location ? set_dir(location, dirbuf, sizeof dirbuf) : NULL;
     int rc = 0;
     char **names = NULL;
     uint64_t *counts = NULL, *bytes = NULL, set_id;
@@ -296,7 +362,7 @@ int ferry_records_shards(const char *dir, char ***paths, size_t *n)
     *n = 0;
     if (!dir)
         return ferry__err(FERRY_EINVAL, "records: dir is NULL");
-    FERRY_TRY(list_shards(dir, &names, &counts, &bytes, &count, &set_id));
+    FERRY_TRY(list_shards(location, &names, &counts, &bytes, &count, &set_id));
     *paths = ferry__calloc(count ? count : 1, sizeof **paths);
     if (!*paths)
         FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", dir);
@@ -352,11 +418,56 @@ static size_t shard_of(const shard_set *s, uint64_t i)
     return lo;
 }
 
+/* Shard k of a lazy set, opened (fetched through the node cache) on first use and
+ * checked as set_open_once checks the others: its identity, record count, size and
+ * fields. Threads that want it at once may each open it (the cache fetches it once);
+ * the first to finish installs it. */
+static int shard_file(shard_set *s, size_t k, ferry_record_file **out)
+{
+    ferry_record_file *f = __atomic_load_n(&s->files[k], __ATOMIC_ACQUIRE);
+    int rc = 0;
+    if (f) {
+        *out = f;
+        return 0;
+    }
+    const char *path = s->paths[k];
+    uint64_t want = s->first[k + 1] - s->first[k];
+    FERRY_TRY(ferry_record_file_open(&f, path, 0));
+    FERRY_TRY(check_identity(path, f, true, s->set_id, s->at[k]));
+    if (ferry_record_file_bytes(f) != s->sizes[k])
+        FERRY_FAIL(FERRY_ECORRUPT, "%s: %llu bytes, the manifest says %llu", path,
+                   (unsigned long long)ferry_record_file_bytes(f), (unsigned long long)s->sizes[k]);
+    if (ferry_record_file_count(f) != want)
+        FERRY_FAIL(FERRY_ECORRUPT, "%s: %llu records, the manifest says %llu", path,
+                   (unsigned long long)ferry_record_file_count(f), (unsigned long long)want);
+    if (!same_schema(s, f))
+        FERRY_FAIL(FERRY_ECORRUPT, "%s: its fields differ from %s's", path, s->names[0]);
+    pthread_mutex_lock(&s->mu);
+    if (s->files[k]) { /* another thread was first */
+        ferry_record_file_free(f);
+    } else {
+        __atomic_store_n(&s->files[k], f, __ATOMIC_RELEASE);
+    }
+    f = s->files[k];
+    pthread_mutex_unlock(&s->mu);
+    *out = f;
+    /* the shards after it, in file order, are likely next (FERRY_REMOTE_AHEAD) */
+    ferry__prefetch_ahead(s->paths, s->n, k + 1, 0);
+    return 0;
+cleanup:
+    ferry_record_file_free(f);
+    return rc;
+}
+
 static int set_get(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
 {
     shard_set *s = self;
     size_t k = shard_of(s, i);
-    return ferry__record_file_read_by(s->files[k], i - s->first[k], out, ctx, s);
+    ferry_record_file *f;
+    int rc = shard_file(s, k, &f);
+    if (rc < 0)
+        return rc;
+    return ferry__record_file_read_by(f, i - s->first[k], out, ctx, s);
 }
 
 int ferry__records_raw(const ferry_dataset *ds, uint64_t i, const void **payload, size_t *n,
@@ -369,9 +480,13 @@ int ferry__records_raw(const ferry_dataset *ds, uint64_t i, const void **payload
         return ferry__err(FERRY_ERANGE, "records: record %llu is past the last (%llu)",
                           (unsigned long long)i, (unsigned long long)s->first[s->n]);
     size_t k = shard_of(s, i);
-    *compressed = ferry__record_file_compressed(s->files[k]);
+    ferry_record_file *f;
+    int rc = shard_file((shard_set *)s, k, &f);
+    if (rc < 0)
+        return rc;
+    *compressed = ferry__record_file_compressed(f);
     uint64_t off;
-    return ferry_record_file_raw(s->files[k], i - s->first[k], payload, n, &off);
+    return ferry_record_file_raw(f, i - s->first[k], payload, n, &off);
 }
 
 /* Asks the kernel to read bytes [a, e) of shard j into the page cache, unless an
@@ -409,8 +524,10 @@ static void read_ahead_run(shard_set *s, uint64_t i, uint64_t last)
         uint64_t end = s->first[j + 1] - 1 < last ? s->first[j + 1] - 1 : last;
         const void *p, *q;
         size_t n, m;
-        if (end >= i && ferry__record_file_span(s->files[j], i - s->first[j], &p, &n) == 0 &&
-            ferry__record_file_span(s->files[j], end - s->first[j], &q, &m) == 0) {
+        if (!__atomic_load_n(&s->files[j], __ATOMIC_ACQUIRE)) {
+            ferry__remote_prefetch(s->paths[j]); /* a lazy set's shard, not yet open */
+        } else if (end >= i && ferry__record_file_span(s->files[j], i - s->first[j], &p, &n) == 0 &&
+                   ferry__record_file_span(s->files[j], end - s->first[j], &q, &m) == 0) {
             uintptr_t a = (uintptr_t)p, e = (uintptr_t)q + m;
             if (e > a && e - a >= ((uintptr_t)64 << 10))
                 read_ahead(s, j, ferry__record_file_base(s->files[j]), a, e);
@@ -434,13 +551,20 @@ static void hint_mapped(shard_set *s, const uint64_t *indices, size_t count, int
             size_t j = shard_of(s, indices[k]);
             const void *p;
             size_t n;
-            if (ferry__record_file_span(s->files[j], indices[k] - s->first[j], &p, &n) < 0)
+            if (!__atomic_load_n(&s->files[j], __ATOMIC_ACQUIRE) ||
+                ferry__record_file_span(s->files[j], indices[k] - s->first[j], &p, &n) < 0)
                 continue;
             __builtin_prefetch(p);
             __builtin_prefetch((const char *)p + 64);
         }
         return;
     }
+    for (size_t k = 0; s->lazy && k < count; k++) /* later batches' shards: fetched ahead */
+        if (indices[k] < total) {
+            size_t j = shard_of(s, indices[k]);
+            if (!__atomic_load_n(&s->files[j], __ATOMIC_ACQUIRE))
+                ferry__remote_prefetch(s->paths[j]);
+        }
     for (size_t k = 0; k < count;) {
         size_t e = k + 1;
         while (e < count && indices[e] == indices[e - 1] + 1 && indices[e] < total)
@@ -457,7 +581,8 @@ static int hint_fault(const ferry__reading *rd, uintptr_t addr)
 {
     const shard_set *s = rd->arg;
     for (size_t k = 0; k < s->n; k++)
-        if (ferry__record_file_holds(s->files[k], addr))
+        if (__atomic_load_n(&s->files[k], __ATOMIC_ACQUIRE) &&
+            ferry__record_file_holds(s->files[k], addr))
             return ferry__guard_err(addr, ferry__record_file_name(s->files[k]), NULL,
                                     "reading ahead");
     return ferry__guard_err(addr, NULL, NULL, "reading ahead");
@@ -526,8 +651,11 @@ static int st_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
         if (it->pos >= s->n)
             return FERRY_END;
         uint64_t file = ferry_permutation_at(&it->order, it->pos);
-        const ferry_record_file *f = s->files[file];
-        if (it->record < ferry_record_file_count(f)) {
+        if (it->record < s->first[file + 1] - s->first[file]) {
+            ferry_record_file *f;
+            int rc = shard_file((shard_set *)s, file, &f);
+            if (rc < 0)
+                return rc;
             out->pos.a = file;
             out->pos.b = it->record;
             return ferry_record_file_read(f, it->record++, out, ctx);
@@ -569,8 +697,8 @@ static int st_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
         return rc;
     const shard_set *s = it->st->set;
     if (pos % it->step != it->pos % it->step ||
-        (pos < s->n &&
-         record > ferry_record_file_count(s->files[ferry_permutation_at(&it->order, pos)])))
+        (pos < s->n && record > s->first[ferry_permutation_at(&it->order, pos) + 1] -
+                                    s->first[ferry_permutation_at(&it->order, pos)]))
         return ferry__err(FERRY_ECORRUPT,
                           "records stream: the state names shard %llu, record %llu, which this "
                           "stream shard does not hold",
@@ -583,11 +711,13 @@ static int st_restore(void *iter, ferry_state *r, ferry_ctx *ctx)
 static int st_fetch(void *iter, const ferry_pos *pos, ferry_sample *out, ferry_ctx *ctx)
 {
     const shard_set *s = ((set_iter *)iter)->st->set;
-    if (pos->a >= s->n || pos->b >= ferry_record_file_count(s->files[pos->a]))
+    if (pos->a >= s->n || pos->b >= s->first[pos->a + 1] - s->first[pos->a])
         return ferry__err(FERRY_ERANGE, "records stream: no record %llu in shard %llu of %llu",
                           (unsigned long long)pos->b, (unsigned long long)pos->a,
                           (unsigned long long)s->n);
-    return ferry_record_file_read(s->files[pos->a], pos->b, out, ctx);
+    ferry_record_file *f;
+    int rc = shard_file((shard_set *)s, pos->a, &f);
+    return rc < 0 ? rc : ferry_record_file_read(f, pos->b, out, ctx);
 }
 
 static const ferry_stream_vtable stream_vtable = {st_open, st_next,    st_close, st_destroy,

@@ -4,6 +4,7 @@
  */
 #include "shard_stream.h"
 
+#include "../io/remote.h"
 #include "../io/seqread.h"
 
 #include <dirent.h>
@@ -39,6 +40,60 @@ static int add(ferry__shard_files *s, size_t *cap, const char *path, const char 
     return 0;
 }
 
+typedef struct expand_ctx {
+    ferry__shard_files *out;
+    size_t *cap;
+    const char *kind;
+} expand_ctx;
+
+static int expand_add(void *arg, const char *text)
+{
+    expand_ctx *x = arg;
+    return add(x->out, x->cap, text, x->kind);
+}
+
+/* A remote location: a glob's matches, a "directory"'s objects that want accepts,
+ * else the one object. */
+static int remote_files(ferry__shard_files *out, size_t *cap, const char *kind,
+                        const char *location, bool (*want)(const char *name), const char *what)
+{
+    char **urls = NULL;
+    size_t n = 0;
+    bool glob = strpbrk(location, "*?[") != NULL;
+    char head_msg[FERRY_ERRMSG_MAX] = "";
+    int rc = 0;
+    if (!glob && strncmp(location, "s3://", 5))
+        return add(out, cap, location, kind); /* http(s): one file */
+    if (!glob) { /* an object of that name (what is learnt serves the open), else a prefix */
+        uint64_t size;
+        int64_t mtime;
+        rc = ferry__remote_stat(location, &size, &mtime);
+        if (rc == 0)
+            return add(out, cap, location, kind);
+        if (rc != FERRY_ENOENT)
+            return rc;
+        ferry__err_copy(head_msg);
+        rc = 0;
+    }
+    FERRY_TRY(ferry__remote_list(location, &urls, &n));
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        const char *base = strrchr(urls[i], '/') + 1;
+        if (glob || (base[0] != '.' && want(base)))
+            rc = add(out, cap, urls[i], kind);
+    }
+    if (rc == 0 && n == 0 && glob)
+        rc = ferry__err(FERRY_ENOENT, "%s: no object matches", location);
+    else if (rc == 0 && n > 0 && out->n == 0)
+        rc = ferry__err(FERRY_ENOENT, "%s: no %s under the prefix", location, what);
+    else if (rc == 0 && n == 0)
+        rc = ferry__err(FERRY_ENOENT, "%s; no objects under %s/ either", head_msg, location);
+cleanup:
+    for (size_t i = 0; i < n; i++)
+        ferry__free(urls[i]);
+    ferry__free(urls);
+    return rc;
+}
+
 int ferry__shard_files_list(ferry__shard_files *out, const char *kind, const char *location,
                             bool (*want)(const char *name), const char *what)
 {
@@ -48,7 +103,13 @@ int ferry__shard_files_list(ferry__shard_files *out, const char *kind, const cha
     memset(out, 0, sizeof *out);
     if (!location || !*location)
         return ferry__err(FERRY_EINVAL, "source %s: no path", kind);
-    if (strpbrk(location, "*?[")) {
+    if (strchr(location, '{')) {
+        /* WebDataset's brace ranges name the files: each is taken as named */
+        expand_ctx x = {out, &cap, kind};
+        rc = ferry__brace_expand(location, MAX_FILES, expand_add, &x);
+    } else if (ferry__is_remote(location)) {
+        rc = remote_files(out, &cap, kind, location, want, what);
+    } else if (strpbrk(location, "*?[")) {
         glob_t g;
         int gr = glob(location, 0, NULL, &g);
         if (gr == GLOB_NOMATCH)
@@ -109,6 +170,16 @@ bool ferry__shard_files_compressed(const char *kind, const char *location,
         return false;
     for (size_t k = 0; k < f.n && !compressed; k++) {
         ferry__seqread r;
+        if (ferry__is_remote(f.paths[k])) {
+            /* by its name: sniffing would fetch every object at open */
+            size_t len = strlen(f.paths[k]);
+            const char *p = f.paths[k];
+            compressed =
+                (len > 3 && !strcmp(p + len - 3, ".gz")) ||
+                (len > 4 && (!strcmp(p + len - 4, ".tgz") || !strcmp(p + len - 4, ".zst"))) ||
+                (len > 5 && !strcmp(p + len - 5, ".zstd"));
+            continue;
+        }
         if (ferry__seqread_open(&r, f.paths[k], f.paths[k], compression, 4096) == 0) {
             compressed = r.compressed != NULL;
             ferry__seqread_close(&r);
@@ -312,6 +383,20 @@ static int broken_file(shard_iter *it, int rc)
     return ferry__err(rc, "%s", msg);
 }
 
+/* Remote files: the next ones of this shard's order are fetched while this one is
+ * read (into the node cache, io/remote.h). */
+static void fetch_ahead(const shard_iter *it)
+{
+    char *next[8];
+    size_t n = 0;
+    for (uint64_t p = it->place; n < 8 && p < it->s->files->n; p += it->step) {
+        next[n++] = it->s->files->paths[file_at(it, p)];
+        if (p + it->step < p)
+            break;
+    }
+    ferry__prefetch_ahead(next, n, 1, 0);
+}
+
 static int sh_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
 {
     shard_iter *it = iter;
@@ -329,6 +414,9 @@ static int sh_next(void *iter, ferry_sample *out, ferry_ctx *ctx)
                 return rc;
             }
             it->open = true;
+            /* after the open: the file wanted now is fetched first, on its own */
+            if (ferry__is_remote(s->files->paths[it->file]))
+                fetch_ahead(it);
         }
         bool broken = false;
         rc = fmt->next(s->self, it->rd, s->files->paths[it->file], out, &broken);

@@ -4,6 +4,7 @@
  * of the "known" list). Adding a kind is a file with its opener, and a row.
  */
 #include "spec.h"
+#include "../io/remote.h"
 #include "ferry/pipeline.h"
 #include "ferry/stream.h"
 
@@ -69,6 +70,21 @@ static int shuffle_spec(ferry__spec *s, unsigned flags, uint64_t *buffer, uint64
     return 0;
 }
 
+/* cache= and cache_limit=: the node cache of remote objects (io/remote.h), for the
+ * process. mds: reads cache= too (its zstd shards' decompressed copies go there),
+ * so there it is only looked at. */
+static int cache_spec(ferry__spec *s)
+{
+    const char *dir =
+        strcmp(s->kind, "mds") ? ferry__spec_str(s, "cache") : ferry__spec_peek(s, "cache");
+    const char *limit = ferry__spec_str(s, "cache_limit");
+    if (!dir && !limit)
+        return 0;
+    if (dir && !strcmp(s->kind, "mds") && !strstr(s->location, "://"))
+        return 0; /* a local MDS set's own cache folder */
+    return ferry__cache_configure(dir, limit);
+}
+
 int ferry_source_open(const char *spec, ferry_dataset **ds, ferry_stream **st)
 {
     return ferry_source_open_flags(spec, 0, ds, st);
@@ -94,6 +110,8 @@ int ferry_source_open_flags(const char *spec, unsigned flags, ferry_dataset **ds
         rc = ferry__spec_default(s, "pipeline", "none");
     if (rc == 0)
         rc = shuffle_spec(s, k ? k->flags : 0, &shuffle_buffer, &shuffle_seed);
+    if (rc == 0)
+        rc = cache_spec(s);
     if (rc == 0)
         rc = ferry__images_spec(s, k && (k->flags & IMAGES), &ip, &image_field, &images);
     if (rc == 0 && !k)

@@ -5,6 +5,7 @@
 #include "ferry/tfrecord.h"
 #include "ferry/sampler.h"
 #include "shard_stream.h"
+#include "../io/remote.h"
 #include "spec.h"
 #include "../formats/example.h"
 #include "../formats/tfrecord_internal.h"
@@ -726,6 +727,7 @@ static int tfr_open(tfr **out, const char *location, const ferry_tfrecord_opts *
         for (size_t k = 0; k < t->files.n; k++) {
             const char *path = t->files.paths[k];
             ferry__tfr_reader rd;
+            ferry__prefetch_ahead(t->files.paths, t->files.n, k + 1, 0);
             /* opened to tell a compressed file (its first bytes); then mapped */
             FERRY_TRY(ferry__tfr_open(&rd, path, path, t->o.compression, t->o.max_record, 4096));
             if (rd.r.compressed) {

@@ -8,6 +8,8 @@
 #include "../core/guard.h"
 #include "../formats/tokens_internal.h"
 #include "../io/io.h"
+#include "../io/remote.h"
+#include "shard_stream.h"
 
 #include <glob.h>
 #include <stdio.h>
@@ -190,6 +192,23 @@ uint64_t ferry_tokens_dropped(const ferry_dataset *ds)
         return 0;
     return ((const tokens_ds *)ds->self)->dropped;
 }
+static bool any_name(const char *name)
+{
+    (void)name;
+    return true;
+}
+
+/* Frees what glob or the stream engine's list made. */
+static void list_free(glob_t *g, bool remote)
+{
+    if (remote) {
+        ferry__shard_files f = {g->gl_pathv, g->gl_pathc};
+        ferry__shard_files_free(&f);
+        memset(g, 0, sizeof *g);
+    } else {
+        globfree(g);
+    }
+}
 
 int ferry_dataset_tokens(ferry_dataset **out, const ferry_tokens_opts *o)
 {
@@ -226,19 +245,29 @@ int ferry_dataset_tokens(ferry_dataset **out, const ferry_tokens_opts *o)
                           (unsigned long long)world);
     glob_t g;
     memset(&g, 0, sizeof g);
-    int gr = glob(o->pattern, GLOB_ERR, NULL, &g);
+    bool remote = ferry__is_remote(o->pattern) || strchr(o->pattern, '{');
+    int gr = 0;
+    if (remote) { /* an object store's listing, or brace ranges: the stream engine's list */
+        ferry__shard_files f;
+        if ((rc = ferry__shard_files_list(&f, "tokens", o->pattern, any_name, "token shards")) < 0)
+            return rc;
+        g.gl_pathc = f.n;
+        g.gl_pathv = f.paths;
+    } else {
+        gr = glob(o->pattern, GLOB_ERR, NULL, &g);
+    }
     if (gr == GLOB_NOMATCH || (gr == 0 && g.gl_pathc == 0)) {
-        globfree(&g);
+        list_free(&g, remote);
         return ferry__err(FERRY_ENOENT, "tokens: no file matches \"%s\"", o->pattern);
     }
     if (gr == GLOB_ABORTED) {
-        globfree(&g);
+        list_free(&g, remote);
         return ferry__err(FERRY_ENOENT,
                           "tokens: no file matches \"%s\" (a directory on its way cannot be read)",
                           o->pattern);
     }
     if (gr != 0) {
-        globfree(&g);
+        list_free(&g, remote);
         return ferry__err(gr == GLOB_NOSPACE ? FERRY_ENOMEM : FERRY_EIO,
                           "tokens: cannot list \"%s\"", o->pattern);
     }
@@ -248,7 +277,7 @@ int ferry_dataset_tokens(ferry_dataset **out, const ferry_tokens_opts *o)
                                                   g.gl_pathc, MAX_SHARDS)
                                      : ferry__err(FERRY_ENOMEM, "tokens: out of memory");
         ferry__free(d);
-        globfree(&g);
+        list_free(&g, remote);
         return rc;
     }
     d->seq = seq;
@@ -316,7 +345,7 @@ int ferry_dataset_tokens(ferry_dataset **out, const ferry_tokens_opts *o)
         if ((rc = s->map.data ? madvise(s->map.data, s->map.size, MADV_RANDOM) : 0) != 0)
             rc = 0; /* advice only */
     }
-    globfree(&g);
+    list_free(&g, remote);
     ferry_field f[2];
     memset(f, 0, sizeof f);
     snprintf(f[0].name, sizeof f[0].name, "input");
@@ -336,7 +365,7 @@ int ferry_dataset_tokens(ferry_dataset **out, const ferry_tokens_opts *o)
         (*out)->near_hints_only = true;
     return rc;
 cleanup:
-    globfree(&g);
+    list_free(&g, remote);
     tk_destroy(d);
     return rc;
 }

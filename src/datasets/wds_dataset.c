@@ -6,6 +6,7 @@
 #include "ferry/wds.h"
 #include "ferry/sampler.h"
 #include "shard_stream.h"
+#include "../io/remote.h"
 #include "spec.h"
 #include "../formats/tar.h"
 
@@ -370,6 +371,7 @@ static int wds_open(wds **out, const char *location, const ferry_wds_opts *o, bo
         for (size_t k = 0; k < w->files.n; k++)
             w->fds[k].fd = -1;
         for (size_t k = 0; k < w->files.n; k++) {
+            ferry__prefetch_ahead(w->files.paths, w->files.n, k + 1, 0);
             FERRY_TRY(ferry__file_open(&w->fds[k], w->files.paths[k]));
             uint8_t magic[8];
             size_t got;

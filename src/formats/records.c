@@ -426,6 +426,11 @@ uint64_t ferry_record_file_count(const ferry_record_file *f)
     return f->count;
 }
 
+uint64_t ferry_record_file_bytes(const ferry_record_file *f)
+{
+    return f->map.size;
+}
+
 int ferry_record_file_nfields(const ferry_record_file *f)
 {
     return f->nfields;

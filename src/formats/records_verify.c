@@ -5,6 +5,7 @@
  */
 #include "records_internal.h"
 #include "../io/io.h"
+#include "../io/remote.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -96,7 +97,27 @@ int ferry_records_verify(const char *path, ferry_report_fn report, void *arg, ui
     struct stat st;
     if (!path)
         return ferry__err(FERRY_EINVAL, "verify: path is NULL");
-    if (stat(path, &st) != 0) {
+    /* a set's manifest named: the set, without listing its folder (HTTP has none) */
+    size_t plen = strlen(path);
+    char dirbuf[4096];
+    const char *named_manifest = NULL;
+    if (plen > 9 && !strcmp(path + plen - 9, ".manifest")) {
+        const char *slash = strrchr(path, '/');
+        snprintf(dirbuf, sizeof dirbuf, "%.*s", slash ? (int)(slash - path) : 1,
+                 slash ? path : ".");
+        named_manifest = path;
+        path = dirbuf;
+        plen = strlen(path);
+    }
+    /* a remote location is a shard when it names one, else a set's prefix */
+    bool remote = ferry__is_remote(path);
+    if (named_manifest) {
+        memset(&st, 0, sizeof st);
+        st.st_mode = S_IFDIR;
+    } else if (remote) {
+        memset(&st, 0, sizeof st);
+        st.st_mode = plen > 6 && !strcmp(path + plen - 6, ".ferry") ? S_IFREG : S_IFDIR;
+    } else if (stat(path, &st) != 0) {
         int e = errno;
         return ferry__err(e == ENOENT || e == ENOTDIR ? FERRY_ENOENT : FERRY_EIO, "%s: %s", path,
                           strerror(e));
@@ -122,22 +143,26 @@ int ferry_records_verify(const char *path, ferry_report_fn report, void *arg, ui
         goto done;
     }
     /* a directory: its manifest, else its .ferry files */
-    DIR *d = opendir(path);
-    if (!d)
-        return ferry__err(FERRY_EIO, "%s: cannot read the directory", path);
+    char **ents = NULL;
+    size_t nents = 0;
+    int lr = named_manifest ? 0 : ferry__list_dir(path, &ents, &nents);
+    if (lr < 0)
+        return remote ? lr : ferry__err(FERRY_EIO, "%s: cannot read the directory", path);
     char manifest[4096] = "";
+    if (named_manifest)
+        snprintf(manifest, sizeof manifest, "%s", named_manifest);
     char **shards = NULL;
     size_t nshards = 0, cap = 0;
     int rc = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        size_t len = strlen(e->d_name);
-        if (len > 9 && !strcmp(e->d_name + len - 9, ".manifest")) {
+    for (size_t k = 0; k < nents; k++) {
+        const char *name = ents[k];
+        size_t len = strlen(name);
+        if (len > 9 && !strcmp(name + len - 9, ".manifest")) {
             if (manifest[0])
-                problem(&v, "%s: more than one manifest (%s)", path, e->d_name);
+                problem(&v, "%s: more than one manifest (%s)", path, name);
             else
-                snprintf(manifest, sizeof manifest, "%s/%s", path, e->d_name);
-        } else if (len > 6 && !strcmp(e->d_name + len - 6, ".ferry")) {
+                snprintf(manifest, sizeof manifest, "%s/%s", path, name);
+        } else if (len > 6 && !strcmp(name + len - 6, ".ferry")) {
             if (nshards == cap) {
                 cap = cap ? 2 * cap : 16;
                 char **grown = ferry__realloc(shards, cap * sizeof *grown);
@@ -147,14 +172,16 @@ int ferry_records_verify(const char *path, ferry_report_fn report, void *arg, ui
                 }
                 shards = grown;
             }
-            if (!(shards[nshards] = ferry__strdup(e->d_name))) {
+            if (!(shards[nshards] = ferry__strdup(name))) {
                 rc = ferry__err(FERRY_ENOMEM, "verify: out of memory");
                 break;
             }
             nshards++;
         }
     }
-    closedir(d);
+    for (size_t k = 0; k < nents; k++)
+        ferry__free(ents[k]);
+    ferry__free(ents);
     if (rc == 0 && !manifest[0]) {
         problem(&v,
                 "%s: no manifest: the set's writer did not finish, or this is not a shard "

@@ -2,6 +2,7 @@
  * The file layer (POSIX).
  */
 #include "io.h"
+#include "remote.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -24,6 +25,8 @@ static int errno_code(int e)
 int ferry__stat(const char *path, uint64_t *size, int64_t *mtime_ns)
 {
     struct stat st;
+    if (ferry__is_remote(path))
+        return ferry__remote_stat(path, size, mtime_ns);
     if (stat(path, &st) != 0)
         return ferry__err(errno_code(errno), "%s: %s", path, strerror(errno));
     *size = (uint64_t)st.st_size;
@@ -44,6 +47,8 @@ static const char *file_kind(mode_t m)
 int ferry__file_open(ferry__file *f, const char *path)
 {
     struct stat st;
+    if (ferry__is_remote(path))
+        return ferry__remote_open(f, path);
     /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer; a
      * regular file's reads ignore it */
     f->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -90,6 +95,54 @@ int ferry__file_pread(const ferry__file *f, const char *name, void *buf, size_t 
     }
     *got = done;
     return 0;
+}
+
+/* The names in dir (a folder, or a remote prefix: its objects), owned by the caller.
+ * FERRY_ENOENT when it cannot be read or (remote) holds nothing. */
+int ferry__list_dir(const char *dir, char ***ents, size_t *n)
+{
+    int rc = 0;
+    size_t cap = 0;
+    DIR *d = NULL;
+    *ents = NULL;
+    *n = 0;
+    if (ferry__is_remote(dir)) {
+        FERRY_TRY(ferry__remote_list(dir, ents, n));
+        if (*n == 0)
+            return ferry__err(FERRY_ENOENT, "%s: no objects under this prefix", dir);
+        for (size_t i = 0; i < *n; i++) /* URLs to names */
+            memmove((*ents)[i], strrchr((*ents)[i], '/') + 1,
+                    strlen(strrchr((*ents)[i], '/') + 1) + 1);
+        return 0;
+    }
+    d = opendir(dir);
+    if (!d)
+        return ferry__err(FERRY_ENOENT, "%s: cannot open the directory", dir);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (*n == cap) {
+            size_t c = cap ? cap * 2 : 64;
+            char **g = c <= (size_t)1 << 26 ? ferry__realloc(*ents, c * sizeof *g) : NULL;
+            if (!g)
+                FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", dir);
+            *ents = g;
+            cap = c;
+        }
+        if (!((*ents)[*n] = ferry__strdup(e->d_name)))
+            FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", dir);
+        (*n)++;
+    }
+cleanup:
+    if (d)
+        closedir(d);
+    if (rc < 0) {
+        for (size_t i = 0; i < *n; i++)
+            ferry__free((*ents)[i]);
+        ferry__free(*ents);
+        *ents = NULL;
+        *n = 0;
+    }
+    return rc;
 }
 
 int ferry__map_open(ferry__map *m, const ferry__file *f, const char *path)

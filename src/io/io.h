@@ -17,15 +17,22 @@ typedef struct ferry__file {
 
 /* Opens for reading and stats. FERRY_ENOENT or FERRY_EIO with "path: reason". Only a
  * regular file is taken: a FIFO, device or directory is refused at once (the open
- * never blocks). */
+ * never blocks). A remote location (s3://, http://, https://: remote.h) opens its
+ * copy in the node cache, fetched first when missing; the descriptor holds the
+ * copy against eviction until it is closed (and a mapping of it until unmapped). */
 int ferry__file_open(ferry__file *f, const char *path);
 void ferry__file_close(ferry__file *f);
 /* Reads up to n bytes at off, retrying short reads and EINTR; *got < n only at the
  * end of the file. FERRY_EIO naming `name` on failure. */
 int ferry__file_pread(const ferry__file *f, const char *name, void *buf, size_t n, uint64_t off,
                       size_t *got);
-/* Size and modification time of a path. */
+/* Size and modification time of a path (a remote one: of the object). */
 int ferry__stat(const char *path, uint64_t *size, int64_t *mtime_ns);
+
+/* The names of the entries of a folder (with "." and ".."), or of the objects
+ * directly under a remote prefix (dir + "/"), malloc'd (ferry__free each, then the
+ * array). FERRY_ENOENT when the folder cannot be opened or the prefix holds nothing. */
+int ferry__list_dir(const char *dir, char ***names, size_t *n);
 
 /* Maps a whole file read-only (NULL map for an empty file). */
 typedef struct ferry__map {

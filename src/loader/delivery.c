@@ -332,6 +332,13 @@ int ferry_loader_stats_get(ferry_loader *l, ferry_loader_stats *s)
     s->num_workers = l->nworkers;
     s->prefetch = l->nbufs;
     s->pinned_bytes = l->pinned_bytes;
+    ferry_remote_stats r;
+    ferry_remote_stats_get(&r);
+    s->downloaded_bytes = r.downloaded_bytes;
+    s->cache_hits = r.cache_hits;
+    s->cache_misses = r.cache_misses;
+    s->retries = r.retries;
+    s->fetch_wait_ns = r.fetch_wait_ns;
     if (l->ring) {
         ferry__dring_stats ds;
         ferry__dring_stats_get(l->ring, &ds);

@@ -360,8 +360,7 @@ int ferry__loader_start_locked(ferry_loader *l, uint64_t epoch, uint64_t first_b
     l->undelivered = 0;
     if (l->ds) {
         FERRY_TRY(ferry_sampler_set_epoch(l->sampler, epoch));
-        l->nbatches =
-            ferry_batch_count(ferry_sampler_len(l->sampler), l->o.batch_size, l->o.drop_last);
+        l->nbatches = ferry__loader_epoch_batches(l);
         if (first_batch > l->nbatches)
             FERRY_FAIL(FERRY_ERANGE, "loader: first_batch %llu is past the epoch's %llu batches",
                        (unsigned long long)first_batch, (unsigned long long)l->nbatches);

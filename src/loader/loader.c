@@ -20,6 +20,43 @@ static int64_t trace_rank(const ferry_loader_opts *o)
     return r < 0 ? 0 : r;
 }
 
+/* A map-style loader with a world size takes its rank's share of the sampler's
+ * order: the sampler is split in place (ferry_sampler_split; the loader sets the
+ * epoch of the caller's sampler too), unless it is split already (a distributed
+ * sampler), whose rank and world size it then keeps in l->o. */
+static int split_for_ranks(ferry_loader *l)
+{
+    int64_t sr, sw;
+    ferry_sampler_world(l->sampler, &sr, &sw);
+    if (l->o.world_size < 0) {
+        l->o.rank = sr;
+        l->o.world_size = sw;
+        return 0;
+    }
+    if (l->o.rank < 0) {
+        int64_t w;
+        int rc = ferry_dist_from_env(&l->o.rank, &w);
+        if (rc < 0)
+            return rc;
+    }
+    if (l->o.world_size < 1 || l->o.world_size > ((int64_t)1 << 31) || l->o.rank >= l->o.world_size)
+        return ferry__err(FERRY_EINVAL,
+                          "loader: rank %lld is outside [0, world_size %lld), or world_size is "
+                          "outside [1, 2^31]",
+                          (long long)l->o.rank, (long long)l->o.world_size);
+    if (sw > 1) {
+        if (sr != l->o.rank || sw != l->o.world_size)
+            return ferry__err(FERRY_EINVAL,
+                              "loader: the %s sampler is split for rank %lld of %lld already, but "
+                              "rank and world_size are %lld of %lld: set them in one place "
+                              "(leave the loader's at -1)",
+                              ferry_sampler_kind(l->sampler), (long long)sr, (long long)sw,
+                              (long long)l->o.rank, (long long)l->o.world_size);
+        return 0;
+    }
+    return ferry_sampler_split(l->sampler, l->o.rank, l->o.world_size, l->o.drop_last);
+}
+
 static int create(ferry_loader **out, ferry_dataset *ds, ferry_stream *st,
                   const ferry_loader_opts *opts)
 {
@@ -73,6 +110,7 @@ static int create(ferry_loader **out, ferry_dataset *ds, ferry_stream *st,
                                 : ferry_sampler_sequential(&l->own_sampler, ds->len));
             l->sampler = l->own_sampler;
         }
+        FERRY_TRY(split_for_ranks(l));
     } else {
         l->nshards = o.stream_shards;
         l->shards = ferry__calloc(l->nshards, sizeof *l->shards);
@@ -220,13 +258,29 @@ int ferry_loader_start(ferry_loader *l, uint64_t epoch, uint64_t first_batch)
     return ferry__loader_set_errmsg(l, rc);
 }
 
+/* A map-style epoch's batches. With drop_last over a share of an order, no more
+ * than the global order's whole global batches: a share padded to a multiple of
+ * the world size (a distributed sampler without its own drop_last) could make
+ * one more batch on some world sizes, of padding partly, where PyTorch would
+ * hand it out; the global steps are then the same on every world size. */
+uint64_t ferry__loader_epoch_batches(const ferry_loader *l)
+{
+    uint64_t nb = ferry_batch_count(ferry_sampler_len(l->sampler), l->o.batch_size, l->o.drop_last);
+    if (l->o.drop_last && l->o.world_size > 1) {
+        uint64_t whole = ferry_sampler_global_len(l->sampler) /
+                         ((uint64_t)l->o.batch_size * (uint64_t)l->o.world_size);
+        nb = whole < nb ? whole : nb;
+    }
+    return nb;
+}
+
 uint64_t ferry_loader_len(const ferry_loader *l)
 {
     if (l->st)
         return UINT64_MAX;
     if (l->started)
         return l->nbatches;
-    return ferry_batch_count(ferry_sampler_len(l->sampler), l->o.batch_size, l->o.drop_last);
+    return ferry__loader_epoch_batches(l);
 }
 
 const char *ferry_loader_errmsg(const ferry_loader *l)

@@ -39,6 +39,7 @@
 #include "ferry/loader.h"
 #include "../datasets/dataset_internal.h"
 #include "ferry/device.h"   /* pin_memory: page-locked blocks */
+#include "ferry/remote.h"   /* remote locations' counters */
 #include "../device/ring.h" /* device: the ring of device buffers */
 #include "trace.h"          /* opts.trace, FERRY_TRACE */
 
@@ -141,6 +142,8 @@ struct ferry_loader {
     bool any_variable;
     int var_of[FERRY_MAX_FIELDS]; /* variable fields: their number among the variable ones */
     int nvar;
+    /* the order: the caller's sampler or own_sampler (split in place for this
+     * rank with ferry_loader_opts.world_size) */
     ferry_sampler *sampler, *own_sampler;
 
     pthread_mutex_t m;
@@ -241,6 +244,7 @@ void ferry__loader_poll_unlocked(ferry_loader *l, atomic_ullong *counter, uint64
 void ferry__loader_close_shards(ferry_loader *l);
 void ferry__loader_free_replay(ferry_loader *l);
 void ferry__loader_stop_epoch(ferry_loader *l);
+uint64_t ferry__loader_epoch_batches(const ferry_loader *l);
 int ferry__loader_start_locked(ferry_loader *l, uint64_t epoch, uint64_t first_batch);
 bool ferry__loader_sched_done(const ferry_loader *l);
 ferry_batch *ferry__loader_claim(ferry_loader *l, uint32_t *first, uint32_t *count);

@@ -5,15 +5,19 @@
 #include "loader_internal.h"
 #include "../core/bytes.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* ---- Loader state ----
  * The blob (little-endian): "ferry-ls" (8 bytes), version u32, kind u32 (1 map, 2
  * stream), source u64 (a hash of the schema, and the length of a map-style
- * dataset), batch_size u64, seed u64, drop_last u32, nshards u32, world_size
- * i64, rank i64 (as set: -1 = from the environment), epoch u64, next batch u64,
- * skipped this epoch u64, cursor u32, live u32 (the rotation as of the batches
- * handed out); then per shard: next() calls u64 and ended u64 (as of the batches
+ * dataset), batch_size u64 (per rank), seed u64, drop_last u32, nshards u32,
+ * world_size i64, rank i64 (a stream's; -1 for a map-style loader, whose state
+ * is the same on every rank), epoch u64, next batch u64 (the global step: batch
+ * k of every rank is global batch k), skipped this epoch u64, cursor u32, live
+ * u32 (the rotation as of the batches handed out), sampler u64 (ferry_sampler_id
+ * of the order; 0 for a stream), global batch u64 (batch_size x world_size); then
+ * per shard: next() calls u64 and ended u64 (as of the batches
  * handed out), ended u64 and the position's size u64 and bytes (as of the
  * batches read: a resumable stream's ferry_stream_save, size 0 when none); then
  * the rotation as of the batches read: cursor u32, live u32; the batches read
@@ -21,11 +25,20 @@
  * u32, flags u32 (1: it ended its shard, 2: its last sample failed), next()
  * calls u64, the first failure's code i32, slot u32, message length u32 and
  * bytes, and its samples' places (32 bytes each); then the CRC-32C of all that
- * (u32). Version 1 had only the calls and the ended flag per shard. */
+ * (u32). Version 2 had no sampler and global batch (a 96-byte head) and kept the
+ * rank of a map-style loader; version 1 had only the calls and the ended flag
+ * per shard. Both are read: their map-style states resume on the same batch_size
+ * (their sampler is not checked: they did not record it). */
 
 #define STATE_MAGIC "ferry-ls"
-#define STATE_VERSION 2u
-#define STATE_HEAD 96u
+#define STATE_VERSION 3u
+#define STATE_HEAD 112u
+#define STATE_HEAD_V2 96u
+
+static size_t head_size(uint32_t version)
+{
+    return version >= 3 ? STATE_HEAD : STATE_HEAD_V2;
+}
 
 /* Under m: the batches are taken in order; follow the rotation as schedule() and
  * publish() did for them. */
@@ -60,8 +73,9 @@ void ferry__loader_note_done(ferry_loader *l, ferry_batch *b)
 int ferry__loader_restore_shards(ferry_loader *l, uint64_t epoch)
 {
     int rc = 0;
-    ferry_state r = {.in = l->resuming + STATE_HEAD, .n = l->resuming_len - STATE_HEAD - 4};
     uint32_t version = ferry__load_le32(l->resuming + 8);
+    size_t hs = head_size(version);
+    ferry_state r = {.in = l->resuming + hs, .n = l->resuming_len - hs - 4};
     ferry_ctx *ctx = &l->inline_worker.ctx;
     ctx->epoch = epoch;
     uint8_t *mem = NULL;
@@ -190,6 +204,12 @@ static uint64_t source_id(const ferry_loader *l)
     return h;
 }
 
+/* The samples of one global step: batch_size on each of world_size ranks. */
+static uint64_t global_batch(const ferry_loader *l)
+{
+    return (uint64_t)l->o.batch_size * (uint64_t)l->o.world_size;
+}
+
 /* Under m: the state into w (a growing buffer). A resumable stream loader waits
  * until no shard is being read (holding off new batches meanwhile), then saves
  * each shard's position and the batches read but not handed out as their
@@ -225,12 +245,14 @@ static int state_build(ferry_loader *l, ferry_state *w)
     ferry__store_le32(head + 40, l->o.drop_last ? 1 : 0);
     ferry__store_le32(head + 44, l->st ? l->nshards : 0);
     ferry__store_le64(head + 48, (uint64_t)l->o.world_size);
-    ferry__store_le64(head + 56, (uint64_t)l->o.rank);
+    ferry__store_le64(head + 56, l->st ? (uint64_t)l->o.rank : UINT64_MAX);
     ferry__store_le64(head + 64, l->epoch);
     ferry__store_le64(head + 72, l->done_next);
     ferry__store_le64(head + 80, l->epoch_skipped);
     ferry__store_le32(head + 88, l->st ? l->done_cursor : 0);
     ferry__store_le32(head + 92, l->st ? l->done_live : 0);
+    ferry__store_le64(head + 96, l->st ? 0 : ferry_sampler_id(l->sampler));
+    ferry__store_le64(head + 104, global_batch(l));
     ferry_state_put(w, head, sizeof head);
     ferry_state pw = {.grow = true};
     for (uint32_t s = 0; l->st && s < l->nshards; s++) {
@@ -334,18 +356,78 @@ int ferry_loader_state_save(ferry_loader *l, void *buf, size_t cap, size_t *len)
                        what, (unsigned long long)(saved), (unsigned long long)(now));              \
     } while (0)
 
+/* The batch sizes that keep a global batch of G on other world sizes, for a
+ * message: "world_size 1 (batch_size 24), 2 (12), 3 (8), ..." (the first 12). */
+static void ways_to_split(uint64_t G, char *buf, size_t cap)
+{
+    size_t len = 0;
+    int shown = 0;
+    buf[0] = 0;
+    for (uint64_t w = 1; w <= G && shown < 12 && len < cap; w++) {
+        if (G % w)
+            continue;
+        int k = snprintf(buf + len, cap - len,
+                         shown ? ", %llu (%llu)" : "world_size %llu (batch_size %llu)",
+                         (unsigned long long)w, (unsigned long long)(G / w));
+        if (k < 0)
+            break;
+        len += (size_t)k;
+        shown++;
+    }
+    if (shown == 12 && len < cap)
+        snprintf(buf + len, cap - len, ", ...");
+}
+
+/* A map-style state's order and global batch against the loader's: the global
+ * batch G = batch_size x world_size must be the same (the global steps are then
+ * the same); the world size may differ, the batch size with it. */
+static int check_global_batch(const ferry_loader *l, const uint8_t *p)
+{
+    uint64_t sB = ferry__load_le64(p + 24), sW = ferry__load_le64(p + 48),
+             sG = ferry__load_le64(p + 104), B = l->o.batch_size, W = (uint64_t)l->o.world_size,
+             G = global_batch(l);
+    if (sW < 1 || sW > ((uint64_t)1 << 31) || sB < 1 || sB > ((uint64_t)1 << 24) || sB * sW != sG)
+        return ferry__err(FERRY_ECORRUPT,
+                          "loader state: batch_size %llu x world_size %llu is not its global "
+                          "batch %llu: the state is damaged",
+                          (unsigned long long)sB, (unsigned long long)sW, (unsigned long long)sG);
+    if (sG == G)
+        return 0;
+    char ways[320];
+    ways_to_split(sG, ways, sizeof ways);
+    if (sG % W == 0)
+        return ferry__err(FERRY_EINVAL,
+                          "loader state: saved with a global batch of %llu (batch_size %llu x "
+                          "world_size %llu); this loader's is %llu (batch_size %llu x world_size "
+                          "%llu). The global batch must stay the same: on world_size %llu use "
+                          "batch_size %llu",
+                          (unsigned long long)sG, (unsigned long long)sB, (unsigned long long)sW,
+                          (unsigned long long)G, (unsigned long long)B, (unsigned long long)W,
+                          (unsigned long long)W, (unsigned long long)(sG / W));
+    return ferry__err(FERRY_EINVAL,
+                      "loader state: saved with a global batch of %llu (batch_size %llu x "
+                      "world_size %llu); world_size %llu does not divide it, so no batch_size "
+                      "continues its global steps here. Those that do: %s",
+                      (unsigned long long)sG, (unsigned long long)sB, (unsigned long long)sW,
+                      (unsigned long long)W, ways);
+}
+
 /* Checks a state against the loader (its settings and source) without touching
  * what the workers use: the rotation it holds in *cursor, *live. */
 static int check_state(const ferry_loader *l, const uint8_t *p, size_t n, uint32_t *cursor,
                        uint32_t *live)
 {
     int rc = 0;
-    if (!p || n < STATE_HEAD + 4 || memcmp(p, STATE_MAGIC, 8) != 0)
+    if (!p || n < STATE_HEAD_V2 + 4 || memcmp(p, STATE_MAGIC, 8) != 0)
         FERRY_FAIL(FERRY_ECORRUPT, "loader state: %zu bytes that are not a ferry loader state", n);
     uint32_t version = ferry__load_le32(p + 8), nsh = ferry__load_le32(p + 44);
-    if (version != STATE_VERSION && version != 1)
+    if (version > STATE_VERSION || version < 1)
         FERRY_FAIL(FERRY_ENOTSUP, "loader state: version %u, this library reads versions 1 to %u",
                    version, STATE_VERSION);
+    size_t hs = head_size(version);
+    if (n < hs + 4)
+        FERRY_FAIL(FERRY_ECORRUPT, "loader state: %zu bytes, cut short of its %zu-byte head", n,
+                   hs + 4);
     uint32_t crc = ferry_crc32c(0, p, n - 4);
     if (crc != ferry__load_le32(p + n - 4))
         FERRY_FAIL(FERRY_ECORRUPT,
@@ -359,25 +441,46 @@ static int check_state(const ferry_loader *l, const uint8_t *p, size_t n, uint32
     if (ferry__load_le64(p + 16) != source_id(l))
         FERRY_FAIL(FERRY_EINVAL, "loader state: saved from another source (its schema%s differ)",
                    l->ds ? " or length" : "");
-    STATE_SAME("batch_size", ferry__load_le64(p + 24), l->o.batch_size);
+    if (!l->st && version >= 3) {
+        if (ferry__load_le64(p + 96) != ferry_sampler_id(l->sampler))
+            FERRY_FAIL(FERRY_EINVAL,
+                       "loader state: saved with another order: this loader's %s sampler (or "
+                       "its seed, length, shuffle, drop_last, indices or weights) differs",
+                       ferry_sampler_kind(l->sampler));
+        FERRY_TRY(check_global_batch(l, p));
+    } else {
+        STATE_SAME("batch_size", ferry__load_le64(p + 24), l->o.batch_size);
+    }
     STATE_SAME("seed", ferry__load_le64(p + 32), l->o.seed);
     STATE_SAME("drop_last", ferry__load_le32(p + 40), l->o.drop_last ? 1 : 0);
-    if ((int64_t)ferry__load_le64(p + 48) != l->o.world_size ||
-        (int64_t)ferry__load_le64(p + 56) != l->o.rank)
+    if (l->st && (int64_t)ferry__load_le64(p + 48) != l->o.world_size)
+        FERRY_FAIL(FERRY_ESTATE,
+                   "loader state: a stream's state is its rank's place in its own shards "
+                   "(saved on rank %lld of world_size %lld), and a stream cannot deal its "
+                   "shards again to world_size %lld: resume a stream on %lld ranks, or "
+                   "start its epoch again",
+                   (long long)ferry__load_le64(p + 56), (long long)ferry__load_le64(p + 48),
+                   (long long)l->o.world_size, (long long)ferry__load_le64(p + 48));
+    if (l->st && (int64_t)ferry__load_le64(p + 56) != l->o.rank)
         FERRY_FAIL(FERRY_EINVAL,
                    "loader state: saved with rank %lld of world_size %lld, this loader has "
                    "rank %lld of %lld",
                    (long long)ferry__load_le64(p + 56), (long long)ferry__load_le64(p + 48),
                    (long long)l->o.rank, (long long)l->o.world_size);
     STATE_SAME("stream_shards", nsh, l->st ? l->nshards : 0);
-    if (!l->st && n != STATE_HEAD + 4)
-        FERRY_FAIL(FERRY_ECORRUPT, "loader state: %zu bytes, a map-style state has %u", n,
-                   STATE_HEAD + 4);
+    if (!l->st && n != hs + 4)
+        FERRY_FAIL(FERRY_ECORRUPT, "loader state: %zu bytes, a map-style state has %zu", n, hs + 4);
+    if (!l->st && ferry__load_le64(p + 72) > ferry__loader_epoch_batches(l))
+        FERRY_FAIL(FERRY_EINVAL,
+                   "loader state: it is at batch %llu, past the %llu batches of this loader's "
+                   "epochs: it was saved from another source or order",
+                   (unsigned long long)ferry__load_le64(p + 72),
+                   (unsigned long long)ferry__loader_epoch_batches(l));
     /* the rotation as of the batches handed out; the rest is read by the restore */
     uint32_t ended = 0;
     *cursor = ferry__load_le32(p + 88);
     *live = ferry__load_le32(p + 92);
-    ferry_state r = {.in = p + STATE_HEAD, .n = n - STATE_HEAD - 4};
+    ferry_state r = {.in = p + hs, .n = n - hs - 4};
     for (uint32_t s = 0; s < nsh; s++) {
         uint64_t calls, e, e2 = 0, plen = 0;
         if (ferry_state_get_u64(&r, &calls) < 0 || ferry_state_get_u64(&r, &e) < 0 ||

@@ -115,7 +115,20 @@ struct ferry_sampler {
      * rank + world, ... of the order; world 1 = none */
     int64_t rank, world;
     bool distributed; /* made by ferry_sampler_distributed: its kind's name */
+    uint64_t content; /* a hash of the indices, the weights or the shards' bounds */
 };
+
+/* A hash of n 64-bit words (indices, or doubles' bits), for ferry_sampler_id. */
+static uint64_t hash_words(const void *v, uint64_t n)
+{
+    uint64_t h = ferry_hash64(n, 0x636f6e74u); /* "cont" */
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t x;
+        memcpy(&x, (const uint8_t *)v + 8 * i, 8);
+        h = ferry_hash64(h, x);
+    }
+    return h;
+}
 
 static int new_sampler(ferry_sampler **out, kind k, uint64_t n, uint64_t len, uint64_t seed)
 {
@@ -176,6 +189,7 @@ static int with_indices(ferry_sampler **out, kind k, const uint64_t *indices, ui
     }
     if (count)
         memcpy(s->subset, indices, bytes);
+    s->content = hash_words(indices, count);
     *out = s;
     return 0;
 }
@@ -268,6 +282,7 @@ int ferry_sampler_weighted(ferry_sampler **out, const double *weights, uint64_t 
                           "positive weights",
                           (unsigned long long)num_samples, (unsigned long long)positive);
     FERRY_TRY(new_sampler(&s, replacement ? K_WEIGHTED : K_WEIGHTED_NOREPL, n, num_samples, seed));
+    s->content = hash_words(weights, n);
     if (replacement) {
         FERRY_TRY(build_alias(s, weights, n));
     } else {
@@ -282,37 +297,6 @@ int ferry_sampler_weighted(ferry_sampler **out, const double *weights, uint64_t 
 cleanup:
     ferry_sampler_free(s);
     return rc;
-}
-
-int ferry_dist_from_env(int64_t *rank, int64_t *world_size)
-{
-    static const char *pairs[][2] = {
-        {"RANK", "WORLD_SIZE"},
-        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
-        {"SLURM_PROCID", "SLURM_NTASKS"},
-    };
-    *rank = 0;
-    *world_size = 1;
-    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
-        const char *r = getenv(pairs[i][0]), *w = getenv(pairs[i][1]);
-        if (!r && !w)
-            continue;
-        if (!r || !w)
-            return ferry__err(FERRY_EINVAL, "environment: %s is set but %s is not",
-                              r ? pairs[i][0] : pairs[i][1], r ? pairs[i][1] : pairs[i][0]);
-        int64_t rv, wv;
-        if (!ferry__parse_i64(w, 1, (int64_t)1 << 31, &wv))
-            return ferry__err(FERRY_EINVAL, "environment: %s=\"%s\" is not a number in [1, 2^31]",
-                              pairs[i][1], w);
-        if (!ferry__parse_i64(r, 0, wv - 1, &rv))
-            return ferry__err(FERRY_EINVAL,
-                              "environment: %s=\"%s\" is not a number in [0, %lld] (%s=%lld)",
-                              pairs[i][0], r, (long long)(wv - 1), pairs[i][1], (long long)wv);
-        *rank = rv;
-        *world_size = wv;
-        return 0;
-    }
-    return 0;
 }
 
 int ferry_sampler_split(ferry_sampler *s, int64_t rank, int64_t world_size, int drop_last)
@@ -338,6 +322,43 @@ int ferry_sampler_split(ferry_sampler *s, int64_t rank, int64_t world_size, int 
     s->world = world_size;
     s->len = drop_last ? n / w : n / w + (n % w != 0);
     return 0;
+}
+
+uint64_t ferry_sampler_id(const ferry_sampler *s)
+{
+    uint64_t h = ferry_hash64(0x73616d70u, (uint64_t)s->kind); /* "samp" */
+    /* every kind named, no default: a kind added later fails to build here until
+     * what decides its order is part of its identity (a loader state relies on it) */
+    switch (s->kind) {
+    case K_SEQ:
+    case K_RANDOM:
+    case K_RANDOM_REPL:
+    case K_SUBSET: /* content: its indices */
+    case K_FIXED:
+    case K_WEIGHTED: /* content: its weights */
+    case K_WEIGHTED_NOREPL:
+        break;
+    case K_WINDOW: /* content: the shards' bounds; and the window */
+        h = ferry_hash64(h, s->window);
+        break;
+    }
+    /* the whole order's: not the rank, the world size, nor the share's length and
+     * tail (drop_last) that follow from them; the loader checks its drop_last */
+    h = ferry_hash64(h, s->n);
+    h = ferry_hash64(h, s->base);
+    h = ferry_hash64(h, s->kind == K_SEQ || s->kind == K_FIXED ? 0 : s->seed);
+    return ferry_hash64(h, s->content);
+}
+
+uint64_t ferry_sampler_global_len(const ferry_sampler *s)
+{
+    return s->base;
+}
+
+void ferry_sampler_world(const ferry_sampler *s, int64_t *rank, int64_t *world_size)
+{
+    *rank = s->rank;
+    *world_size = s->world;
 }
 
 int ferry_sampler_distributed(ferry_sampler **out, const ferry_distributed_opts *o)
@@ -394,6 +415,7 @@ int ferry_sampler_window(ferry_sampler **out, const uint64_t *bounds, uint64_t n
         FERRY_FAIL(FERRY_ENOMEM, "window sampler: out of memory for %llu shards",
                    (unsigned long long)nshards);
     memcpy(s->bounds, bounds, (size_t)(nshards + 1) * sizeof *bounds);
+    s->content = hash_words(bounds, nshards + 1);
     s->worder = s->bounds + nshards + 1;
     s->wcum = s->worder + nshards + 1;
     s->nshards = nshards;

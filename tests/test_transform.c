@@ -901,6 +901,50 @@ TEST(pixels_opts_default)
         CHECK(out[i] == want[i]);
 }
 
+TEST(pixels_simd_equals_plain_for_every_width)
+{
+    /* the shuffle kernels without jitter (float32 planes, 8 pixels a step; uint8
+     * planes and mirrored grey rows, 16 a step) and their tails, against the
+     * plain table pass: every width up to 3 steps and a tail, both layouts,
+     * mirrored or not, normalised or not, with means and stds that are not
+     * ImageNet's */
+    rs = 1618;
+    static const ferry_dtype dtypes[3] = {FERRY_F32, FERRY_U8, FERRY_F16};
+    for (int ch = 1; ch <= 4; ch++)
+        for (uint32_t w = 1; w <= 52; w++) {
+            uint32_t h = 1 + w % 3;
+            size_t stride = (size_t)w * ch + w % 5;
+            uint8_t *src = random_image(w, h, ch, stride);
+            size_t n = (size_t)w * h * ch;
+            float *a = malloc(n * 4), *b = malloc(n * 4);
+            CHECK(a && b);
+            for (int k = 0; k < 24; k++) {
+                ferry_pixel_opts o;
+                ferry_pixel_opts_default(&o);
+                o.layout = k & 1;
+                o.flip = (k >> 1) & 1;
+                o.dtype = dtypes[k >> 3];
+                o.normalize = o.dtype != FERRY_U8 && (k >> 2) & 1;
+                for (int c = 0; c < 4; c++) {
+                    o.mean[c] = (float)(rnd() % 1000) / 997.0f;
+                    o.std[c] = 0.05f + (float)(rnd() % 1000) / 331.0f;
+                }
+                memset(a, 0x11, n * 4);
+                memset(b, 0x22, n * 4);
+                CHECK_OK(ferry_pixels_finish(src, w, h, stride, ch, &o, a));
+                CHECK_OK(ferry__pixels_finish_impl(src, w, h, stride, ch, &o, b, false));
+                if (memcmp(a, b, n * ferry_dtype_size(o.dtype)) != 0)
+                    test_fail(__FILE__, __LINE__,
+                              "ch %d w %u dtype %s layout %d flip %d norm %d "
+                              "differ",
+                              ch, w, ferry_dtype_name(o.dtype), o.layout, o.flip, o.normalize);
+            }
+            free(a);
+            free(b);
+            free(src);
+        }
+}
+
 TEST(pixels_without_jitter_are_exact)
 {
     /* torchvision's ToTensor + Normalize in float32, element for element */

@@ -117,7 +117,9 @@ FERRY_API void ferry_pixel_opts_default(ferry_pixel_opts *o);
  * as described above: w * h * ch elements of o->dtype, packed, in o->layout (CHW:
  * ch planes of h rows of w). w, h >= 1. Bad options give FERRY_EINVAL with a
  * message naming the field. Needs no scratch memory; reentrant. Without jitter
- * it is one pass of table lookups. */
+ * it is one pass of table lookups; with AVX2, float32 planes of 1 or 3 channels,
+ * uint8 RGB planes and mirrored grey rows are shuffles (and float divisions
+ * that give the table's values) instead. */
 FERRY_API int ferry_pixels_finish(const uint8_t *src, uint32_t w, uint32_t h, size_t stride, int ch,
                                   const ferry_pixel_opts *o, void *dst);
 

@@ -384,6 +384,122 @@ AVX2 static void block_load_avx2(const uint8_t *row, uint32_t w, uint32_t x0, in
     }
 }
 
+/* Without jitter, float32 planes of 1- or 3-channel pixels: 8 pixels at a
+ * time split into channels with shuffles, then (b / 255.0f - mean) / std, the
+ * same two divisions that fill the table (out_value), so the same floats; two
+ * divisions per 8 elements cost less than a table lookup and a narrow store per
+ * element. The last w % 8 pixels of a row come from the table. false (nothing
+ * written) where the divisions would not give the table's values, which IEEE
+ * arithmetic rules out but the check costs 256 divisions a channel. */
+AVX2 static bool planes_f32_avx2(const finish *f, const uint8_t *src, uint32_t w, uint32_t h,
+                                 size_t stride, const float (*tab)[256], float *dst)
+{
+    int ch = f->ch;
+    const __m256 k255 = _mm256_set1_ps(255.0f);
+    __m256 vm[3], vs[3];
+    for (int c = 0; c < ch; c++) {
+        vm[c] = _mm256_set1_ps(f->normalize ? f->mean[c] : 0.0f);
+        vs[c] = _mm256_set1_ps(f->normalize ? f->std[c] : 1.0f);
+        for (int b = 0; b < 256; b += 8) {
+            __m256 v =
+                _mm256_div_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(
+                                  _mm256_set1_epi32(b), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))),
+                              k255);
+            if (f->normalize)
+                v = _mm256_div_ps(_mm256_sub_ps(v, vm[c]), vs[c]);
+            float got[8];
+            _mm256_storeu_ps(got, v);
+            if (memcmp(got, tab[c] + b, sizeof got) != 0)
+                return false;
+        }
+    }
+    uint8_t m[3][2][16]; /* [channel][first 16 bytes, next 8][lane], as block_load_avx2 */
+    for (int c = 0; c < ch; c++)
+        for (int i = 0; i < 16; i++) {
+            int at = i < 8 ? ch * (f->flip ? 7 - i : i) + c : 99;
+            m[c][0][i] = (uint8_t)(at < 16 ? at : 0x80);
+            m[c][1][i] = (uint8_t)(at >= 16 && at < 24 ? at - 16 : 0x80);
+        }
+    __m128i m0[3], m1[3];
+    for (int c = 0; c < ch; c++) {
+        m0[c] = _mm_loadu_si128((const __m128i *)m[c][0]);
+        m1[c] = _mm_loadu_si128((const __m128i *)m[c][1]);
+    }
+    size_t plane = (size_t)w * h;
+    uint32_t wv = w / 8 * 8;
+    for (uint32_t y = 0; y < h; y++) {
+        const uint8_t *row = src + (size_t)y * stride;
+        float *d = dst + (size_t)y * w;
+        for (uint32_t x = 0; x < wv; x += 8) {
+            uint32_t first = f->flip ? w - x - 8 : x;
+            const uint8_t *p = row + (size_t)first * (size_t)ch;
+            __m128i lo, hi = _mm_setzero_si128();
+            if (ch == 3) {
+                lo = _mm_loadu_si128((const __m128i *)p);
+                hi = _mm_loadl_epi64((const __m128i *)(p + 16));
+            } else {
+                lo = _mm_loadl_epi64((const __m128i *)p);
+            }
+            for (int c = 0; c < ch; c++) {
+                __m128i b = _mm_shuffle_epi8(lo, m0[c]);
+                if (ch == 3)
+                    b = _mm_or_si128(b, _mm_shuffle_epi8(hi, m1[c]));
+                __m256 v = _mm256_div_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b)), k255);
+                if (f->normalize)
+                    v = _mm256_div_ps(_mm256_sub_ps(v, vm[c]), vs[c]);
+                _mm256_storeu_ps(d + (size_t)c * plane + x, v);
+            }
+        }
+        for (uint32_t x = wv; x < w; x++) {
+            const uint8_t *p = row + (size_t)(f->flip ? w - 1 - x : x) * (size_t)ch;
+            for (int c = 0; c < ch; c++)
+                d[(size_t)c * plane + x] = tab[c][p[c]];
+        }
+    }
+    return true;
+}
+
+/* uint8 planes (or a mirrored grey row) of 1- or 3-channel pixels without
+ * jitter: 16 pixels at a time, split into channels (and mirrored) by shuffles. */
+AVX2 static void planes_u8_avx2(const uint8_t *src, uint32_t w, uint32_t h, size_t stride, int ch,
+                                int flip, uint8_t *dst)
+{
+    uint8_t m[3][3][16]; /* [channel][which 16 source bytes][lane] */
+    for (int c = 0; c < ch; c++)
+        for (int k = 0; k < ch; k++)
+            for (int i = 0; i < 16; i++) {
+                int at = ch * (flip ? 15 - i : i) + c;
+                m[c][k][i] = (uint8_t)(at / 16 == k ? at % 16 : 0x80);
+            }
+    __m128i mk[3][3];
+    for (int c = 0; c < ch; c++)
+        for (int k = 0; k < ch; k++)
+            mk[c][k] = _mm_loadu_si128((const __m128i *)m[c][k]);
+    size_t plane = (size_t)w * h;
+    uint32_t wv = w / 16 * 16;
+    for (uint32_t y = 0; y < h; y++) {
+        const uint8_t *row = src + (size_t)y * stride;
+        uint8_t *d = dst + (size_t)y * w;
+        for (uint32_t x = 0; x < wv; x += 16) {
+            const uint8_t *p = row + (size_t)(flip ? w - x - 16 : x) * (size_t)ch;
+            __m128i l[3];
+            for (int k = 0; k < ch; k++)
+                l[k] = _mm_loadu_si128((const __m128i *)(p + 16 * k));
+            for (int c = 0; c < ch; c++) {
+                __m128i v = _mm_shuffle_epi8(l[0], mk[c][0]);
+                for (int k = 1; k < ch; k++)
+                    v = _mm_or_si128(v, _mm_shuffle_epi8(l[k], mk[c][k]));
+                _mm_storeu_si128((__m128i *)(d + (size_t)c * plane + x), v);
+            }
+        }
+        for (uint32_t x = wv; x < w; x++) {
+            const uint8_t *p = row + (size_t)(flip ? w - 1 - x : x) * (size_t)ch;
+            for (int c = 0; c < ch; c++)
+                d[(size_t)c * plane + x] = p[c];
+        }
+    }
+}
+
 static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
 static bool cpu_avx2;
 static void cpu_probe(void)
@@ -715,6 +831,14 @@ int ferry__pixels_finish_impl(const uint8_t *src, uint32_t w, uint32_t h, size_t
         return 0;
     }
     if (f.dtype == FERRY_U8) {
+#if X86
+        if ((ch == 3 && f.chw) || (ch == 1 && f.flip)) {
+            if (simd && have_avx2()) {
+                planes_u8_avx2(src, w, h, stride, ch, f.flip, dst);
+                return 0;
+            }
+        }
+#endif
         bytes_pass(src, w, h, stride, ch, f.flip, f.chw, dst);
         return 0;
     }
@@ -722,6 +846,11 @@ int ferry__pixels_finish_impl(const uint8_t *src, uint32_t w, uint32_t h, size_t
     for (int c = 0; c < ch; c++)
         for (int b = 0; b < 256; b++)
             tab[c][b] = out_value(&f, c, (float)b / 255.0f);
+#if X86
+    if (f.dtype == FERRY_F32 && (f.chw || ch == 1) && (ch == 1 || ch == 3) && simd && have_avx2() &&
+        planes_f32_avx2(&f, src, w, h, stride, (const float(*)[256])tab, dst))
+        return 0;
+#endif
     if (f.dtype == FERRY_F32) {
         uint32_t bits[4][256];
         memcpy(bits, tab, sizeof bits);

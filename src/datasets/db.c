@@ -365,7 +365,7 @@ void ferry_db_abort(ferry_db_txn *t)
         ferry_lmdb_writer_abort(t->lw);
         ferry_lmdb_writer_free(t->lw);
     } else if (t->kw) {
-        t->db->ops->abort(t->kw);
+        t->db->ops->discard(t->kw);
     } else {
         ferry_writer_abort(t->rw);
     }

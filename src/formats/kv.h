@@ -57,11 +57,11 @@ typedef struct ferry__kv_ops {
                      const void **v, size_t *vlen);
     void (*iter_close)(ferry__kv_iter *it);
     /* Writing: a transaction made visible by commit (durable when it returns 0);
-     * commit and abort free the writer. */
+     * commit and discard (which drops what was put) free the writer. */
     int (*writer_open)(ferry__kv_writer **out, const char *path);
     int (*put)(ferry__kv_writer *w, const void *k, size_t klen, const void *v, size_t vlen);
     int (*commit)(ferry__kv_writer *w);
-    void (*abort)(ferry__kv_writer *w);
+    void (*discard)(ferry__kv_writer *w);
 } ferry__kv_ops;
 
 extern const ferry__kv_ops ferry__minidb_ops, ferry__leveldb_ops, ferry__rocksdb_ops;

@@ -351,5 +351,5 @@ const ferry__kv_ops ferry__leveldb_ops = {
     .writer_open = ldb_writer_open,
     .put = ldb_put,
     .commit = ldb_commit,
-    .abort = ldb_abort,
+    .discard = ldb_abort,
 };

@@ -308,5 +308,5 @@ const ferry__kv_ops ferry__minidb_ops = {
     .writer_open = mdb_writer_open,
     .put = mdb_put,
     .commit = mdb_commit,
-    .abort = mdb_abort,
+    .discard = mdb_abort,
 };

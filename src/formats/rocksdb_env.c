@@ -378,5 +378,5 @@ const ferry__kv_ops ferry__rocksdb_ops = {
     .writer_open = rdb_writer_open,
     .put = rdb_put,
     .commit = rdb_commit,
-    .abort = rdb_abort,
+    .discard = rdb_abort,
 };

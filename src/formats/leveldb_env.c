@@ -42,14 +42,7 @@ static void lsm_close(ferry__kv *kv)
     for (int k = 0; k < d->nidle; k++)
         leveldb_iter_destroy(d->idle[k]);
     pthread_mutex_destroy(&d->lock);
-    if (d->snap)
-        leveldb_release_snapshot(d->db, d->snap);
-    if (d->ro)
-        leveldb_readoptions_destroy(d->ro);
-    if (d->db)
-        leveldb_close(d->db);
-    if (d->opts)
-        leveldb_options_destroy(d->opts);
+    close_db(d);
     if (d->cache)
         leveldb_cache_destroy(d->cache);
     ferry__kv_keys_free(&d->keys);
@@ -59,13 +52,10 @@ static void lsm_close(ferry__kv *kv)
 static int lsm_open(ferry__kv **out, const char *path, const ferry__kv_opts *o)
 {
     *out = NULL;
-    lsm *d = ferry__calloc(1, sizeof *d);
+    lsm *d = new_db(path, o);
     if (!d)
         return ferry__err(FERRY_ENOMEM, "leveldb: out of memory");
-    d->base.ops = &ferry__leveldb_ops;
-    snprintf(d->base.path, sizeof d->base.path, "%s", path);
     pthread_mutex_init(&d->lock, NULL);
-    d->keys.max = o ? o->index_max : 0;
     int rc = 0;
     char *err = NULL;
     d->opts = leveldb_options_create();
@@ -83,10 +73,7 @@ static int lsm_open(ferry__kv **out, const char *path, const ferry__kv_opts *o)
         rc = lib_err(path, NULL, err);
         goto fail;
     }
-    d->snap = leveldb_create_snapshot(d->db);
-    leveldb_readoptions_set_snapshot(d->ro, d->snap);
-    leveldb_readoptions_set_verify_checksums(d->ro, o && !o->verify ? 0 : 1);
-    if ((rc = index_keys(d)) < 0)
+    if ((rc = index_keys(d, o)) < 0)
         goto fail;
     *out = (ferry__kv *)d;
     return 0;

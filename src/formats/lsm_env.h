@@ -8,13 +8,13 @@
  *   LSM_NAME   "leveldb" or "rocksdb"
  *   LSM_OPS    the backend's table, ferry__leveldb_ops or ferry__rocksdb_ops
  *   lsm        its database: a struct with at least base (ferry__kv_base),
- *              db, ro (read options on the snapshot) and keys (ferry__kv_keys)
+ *              db, opts, ro (read options), snap and keys (ferry__kv_keys)
  *
- * It gives the key index (index_keys, lsm_count, lsm_longest_key, lsm_key),
- * the error of entry i (entry_err), reading in key order (lsm_iter_*), the
- * writer (lsm_writer_open, lsm_put, lsm_commit, lsm_abort) and the table
- * LSM_OPS. What differs stays in the backend, defined after it: lsm_open
- * (options, read-only or not), lsm_close and lsm_get.
+ * It gives making and unmaking the database (new_db, close_db), the snapshot
+ * and the key index (index_keys, lsm_count, lsm_longest_key, lsm_key), the
+ * error of entry i (entry_err), reading in key order (lsm_iter_*), the writer
+ * (lsm_writer_open, lsm_put, lsm_commit, lsm_abort) and the table LSM_OPS. What differs stays in
+ * the backend, defined after it: lsm_open (options, read-only or not), lsm_close and lsm_get.
  */
 
 #define BATCH_MAX ((size_t)256 << 20) /* a write batch held in memory before a part commits */
@@ -54,9 +54,39 @@ static int lib_err(const char *path, const char *what, char *err)
     return rc;
 }
 
-/* One pass over the snapshot in key order: the key index. */
-static int index_keys(lsm *d)
+/* A database for path, zeroed but for what open needs first; NULL without memory. */
+static lsm *new_db(const char *path, const ferry__kv_opts *o)
 {
+    lsm *d = ferry__calloc(1, sizeof *d);
+    if (!d)
+        return NULL;
+    d->base.ops = &LSM_OPS;
+    snprintf(d->base.path, sizeof d->base.path, "%s", path);
+    d->keys.max = o ? o->index_max : 0;
+    return d;
+}
+
+/* What open made of the database and its options, in the order to undo it;
+ * the backend then frees its own (cache, table) and d. */
+static void close_db(lsm *d)
+{
+    if (d->snap)
+        LSM(release_snapshot)(d->db, d->snap);
+    if (d->ro)
+        LSM(readoptions_destroy)(d->ro);
+    if (d->db)
+        LSM(close)(d->db);
+    if (d->opts)
+        LSM(options_destroy)(d->opts);
+}
+
+/* The snapshot the reads see, taken now, and one pass over it in key order:
+ * the key index. */
+static int index_keys(lsm *d, const ferry__kv_opts *o)
+{
+    d->snap = LSM(create_snapshot)(d->db);
+    LSM(readoptions_set_snapshot)(d->ro, d->snap);
+    LSM(readoptions_set_verify_checksums)(d->ro, o && !o->verify ? 0 : 1);
     lsm_iterator_t *it = LSM(create_iterator)(d->db, d->ro);
     int rc = 0;
     for (LSM(iter_seek_to_first)(it); rc == 0 && LSM(iter_valid)(it); LSM(iter_next)(it)) {

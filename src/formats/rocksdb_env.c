@@ -36,14 +36,7 @@ static void lsm_close(ferry__kv *kv)
     lsm *d = (lsm *)kv;
     if (!d)
         return;
-    if (d->snap)
-        rocksdb_release_snapshot(d->db, d->snap);
-    if (d->ro)
-        rocksdb_readoptions_destroy(d->ro);
-    if (d->db)
-        rocksdb_close(d->db);
-    if (d->opts)
-        rocksdb_options_destroy(d->opts);
+    close_db(d);
     if (d->table)
         rocksdb_block_based_options_destroy(d->table);
     if (d->cache)
@@ -55,12 +48,9 @@ static void lsm_close(ferry__kv *kv)
 static int lsm_open(ferry__kv **out, const char *path, const ferry__kv_opts *o)
 {
     *out = NULL;
-    lsm *d = ferry__calloc(1, sizeof *d);
+    lsm *d = new_db(path, o);
     if (!d)
         return ferry__err(FERRY_ENOMEM, "rocksdb: out of memory");
-    d->base.ops = &ferry__rocksdb_ops;
-    snprintf(d->base.path, sizeof d->base.path, "%s", path);
-    d->keys.max = o ? o->index_max : 0;
     int rc = 0;
     char *err = NULL;
     d->opts = rocksdb_options_create();
@@ -80,10 +70,7 @@ static int lsm_open(ferry__kv **out, const char *path, const ferry__kv_opts *o)
         rc = lib_err(path, NULL, err);
         goto fail;
     }
-    d->snap = rocksdb_create_snapshot(d->db);
-    rocksdb_readoptions_set_snapshot(d->ro, d->snap);
-    rocksdb_readoptions_set_verify_checksums(d->ro, o && !o->verify ? 0 : 1);
-    if ((rc = index_keys(d)) < 0)
+    if ((rc = index_keys(d, o)) < 0)
         goto fail;
     *out = (ferry__kv *)d;
     return 0;

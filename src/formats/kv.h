@@ -1,9 +1,10 @@
 /*
  * The key/value stores ferry reads and writes through a library or a framing of
  * its own: Caffe2's minidb (minidb.c), LevelDB (leveldb_env.c) and RocksDB
- * (rocksdb_env.c), behind one table of operations, so that the DB interface
- * (datasets/db.c) and the dataset over them (datasets/kv_dataset.c) treat them
- * alike. Shared with the datasets layer, as lmdb_env.h is.
+ * (rocksdb_env.c; what it shares with LevelDB, whose C API it mirrors, is
+ * written once in lsm_env.h), behind one table of operations, so that the DB
+ * interface (datasets/db.c) and the dataset over them (datasets/kv_dataset.c)
+ * treat them alike. Shared with the datasets layer, as lmdb_env.h is.
  *
  * A store opened for reading has a fixed number of entries, in its order (minidb:
  * the file's; LevelDB and RocksDB: key order, as of a snapshot taken at open),

@@ -246,6 +246,32 @@ CLMUL_TARGET static inline __m128i k128(const uint64_t k[2])
     return _mm_set_epi64x((long long)k[1], (long long)k[0]);
 }
 
+/* The end of both folds: a0 (four lanes) folded down to 128 bits, then the last
+ * n < 64 bytes at p, 16 and 8 at a time. */
+CLMUL_TARGET static inline uint32_t clmul_finish(__m512i a0, const unsigned char *p, size_t n)
+{
+    __m128i x = _mm512_extracti32x4_epi32(a0, 3);
+    x = fold128(_mm512_extracti32x4_epi32(a0, 0), k128(fold_48), x);
+    x = fold128(_mm512_extracti32x4_epi32(a0, 1), k128(fold_32), x);
+    x = fold128(_mm512_extracti32x4_epi32(a0, 2), k128(fold_16), x);
+    const __m128i k16 = k128(fold_16);
+    while (n >= 16) {
+        x = fold128(x, k16, _mm_loadu_si128((const __m128i *)p));
+        p += 16;
+        n -= 16;
+    }
+    uint64_t c = _mm_crc32_u64(0, (uint64_t)_mm_cvtsi128_si64(x));
+    c = _mm_crc32_u64(c, (uint64_t)_mm_extract_epi64(x, 1));
+    while (n >= 8) {
+        c = _mm_crc32_u64(c, ferry__load_le64(p));
+        p += 8;
+        n -= 8;
+    }
+    while (n--)
+        c = _mm_crc32_u8((uint32_t)c, *p++);
+    return ~(uint32_t)c;
+}
+
 /*
  * Folding with the carry-less multiply (the Intel white paper "Fast CRC
  * Computation for Generic Polynomials Using PCLMULQDQ"), 256 bytes a round in four
@@ -285,26 +311,7 @@ CLMUL_TARGET static uint32_t crc_clmul(uint32_t crc, const void *data, size_t n)
         p += 64;
         n -= 64;
     }
-    __m128i x = _mm512_extracti32x4_epi32(a0, 3);
-    x = fold128(_mm512_extracti32x4_epi32(a0, 0), k128(fold_48), x);
-    x = fold128(_mm512_extracti32x4_epi32(a0, 1), k128(fold_32), x);
-    x = fold128(_mm512_extracti32x4_epi32(a0, 2), k128(fold_16), x);
-    const __m128i k16 = k128(fold_16);
-    while (n >= 16) {
-        x = fold128(x, k16, _mm_loadu_si128((const __m128i *)p));
-        p += 16;
-        n -= 16;
-    }
-    uint64_t c = _mm_crc32_u64(0, (uint64_t)_mm_cvtsi128_si64(x));
-    c = _mm_crc32_u64(c, (uint64_t)_mm_extract_epi64(x, 1));
-    while (n >= 8) {
-        c = _mm_crc32_u64(c, ferry__load_le64(p));
-        p += 8;
-        n -= 8;
-    }
-    while (n--)
-        c = _mm_crc32_u8((uint32_t)c, *p++);
-    return ~(uint32_t)c;
+    return clmul_finish(a0, p, n);
 }
 
 /*
@@ -358,26 +365,7 @@ CLMUL_TARGET static uint32_t crc_clmul_copy(uint32_t crc, void *dst, const void 
         n -= 64;
     }
     memcpy(d, p, n); /* the tail, under 64 bytes */
-    __m128i x = _mm512_extracti32x4_epi32(a0, 3);
-    x = fold128(_mm512_extracti32x4_epi32(a0, 0), k128(fold_48), x);
-    x = fold128(_mm512_extracti32x4_epi32(a0, 1), k128(fold_32), x);
-    x = fold128(_mm512_extracti32x4_epi32(a0, 2), k128(fold_16), x);
-    const __m128i k16 = k128(fold_16);
-    while (n >= 16) {
-        x = fold128(x, k16, _mm_loadu_si128((const __m128i *)p));
-        p += 16;
-        n -= 16;
-    }
-    uint64_t c = _mm_crc32_u64(0, (uint64_t)_mm_cvtsi128_si64(x));
-    c = _mm_crc32_u64(c, (uint64_t)_mm_extract_epi64(x, 1));
-    while (n >= 8) {
-        c = _mm_crc32_u64(c, ferry__load_le64(p));
-        p += 8;
-        n -= 8;
-    }
-    while (n--)
-        c = _mm_crc32_u8((uint32_t)c, *p++);
-    return ~(uint32_t)c;
+    return clmul_finish(a0, p, n);
 }
 #endif
 

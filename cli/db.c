@@ -174,6 +174,19 @@ typedef struct totals {
     uint64_t entries, key_bytes, value_bytes, problems;
 } totals;
 
+/* Counts the last error as a problem, printing it unless quiet (JSON: an element
+ * of the problems array). */
+static void problem(totals *t, bool print, bool json)
+{
+    t->problems++;
+    if (print && json) {
+        printf("%s", t->problems > 1 ? ", " : "");
+        cli_json_string(stdout, ferry_last_errmsg());
+    } else if (print) {
+        printf("%s\n", ferry_last_errmsg());
+    }
+}
+
 static void walk(ferry_db *db, const char *spec, ferry_dataset **dsp, bool print, bool json,
                  totals *t)
 {
@@ -195,25 +208,13 @@ static void walk(ferry_db *db, const char *spec, ferry_dataset **dsp, bool print
     }
     ferry_db_cursor_close(c);
     if (rc < 0) {
-        t->problems++;
-        if (print && json) {
-            printf("%s", t->problems > 1 ? ", " : "");
-            cli_json_string(stdout, ferry_last_errmsg());
-        } else if (print) {
-            printf("%s\n", ferry_last_errmsg());
-        }
+        problem(t, print, json);
     }
     /* LevelDB takes a lock a process: the db is closed before the dataset opens */
     ferry_db_close(db);
     if (ferry_dataset_open(dsp, spec) < 0) {
         *dsp = NULL;
-        t->problems++;
-        if (print && json) {
-            printf("%s", t->problems > 1 ? ", " : "");
-            cli_json_string(stdout, ferry_last_errmsg());
-        } else if (print) {
-            printf("%s\n", ferry_last_errmsg());
-        }
+        problem(t, print, json);
         return;
     }
     ferry_dataset *ds = *dsp;
@@ -235,13 +236,7 @@ static void walk(ferry_db *db, const char *spec, ferry_dataset **dsp, bool print
         for (uint64_t i = 0; i < ferry_dataset_len(ds); i++) {
             if (ferry_dataset_get(ds, i, &s, ctx) == 0)
                 continue;
-            t->problems++;
-            if (print && json) {
-                printf("%s", t->problems > 1 ? ", " : "");
-                cli_json_string(stdout, ferry_last_errmsg());
-            } else if (print) {
-                printf("%s\n", ferry_last_errmsg());
-            }
+            problem(t, print, json);
         }
     ferry_ctx_free(ctx);
     for (int f = 0; f < nf; f++)

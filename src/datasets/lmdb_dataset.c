@@ -18,13 +18,7 @@
 
 typedef struct lmdb_ds {
     ferry__lmdb_reader *r;
-    bool datum, encoded;
-    bool protos;                  /* Caffe2 TensorProtos values, decoded by vs */
-    ferry__db_values vs;          /* protos */
-    int f_data, f_label, f_float; /* field numbers, -1 when absent */
-    int32_t c, h, w;
-    size_t nfloat;
-    uint64_t max_len;
+    ferry__db_values vs; /* the fields: Datum, TensorProtos or key and value */
 } lmdb_ds;
 
 static uint64_t lmdb_len(void *self)
@@ -51,65 +45,11 @@ static int entry_err(const lmdb_ds *d, uint64_t i, int rc, const char *fmt, ...)
                       what);
 }
 
-static int get_datum(const lmdb_ds *d, uint64_t i, ferry_sample *out)
-{
-    const ferry__lmdb_entry *e = &d->r->e[i];
-    ferry_datum dt;
-    int rc = ferry_datum_decode(e->val, e->vlen, &dt);
-    if (rc < 0)
-        return entry_err(d, i, rc, NULL);
-    if (d->f_data >= 0) {
-        if (d->encoded) {
-            if (!dt.encoded)
-                return entry_err(d, i, FERRY_ECORRUPT,
-                                 "raw %dx%dx%d pixels, but the first entry is encoded", dt.channels,
-                                 dt.height, dt.width);
-            if (dt.data_size > d->max_len)
-                return entry_err(d, i, FERRY_EOVERFLOW,
-                                 "the encoded image is %zu bytes, over max %llu", dt.data_size,
-                                 (unsigned long long)d->max_len);
-            out->length[d->f_data] = (int64_t)dt.data_size;
-        } else if (dt.encoded || dt.channels != d->c || dt.height != d->h || dt.width != d->w ||
-                   dt.data_size != (size_t)d->c * (size_t)d->h * (size_t)d->w) {
-            return entry_err(d, i, FERRY_ECORRUPT,
-                             "%s [%d, %d, %d] (%zu data bytes), but the first entry's is "
-                             "[%d, %d, %d]",
-                             dt.encoded ? "encoded, shape" : "shape", dt.channels, dt.height,
-                             dt.width, dt.data_size, d->c, d->h, d->w);
-        }
-        if (dt.data_size) /* an encoded Datum may have no data at all (NULL) */
-            memcpy(out->data[d->f_data], dt.data, dt.data_size);
-    }
-    int64_t label = dt.label;
-    memcpy(out->data[d->f_label], &label, sizeof label);
-    if (d->f_float >= 0) {
-        if (dt.float_count != d->nfloat)
-            return entry_err(d, i, FERRY_ECORRUPT,
-                             "%zu float_data values, but the first entry has %zu", dt.float_count,
-                             d->nfloat);
-        ferry_datum_floats(&dt, out->data[d->f_float], d->nfloat);
-    }
-    return 0;
-}
-
 static int get_entry(const lmdb_ds *d, uint64_t i, ferry_sample *out)
 {
-    if (d->datum)
-        return get_datum(d, i, out);
     const ferry__lmdb_entry *e = &d->r->e[i];
-    if (d->protos) {
-        int rc = ferry__db_values_get(&d->vs, e->key, e->klen, e->val, e->vlen, out);
-        return rc < 0 ? entry_err(d, i, rc, NULL) : rc;
-    }
-    if (e->vlen > d->max_len)
-        return entry_err(d, i, FERRY_EOVERFLOW, "the value is %zu bytes, over max %llu", e->vlen,
-                         (unsigned long long)d->max_len);
-    memcpy(out->data[0], e->key, e->klen);
-    out->length[0] = (int64_t)e->klen;
-    if (e->vlen)
-        memcpy(out->data[1], e->val, e->vlen);
-    out->length[1] = (int64_t)e->vlen;
-    return 0;
+    int rc = ferry__db_values_get(&d->vs, e->key, e->klen, e->val, e->vlen, out);
+    return rc < 0 ? entry_err(d, i, rc, NULL) : rc;
 }
 
 /* The values are copied out of liblmdb's map of the file: a file cut short under
@@ -183,18 +123,20 @@ static int decode_first(const ferry__lmdb_reader *r, ferry_datum *first)
     return rc;
 }
 
-/* Whether the first entry is a Caffe2 TensorProtos (as Caffe2's make_image_db
- * writes LMDBs): then its fields are vs's. Read under a guard. */
-static bool protos_first(lmdb_ds *d, uint64_t max_len)
+/* Decides the fields (ferry__db_values_init in `mode`) from the first entry, read
+ * under a guard; largest: the longest value, for raw values. */
+static int values_first(lmdb_ds *d, int mode, uint64_t max_len, uint64_t largest)
 {
+    const ferry__lmdb_entry *e = d->r->n ? &d->r->e[0] : NULL;
     ferry__guard g;
     ferry__guard_push(&g);
     if (sigsetjmp(g.jb, 0))
-        return false;
-    int rc = ferry__db_values_init(&d->vs, FERRY_DB_VALUE_TENSORPROTOS, max_len, 0, 0,
-                                   d->r->e[0].val, d->r->e[0].vlen);
+        return ferry__guard_err(g.addr, d->r->file, NULL, "entry 0");
+    int rc =
+        ferry__db_values_init(&d->vs, mode, max_len, largest, d->r->max_klen,
+                              e && mode != FERRY_DB_VALUE_RAW ? e->val : NULL, e ? e->vlen : 0);
     ferry__guard_pop(&g);
-    return rc == 0;
+    return rc;
 }
 
 void ferry_lmdb_opts_default(ferry_lmdb_opts *o)
@@ -202,19 +144,6 @@ void ferry_lmdb_opts_default(ferry_lmdb_opts *o)
     memset(o, 0, sizeof *o);
     o->datum = FERRY_LMDB_DATUM_AUTO;
     o->max_len = 0; /* the largest value (key/value), 1 MiB (encoded Datum data) */
-}
-
-static void add_field(ferry_field *f, int *n, const char *name, ferry_dtype dt, int ndim,
-                      const int64_t *shape, int variable)
-{
-    ferry_field *x = &f[(*n)++];
-    memset(x, 0, sizeof *x);
-    snprintf(x->name, sizeof x->name, "%s", name);
-    x->dtype = dt;
-    x->ndim = ndim;
-    for (int k = 0; k < ndim; k++)
-        x->shape[k] = shape[k];
-    x->variable = variable;
 }
 
 int ferry_dataset_lmdb(ferry_dataset **out, const ferry_lmdb_opts *o)
@@ -234,11 +163,7 @@ int ferry_dataset_lmdb(ferry_dataset **out, const ferry_lmdb_opts *o)
     lmdb_ds *d = ferry__calloc(1, sizeof *d);
     if (!d)
         return ferry__err(FERRY_ENOMEM, "lmdb: out of memory");
-    d->max_len = max_len;
-    d->f_data = d->f_label = d->f_float = -1;
     FERRY_TRY(ferry__lmdb_reader_open(&d->r, o->path, o->db, o->lock));
-    ferry_field f[3];
-    int nf = 0;
     ferry_datum first;
     memset(&first, 0, sizeof first);
     if (o->datum == FERRY_LMDB_DATUM_ON && d->r->n == 0)
@@ -246,6 +171,7 @@ int ferry_dataset_lmdb(ferry_dataset **out, const ferry_lmdb_opts *o)
                    "%s: datum=1, but the database is empty (no first entry to "
                    "take the shape from)",
                    d->r->path);
+    int mode = FERRY_DB_VALUE_RAW;
     if (o->datum != FERRY_LMDB_DATUM_OFF && d->r->n > 0) {
         rc = decode_first(d->r, &first);
         if (rc < 0 && o->datum == FERRY_LMDB_DATUM_ON) {
@@ -255,54 +181,29 @@ int ferry_dataset_lmdb(ferry_dataset **out, const ferry_lmdb_opts *o)
                                    key);
             goto cleanup;
         }
-        d->datum = rc == 0 && (o->datum == FERRY_LMDB_DATUM_ON || first.data_size > 0 ||
-                               first.float_count > 0);
+        if (rc == 0 &&
+            (o->datum == FERRY_LMDB_DATUM_ON || first.data_size > 0 || first.float_count > 0))
+            mode = FERRY_DB_VALUE_DATUM;
+        else if (o->datum == FERRY_LMDB_DATUM_AUTO &&
+                 values_first(d, FERRY_DB_VALUE_TENSORPROTOS, o->max_len, 0) == 0)
+            mode = FERRY_DB_VALUE_TENSORPROTOS;
         rc = 0;
-        d->protos = !d->datum && o->datum == FERRY_LMDB_DATUM_AUTO &&
-                    protos_first(d, o->max_len ? o->max_len : DEFAULT_MAX_LEN);
     }
-    if (d->protos) {
-        return ferry_dataset_create(out, &lmdb_vtable, d, d->vs.f, d->vs.nfields);
-    } else if (d->datum) {
-        if (first.data_size > 0 || first.encoded) {
-            d->f_data = nf;
-            if (first.encoded) {
-                d->encoded = true;
-                int64_t shape[1] = {(int64_t)max_len};
-                add_field(f, &nf, "data", FERRY_U8, 1, shape, 1);
-            } else {
-                d->c = first.channels;
-                d->h = first.height;
-                d->w = first.width;
-                int64_t shape[3] = {d->c, d->h, d->w};
-                add_field(f, &nf, "data", FERRY_U8, 3, shape, 0);
-            }
-        }
-        d->f_label = nf;
-        add_field(f, &nf, "label", FERRY_I64, 0, NULL, 0);
-        if (first.float_count > 0) {
-            d->f_float = nf;
-            d->nfloat = first.float_count;
-            int64_t shape[1] = {(int64_t)first.float_count};
-            add_field(f, &nf, "float_data", FERRY_F32, 1, shape, 0);
-        }
-    } else {
-        if (auto_len) {
-            /* the bound is the batch slot's size: the largest value, not a guess */
-            uint64_t largest = 1;
-            for (size_t i = 0; i < d->r->n; i++)
-                largest = d->r->e[i].vlen > largest ? d->r->e[i].vlen : largest;
-            if (largest > MAX_MAX_LEN)
-                FERRY_FAIL(FERRY_EOVERFLOW, "%s: a value of %llu bytes is over 2^30", d->r->path,
-                           (unsigned long long)largest);
-            d->max_len = max_len = largest;
-        }
-        int64_t kshape[1] = {d->r->max_klen ? (int64_t)d->r->max_klen : 1};
-        int64_t vshape[1] = {(int64_t)max_len};
-        add_field(f, &nf, "key", FERRY_U8, 1, kshape, 1);
-        add_field(f, &nf, "value", FERRY_U8, 1, vshape, 1);
+    uint64_t largest = 1;
+    if (mode == FERRY_DB_VALUE_RAW && auto_len) {
+        /* the bound is the batch slot's size: the largest value, not a guess */
+        for (size_t i = 0; i < d->r->n; i++)
+            largest = d->r->e[i].vlen > largest ? d->r->e[i].vlen : largest;
+        if (largest > MAX_MAX_LEN)
+            FERRY_FAIL(FERRY_EOVERFLOW, "%s: a value of %llu bytes is over 2^30", d->r->path,
+                       (unsigned long long)largest);
     }
-    return ferry_dataset_create(out, &lmdb_vtable, d, f, nf);
+    if (mode != FERRY_DB_VALUE_TENSORPROTOS &&
+        (rc = values_first(d, mode, o->max_len, largest)) < 0) {
+        rc = ferry__err_prefix(rc, "%s: entry 0", d->r->path);
+        goto cleanup;
+    }
+    return ferry_dataset_create(out, &lmdb_vtable, d, d->vs.f, d->vs.nfields);
 cleanup:
     lmdb_destroy(d);
     return rc;

@@ -44,6 +44,12 @@ static void cfg_init(void)
     cfg.parts = env_uint("FERRY_REMOTE_PARTS", 4, 1, 64);
     cfg.part_size = (uint64_t)env_uint("FERRY_REMOTE_PART_SIZE", 16 << 20, 1 << 20, 1u << 30);
     cfg.list_page = env_uint("FERRY_REMOTE_LIST_PAGE", 0, 1, 1000);
+    cfg.connections = env_uint("FERRY_REMOTE_CONNECTIONS", 16, 1, 256);
+}
+
+uint64_t ferry__remote_buffer_bytes(void)
+{
+    return (uint64_t)ferry__http_config()->connections * FERRY__FETCH_BUFFER;
 }
 
 const ferry__http_cfg *ferry__http_config(void)
@@ -79,6 +85,12 @@ int ferry__http_get_range(const ferry__obj *o, int fd, uint64_t off, uint64_t le
     return no_curl(o->url);
 }
 
+int ferry__http_get_range_mem(const ferry__obj *o, void *buf, uint64_t off, size_t len)
+{
+    (void)buf, (void)off, (void)len;
+    return no_curl(o->url);
+}
+
 int ferry__http_list_page(const char *bucket, const char *prefix, const char *delimiter,
                           const char *token, ferry__s3_page *page)
 {
@@ -94,7 +106,7 @@ int ferry__http_list_page(const char *bucket, const char *prefix, const char *de
 
 /* ---- The process's state: curl, the AWS settings, a pool of handles ---- */
 
-#define POOL_MAX 64
+#define POOL_MAX 256 /* FERRY_REMOTE_CONNECTIONS bounds it lower */
 
 static struct {
     pthread_once_t once;
@@ -105,7 +117,14 @@ static struct {
     pthread_mutex_t mu;
     CURL *pool[POOL_MAX];
     int npool;
-} g = {.once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER};
+    /* transfers under way (at most cfg.connections), and the handles that exist
+     * (pooled or in use: never more than cfg.connections, each with its buffer) */
+    unsigned busy;
+    pthread_cond_t free_slot;
+    unsigned handles;
+} g = {.once = PTHREAD_ONCE_INIT,
+       .mu = PTHREAD_MUTEX_INITIALIZER,
+       .free_slot = PTHREAD_COND_INITIALIZER};
 
 static void g_init(void)
 {
@@ -136,29 +155,51 @@ bool ferry__http_available(void)
     return true;
 }
 
+/* The memory fetch buffers hold now: the handles that exist, each with its
+ * transfer buffer; and the most they held. */
+static void count_handles(int delta)
+{
+    uint64_t now = (uint64_t)(g.handles += (unsigned)delta) * FERRY__FETCH_BUFFER;
+    atomic_store_explicit(&ferry__remote_stats.buffer_bytes, now, memory_order_relaxed);
+    if (now > atomic_load_explicit(&ferry__remote_stats.buffer_peak, memory_order_relaxed))
+        atomic_store_explicit(&ferry__remote_stats.buffer_peak, now, memory_order_relaxed);
+}
+
+/* A handle for one transfer, once fewer than FERRY_REMOTE_CONNECTIONS are under
+ * way: the transfers' buffers are bounded whatever the number of threads that
+ * fetch. */
 static CURL *handle_get(void)
 {
     CURL *h = NULL;
     pthread_mutex_lock(&g.mu);
+    while (g.busy >= cfg.connections)
+        pthread_cond_wait(&g.free_slot, &g.mu);
+    g.busy++;
     if (g.npool)
         h = g.pool[--g.npool];
+    else if ((h = curl_easy_init()) != NULL)
+        count_handles(1);
+    if (!h && --g.busy < cfg.connections)
+        pthread_cond_signal(&g.free_slot);
     pthread_mutex_unlock(&g.mu);
     if (h)
         curl_easy_reset(h); /* keeps its live connections */
-    else
-        h = curl_easy_init();
     return h;
 }
 
-static void handle_put(CURL *h)
+/* Ends a transfer: its handle is pooled (keep = its connection is sound) or
+ * cleaned up. */
+static void handle_put(CURL *h, bool keep)
 {
-    if (!h)
-        return;
     pthread_mutex_lock(&g.mu);
-    if (g.npool < POOL_MAX) {
+    if (keep && g.npool < POOL_MAX && (unsigned)g.npool < cfg.connections) {
         g.pool[g.npool++] = h;
         h = NULL;
+    } else {
+        count_handles(-1);
     }
+    g.busy--;
+    pthread_cond_signal(&g.free_slot);
     pthread_mutex_unlock(&g.mu);
     if (h)
         curl_easy_cleanup(h);
@@ -180,11 +221,14 @@ typedef struct request {
     bool has_length;
     uint64_t cr_start, cr_total; /* Content-Range */
     bool has_range;
-    /* where the body goes: fd at pos, or mem (up to cap) */
+    /* where the body goes: fd at pos, or mem (up to cap), or (an object's range
+     * into memory) the part of it in [rmem_off, rmem_off + rmem_len) into rmem */
     int fd;
     uint64_t pos, got;
     char *mem;
     size_t mem_n, mem_cap;
+    uint8_t *rmem;
+    uint64_t rmem_off, rmem_len;
     char err_body[16384];
     size_t err_n;
     int sink_err; /* a write failed: its errno */
@@ -253,10 +297,14 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
         q->got += len;
         return len;
     }
-    if (q->fd >= 0) {
+    if (q->fd >= 0 || q->rmem) {
         if (q->got == 0 && q->status == 200 && q->pos && !q->has_range)
             q->pos = 0; /* a whole object where a range was asked: it starts at 0 */
-        size_t done = 0;
+        uint64_t at = q->pos + q->got, end = q->rmem_off + q->rmem_len;
+        uint64_t lo = at > q->rmem_off ? at : q->rmem_off, hi = at + len < end ? at + len : end;
+        if (q->rmem && lo < hi)
+            memcpy(q->rmem + (lo - q->rmem_off), p + (lo - at), (size_t)(hi - lo));
+        size_t done = q->rmem ? len : 0;
         while (done < len) {
             ssize_t w = pwrite(q->fd, p + done, len - done, (off_t)(q->pos + q->got + done));
             if (w < 0 && errno == EINTR)
@@ -319,7 +367,7 @@ static CURLcode perform(request *q, char *curl_err)
     curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
     curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
-    curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L << 10);
+    curl_easy_setopt(h, CURLOPT_BUFFERSIZE, (long)FERRY__FETCH_BUFFER);
     curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
     curl_easy_setopt(h, CURLOPT_USERAGENT, "ferry/" FERRY_VERSION_STRING);
     if (g.ca)
@@ -387,10 +435,7 @@ static CURLcode perform(request *q, char *curl_err)
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
     curl_slist_free_all(hdr);
     /* a handle whose transfer failed may hold a broken connection: not pooled */
-    if (cc == CURLE_OK)
-        handle_put(h);
-    else
-        curl_easy_cleanup(h);
+    handle_put(h, cc == CURLE_OK);
     return cc;
 }
 
@@ -472,8 +517,8 @@ static int send_retrying(request *q)
             return ferry__err(FERRY_EIO, "%s: writing what was fetched: %s", q->shown,
                               strerror(q->sink_err));
         bool again;
-        if (cc != CURLE_OK && q->fd >= 0 && q->status >= 200 && q->status <= 299 && q->got > 0 &&
-            retry_curl(cc))
+        if (cc != CURLE_OK && (q->fd >= 0 || q->rmem) && q->status >= 200 && q->status <= 299 &&
+            q->got > 0 && retry_curl(cc))
             return 1; /* part of the body came: the caller goes on from there */
         if (cc != CURLE_OK && !(cc == CURLE_WRITE_ERROR && q->status >= 300)) {
             snprintf(last, sizeof last, "%s", curl_err[0] ? curl_err : curl_easy_strerror(cc));
@@ -588,7 +633,7 @@ cleanup:
     return rc;
 }
 
-int ferry__http_get_range(const ferry__obj *o, int fd, uint64_t off, uint64_t len)
+static int get_range(const ferry__obj *o, int fd, void *mem, uint64_t off, uint64_t len)
 {
     request *q = ferry__calloc(1, sizeof *q);
     int rc = 0;
@@ -599,6 +644,9 @@ int ferry__http_get_range(const ferry__obj *o, int fd, uint64_t off, uint64_t le
     FERRY_TRY(g_ready());
     FERRY_TRY(object_request(q, o->url));
     q->fd = fd;
+    q->rmem = mem;
+    q->rmem_off = off;
+    q->rmem_len = mem ? len : 0;
     if (o->etag[0])
         snprintf(q->if_match, sizeof q->if_match, "%s", o->etag);
     while (done < len) {
@@ -644,6 +692,16 @@ int ferry__http_get_range(const ferry__obj *o, int fd, uint64_t off, uint64_t le
 cleanup:
     ferry__free(q);
     return rc;
+}
+
+int ferry__http_get_range(const ferry__obj *o, int fd, uint64_t off, uint64_t len)
+{
+    return get_range(o, fd, NULL, off, len);
+}
+
+int ferry__http_get_range_mem(const ferry__obj *o, void *buf, uint64_t off, size_t len)
+{
+    return len ? get_range(o, -1, buf, off, len) : 0;
 }
 
 int ferry__http_list_page(const char *bucket, const char *prefix, const char *delimiter,

@@ -177,6 +177,36 @@ int ferry__remote_stat(const char *url, uint64_t *size, int64_t *mtime_ns)
     return rc;
 }
 
+int ferry__remote_read(const char *url, void *buf, uint64_t off, size_t len)
+{
+    for (int tries = 0;; tries++) {
+        ferry__obj o;
+        int rc = describe(url, &o);
+        if (rc < 0)
+            return rc;
+        if (off > o.size || len > o.size - off)
+            return ferry__err(FERRY_ECORRUPT, "%s: bytes %llu-%llu are past its end (%llu bytes)",
+                              url, (unsigned long long)off, (unsigned long long)(off + len),
+                              (unsigned long long)o.size);
+        rc = ferry__http_get_range_mem(&o, buf, off, len);
+        if (rc == FERRY_ESTALE && tries < 3) { /* it changed: learn its new version */
+            forget(url);
+            atomic_fetch_add_explicit(&ferry__remote_stats.retries, 1, memory_order_relaxed);
+            continue;
+        }
+        if (rc == 0)
+            atomic_fetch_add_explicit(&ferry__remote_stats.ranged_reads, 1, memory_order_relaxed);
+        return rc;
+    }
+}
+
+bool ferry__remote_cached(const char *url)
+{
+    ferry__obj o;
+    memset(&o, 0, sizeof o);
+    return recall(url, &o) && ferry__cache_holds(&o);
+}
+
 /* ---- Listing ---- */
 
 typedef struct url_list {
@@ -365,6 +395,9 @@ void ferry_remote_stats_get(ferry_remote_stats *out)
     out->retries = atomic_load_explicit(&c->retries, memory_order_relaxed);
     out->fetch_wait_ns = atomic_load_explicit(&c->wait_ns, memory_order_relaxed);
     out->requests = atomic_load_explicit(&c->requests, memory_order_relaxed);
+    out->ranged_reads = atomic_load_explicit(&c->ranged_reads, memory_order_relaxed);
+    out->fetch_buffer_bytes = atomic_load_explicit(&c->buffer_bytes, memory_order_relaxed);
+    out->fetch_buffer_peak = atomic_load_explicit(&c->buffer_peak, memory_order_relaxed);
 }
 
 int ferry_remote_available(void)

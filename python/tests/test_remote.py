@@ -443,10 +443,12 @@ def write_token_shards(d, n, tokens):
 
 def test_first_batch_fetches_one_shard(servers, proxy, s3_prefix, tmp_path):
     """A map-style set of 40 token shards: the open reads each shard's 1 KiB header
-    (a ranged GET), the first batch fetches the one shard it reads, and `ferry head`
+    (a ranged GET), the first batch fetches the one shard it reads (the batches the
+    loader prefetches lie in it too: 1562 windows a shard), and `ferry head`
     fetches none whole: its samples are ranged GETs of their windows. Counted at the
     server side (the proxy's log)."""
-    write_token_shards(str(tmp_path / "tok"), 40, 20000)
+    TOK = 100000
+    write_token_shards(str(tmp_path / "tok"), 40, TOK)
     servers.upload(str(tmp_path / "tok"), s3_prefix + "tok/")
     t = servers.env()
     src = "tokens:s3://%s/%stok/train_*.bin,seq=64" % (t["FERRY_TEST_S3_BUCKET"], s3_prefix)
@@ -460,7 +462,7 @@ def test_first_batch_fetches_one_shard(servers, proxy, s3_prefix, tmp_path):
                 continue
             a, b = map(int, e["range"].split("=")[1].split("-"))
             name = e["target"].split("/")[-1]
-            if b - a + 1 == 1024 + 2 * 20000:
+            if b - a + 1 == 1024 + 2 * TOK:
                 whole[name] = whole.get(name, 0) + 1
             else:
                 ranged.append((name, a, b))
@@ -484,7 +486,7 @@ print(s["cache_misses"], s["downloaded_bytes"])
     assert sorted(r[0] for r in ranged) == ["train_%06d.bin" % s for s in range(40)]
     assert all(a == 0 and b == 1023 for _, a, b in ranged), ranged
     misses, downloaded = map(int, p.stdout.split())
-    assert misses == 1 and downloaded == 40 * 1024 + 1024 + 2 * 20000
+    assert misses == 1 and downloaded == 40 * 1024 + 1024 + 2 * TOK
 
     # ferry head on a cold cache: three windows, each one ranged GET of 65 tokens
     proxy.reset()

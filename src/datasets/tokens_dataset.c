@@ -257,7 +257,8 @@ static bool any_name(const char *name)
 }
 
 /* What the open knows of a remote shard without fetching it: its size (from the
- * listing, or a HEAD) and, unless raw, its header (a ranged GET of 1024 bytes). */
+ * listing, or a HEAD) and, unless raw, its header (a ranged GET of 1024 bytes, or
+ * the cached copy's). */
 typedef struct remote_head {
     uint64_t size, count;
     unsigned tsize, version;
@@ -280,8 +281,19 @@ static int head_one(void *arg, size_t i, unsigned worker)
     int rc = ferry__stat(path, &h->size, &mtime);
     if (rc < 0 || c->raw)
         return rc;
-    size_t n = h->size < sizeof hdr ? (size_t)h->size : sizeof hdr;
-    if ((rc = ferry__remote_read(path, hdr, 0, n)) < 0)
+    size_t n = h->size < sizeof hdr ? (size_t)h->size : sizeof hdr, got = n;
+    if (ferry__remote_cached(path)) { /* a warm cache: nothing is downloaded */
+        ferry__file f;
+        if ((rc = ferry__file_open(&f, path)) < 0)
+            return rc;
+        rc = ferry__file_pread(&f, path, hdr, n, 0, &got);
+        ferry__file_close(&f);
+        if (rc == 0 && got != n)
+            rc = ferry__err(FERRY_EIO, "%s: shrank while read", path);
+    } else {
+        rc = ferry__remote_read(path, hdr, 0, n);
+    }
+    if (rc < 0)
         return rc;
     h->version = n >= 8 ? ferry__load_le32(hdr + 4) : 0;
     return ferry__tokens_header(hdr, n, h->size, path, &h->tsize, &h->count);

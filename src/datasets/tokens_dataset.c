@@ -84,6 +84,17 @@ static const shard *locate(const tokens_ds *d, uint64_t i, const ferry_ctx *ctx,
     return s;
 }
 
+/* Shards k .. k + FERRY_REMOTE_AHEAD - 1 fetched whole in the background: the
+ * shards that follow one a loader reads, in file order (the hints of the next
+ * batches reach only as far as the loader's prefetch), once that one is there
+ * (so that the first batch does not share the connection with them). */
+static void want_ahead(const tokens_ds *d, size_t k)
+{
+    size_t ahead = ferry__remote_ahead();
+    for (size_t j = k; j < d->n && j - k < ahead; j++)
+        ferry__lazy_want(d->s[j].lz);
+}
+
 /* The window's seq + 1 tokens from `start`: in the mapping, or (a remote shard
  * not fetched whole) read by a ranged GET into *tmp, which the caller frees. */
 static int window(const tokens_ds *d, const shard *s, uint64_t start, uint8_t **tmp,
@@ -104,7 +115,10 @@ static int window(const tokens_ds *d, const shard *s, uint64_t start, uint8_t **
     if (!(*tmp = ferry__malloc(bytes)))
         return ferry__err(FERRY_ENOMEM, "%s: out of memory for a window of %zu bytes", s->path,
                           bytes);
-    return ferry__lazy_read(s->lz, *tmp, off, bytes, p);
+    int rc = ferry__lazy_read(s->lz, *tmp, off, bytes, p);
+    if (rc == 0 && *p != *tmp)
+        want_ahead(d, (size_t)(s - d->s) + 1); /* opened whole: the next ones follow */
+    return rc;
 }
 
 static int tk_copy(const tokens_ds *d, const shard *s, uint64_t i, uint64_t start, const uint8_t *p,

@@ -374,13 +374,17 @@ void ferry__remote_prefetch(const char *url)
     ferry__err_clear();
 }
 
+size_t ferry__remote_ahead(void)
+{
+    const char *v = getenv("FERRY_REMOTE_AHEAD");
+    int64_t x;
+    return v && ferry__parse_i64(v, 0, 1024, &x) ? (size_t)x : 4;
+}
+
 void ferry__prefetch_ahead(char *const *paths, size_t n, size_t at, size_t ahead)
 {
-    if (!ahead) {
-        const char *v = getenv("FERRY_REMOTE_AHEAD");
-        int64_t x;
-        ahead = v && ferry__parse_i64(v, 0, 1024, &x) ? (size_t)x : 4;
-    }
+    if (!ahead)
+        ahead = ferry__remote_ahead();
     for (size_t i = at; i < n && i - at < ahead; i++)
         if (ferry__is_remote(paths[i]))
             ferry__remote_prefetch(paths[i]);

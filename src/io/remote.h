@@ -280,6 +280,8 @@ void ferry__lazy_want(ferry__lazy *z);
  * asked for whole. */
 int ferry__lazy_read(ferry__lazy *z, void *buf, uint64_t off, size_t len, const uint8_t **p);
 
+/* FERRY_REMOTE_AHEAD: files a reader fetches ahead of the one it opens (4). */
+size_t ferry__remote_ahead(void);
 /* Hints the remote paths among paths[at .. at + ahead) (of n): a reader that opens
  * files of a known list in order calls it as it opens paths[at], so that the next
  * ones are fetched while it reads. ahead 0: FERRY_REMOTE_AHEAD (4). */

@@ -24,8 +24,30 @@ static const char *need(const char *name)
     return v;
 }
 
-/* SHARDS llm.c token shards (uint16) under test_dir/data/tok, served by nginx and
- * uploaded under "PREFIX/"; the AWS variables set for the S3 endpoint. */
+#define ROWS 600
+
+/* A .npy file: version major, header dict text, then data. */
+static void write_npy(const char *path, int major, const char *dict, const void *data, size_t n)
+{
+    size_t pre = major == 1 ? 10 : 12, dl = strlen(dict);
+    size_t total = (pre + dl + 1 + 63) / 64 * 64, hlen = total - pre;
+    unsigned char *buf = calloc(1, total + n + 1);
+    CHECK(buf != NULL);
+    memcpy(buf, "\x93NUMPY", 6);
+    buf[6] = (unsigned char)major;
+    for (int k = 0; k < (major == 1 ? 2 : 4); k++)
+        buf[8 + k] = (unsigned char)(hlen >> (8 * k));
+    memcpy(buf + pre, dict, dl);
+    memset(buf + pre + dl, ' ', hlen - dl - 1);
+    buf[total - 1] = '\n';
+    memcpy(buf + total, data, n);
+    test_write_file(path, buf, total + n);
+    free(buf);
+}
+
+/* SHARDS llm.c token shards (uint16) under test_dir/data/tok and three .npy files
+ * under test_dir/data/npy, served by nginx and uploaded under "PREFIX/"; the AWS
+ * variables set for the S3 endpoint. */
 static void setup(const char *tag, const char *prefix)
 {
     char cmd[2048], path[512];
@@ -46,9 +68,36 @@ static void setup(const char *tag, const char *prefix)
         snprintf(file, sizeof file, "%s/train_%06d.bin", path, s);
         test_write_file(file, buf, sizeof buf);
     }
-    /* nginx serves FERRY_TEST_FILES: the shards go there under PREFIX/ too */
-    snprintf(cmd, sizeof cmd, "mkdir -p '%s/%s' && cp -r '%s/data/tok' '%s/%s/'",
-             need("FERRY_TEST_FILES"), prefix, test_dir, need("FERRY_TEST_FILES"), prefix);
+    /* x: float32 rows of 16 (C order), y: int64, f: int32 3x2 rows in Fortran order
+     * (its rows are not contiguous: it is read whole) */
+    snprintf(path, sizeof path, "%s/data/npy", test_dir);
+    CHECK(mkdir(path, 0755) == 0);
+    static float x[ROWS][16];
+    static int64_t y[ROWS];
+    static int32_t f[3 * ROWS];
+    for (int i = 0; i < ROWS; i++) {
+        for (int j = 0; j < 16; j++)
+            x[i][j] = (float)i + (float)j / 16.0f;
+        y[i] = (int64_t)i * 1000003;
+    }
+    for (int k = 0; k < 3 * ROWS; k++)
+        f[k] = k * 7;
+    char file[600], dict[160];
+    snprintf(file, sizeof file, "%s/x.npy", path);
+    snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, 16), }",
+             ROWS);
+    write_npy(file, 1, dict, x, sizeof x);
+    snprintf(file, sizeof file, "%s/y.npy", path);
+    snprintf(dict, sizeof dict, "{'descr': '<i8', 'fortran_order': False, 'shape': (%d,), }", ROWS);
+    write_npy(file, 2, dict, y, sizeof y);
+    snprintf(file, sizeof file, "%s/f.npy", path);
+    snprintf(dict, sizeof dict, "{'descr': '<i4', 'fortran_order': True, 'shape': (%d, 3), }",
+             ROWS);
+    write_npy(file, 1, dict, f, sizeof f);
+    /* nginx serves FERRY_TEST_FILES: the files go there under PREFIX/ too */
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s/%s' && cp -r '%s/data/tok' '%s/data/npy' '%s/%s/'",
+             need("FERRY_TEST_FILES"), prefix, test_dir, test_dir, need("FERRY_TEST_FILES"),
+             prefix);
     CHECK(system(cmd) == 0);
     snprintf(cmd, sizeof cmd, "'%s' '%s/servers.py' upload '%s/data' '%s/' >/dev/null",
              need("FERRY_TEST_SERVERS_PYTHON"), need("FERRY_TEST_SERVERS"), test_dir, prefix);
@@ -69,6 +118,17 @@ static void specs(const char *prefix, char *local, char *s3, char *http, size_t 
              prefix);
     snprintf(http, cap, "tokens:%s/%s/tok/train_{000000..%06d}.bin,seq=64",
              need("FERRY_TEST_HTTP_URL"), prefix, SHARDS - 1);
+}
+
+static void npy_specs(const char *prefix, char *local, char *s3, char *http, size_t cap)
+{
+    snprintf(local, cap, "npy:x=%s/data/npy/x.npy;y=%s/data/npy/y.npy;f=%s/data/npy/f.npy",
+             test_dir, test_dir, test_dir);
+    const char *b = need("FERRY_TEST_S3_BUCKET"), *h = need("FERRY_TEST_HTTP_URL");
+    snprintf(s3, cap, "npy:x=s3://%s/%s/npy/x.npy;y=s3://%s/%s/npy/y.npy;f=s3://%s/%s/npy/f.npy", b,
+             prefix, b, prefix, b, prefix);
+    snprintf(http, cap, "npy:x=%s/%s/npy/x.npy;y=%s/%s/npy/y.npy;f=%s/%s/npy/f.npy", h, prefix, h,
+             prefix, h, prefix);
 }
 
 /* Every batch of an epoch, hashed. */
@@ -118,6 +178,22 @@ TEST(tokens_fetch_lazily_and_match_the_local_files)
     ferry_remote_stats_get(&r);
     CHECK_U64(r.cache_misses - r0.cache_misses, 0); /* no shard fetched at open */
     CHECK(r.downloaded_bytes - r0.downloaded_bytes <= SHARDS * 1024);
+    ferry_dataset_free(ds);
+    for (int shuffle = 0; shuffle < 2; shuffle++) {
+        uint64_t want = digest(local, 0, shuffle, 0, NULL);
+        for (uint32_t w = 0; w < 3; w++) {
+            CHECK_U64(digest(s3, w, shuffle, 0, NULL), want);
+            CHECK_U64(digest(http, w, shuffle, 0, NULL), want);
+        }
+    }
+    /* npy: the same, its three files fetched when first read */
+    npy_specs("lz1", local, s3, http, sizeof local);
+    ferry_remote_stats_get(&r0);
+    CHECK_OK(ferry_dataset_open(&ds, s3));
+    CHECK_U64(ferry_dataset_len(ds), ROWS);
+    ferry_remote_stats_get(&r);
+    CHECK_U64(r.cache_misses - r0.cache_misses, 0);
+    CHECK(r.downloaded_bytes - r0.downloaded_bytes <= 3 * 4096);
     ferry_dataset_free(ds);
     for (int shuffle = 0; shuffle < 2; shuffle++) {
         uint64_t want = digest(local, 0, shuffle, 0, NULL);
@@ -179,6 +255,43 @@ TEST(a_sample_of_an_uncached_shard_is_a_ranged_read)
     ferry_remote_stats_get(&r);
     CHECK_U64(r.cache_misses - r0.cache_misses, 1);
     CHECK(r.ranged_reads - r0.ranged_reads <= 3 + 8 + 4);
+    ferry_dataset_free(rds);
+    ferry_dataset_free(lds);
+    unsetenv("FERRY_REMOTE_AHEAD");
+    test_remove_dir();
+}
+
+/* A row of a remote .npy array is a ranged GET of its bytes; a Fortran-ordered
+ * array's row is not contiguous: the file is fetched whole. */
+TEST(a_row_of_a_remote_array_is_a_ranged_read)
+{
+    char local[600], s3[600], http[600];
+    setup("lz4", "lz4");
+    npy_specs("lz4", local, s3, http, sizeof local);
+    setenv("FERRY_REMOTE_AHEAD", "0", 1);
+    ferry_dataset *lds, *rds;
+    CHECK_OK(ferry_dataset_open(&lds, local));
+    CHECK_OK(ferry_dataset_open(&rds, s3));
+    CHECK_U64(ferry_dataset_nfields(rds), 3);
+    static uint8_t a[3][64], b[3][64];
+    void *da[3] = {a[0], a[1], a[2]}, *db[3] = {b[0], b[1], b[2]};
+    int64_t len[3];
+    ferry_sample sa = {3, da, len, {0}}, sb = {3, db, len, {0}};
+    ferry_ctx *ctx;
+    CHECK_OK(ferry_ctx_create(&ctx, 0, 0));
+    ferry_remote_stats r0, r;
+    ferry_remote_stats_get(&r0);
+    CHECK_OK(ferry_dataset_get(lds, 457, &sa, ctx));
+    CHECK_OK(ferry_dataset_get(rds, 457, &sb, ctx));
+    CHECK(memcmp(a, b, sizeof a) == 0);
+    float want = 457.0f + 3.0f / 16.0f;
+    CHECK(memcmp(&b[0][12], &want, 4) == 0);
+    ferry_remote_stats_get(&r);
+    CHECK_U64(r.ranged_reads - r0.ranged_reads, 2); /* x's and y's rows */
+    CHECK_U64(r.cache_misses - r0.cache_misses, 1); /* f.npy, whole */
+    uint64_t f_bytes = 128 + 3 * ROWS * 4;
+    CHECK_U64(r.downloaded_bytes - r0.downloaded_bytes, 16 * 4 + 8 + f_bytes);
+    ferry_ctx_free(ctx);
     ferry_dataset_free(rds);
     ferry_dataset_free(lds);
     unsetenv("FERRY_REMOTE_AHEAD");

@@ -295,19 +295,8 @@ static int head_one(void *arg, size_t i, unsigned worker)
     int rc = ferry__stat(path, &h->size, &mtime);
     if (rc < 0 || c->raw)
         return rc;
-    size_t n = h->size < sizeof hdr ? (size_t)h->size : sizeof hdr, got = n;
-    if (ferry__remote_cached(path)) { /* a warm cache: nothing is downloaded */
-        ferry__file f;
-        if ((rc = ferry__file_open(&f, path)) < 0)
-            return rc;
-        rc = ferry__file_pread(&f, path, hdr, n, 0, &got);
-        ferry__file_close(&f);
-        if (rc == 0 && got != n)
-            rc = ferry__err(FERRY_EIO, "%s: shrank while read", path);
-    } else {
-        rc = ferry__remote_read(path, hdr, 0, n);
-    }
-    if (rc < 0)
+    size_t n = h->size < sizeof hdr ? (size_t)h->size : sizeof hdr;
+    if ((rc = ferry__remote_peek(path, hdr, 0, n)) < 0)
         return rc;
     h->version = n >= 8 ? ferry__load_le32(hdr + 4) : 0;
     return ferry__tokens_header(hdr, n, h->size, path, &h->tsize, &h->count);

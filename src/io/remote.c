@@ -200,6 +200,22 @@ int ferry__remote_read(const char *url, void *buf, uint64_t off, size_t len)
     }
 }
 
+int ferry__remote_peek(const char *url, void *buf, uint64_t off, size_t len)
+{
+    if (!ferry__remote_cached(url))
+        return ferry__remote_read(url, buf, off, len);
+    ferry__file f;
+    size_t got;
+    int rc = ferry__file_open(&f, url);
+    if (rc < 0)
+        return rc;
+    rc = ferry__file_pread(&f, url, buf, len, off, &got);
+    ferry__file_close(&f);
+    if (rc == 0 && got != len)
+        rc = ferry__err(FERRY_EIO, "%s: shrank while read", url);
+    return rc;
+}
+
 bool ferry__remote_cached(const char *url)
 {
     ferry__obj o;

@@ -249,6 +249,10 @@ bool ferry__remote_stopping(void);
 /* Bytes [off, off + len) of the object at url into buf by one ranged GET, not
  * through the cache (ranged_reads counts it; downloaded_bytes its bytes). */
 int ferry__remote_read(const char *url, void *buf, uint64_t off, size_t len);
+/* The same bytes from the cached copy when the cache holds it (nothing is
+ * downloaded), else by a ranged GET: what an open reads of a file it does not
+ * fetch yet (a header). */
+int ferry__remote_peek(const char *url, void *buf, uint64_t off, size_t len);
 /* Whether the cache holds the object at url now (its size and version known from a
  * listing or a HEAD). */
 bool ferry__remote_cached(const char *url);

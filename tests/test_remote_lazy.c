@@ -298,6 +298,27 @@ TEST(a_row_of_a_remote_array_is_a_ranged_read)
     test_remove_dir();
 }
 
+/* A map-style source keeps the files it read open: a cache whose limit cannot hold
+ * them all is refused at open, with the numbers, not when a shuffled epoch
+ * reaches the file that does not fit. */
+TEST(a_cache_too_small_for_the_set_is_said_at_open)
+{
+    char local[600], s3[600], http[600];
+    setup("lz5", "lz5");
+    specs("lz5", local, s3, http, sizeof local);
+    setenv("FERRY_CACHE_LIMIT", "200K", 1);
+    ferry_dataset *ds;
+    CHECK_RC(ferry_dataset_open(&ds, s3), FERRY_ERANGE);
+    CHECK_CONTAINS(ferry_last_errmsg(), "its 12 remote files hold 492288 bytes");
+    CHECK_CONTAINS(ferry_last_errmsg(), "(its limit is 204800 bytes)");
+    CHECK_CONTAINS(ferry_last_errmsg(), "raise cache_limit= or FERRY_CACHE_LIMIT");
+    npy_specs("lz5", local, s3, http, sizeof local);
+    CHECK_OK(ferry_dataset_open(&ds, s3)); /* 50 KiB of arrays fit */
+    ferry_dataset_free(ds);
+    unsetenv("FERRY_CACHE_LIMIT");
+    test_remove_dir();
+}
+
 /* The fetch buffers (FERRY_REMOTE_CONNECTIONS of 512 KiB) count in the budget: a
  * budget that cannot hold them is refused with the numbers; under one that can,
  * fetching shards in ranged parts on several threads holds no more than that. */

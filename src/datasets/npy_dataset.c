@@ -514,6 +514,15 @@ int ferry_dataset_npy(ferry_dataset **out, const ferry_npy_opts *o)
             FERRY_FAIL(FERRY_EINVAL, "npy: the name of path %d is empty", k);
         FERRY_TRY(open_path(op, o->paths[k], name));
     }
+    uint64_t remote_bytes = 0;
+    int nremote = 0;
+    for (int k = 0; k < d->narrays; k++)
+        if (d->arr[k].lz) {
+            remote_bytes += d->arr[k].h.data_offset + d->arr[k].h.data_bytes;
+            nremote++;
+        }
+    if (nremote && (rc = ferry__remote_fits("npy", (size_t)nremote, remote_bytes)) < 0)
+        goto cleanup;
     /* one plain array with no name given: its field is "data" */
     bool single = d->narrays == 1;
     for (int k = 0; k < d->narrays; k++) {

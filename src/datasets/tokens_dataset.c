@@ -400,6 +400,10 @@ int ferry_dataset_tokens(ferry_dataset **out, const ferry_tokens_opts *o)
         if (!(hs.h = ferry__calloc(g.gl_pathc, sizeof *hs.h)))
             FERRY_FAIL(FERRY_ENOMEM, "tokens: out of memory");
         FERRY_TRY(ferry__parallel_for(g.gl_pathc, 8, head_one, &hs));
+        uint64_t total = 0;
+        for (size_t k = 0; k < g.gl_pathc; k++)
+            total += hs.h[k].size;
+        FERRY_TRY(ferry__remote_fits(o->pattern, g.gl_pathc, total));
     }
     for (size_t k = 0; k < g.gl_pathc; k++) { /* glob sorts */
         const char *path = g.gl_pathv[k];

@@ -216,6 +216,21 @@ int ferry__remote_peek(const char *url, void *buf, uint64_t off, size_t len)
     return rc;
 }
 
+int ferry__remote_fits(const char *what, size_t nfiles, uint64_t total)
+{
+    char dir[1024];
+    uint64_t limit;
+    int rc = ferry__cache_settings(dir, sizeof dir, &limit);
+    if (rc < 0 || total <= limit)
+        return rc;
+    return ferry__err(FERRY_ERANGE,
+                      "%s: its %zu remote file%s hold %llu bytes, more than cache %s may hold "
+                      "(its limit is %llu bytes): a map-style source keeps every file it reads "
+                      "open, so all of them must fit; raise cache_limit= or FERRY_CACHE_LIMIT",
+                      what, nfiles, nfiles == 1 ? "" : "s", (unsigned long long)total, dir,
+                      (unsigned long long)limit);
+}
+
 bool ferry__remote_cached(const char *url)
 {
     ferry__obj o;

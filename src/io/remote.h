@@ -253,6 +253,11 @@ int ferry__remote_read(const char *url, void *buf, uint64_t off, size_t len);
  * downloaded), else by a ranged GET: what an open reads of a file it does not
  * fetch yet (a header). */
 int ferry__remote_peek(const char *url, void *buf, uint64_t off, size_t len);
+/* A map-style source over nfiles remote files of total bytes, which it keeps
+ * open once read: FERRY_ERANGE naming the numbers when the cache's limit cannot
+ * hold them all (said at open, not when the epoch reaches the file that does
+ * not fit). */
+int ferry__remote_fits(const char *what, size_t nfiles, uint64_t total);
 /* Whether the cache holds the object at url now (its size and version known from a
  * listing or a HEAD). */
 bool ferry__remote_cached(const char *url);

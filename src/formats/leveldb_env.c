@@ -8,7 +8,7 @@
 #include "lmdb_env.h"
 
 #include <leveldb/c.h>
-#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -23,10 +23,9 @@ typedef struct lsm {
     const leveldb_snapshot_t *snap;
     ferry__kv_keys keys;
     /* Iterators lent to get, one a thread at a time: a seek lends the value in
-     * the library's block, where leveldb_get would copy it twice. */
-    pthread_mutex_t lock;
-    leveldb_iterator_t *idle[POOL];
-    int nidle;
+     * the library's block, where leveldb_get would copy it twice. A slot is
+     * taken and given back by one atomic exchange, with no lock. */
+    _Atomic(leveldb_iterator_t *) idle[POOL];
 } lsm;
 
 #define LSM(name) leveldb_##name
@@ -39,9 +38,11 @@ static void lsm_close(ferry__kv *kv)
     lsm *d = (lsm *)kv;
     if (!d)
         return;
-    for (int k = 0; k < d->nidle; k++)
-        leveldb_iter_destroy(d->idle[k]);
-    pthread_mutex_destroy(&d->lock);
+    for (int k = 0; k < POOL; k++) {
+        leveldb_iterator_t *it = atomic_load(&d->idle[k]);
+        if (it)
+            leveldb_iter_destroy(it);
+    }
     close_db(d);
     if (d->cache)
         leveldb_cache_destroy(d->cache);
@@ -55,7 +56,6 @@ static int lsm_open(ferry__kv **out, const char *path, const ferry__kv_opts *o)
     lsm *d = new_db(path, o);
     if (!d)
         return ferry__err(FERRY_ENOMEM, "leveldb: out of memory");
-    pthread_mutex_init(&d->lock, NULL);
     int rc = 0;
     char *err = NULL;
     d->opts = leveldb_options_create();
@@ -84,29 +84,31 @@ fail:
 
 static leveldb_iterator_t *take_iter(lsm *d)
 {
-    leveldb_iterator_t *it = NULL;
-    pthread_mutex_lock(&d->lock);
-    if (d->nidle)
-        it = d->idle[--d->nidle];
-    pthread_mutex_unlock(&d->lock);
-    return it ? it : leveldb_create_iterator(d->db, d->ro);
+    for (int k = 0; k < POOL; k++) {
+        if (!atomic_load_explicit(&d->idle[k], memory_order_relaxed))
+            continue;
+        leveldb_iterator_t *it = atomic_exchange_explicit(&d->idle[k], NULL, memory_order_acquire);
+        if (it)
+            return it;
+    }
+    return leveldb_create_iterator(d->db, d->ro);
 }
 
 static void give_iter(lsm *d, leveldb_iterator_t *it)
 {
-    pthread_mutex_lock(&d->lock);
-    if (d->nidle < POOL) {
-        d->idle[d->nidle++] = it;
-        it = NULL;
+    for (int k = 0; k < POOL; k++) {
+        leveldb_iterator_t *none = NULL;
+        if (!atomic_load_explicit(&d->idle[k], memory_order_relaxed) &&
+            atomic_compare_exchange_strong_explicit(&d->idle[k], &none, it, memory_order_release,
+                                                    memory_order_relaxed))
+            return;
     }
-    pthread_mutex_unlock(&d->lock);
-    if (it)
-        leveldb_iter_destroy(it);
+    leveldb_iter_destroy(it);
 }
 
 static int lsm_get(const ferry__kv *kv, uint64_t i, ferry__kv_fn *fn, void *arg)
 {
-    lsm *d = (lsm *)kv; /* only the iterator pool changes, under its lock */
+    lsm *d = (lsm *)kv; /* only the iterator pool changes, slot by slot */
     const uint8_t *k;
     size_t kl, vl = 0;
     ferry__kv_keys_get(&d->keys, i, &k, &kl);

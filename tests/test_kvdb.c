@@ -21,6 +21,9 @@
 #ifdef FERRY_HAVE_ROCKSDB
 #include <rocksdb/c.h>
 #endif
+#ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/lsan_interface.h>
+#endif
 
 #define PY "/usr/bin/python3"
 
@@ -661,6 +664,89 @@ TEST(leveldb_checksums_are_checked_once_at_open)
     ferry_ctx_free(ctx);
     ferry_dataset_free(ds);
     test_remove_dir();
+}
+
+/* LevelDB maps its tables: one cut short under an open dataset is an error
+ * naming the table file at the first read that meets the cut (a SIGBUS inside
+ * the library, caught by ferry's guard), then every read says the database was
+ * abandoned; freeing it does not crash. */
+TEST(leveldb_table_cut_short_while_read_is_an_error)
+{
+#ifdef __SANITIZE_ADDRESS__
+    __lsan_disable(); /* the abandoned database's handle is left to the process, by design */
+#endif
+    test_make_dir("kvdb");
+    char path[512];
+    test_path("db", path);
+    ferry_db *db;
+    ferry_db_txn *t;
+    unsigned char val[700];
+    CHECK_OK(ferry_db_open(&db, "leveldb", path, FERRY_DB_WRITE));
+    CHECK_OK(ferry_db_begin(db, &t));
+    for (unsigned i = 0; i < 400; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "%08u", i);
+        noise(val, sizeof val, i);
+        CHECK_OK(ferry_db_put(t, key, 8, val, sizeof val));
+    }
+    CHECK_OK(ferry_db_commit(t));
+    ferry_db_close(db);
+    char spec[700], table[1024] = "";
+    ferry_dataset *ds;
+    snprintf(spec, sizeof spec, "leveldb:%s,value=raw", path);
+    CHECK_OK(ferry_dataset_open(&ds, spec)); /* LevelDB writes its log into a table */
+    ferry_dataset_free(ds);
+    DIR *d = opendir(path);
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strlen(e->d_name) > 4 && !strcmp(e->d_name + strlen(e->d_name) - 4, ".ldb"))
+            snprintf(table, sizeof table, "%s/%s", path, e->d_name);
+    closedir(d);
+    CHECK(table[0]);
+    struct stat st;
+    CHECK(stat(table, &st) == 0 && st.st_size > 200000);
+
+    CHECK_OK(ferry_dataset_open(&ds, spec));
+    ferry_ctx *ctx;
+    CHECK_OK(ferry_ctx_create(&ctx, 0, 0));
+    slot *s = sample_for(ds);
+    int fv = ferry_dataset_find_field(ds, "value");
+    CHECK_OK(ferry_dataset_get(ds, 3, &s->s, ctx)); /* read before the cut */
+    noise(val, sizeof val, 3);
+    CHECK(memcmp(s->data[fv], val, sizeof val) == 0);
+    CHECK(truncate(table, st.st_size / 2) == 0);
+    int cut = 0, abandoned = 0, ok = 0;
+    for (uint64_t i = 0; i < 400; i++) {
+        int rc = ferry_dataset_get(ds, (i * 7) % 400, &s->s, ctx);
+        if (rc == 0) {
+            ok++;
+            continue;
+        }
+        CHECK_EQ(rc, FERRY_EIO);
+        if (cut == 0 && abandoned == 0) {
+            CHECK_CONTAINS(ferry_last_errmsg(), table);
+            CHECK_CONTAINS(ferry_last_errmsg(),
+                           "leveldb: the file was cut short while it was read");
+            CHECK_CONTAINS(ferry_last_errmsg(), "bytes now");
+            cut++;
+        } else {
+            CHECK_CONTAINS(ferry_last_errmsg(), path);
+            CHECK_CONTAINS(ferry_last_errmsg(), "not read: a table file was cut short");
+            abandoned++;
+        }
+    }
+    printf("%d read before the cut was met, then 1 error naming the table, %d abandoned\n", ok,
+           abandoned);
+    CHECK_EQ(cut, 1);
+    CHECK_EQ(ok + cut + abandoned, 400);
+    CHECK(abandoned > 0);
+    sample_free(s);
+    ferry_ctx_free(ctx);
+    ferry_dataset_free(ds);
+    test_remove_dir();
+#ifdef __SANITIZE_ADDRESS__
+    __lsan_enable();
+#endif
 }
 
 /* ferry's commands on a LevelDB: head, stat, ls, verify, and pack to shards. */

@@ -3,7 +3,9 @@
  * when no credentials are set) and plain URLs. Easy handles are kept in a small
  * pool so that their connections are reused (keep-alive); TLS offers HTTP/2 where
  * the server takes it, and checks certificates against the system's store or the
- * bundle AWS_CA_BUNDLE or SSL_CERT_FILE names.
+ * bundle AWS_CA_BUNDLE or SSL_CERT_FILE names. At most FERRY_REMOTE_CONNECTIONS
+ * transfers run at once in the process (a transfer waits for a free one), so that
+ * their receive buffers are bounded whatever the number of threads that fetch.
  *
  * Retries: 429, 500, 502, 503, 504, a reset or refused connection, a body cut
  * short and a stall (no byte for FERRY_REMOTE_STALL seconds) are tried again, on a

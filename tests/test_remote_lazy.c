@@ -319,7 +319,7 @@ TEST(a_cache_too_small_for_the_set_is_said_at_open)
     test_remove_dir();
 }
 
-/* The fetch buffers (FERRY_REMOTE_CONNECTIONS of 512 KiB) count in the budget: a
+/* The fetch buffers (FERRY_REMOTE_CONNECTIONS of 1.5 MiB) count in the budget: a
  * budget that cannot hold them is refused with the numbers; under one that can,
  * fetching shards in ranged parts on several threads holds no more than that. */
 TEST(fetch_buffers_count_in_the_memory_budget)
@@ -338,21 +338,21 @@ TEST(fetch_buffers_count_in_the_memory_budget)
     const char *msg = ferry_last_errmsg();
     CHECK_CONTAINS(msg, "fetch buffers");
     CHECK_CONTAINS(msg, "4 connections");
-    CHECK_CONTAINS(msg, "512.0 KiB");
-    CHECK_CONTAINS(msg, "2.0 MiB");
-    CHECK_CONTAINS(msg, "1.0 MiB");
+    CHECK_CONTAINS(msg, "of 1.5 MiB each");
+    CHECK_CONTAINS(msg, "need 6.0 MiB");
+    CHECK_CONTAINS(msg, "budget of 1.0 MiB");
     /* a batch and the fetch buffers that fit alone, but not together */
-    o.memory_budget = ((uint64_t)2 << 20) + 4096;
+    o.memory_budget = ((uint64_t)6 << 20) + 4096;
     CHECK_RC(ferry_loader_create(&l, ds, &o), FERRY_EINVAL);
-    CHECK_CONTAINS(ferry_last_errmsg(), "fetch buffers of a remote source (2.0 MiB");
+    CHECK_CONTAINS(ferry_last_errmsg(), "fetch buffers of a remote source (6.0 MiB");
     ferry_dataset_free(ds);
     ferry_loader_stats st;
-    CHECK_U64(digest(s3, 2, true, (uint64_t)4 << 20, &st), digest(local, 2, true, 0, NULL));
+    CHECK_U64(digest(s3, 2, true, (uint64_t)8 << 20, &st), digest(local, 2, true, 0, NULL));
     CHECK(st.cache_misses > 0);
     ferry_remote_stats r;
     ferry_remote_stats_get(&r);
     CHECK(r.fetch_buffer_peak > 0);
-    CHECK(r.fetch_buffer_peak <= (uint64_t)4 * 512 * 1024);
+    CHECK(r.fetch_buffer_peak <= (uint64_t)4 * (512 + 1024) * 1024);
     unsetenv("FERRY_REMOTE_CONNECTIONS");
     unsetenv("FERRY_REMOTE_PART_SIZE");
     test_remove_dir();

@@ -86,7 +86,7 @@ typedef struct ferry_loader_opts {
      * batch_size samples with every variable field at its bound), one sample of
      * scratch per worker, and for a stream the buffers of its shuffle and group-batch
      * decorators in each of stream_shards iterators, and for a remote source the
-     * fetch buffers (FERRY_REMOTE_CONNECTIONS x 512 KiB, docs/remote.md). 0 = a
+     * fetch buffers (FERRY_REMOTE_CONNECTIONS x 1.5 MiB, docs/remote.md). 0 = a
      * quarter of physical memory. Checked before anything
      * is allocated: a schema whose batch does not fit is FERRY_EINVAL naming the
      * widest field, its bound, the batch size and the budget; the default prefetch

@@ -51,7 +51,8 @@ static void cfg_init(void)
 
 uint64_t ferry__remote_buffer_bytes(void)
 {
-    return (uint64_t)ferry__http_config()->connections * FERRY__FETCH_BUFFER;
+    return (uint64_t)ferry__http_config()->connections *
+           (FERRY__FETCH_BUFFER + FERRY__WRITE_BUFFER);
 }
 
 const ferry__http_cfg *ferry__http_config(void)
@@ -124,6 +125,7 @@ static struct {
     unsigned busy;
     pthread_cond_t free_slot;
     unsigned handles;
+    unsigned wbufs; /* transfers' write buffers (request.wbuf) that exist */
 } g = {.once = PTHREAD_ONCE_INIT,
        .mu = PTHREAD_MUTEX_INITIALIZER,
        .free_slot = PTHREAD_COND_INITIALIZER};
@@ -157,11 +159,15 @@ bool ferry__http_available(void)
     return true;
 }
 
-/* The memory fetch buffers hold now: the handles that exist, each with its
- * transfer buffer; and the most they held. */
-static void count_handles(int delta)
+/* The memory fetch buffers hold now (under g.mu): the handles that exist, each
+ * with its receive buffer, and the write buffers of the transfers under way; and
+ * the most they held. */
+static void count_buffers(int handles, int wbufs)
 {
-    uint64_t now = (uint64_t)(g.handles += (unsigned)delta) * FERRY__FETCH_BUFFER;
+    g.handles += (unsigned)handles;
+    g.wbufs += (unsigned)wbufs;
+    uint64_t now =
+        (uint64_t)g.handles * FERRY__FETCH_BUFFER + (uint64_t)g.wbufs * FERRY__WRITE_BUFFER;
     atomic_store_explicit(&ferry__remote_stats.buffer_bytes, now, memory_order_relaxed);
     if (now > atomic_load_explicit(&ferry__remote_stats.buffer_peak, memory_order_relaxed))
         atomic_store_explicit(&ferry__remote_stats.buffer_peak, now, memory_order_relaxed);
@@ -180,7 +186,7 @@ static CURL *handle_get(void)
     if (g.npool)
         h = g.pool[--g.npool];
     else if ((h = curl_easy_init()) != NULL)
-        count_handles(1);
+        count_buffers(1, 0);
     if (!h && --g.busy < cfg.connections)
         pthread_cond_signal(&g.free_slot);
     pthread_mutex_unlock(&g.mu);
@@ -198,7 +204,7 @@ static void handle_put(CURL *h, bool keep)
         g.pool[g.npool++] = h;
         h = NULL;
     } else {
-        count_handles(-1);
+        count_buffers(-1, 0);
     }
     g.busy--;
     pthread_cond_signal(&g.free_slot);
@@ -226,7 +232,11 @@ typedef struct request {
     /* where the body goes: fd at pos, or mem (up to cap), or (an object's range
      * into memory) the part of it in [rmem_off, rmem_off + rmem_len) into rmem */
     int fd;
-    uint64_t pos, got;
+    uint64_t pos, got; /* got: bytes of the body so far, those in wbuf included */
+    bool buffered;     /* a large range into a file: through wbuf */
+    uint8_t *wbuf;     /* NULL, or WRITE_BUF bytes: what came, written out in large pieces
+                        * (held by a transfer under way only: perform makes and frees it) */
+    size_t held;       /* bytes in wbuf: they belong at pos + got - held */
     char *mem;
     size_t mem_n, mem_cap;
     uint8_t *rmem;
@@ -277,6 +287,31 @@ static size_t on_header(char *p, size_t size, size_t n, void *arg)
     return len;
 }
 
+/* Bodies go to the cache's file in pieces of this size rather than as curl hands
+ * them (16 KiB at a time over plain HTTP): the page cache then holds the copy in
+ * large folios, and a reader's mapping of it faults a fraction of the times. */
+#define WRITE_BUF ((size_t)FERRY__WRITE_BUFFER)
+
+/* Writes what wbuf holds; false with q->sink_err set when the write fails. */
+static bool flush_body(request *q)
+{
+    size_t done = 0;
+    uint64_t at = q->pos + q->got - q->held;
+    while (done < q->held) {
+        ssize_t w = pwrite(q->fd, q->wbuf + done, q->held - done, (off_t)(at + done));
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            q->sink_err = w < 0 ? errno : ENOSPC;
+            q->held = 0;
+            return false;
+        }
+        done += (size_t)w;
+    }
+    q->held = 0;
+    return true;
+}
+
 static size_t on_body(char *p, size_t size, size_t n, void *arg)
 {
     request *q = arg;
@@ -302,11 +337,27 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
     if (q->fd >= 0 || q->rmem) {
         if (q->got == 0 && q->status == 200 && q->pos && !q->has_range)
             q->pos = 0; /* a whole object where a range was asked: it starts at 0 */
-        uint64_t at = q->pos + q->got, end = q->rmem_off + q->rmem_len;
-        uint64_t lo = at > q->rmem_off ? at : q->rmem_off, hi = at + len < end ? at + len : end;
-        if (q->rmem && lo < hi)
-            memcpy(q->rmem + (lo - q->rmem_off), p + (lo - at), (size_t)(hi - lo));
-        size_t done = q->rmem ? len : 0;
+        atomic_fetch_add_explicit(&ferry__remote_stats.downloaded_bytes, len, memory_order_relaxed);
+        if (q->rmem) { /* a range into memory: the part of the body inside it */
+            uint64_t at = q->pos + q->got, end = q->rmem_off + q->rmem_len;
+            uint64_t lo = at > q->rmem_off ? at : q->rmem_off, hi = at + len < end ? at + len : end;
+            if (lo < hi)
+                memcpy(q->rmem + (lo - q->rmem_off), p + (lo - at), (size_t)(hi - lo));
+            q->got += len;
+            return len;
+        }
+        for (size_t done = 0; q->wbuf && done < len;) {
+            size_t take = WRITE_BUF - q->held < len - done ? WRITE_BUF - q->held : len - done;
+            memcpy(q->wbuf + q->held, p + done, take);
+            q->held += take;
+            q->got += take;
+            done += take;
+            if (q->held == WRITE_BUF && !flush_body(q))
+                return 0;
+        }
+        if (q->wbuf)
+            return len;
+        size_t done = 0;
         while (done < len) {
             ssize_t w = pwrite(q->fd, p + done, len - done, (off_t)(q->pos + q->got + done));
             if (w < 0 && errno == EINTR)
@@ -318,7 +369,6 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
             done += (size_t)w;
         }
         q->got += len;
-        atomic_fetch_add_explicit(&ferry__remote_stats.downloaded_bytes, len, memory_order_relaxed);
     }
     return len;
 }
@@ -349,6 +399,12 @@ static CURLcode perform(request *q, char *curl_err)
     CURLcode cc;
     if (!h)
         return CURLE_OUT_OF_MEMORY;
+    if (q->buffered && (q->wbuf = ferry__malloc(WRITE_BUF)) != NULL) { /* NULL: unbuffered */
+        pthread_mutex_lock(&g.mu);
+        count_buffers(0, 1);
+        pthread_mutex_unlock(&g.mu);
+    }
+    q->held = 0;
     q->status = 0;
     q->got = 0;
     q->err_n = 0;
@@ -436,6 +492,15 @@ static CURLcode perform(request *q, char *curl_err)
     }
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
     curl_slist_free_all(hdr);
+    if (q->wbuf) { /* written out before the transfer gives its connection back */
+        if (q->held)
+            flush_body(q);
+        ferry__free(q->wbuf);
+        q->wbuf = NULL;
+        pthread_mutex_lock(&g.mu);
+        count_buffers(0, -1);
+        pthread_mutex_unlock(&g.mu);
+    }
     /* a handle whose transfer failed may hold a broken connection: not pooled */
     handle_put(h, cc == CURLE_OK);
     return cc;
@@ -485,16 +550,21 @@ static void backoff(unsigned attempt, uint64_t deadline)
         ;
 }
 
-static const char *what_to_check(const request *q, long status)
+/* What a refused request's message tells the user to check, into out. */
+static const char *what_to_check(const request *q, long status, char *out, size_t cap)
 {
     if (!q->s3)
         return status == 404 ? "check the URL" : "check that the server lets this host read it";
     if (status == 404)
         return "check the bucket and the key, and the endpoint (AWS_ENDPOINT_URL) and region "
                "(AWS_REGION)";
-    if (!g.aws.key_id[0])
-        return "the request was unsigned: no credentials were found (AWS_ACCESS_KEY_ID, "
-               "AWS_PROFILE, ~/.aws/credentials); a private bucket needs them";
+    if (!g.aws.key_id[0]) {
+        snprintf(out, cap,
+                 "the request was unsigned because no credentials were found (%s); a private "
+                 "bucket needs them",
+                 g.aws.where);
+        return out;
+    }
     return "check the credentials, the region (AWS_REGION) and the endpoint "
            "(AWS_ENDPOINT_URL)";
 }
@@ -515,6 +585,8 @@ static int send_retrying(request *q)
             q->fresh = true;
         }
         CURLcode cc = perform(q, curl_err);
+        if (q->held)
+            flush_body(q); /* before anything looks at what came */
         if (q->sink_err)
             return ferry__err(FERRY_EIO, "%s: writing what was fetched: %s", q->shown,
                               strerror(q->sink_err));
@@ -534,7 +606,7 @@ static int send_retrying(request *q)
         } else if (q->status >= 200 && q->status <= 299) {
             return 0;
         } else {
-            char code[64], msg[256];
+            char code[64], msg[256], hint[700];
             if (q->s3 &&
                 ferry__s3_parse_error(q->err_body, q->err_n, code, sizeof code, msg, sizeof msg))
                 snprintf(last, sizeof last, "HTTP %ld %s: %s", q->status, code, msg);
@@ -549,7 +621,8 @@ static int send_retrying(request *q)
                     return ferry__err(rc, "%s: %s: the object changed while it was read", q->shown,
                                       last);
                 return ferry__err(rc, "%s: %s after %u attempt%s (%s)", q->shown, last, attempt,
-                                  attempt == 1 ? "" : "s", what_to_check(q, q->status));
+                                  attempt == 1 ? "" : "s",
+                                  what_to_check(q, q->status, hint, sizeof hint));
             }
         }
         if (attempt >= cfg.attempts || ferry_now_ns() >= deadline)
@@ -649,6 +722,7 @@ static int get_range(const ferry__obj *o, int fd, void *mem, uint64_t off, uint6
     q->rmem = mem;
     q->rmem_off = off;
     q->rmem_len = mem ? len : 0;
+    q->buffered = fd >= 0 && len > 64 * 1024; /* else written as it comes */
     if (o->etag[0])
         snprintf(q->if_match, sizeof q->if_match, "%s", o->etag);
     while (done < len) {
@@ -692,6 +766,7 @@ static int get_range(const ferry__obj *o, int fd, void *mem, uint64_t off, uint6
         q->fresh = true;
     }
 cleanup:
+    ferry__free(q->wbuf);
     ferry__free(q);
     return rc;
 }

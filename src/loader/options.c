@@ -158,8 +158,9 @@ static int check_budget(ferry_loader *l)
                           "(FERRY_REMOTE_CONNECTIONS) of %s each, need %s, over the memory "
                           "budget of %s (memory_budget; 0 = 1/%d of physical memory)",
                           ferry__http_config()->connections,
-                          human(FERRY__FETCH_BUFFER, b1, sizeof b1), human(fetch, b2, sizeof b2),
-                          human(budget, b3, sizeof b3), DEFAULT_BUDGET_DIVISOR);
+                          human(FERRY__FETCH_BUFFER + FERRY__WRITE_BUFFER, b1, sizeof b1),
+                          human(fetch, b2, sizeof b2), human(budget, b3, sizeof b3),
+                          DEFAULT_BUDGET_DIVISOR);
     scratch = scratch + fetch < scratch ? UINT64_MAX : scratch + fetch;
     const ferry_field *f = &l->fields[widest];
     if (fetch && batch <= budget && scratch > budget - batch) {
@@ -171,7 +172,8 @@ static int check_budget(ferry_loader *l)
             "need %s, over the memory budget of %s (memory_budget; 0 = 1/%d of "
             "physical memory)",
             human(batch, b1, sizeof b1), human(fetch, b2, sizeof b2),
-            ferry__http_config()->connections, human(FERRY__FETCH_BUFFER, b4, sizeof b4),
+            ferry__http_config()->connections,
+            human(FERRY__FETCH_BUFFER + FERRY__WRITE_BUFFER, b4, sizeof b4),
             human(batch + scratch < batch ? UINT64_MAX : batch + scratch, b3, sizeof b3),
             human(budget, b5, sizeof b5), DEFAULT_BUDGET_DIVISOR);
     }

@@ -45,6 +45,19 @@ int ferry__map_file(ferry__map *m, const char *path);
 int ferry__map_open(ferry__map *m, const ferry__file *f, const char *path);
 void ferry__unmap(ferry__map *m);
 
+/* Reading a mapping ahead: the kernel is asked to read bytes [a, e) of the mapping
+ * at base into the page cache (MADV_WILLNEED, which starts the reads and
+ * returns), unless an earlier call asked for them (bits: a bit per
+ * FERRY__AHEAD_UNIT bytes of the mapping, set atomically, so that threads share
+ * it) or their first and last pages are cached already (mincore: two lookups,
+ * where MADV_WILLNEED would look up every page). Nothing is mapped: for cached
+ * pages a fault maps 16 at a time when they are read, which costs less than
+ * walking each page with MADV_POPULATE_READ. ferry__ahead_bits: a zeroed bitmap
+ * for a mapping of size bytes (ferry__free), or NULL without memory. */
+#define FERRY__AHEAD_UNIT ((uint64_t)64 << 10)
+_Atomic uint64_t *ferry__ahead_bits(uint64_t size);
+void ferry__read_ahead(_Atomic uint64_t *bits, const void *base, uintptr_t a, uintptr_t e);
+
 #define FERRY__ATOMIC_BUF ((size_t)256 << 10)
 
 typedef struct ferry__atomic_file {

@@ -2,7 +2,7 @@
 """ferry's LevelDB and minidb readers against their anchors, in one run.
 
     kvdb_vs.py [--ferry build/ferry] [--entries N] [--minidb-entries M] [--repeat R]
-               [--out FILE]
+               [--only leveldb|minidb] [--out FILE]
 
 1. A LevelDB of N (50000) Caffe Datum values of 4 KB (1x64x64 random bytes and
    a label, serialised by protoc's Python code from tests/protos/caffe.proto,
@@ -22,13 +22,22 @@
 2. M (250000, about 1 GB) such entries as a Caffe2 minidb file (Caffe2's
    framing; the first N are the LevelDB's), large enough that starting a
    process (about 10 ms for ferry, 1 ms for dd) is a small part of the time,
-   read front to back whole: ferry bench minidb:FILE,stream=1 --workers 2 --batch 256 (the
-   sequential reader, every value decoded into batches), the command's wall
-   time, against `dd if=FILE of=/dev/null bs=8M`'s. Target: ferry's rate >=
-   0.8x dd's. Beside it, the map-style read (minidb:FILE: the file mapped and
-   indexed by a scan at open, then read in order), whose scan touches every
-   page of the file once more. Both with the file in the page cache; each time
-   is the best of 3 runs in a row, alternating with dd's.
+   read front to back whole, three ways, each `ferry bench SPEC --workers 2
+   --batch 256` (every value decoded into batches; the command's wall time)
+   against `dd if=FILE of=/dev/null bs=8M`'s:
+     indexed: minidb:FILE,index=IDX, map-style through the saved index that
+              `ferry index minidb:FILE -o IDX` wrote once before the rounds (its
+              time is reported beside dd's too): no scan at open, the entries'
+              pages read as the two workers copy them, read ahead by the
+              loader's hints;
+     stream:  minidb:FILE,stream=1, the sequential reader (one file: one
+              stream shard, one worker);
+     scan:    minidb:FILE, map-style with no saved index: a scan at open
+              locates the entries, touching every page once more.
+   Target: ferry's rate >= 0.8x dd's, judged on the indexed read (how ferry
+   reads a minidb it has indexed); the other two beside it. All with the file
+   in the page cache; each time is the best of 3 runs in a row, alternating
+   with dd's.
 Each comparison runs R (3) times, alternating, on the same machine in the same
 run; the table gives every ratio and the median. Beside the wall-clock ratios,
 each command's CPU time (user + system, from the kernel's accounting of the
@@ -161,101 +170,152 @@ def plyvel_anchor(db_path, caffe_pb2, n):
             "torch": torch.__version__, "plyvel": plyvel.__version__}
 
 
+def leveldb_round(exe, db_path, caffe_pb2, n):
+    f = ferry_bench(exe, "leveldb:%s,verify=0" % db_path, True, n)
+    p = plyvel_anchor(db_path, caffe_pb2, n)
+    fv = ferry_bench(exe, "leveldb:" + db_path, True, n)
+    return {"leveldb_ferry_samples_per_s": f["samples_per_s"],
+            "leveldb_plyvel_samples_per_s": p["samples_per_s"],
+            "leveldb_ratio": f["samples_per_s"] / p["samples_per_s"],
+            "leveldb_ferry_verify_samples_per_s": fv["samples_per_s"],
+            "leveldb_verify_ratio": fv["samples_per_s"] / p["samples_per_s"],
+            "leveldb_ferry_cpu_us_per_sample": f["cpu_seconds"] / n * 1e6,
+            "leveldb_ferry_verify_cpu_us_per_sample": fv["cpu_seconds"] / n * 1e6,
+            "leveldb_plyvel_cpu_us_per_sample": p["cpu_seconds"] / n * 1e6,
+            "versions": {"torch": p["torch"], "plyvel": p["plyvel"]}}
+
+
+MINIDB_WAYS = ("indexed", "stream", "scan")
+
+
+def minidb_round(exe, mdb, idx, size, n):
+    """Each way and dd, the best of 3 runs alternating (as formats_vs.py times dd)."""
+    specs = {"indexed": "minidb:%s,index=%s" % (mdb, idx), "stream": "minidb:%s,stream=1" % mdb,
+             "scan": "minidb:" + mdb}
+    runs = {w: [] for w in MINIDB_WAYS}
+    ds = []
+    for _ in range(3):
+        for w in MINIDB_WAYS:
+            runs[w].append(ferry_bench(exe, specs[w], False, n))
+        ds.append(dd_timed(mdb, size))
+    d = min(x["wall_seconds"] for x in ds)
+    dc = min(x["cpu_seconds"] for x in ds)
+    r = {"minidb_dd_wall_s": d, "minidb_dd_cpu_s": dc}
+    for w in MINIDB_WAYS:
+        wall = min(x["wall_seconds"] for x in runs[w])
+        cpu = min(x["cpu_seconds"] for x in runs[w])
+        r["minidb_%s_wall_s" % w] = wall
+        r["minidb_%s_cpu_s" % w] = cpu
+        r["minidb_%s_ratio" % w] = d / wall
+        r["minidb_%s_cpu_ratio" % w] = dc / cpu
+    return r
+
+
+def index_minidb(exe, mdb, idx, size):
+    """`ferry index minidb:FILE -o IDX` against dd, both from the page cache."""
+    c0 = children_cpu()
+    t0 = time.perf_counter()
+    subprocess.run([exe, "index", "minidb:" + mdb, "-o", idx], check=True,
+                   stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - t0
+    cpu = children_cpu() - c0
+    d = dd_timed(mdb, size)
+    return {"index_wall_s": wall, "index_cpu_s": cpu, "index_dd_wall_s": d["wall_seconds"],
+            "index_ratio": d["wall_seconds"] / wall}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ferry", default=os.path.join(ROOT, "build", "ferry"))
     ap.add_argument("--entries", type=int, default=50000)
     ap.add_argument("--minidb-entries", type=int, default=250000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--only", choices=("leveldb", "minidb"),
+                    help="run only that part (the other's columns are left out)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "kvdb.json"))
     a = ap.parse_args()
     exe = os.path.abspath(a.ferry)
+    do_leveldb, do_minidb = a.only in (None, "leveldb"), a.only in (None, "minidb")
     load = load_average()
     tmp = tempfile.mkdtemp(prefix="ferry-kvdb-")
     try:
         caffe_pb2 = protos(tmp)
         db_path, mdb = os.path.join(tmp, "db"), os.path.join(tmp, "train.minidb")
+        idx = os.path.join(tmp, "train.idx")
         log("writing %d Datum values of %d bytes with plyvel, %d as a minidb" % (
             a.entries, SIDE * SIDE, a.minidb_entries))
         write_stores(caffe_pb2, a.entries, db_path, mdb, a.minidb_entries)
         size = os.path.getsize(mdb)
         dd_read(mdb, size)  # into the page cache
+        ix = index_minidb(exe, mdb, idx, size) if do_minidb else None
         rounds = []
         for r in range(a.repeat):
-            log("round %d: LevelDB shuffled, ferry then plyvel; minidb, ferry then dd" % (r + 1))
-            f = ferry_bench(exe, "leveldb:%s,verify=0" % db_path, True, a.entries)
-            p = plyvel_anchor(db_path, caffe_pb2, a.entries)
-            fv = ferry_bench(exe, "leveldb:" + db_path, True, a.entries)
-            # each the best of 3, alternating, as formats_vs.py times dd
-            ms, ds, mms = [], [], []
-            for _ in range(3):
-                ms.append(ferry_bench(exe, "minidb:%s,stream=1" % mdb, False, a.minidb_entries))
-                ds.append(dd_timed(mdb, size))
-                mms.append(ferry_bench(exe, "minidb:" + mdb, False, a.minidb_entries))
-            m = min(ms, key=lambda r: r["wall_seconds"])
-            mm = min(mms, key=lambda r: r["wall_seconds"])
-            d = min(x["wall_seconds"] for x in ds)
-            dc = min(x["cpu_seconds"] for x in ds)
-            mc = min(x["cpu_seconds"] for x in ms)
-            mmc = min(x["cpu_seconds"] for x in mms)
-            rounds.append({"leveldb_ferry_samples_per_s": f["samples_per_s"],
-                           "leveldb_plyvel_samples_per_s": p["samples_per_s"],
-                           "leveldb_ratio": f["samples_per_s"] / p["samples_per_s"],
-                           "leveldb_ferry_verify_samples_per_s": fv["samples_per_s"],
-                           "leveldb_verify_ratio": fv["samples_per_s"] / p["samples_per_s"],
-                           "leveldb_ferry_cpu_us_per_sample": f["cpu_seconds"] / a.entries * 1e6,
-                           "leveldb_ferry_verify_cpu_us_per_sample":
-                               fv["cpu_seconds"] / a.entries * 1e6,
-                           "leveldb_plyvel_cpu_us_per_sample": p["cpu_seconds"] / a.entries * 1e6,
-                           "minidb_ferry_cpu_s": mc, "minidb_mapped_cpu_s": mmc,
-                           "minidb_dd_cpu_s": dc, "minidb_cpu_ratio": dc / mc,
-                           "minidb_mapped_cpu_ratio": dc / mmc,
-                           "minidb_ferry_wall_s": m["wall_seconds"], "minidb_dd_wall_s": d,
-                           "minidb_ratio": d / m["wall_seconds"],
-                           "minidb_mapped_wall_s": mm["wall_seconds"],
-                           "minidb_mapped_ratio": d / mm["wall_seconds"],
-                           "versions": {"torch": p["torch"], "plyvel": p["plyvel"]}})
-        lr = statistics.median(x["leveldb_ratio"] for x in rounds)
-        mr = statistics.median(x["minidb_ratio"] for x in rounds)
-        vr = statistics.median(x["leveldb_verify_ratio"] for x in rounds)
-        mmr = statistics.median(x["minidb_mapped_ratio"] for x in rounds)
+            log("round %d:%s%s" % (r + 1, " LevelDB shuffled, ferry then plyvel;" if do_leveldb
+                                   else "", " minidb indexed, stream, scan, then dd"
+                                   if do_minidb else ""))
+            x = {}
+            if do_leveldb:
+                x.update(leveldb_round(exe, db_path, caffe_pb2, a.entries))
+            if do_minidb:
+                x.update(minidb_round(exe, mdb, idx, size, a.minidb_entries))
+            rounds.append(x)
         print("ferry LevelDB and minidb readers (%d entries of %d-byte Datum values, %d cpus, "
               "load %.2f)" % (a.entries, SIDE * SIDE, os.cpu_count(), load[0]))
-        print("%-6s %12s %12s %12s %7s %7s %19s   %8s %8s %8s %7s %7s %15s" % (
-            "round", "ferry smp/s", "verify=1", "plyvel smp/s", "ratio", "v=1",
-            "cpu us/smp f/v/p", "stream s", "mapped s", "dd s", "ratio", "mapped",
-            "cpu ratio s/m"))
-        for i, x in enumerate(rounds):
-            print("%-6d %12.0f %12.0f %12.0f %6.1fx %6.1fx %6.1f/%5.1f/%6.1f   %8.3f %8.3f %8.3f "
-                  "%6.2fx %6.2fx %7.2fx/%5.2fx" % (
-                      i + 1, x["leveldb_ferry_samples_per_s"],
-                      x["leveldb_ferry_verify_samples_per_s"], x["leveldb_plyvel_samples_per_s"],
-                      x["leveldb_ratio"], x["leveldb_verify_ratio"],
-                      x["leveldb_ferry_cpu_us_per_sample"],
-                      x["leveldb_ferry_verify_cpu_us_per_sample"],
-                      x["leveldb_plyvel_cpu_us_per_sample"], x["minidb_ferry_wall_s"],
-                      x["minidb_mapped_wall_s"], x["minidb_dd_wall_s"], x["minidb_ratio"],
-                      x["minidb_mapped_ratio"], x["minidb_cpu_ratio"],
-                      x["minidb_mapped_cpu_ratio"]))
-        med = {k: statistics.median(x[k] for x in rounds) for k in (
-            "leveldb_ferry_cpu_us_per_sample", "leveldb_plyvel_cpu_us_per_sample",
-            "minidb_cpu_ratio", "minidb_mapped_cpu_ratio")}
-        print("median: LevelDB shuffled %.1fx plyvel+DataLoader like for like (target >= 10x: "
-              "%s), %.1fx with verify=1; CPU per sample %.1f us ferry, %.1f us plyvel (%.1fx); "
-              "minidb read front to back %.2fx dd (target >= 0.8x: %s), mapped and indexed "
-              "%.2fx; in CPU time %.2fx and %.2fx; minidb file %d bytes, %d entries"
-              % (lr, "PASS" if lr >= 10 else "FAIL", vr, med["leveldb_ferry_cpu_us_per_sample"],
-                 med["leveldb_plyvel_cpu_us_per_sample"],
-                 med["leveldb_plyvel_cpu_us_per_sample"] / med["leveldb_ferry_cpu_us_per_sample"],
-                 mr, "PASS" if mr >= 0.8 else "FAIL", mmr, med["minidb_cpu_ratio"],
-                 med["minidb_mapped_cpu_ratio"], size, a.minidb_entries))
-        raw = raw_header("kvdb_vs", plyvel=rounds[0]["versions"]["plyvel"],
-                         torch=rounds[0]["versions"]["torch"])
+        keys = []
+        if do_leveldb:
+            keys += ["leveldb_ratio", "leveldb_verify_ratio", "leveldb_ferry_cpu_us_per_sample",
+                     "leveldb_ferry_verify_cpu_us_per_sample", "leveldb_plyvel_cpu_us_per_sample"]
+            print("%-6s %12s %12s %12s %7s %7s %19s" % (
+                "round", "ferry smp/s", "verify=1", "plyvel smp/s", "ratio", "v=1",
+                "cpu us/smp f/v/p"))
+            for i, x in enumerate(rounds):
+                print("%-6d %12.0f %12.0f %12.0f %6.1fx %6.1fx %6.1f/%5.1f/%6.1f" % (
+                    i + 1, x["leveldb_ferry_samples_per_s"],
+                    x["leveldb_ferry_verify_samples_per_s"], x["leveldb_plyvel_samples_per_s"],
+                    x["leveldb_ratio"], x["leveldb_verify_ratio"],
+                    x["leveldb_ferry_cpu_us_per_sample"],
+                    x["leveldb_ferry_verify_cpu_us_per_sample"],
+                    x["leveldb_plyvel_cpu_us_per_sample"]))
+        if do_minidb:
+            for w in MINIDB_WAYS:
+                keys += ["minidb_%s_ratio" % w, "minidb_%s_cpu_ratio" % w]
+            print("%-6s %9s %9s %9s %8s   %s" % (
+                "round", "indexed s", "stream s", "scan s", "dd s",
+                "x dd wall (cpu): indexed / stream / scan"))
+            for i, x in enumerate(rounds):
+                print("%-6d %9.3f %9.3f %9.3f %8.3f   %s" % (
+                    i + 1, x["minidb_indexed_wall_s"], x["minidb_stream_wall_s"],
+                    x["minidb_scan_wall_s"], x["minidb_dd_wall_s"], " / ".join(
+                        "%.2fx (%.2fx)" % (x["minidb_%s_ratio" % w], x["minidb_%s_cpu_ratio" % w])
+                        for w in MINIDB_WAYS)))
+        med = {k: statistics.median(x[k] for x in rounds) for k in keys}
+        if do_leveldb:
+            lr, vr = med["leveldb_ratio"], med["leveldb_verify_ratio"]
+            print("median: LevelDB shuffled %.1fx plyvel+DataLoader like for like (target >= 10x: "
+                  "%s), %.1fx with verify=1; CPU per sample %.1f us ferry, %.1f us plyvel (%.1fx)"
+                  % (lr, "PASS" if lr >= 10 else "FAIL", vr,
+                     med["leveldb_ferry_cpu_us_per_sample"],
+                     med["leveldb_plyvel_cpu_us_per_sample"],
+                     med["leveldb_plyvel_cpu_us_per_sample"] /
+                     med["leveldb_ferry_cpu_us_per_sample"]))
+        if do_minidb:
+            mr = med["minidb_indexed_ratio"]
+            print("median: minidb read through its saved index %.2fx dd (target >= 0.8x: %s), "
+                  "as a stream %.2fx, scanned at open %.2fx; in CPU time %.2fx, %.2fx, %.2fx; "
+                  "`ferry index minidb:` once %.3f s, %.2fx dd; minidb file %d bytes, %d entries"
+                  % (mr, "PASS" if mr >= 0.8 else "FAIL", med["minidb_stream_ratio"],
+                     med["minidb_scan_ratio"], med["minidb_indexed_cpu_ratio"],
+                     med["minidb_stream_cpu_ratio"], med["minidb_scan_cpu_ratio"],
+                     ix["index_wall_s"], ix["index_ratio"], size, a.minidb_entries))
+        extra = {}
+        if do_leveldb:
+            extra = {"plyvel": rounds[0]["versions"]["plyvel"],
+                     "torch": rounds[0]["versions"]["torch"]}
+        raw = raw_header("kvdb_vs", **extra)
         raw.update({"entries": a.entries, "minidb_entries": a.minidb_entries,
                     "value_bytes": SIDE * SIDE, "minidb_bytes": size, "medians": med,
                     "batch": BATCH, "workers": WORKERS, "load": load, "rounds": rounds,
-                    "median_leveldb_ratio": lr, "median_leveldb_verify_ratio": vr,
-                    "median_minidb_ratio": mr, "median_minidb_mapped_ratio": mmr})
+                    "only": a.only, "minidb_index": ix})
         write_results(a.out, raw, private=(tmp,))
     finally:
         subprocess.run(["rm", "-rf", tmp])

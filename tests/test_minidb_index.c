@@ -550,3 +550,35 @@ TEST(the_minidb_writer_keeps_its_index_true)
     }
     test_remove_dir();
 }
+
+/* A directory of minidb files is a stream over them: their saved indexes beside
+ * them are not among its files. */
+TEST(a_directory_stream_passes_over_saved_indexes)
+{
+    test_make_dir("mdbidx");
+    char a[512], spec[700];
+    write_minidb(test_path("a.minidb", a), 25, NULL);
+    CHECK_OK(ferry_minidb_index_build(a, NULL, NULL));
+    snprintf(spec, sizeof spec, "minidb:%s,value=raw", test_dir);
+    ferry_dataset *ds;
+    ferry_stream *st;
+    CHECK_OK(ferry_source_open(spec, &ds, &st));
+    CHECK(st != NULL);
+    ferry_stream_iter *it;
+    ferry_ctx *ctx;
+    CHECK_OK(ferry_ctx_create(&ctx, 0, 0));
+    CHECK_OK(ferry_stream_open(st, 0, 1, 0, &it));
+    uint8_t key[1100], val[400];
+    int64_t len[2];
+    void *data[2] = {key, val};
+    ferry_sample s = {2, data, len, {0}};
+    int n = 0, rc;
+    while ((rc = ferry_stream_next(it, &s, ctx)) == 0)
+        n++;
+    CHECK_RC(rc, FERRY_END);
+    CHECK_EQ(n, 25);
+    ferry_stream_close(it);
+    ferry_ctx_free(ctx);
+    ferry_stream_free(st);
+    test_remove_dir();
+}

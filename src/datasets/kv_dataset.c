@@ -231,11 +231,6 @@ cleanup:
     return rc;
 }
 
-static bool any_file(const char *name)
-{
-    return name[0] != '.';
-}
-
 /* Whether a minidb location is read as a stream without being asked: a
  * directory, a glob, or a compressed file. */
 static bool minidb_streams(const char *location)
@@ -245,7 +240,7 @@ static bool minidb_streams(const char *location)
         return strpbrk(location, "*?[") != NULL;
     if (S_ISDIR(st.st_mode))
         return true;
-    return ferry__shard_files_compressed("minidb", location, any_file, "minidb files",
+    return ferry__shard_files_compressed("minidb", location, ferry__minidb_listed, "minidb files",
                                          FERRY__COMP_AUTO);
 }
 

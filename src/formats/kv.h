@@ -103,6 +103,9 @@ int ferry__minidb_frame(const char *path, const uint8_t *h, uint64_t avail, uint
 void ferry__minidb_span(const ferry__kv *kv, uint64_t i, uint64_t last, const uint8_t **p,
                         size_t *n);
 void ferry__minidb_mapping(const ferry__kv *kv, const void **base, size_t *size);
+/* Whether a file listed in a directory of minidb files is one: not hidden, and
+ * not a saved index (*.fidx). */
+bool ferry__minidb_listed(const char *name);
 /* Whether the entries were located by a saved index (no scan at open: their pages
  * are read only as the entries are). */
 bool ferry__minidb_indexed(const ferry__kv *kv);

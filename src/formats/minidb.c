@@ -283,6 +283,12 @@ int ferry_minidb_index_build(const char *path, const char *index_path, uint64_t 
     return rc;
 }
 
+bool ferry__minidb_listed(const char *name)
+{
+    size_t n = strlen(name);
+    return name[0] != '.' && !(n > 5 && !strcmp(name + n - 5, ".fidx"));
+}
+
 bool ferry__minidb_indexed(const ferry__kv *kv)
 {
     return ((const minidb *)kv)->sc.off != NULL;

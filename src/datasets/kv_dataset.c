@@ -77,7 +77,8 @@ FERRY__GUARDED_GET(mapped_get, read_entry, entry_fault)
 
 /* A minidb read through its saved index has not touched the file at open. soon:
  * the next entries' headers into the CPU's caches. Later batches: the kernel
- * reads runs of consecutive entries ahead, as for record shards. */
+ * reads runs of consecutive entries ahead, as for record shards, and a run whose
+ * pages are cached is mapped in one call by the worker that hints it. */
 static void hint_entries(void *self, const uint64_t *indices, size_t count, int soon)
 {
     const kv_ds *d = self;
@@ -102,7 +103,7 @@ static void hint_entries(void *self, const uint64_t *indices, size_t count, int 
             ferry__minidb_span(d->kv, d->first + indices[k] * d->step,
                                d->first + indices[e - 1] * d->step, &p, &n);
             if (n >= ((size_t)64 << 10))
-                ferry__read_ahead(d->ahead, base, (uintptr_t)p, (uintptr_t)p + n);
+                ferry__read_ahead(d->ahead, base, (uintptr_t)p, (uintptr_t)p + n, true);
         }
         k = e;
     }

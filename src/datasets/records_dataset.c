@@ -503,7 +503,7 @@ static void read_ahead_run(shard_set *s, uint64_t i, uint64_t last)
                    ferry__record_file_span(s->files[j], end - s->first[j], &q, &m) == 0) {
             uintptr_t a = (uintptr_t)p, e = (uintptr_t)q + m;
             if (e > a && e - a >= ((uintptr_t)64 << 10))
-                ferry__read_ahead(s->ahead[j], ferry__record_file_base(s->files[j]), a, e);
+                ferry__read_ahead(s->ahead[j], ferry__record_file_base(s->files[j]), a, e, false);
         }
         i = end + 1;
         j++;

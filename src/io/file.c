@@ -182,7 +182,8 @@ _Atomic uint64_t *ferry__ahead_bits(uint64_t size)
     return ferry__calloc((size_t)(size / FERRY__AHEAD_UNIT / 64) + 1, sizeof(uint64_t));
 }
 
-void ferry__read_ahead(_Atomic uint64_t *bits, const void *base, uintptr_t a, uintptr_t e)
+void ferry__read_ahead(_Atomic uint64_t *bits, const void *base, uintptr_t a, uintptr_t e,
+                       bool map_cached)
 {
     uint64_t lo = (a - (uintptr_t)base) / FERRY__AHEAD_UNIT;
     uint64_t hi = (e - 1 - (uintptr_t)base) / FERRY__AHEAD_UNIT;
@@ -197,8 +198,11 @@ void ferry__read_ahead(_Atomic uint64_t *bits, const void *base, uintptr_t a, ui
     uintptr_t page = 4096, start = a & ~(page - 1), last = (e - 1) & ~(page - 1);
     unsigned char in_first = 0, in_last = 0;
     if (mincore((void *)start, page, &in_first) == 0 &&
-        mincore((void *)last, page, &in_last) == 0 && (in_first & 1) && (in_last & 1))
+        mincore((void *)last, page, &in_last) == 0 && (in_first & 1) && (in_last & 1)) {
+        if (map_cached)
+            madvise((void *)start, e - start, 22 /* MADV_POPULATE_READ */);
         return;
+    }
     madvise((void *)start, e - start, MADV_WILLNEED);
 }
 

@@ -283,10 +283,12 @@ def write_csv(path, nbytes):
     return rows
 
 
-def part_csv(ferry, tmpdir, nbytes, tag="4"):
+def part_csv(ferry, tmpdir, nbytes, tag="4", base=None):
     """One gzip CSV file read as a stream vs the same file uncompressed, both
     parsed into a float32 field (parsing bounds both). 2 workers, one file: one
-    stream shard parses while the other core inflates ahead of it."""
+    stream shard parses while the other core inflates ahead of it. With base
+    (another Ferry), its runs alternate with ferry's on the same files, and its
+    figures come back under "base"."""
     import gzip
     plain = os.path.join(tmpdir, "rows.csv")
     gz = plain + ".gz"
@@ -297,24 +299,34 @@ def part_csv(ferry, tmpdir, nbytes, tag="4"):
         shutil.copyfileobj(src, dst, 8 << 20)
     size, gz_size = os.path.getsize(plain), os.path.getsize(gz)
     os.sync()
-    fp, fz = [], []
+    sides = [ferry] + ([base] if base else [])
+    runs = [([], []) for _ in sides]
     for rep in range(REPEATS):
         warm(plain)
         warm(gz)
-        log("%s. run %d/%d: ferry csv plain, gzip" % (tag, rep + 1, REPEATS))
-        for runs, path in ((fp, plain), (fz, gz)):
-            r = ferry.bench("csv:%s" % path, CSV_BATCH, rows)
-            r["text_mb_per_s"] = size / r["seconds"] / MB
-            runs.append(r)
+        log("%s. run %d/%d: ferry csv plain, gzip%s" % (
+            tag, rep + 1, REPEATS, " (and the base binary's)" if base else ""))
+        order = list(zip(sides, runs))
+        for f, (fp, fz) in order[rep % 2:] + order[:rep % 2]:
+            for out, path in ((fp, plain), (fz, gz)):
+                r = f.bench("csv:%s" % path, CSV_BATCH, rows)
+                r["text_mb_per_s"] = size / r["seconds"] / MB
+                out.append(r)
     os.remove(plain)
     os.remove(gz)
-    bp = max(fp, key=lambda r: r["text_mb_per_s"])
-    bz = max(fz, key=lambda r: r["text_mb_per_s"])
-    return {"rows": rows, "text_bytes": size, "gzip_bytes": gz_size,
-            "plain": fp, "gzip": fz, "best_plain": bp, "best_gzip": bz,
-            "ratio": bz["text_mb_per_s"] / bp["text_mb_per_s"],
-            "cpu_seconds": {"plain": min(r["cpu_seconds"] for r in fp),
-                            "gzip": min(r["cpu_seconds"] for r in fz)}}
+
+    def summary(fp, fz):
+        bp = max(fp, key=lambda r: r["text_mb_per_s"])
+        bz = max(fz, key=lambda r: r["text_mb_per_s"])
+        return {"rows": rows, "text_bytes": size, "gzip_bytes": gz_size,
+                "plain": fp, "gzip": fz, "best_plain": bp, "best_gzip": bz,
+                "ratio": bz["text_mb_per_s"] / bp["text_mb_per_s"],
+                "cpu_seconds": {"plain": min(r["cpu_seconds"] for r in fp),
+                                "gzip": min(r["cpu_seconds"] for r in fz)}}
+    out = summary(*runs[0])
+    if base:
+        out["base"] = summary(*runs[1])
+    return out
 
 
 BARE_MODE = {"zlib": "inflate", "igzip": "igzip", "libdeflate": "libdeflate"}

@@ -24,6 +24,8 @@ Checks:
     right bytes (the buffer is not refilled while the copy may still run);
   - init order: torch's CUDA initialised before the loader and after it (each
     in a fresh process);
+  - uint8: dtype=uint8 train batches normalised on the device as
+    docs/images.md shows equal the float32 batches of the same seed;
   - targets: copies from ferry's pinned pool vs a bare pinned
     cudaMemcpyAsync (torch's non_blocking copy) of the same sizes (>= 0.9x);
     the image train pipeline delivering CUDA tensors vs PyTorch's DataLoader
@@ -211,6 +213,38 @@ def check_init_order():
             report(name, False, "%s: %s" % (type(e).__name__, e))
 
 
+def check_uint8(ferry, torch, folder, workers):
+    """dtype=uint8 batches normalised on the device as docs/images.md shows
+    equal the float32 pipeline's batches of the same seed; the rates of both
+    delivering CUDA tensors are printed beside each other."""
+    try:
+        kw = dict(batch_size=128, shuffle=True, num_workers=workers, seed=3, device="cuda")
+        src = "images:%s,pipeline=train" % folder
+        mean = torch.tensor([0.485, 0.456, 0.406], device="cuda").view(1, 3, 1, 1)
+        std = torch.tensor([0.229, 0.224, 0.225], device="cuda").view(1, 3, 1, 1)
+        rates, worst, n = {}, 0.0, 0
+        f32 = ferry.DataLoader(src, **kw)
+        u8 = ferry.DataLoader(src + ",dtype=uint8", **kw)
+        for a, b in zip(f32, u8):
+            x = b["image"].to("cuda", non_blocking=True).float()
+            x.div_(255).sub_(mean).div_(std)
+            worst = max(worst, (x - a["image"]).abs().max().item())
+            n += 1
+        for name, dl in (("float32", f32), ("uint8", u8)):
+            t0 = time.perf_counter()
+            m = 0
+            for b in dl:
+                m += b["image"].shape[0]
+            torch.cuda.synchronize()
+            rates[name] = m / (time.perf_counter() - t0)
+        report("uint8 normalised on the device", n > 0 and worst <= 1e-6,
+               "%d batches, largest difference from float32 %.2g; %.0f img/s uint8 vs "
+               "%.0f float32 (%.2fx)" % (n, worst, rates["uint8"], rates["float32"],
+                                          rates["uint8"] / rates["float32"]))
+    except Exception as e:  # noqa: BLE001
+        report("uint8 normalised on the device", False, "%s: %s" % (type(e).__name__, e))
+
+
 def target_copy_speed(ferry, torch):
     """GB/s of ferry's copies (their events' times) against torch's copy of a
     pinned tensor of the batch's size, each timed by CUDA events."""
@@ -352,6 +386,7 @@ def main():
         check_reuse(ferry, torch)
         check_pinned(ferry, torch)
         check_init_order()
+        check_uint8(ferry, torch, folder, a.workers)
         target_copy_speed(ferry, torch)
         target_images(ferry, torch, folder, a.workers)
         target_wait(ferry, torch, folder, a.workers)

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """ferry's LevelDB and minidb readers against their anchors, in one run.
 
-    kvdb_vs.py [--ferry build/ferry] [--entries N] [--minidb-entries M] [--repeat R]
-               [--only leveldb|minidb] [--out FILE]
+    kvdb_vs.py [--ferry build/ferry] [--only leveldb|minidb] [--entries N]
+               [--minidb-entries M] [--repeat R] [--out FILE]
 
 1. A LevelDB of N (50000) Caffe Datum values of 4 KB (1x64x64 random bytes and
    a label, serialised by protoc's Python code from tests/protos/caffe.proto,
@@ -18,7 +18,14 @@
              DataLoader(batch_size=256, shuffle=True, num_workers=2), default
              collate; samples/s after the first batch.
    Target: ferry >= 10x the anchor, like for like (verify=0); the ratio with
-   verify=1 is reported beside it.
+   verify=1 (every block checked once, in the pass at open) is reported beside it.
+   The floor: leveldb_bare.c (beside this script, compiled here with cc -O2
+   against the same libleveldb) reads the same keys in a shuffled order with
+   LevelDB's C API alone, 2 threads, batches of 256, each thread one iterator:
+   seek, then the value copied into a batch slot, the least any reader does (no
+   decoder, no loader); "sorted" visits each batch's keys in key order. Its
+   samples/s over the anchor's is the most a reader through this library could
+   show on this machine.
 2. M (250000, about 1 GB) such entries as a Caffe2 minidb file (Caffe2's
    framing; the first N are the LevelDB's), large enough that starting a
    process (about 10 ms for ferry, 1 ms for dd) is a small part of the time,
@@ -45,7 +52,7 @@ waited process and its threads or workers) is given per sample for LevelDB
 (ferry's includes its start and the key index built at open; the anchor's its
 workers' start) and as a ratio for minidb (dd's CPU time over ferry's): on a
 machine shared with other work, CPU time does not count the waits for a core.
-Writes the raw results as JSON (--out).
+--only runs one of the two parts. Writes the raw results as JSON (--out).
 """
 import argparse
 import importlib
@@ -114,6 +121,30 @@ def dd_timed(path, size):
     return {"wall_seconds": wall, "cpu_seconds": children_cpu() - c0}
 
 
+def build_bare(tmpdir):
+    """Compiles leveldb_bare.c against the system's libleveldb."""
+    exe = os.path.join(tmpdir, "leveldb_bare")
+    p = subprocess.run(["cc", "-O2", "-std=gnu11", os.path.join(HERE, "leveldb_bare.c"), "-o",
+                        exe, "-lleveldb", "-lpthread"], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError("compiling leveldb_bare.c failed:\n%s" % p.stderr)
+    return exe
+
+
+def bare(exe, db_path, mode, n):
+    cmd = [exe, "--mode", mode, "--threads", str(WORKERS), db_path]
+    c0 = children_cpu()
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    cpu = children_cpu() - c0
+    if p.returncode != 0:
+        raise RuntimeError("leveldb_bare %s failed: %s" % (mode, p.stderr))
+    r = last_json(p.stdout, "leveldb_bare")
+    if r["reads"] != n:
+        raise RuntimeError("leveldb_bare: %d reads, expected %d" % (r["reads"], n))
+    r["cpu_seconds"] = cpu  # the process's, with the listing of the keys
+    return r
+
+
 def ferry_bench(exe, spec, shuffle, n):
     cmd = [exe, "bench", spec, "--batch", str(BATCH), "--workers", str(WORKERS),
            "--epochs", "1", "--json", "--no-progress"] + (["--shuffle"] if shuffle else [])
@@ -170,18 +201,27 @@ def plyvel_anchor(db_path, caffe_pb2, n):
             "torch": torch.__version__, "plyvel": plyvel.__version__}
 
 
-def leveldb_round(exe, db_path, caffe_pb2, n):
+def leveldb_round(exe, bare_exe, db_path, caffe_pb2, n):
     f = ferry_bench(exe, "leveldb:%s,verify=0" % db_path, True, n)
     p = plyvel_anchor(db_path, caffe_pb2, n)
     fv = ferry_bench(exe, "leveldb:" + db_path, True, n)
+    b = bare(bare_exe, db_path, "seek", n)
+    bs = bare(bare_exe, db_path, "sorted", n)
     return {"leveldb_ferry_samples_per_s": f["samples_per_s"],
             "leveldb_plyvel_samples_per_s": p["samples_per_s"],
             "leveldb_ratio": f["samples_per_s"] / p["samples_per_s"],
             "leveldb_ferry_verify_samples_per_s": fv["samples_per_s"],
             "leveldb_verify_ratio": fv["samples_per_s"] / p["samples_per_s"],
+            "leveldb_bare_samples_per_s": b["reads_per_s"],
+            "leveldb_bare_ratio": b["reads_per_s"] / p["samples_per_s"],
+            "leveldb_bare_sorted_samples_per_s": bs["reads_per_s"],
+            "leveldb_bare_sorted_ratio": bs["reads_per_s"] / p["samples_per_s"],
             "leveldb_ferry_cpu_us_per_sample": f["cpu_seconds"] / n * 1e6,
             "leveldb_ferry_verify_cpu_us_per_sample": fv["cpu_seconds"] / n * 1e6,
             "leveldb_plyvel_cpu_us_per_sample": p["cpu_seconds"] / n * 1e6,
+            "leveldb_bare_cpu_us_per_sample": b["cpu_seconds"] / n * 1e6,
+            "leveldb_bare_reads_cpu_us_per_sample": b["cpu_us_per_read"],
+            "leveldb_bare_sorted_reads_cpu_us_per_sample": bs["cpu_us_per_read"],
             "versions": {"torch": p["torch"], "plyvel": p["plyvel"]}}
 
 
@@ -224,98 +264,122 @@ def index_minidb(exe, mdb, idx, size):
             "index_ratio": d["wall_seconds"] / wall}
 
 
+def median(rounds, key):
+    return statistics.median(x[key] for x in rounds)
+
+
+def report_leveldb(rounds, n):
+    print("%-6s %12s %12s %12s %12s %7s %7s %7s %7s %23s" % (
+        "round", "ferry smp/s", "verify=1", "plyvel smp/s", "bare smp/s", "ratio", "v=1",
+        "bare", "sorted", "cpu us/smp f/v/p/bare"))
+    for i, x in enumerate(rounds):
+        print("%-6d %12.0f %12.0f %12.0f %12.0f %6.1fx %6.1fx %6.1fx %6.1fx %5.1f/%4.1f/%5.1f/%4.1f"
+              % (i + 1, x["leveldb_ferry_samples_per_s"],
+                 x["leveldb_ferry_verify_samples_per_s"], x["leveldb_plyvel_samples_per_s"],
+                 x["leveldb_bare_samples_per_s"], x["leveldb_ratio"], x["leveldb_verify_ratio"],
+                 x["leveldb_bare_ratio"], x["leveldb_bare_sorted_ratio"],
+                 x["leveldb_ferry_cpu_us_per_sample"],
+                 x["leveldb_ferry_verify_cpu_us_per_sample"],
+                 x["leveldb_plyvel_cpu_us_per_sample"], x["leveldb_bare_cpu_us_per_sample"]))
+    lr, vr = median(rounds, "leveldb_ratio"), median(rounds, "leveldb_verify_ratio")
+    br, bsr = median(rounds, "leveldb_bare_ratio"), median(rounds, "leveldb_bare_sorted_ratio")
+    fc, pc = (median(rounds, "leveldb_ferry_cpu_us_per_sample"),
+              median(rounds, "leveldb_plyvel_cpu_us_per_sample"))
+    print("median: LevelDB shuffled %.1fx plyvel+DataLoader like for like (target >= 10x: %s), "
+          "%.1fx with verify=1; LevelDB's C API alone (seek and one copy, 2 threads) %.1fx, "
+          "%.1fx with each batch in key order; CPU per sample %.1f us ferry, %.1f us plyvel "
+          "(%.1fx), %.2f us a bare read (%.2f us sorted), %.1f us the bare process"
+          % (lr, "PASS" if lr >= 10 else "FAIL", vr, br, bsr, fc, pc, pc / fc,
+             median(rounds, "leveldb_bare_reads_cpu_us_per_sample"),
+             median(rounds, "leveldb_bare_sorted_reads_cpu_us_per_sample"),
+             median(rounds, "leveldb_bare_cpu_us_per_sample")))
+    return {"median_leveldb_ratio": lr, "median_leveldb_verify_ratio": vr,
+            "median_leveldb_bare_ratio": br, "median_leveldb_bare_sorted_ratio": bsr}
+
+
+def report_minidb(rounds, size, n, ix):
+    print("%-6s %9s %9s %9s %8s   %s" % (
+        "round", "indexed s", "stream s", "scan s", "dd s",
+        "x dd wall (cpu): indexed / stream / scan"))
+    for i, x in enumerate(rounds):
+        print("%-6d %9.3f %9.3f %9.3f %8.3f   %s" % (
+            i + 1, x["minidb_indexed_wall_s"], x["minidb_stream_wall_s"],
+            x["minidb_scan_wall_s"], x["minidb_dd_wall_s"], " / ".join(
+                "%.2fx (%.2fx)" % (x["minidb_%s_ratio" % w], x["minidb_%s_cpu_ratio" % w])
+                for w in MINIDB_WAYS)))
+    med = {w: median(rounds, "minidb_%s_ratio" % w) for w in MINIDB_WAYS}
+    cpu = {w: median(rounds, "minidb_%s_cpu_ratio" % w) for w in MINIDB_WAYS}
+    mr = med["indexed"]
+    print("median: minidb read through its saved index %.2fx dd (target >= 0.8x: %s), "
+          "as a stream %.2fx, scanned at open %.2fx; in CPU time %.2fx, %.2fx, %.2fx; "
+          "`ferry index minidb:` once %.3f s, %.2fx dd; minidb file %d bytes, %d entries"
+          % (mr, "PASS" if mr >= 0.8 else "FAIL", med["stream"], med["scan"], cpu["indexed"],
+             cpu["stream"], cpu["scan"], ix["index_wall_s"], ix["index_ratio"], size, n))
+    out = {"median_minidb_%s_ratio" % w: med[w] for w in MINIDB_WAYS}
+    out.update({"median_minidb_%s_cpu_ratio" % w: cpu[w] for w in MINIDB_WAYS})
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ferry", default=os.path.join(ROOT, "build", "ferry"))
+    ap.add_argument("--only", choices=("leveldb", "minidb"),
+                    help="run one part (default: both)")
     ap.add_argument("--entries", type=int, default=50000)
     ap.add_argument("--minidb-entries", type=int, default=250000)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--only", choices=("leveldb", "minidb"),
-                    help="run only that part (the other's columns are left out)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "kvdb.json"))
     a = ap.parse_args()
     exe = os.path.abspath(a.ferry)
     do_leveldb, do_minidb = a.only in (None, "leveldb"), a.only in (None, "minidb")
+    n_minidb = a.minidb_entries if do_minidb else 0
     load = load_average()
     tmp = tempfile.mkdtemp(prefix="ferry-kvdb-")
     try:
         caffe_pb2 = protos(tmp)
+        bare_exe = build_bare(tmp) if do_leveldb else None
         db_path, mdb = os.path.join(tmp, "db"), os.path.join(tmp, "train.minidb")
-        idx = os.path.join(tmp, "train.idx")
         log("writing %d Datum values of %d bytes with plyvel, %d as a minidb" % (
-            a.entries, SIDE * SIDE, a.minidb_entries))
-        write_stores(caffe_pb2, a.entries, db_path, mdb, a.minidb_entries)
+            a.entries, SIDE * SIDE, n_minidb))
+        write_stores(caffe_pb2, a.entries, db_path, mdb, n_minidb)
         size = os.path.getsize(mdb)
-        dd_read(mdb, size)  # into the page cache
-        ix = index_minidb(exe, mdb, idx, size) if do_minidb else None
+        idx = os.path.join(tmp, "train.idx")
+        ix = None
+        if do_minidb:
+            dd_read(mdb, size)  # into the page cache
+            ix = index_minidb(exe, mdb, idx, size)
         rounds = []
         for r in range(a.repeat):
-            log("round %d:%s%s" % (r + 1, " LevelDB shuffled, ferry then plyvel;" if do_leveldb
-                                   else "", " minidb indexed, stream, scan, then dd"
-                                   if do_minidb else ""))
+            log("round %d:%s%s" % (r + 1, " LevelDB shuffled, ferry, plyvel, ferry verify=1, "
+                                   "the bare C API;" if do_leveldb else "",
+                                   " minidb indexed, stream, scan, then dd" if do_minidb
+                                   else ""))
             x = {}
             if do_leveldb:
-                x.update(leveldb_round(exe, db_path, caffe_pb2, a.entries))
+                x.update(leveldb_round(exe, bare_exe, db_path, caffe_pb2, a.entries))
             if do_minidb:
-                x.update(minidb_round(exe, mdb, idx, size, a.minidb_entries))
+                x.update(minidb_round(exe, mdb, idx, size, n_minidb))
             rounds.append(x)
         print("ferry LevelDB and minidb readers (%d entries of %d-byte Datum values, %d cpus, "
               "load %.2f)" % (a.entries, SIDE * SIDE, os.cpu_count(), load[0]))
-        keys = []
+        medians = {}
         if do_leveldb:
-            keys += ["leveldb_ratio", "leveldb_verify_ratio", "leveldb_ferry_cpu_us_per_sample",
-                     "leveldb_ferry_verify_cpu_us_per_sample", "leveldb_plyvel_cpu_us_per_sample"]
-            print("%-6s %12s %12s %12s %7s %7s %19s" % (
-                "round", "ferry smp/s", "verify=1", "plyvel smp/s", "ratio", "v=1",
-                "cpu us/smp f/v/p"))
-            for i, x in enumerate(rounds):
-                print("%-6d %12.0f %12.0f %12.0f %6.1fx %6.1fx %6.1f/%5.1f/%6.1f" % (
-                    i + 1, x["leveldb_ferry_samples_per_s"],
-                    x["leveldb_ferry_verify_samples_per_s"], x["leveldb_plyvel_samples_per_s"],
-                    x["leveldb_ratio"], x["leveldb_verify_ratio"],
-                    x["leveldb_ferry_cpu_us_per_sample"],
-                    x["leveldb_ferry_verify_cpu_us_per_sample"],
-                    x["leveldb_plyvel_cpu_us_per_sample"]))
+            medians.update(report_leveldb(rounds, a.entries))
         if do_minidb:
-            for w in MINIDB_WAYS:
-                keys += ["minidb_%s_ratio" % w, "minidb_%s_cpu_ratio" % w]
-            print("%-6s %9s %9s %9s %8s   %s" % (
-                "round", "indexed s", "stream s", "scan s", "dd s",
-                "x dd wall (cpu): indexed / stream / scan"))
-            for i, x in enumerate(rounds):
-                print("%-6d %9.3f %9.3f %9.3f %8.3f   %s" % (
-                    i + 1, x["minidb_indexed_wall_s"], x["minidb_stream_wall_s"],
-                    x["minidb_scan_wall_s"], x["minidb_dd_wall_s"], " / ".join(
-                        "%.2fx (%.2fx)" % (x["minidb_%s_ratio" % w], x["minidb_%s_cpu_ratio" % w])
-                        for w in MINIDB_WAYS)))
-        med = {k: statistics.median(x[k] for x in rounds) for k in keys}
-        if do_leveldb:
-            lr, vr = med["leveldb_ratio"], med["leveldb_verify_ratio"]
-            print("median: LevelDB shuffled %.1fx plyvel+DataLoader like for like (target >= 10x: "
-                  "%s), %.1fx with verify=1; CPU per sample %.1f us ferry, %.1f us plyvel (%.1fx)"
-                  % (lr, "PASS" if lr >= 10 else "FAIL", vr,
-                     med["leveldb_ferry_cpu_us_per_sample"],
-                     med["leveldb_plyvel_cpu_us_per_sample"],
-                     med["leveldb_plyvel_cpu_us_per_sample"] /
-                     med["leveldb_ferry_cpu_us_per_sample"]))
-        if do_minidb:
-            mr = med["minidb_indexed_ratio"]
-            print("median: minidb read through its saved index %.2fx dd (target >= 0.8x: %s), "
-                  "as a stream %.2fx, scanned at open %.2fx; in CPU time %.2fx, %.2fx, %.2fx; "
-                  "`ferry index minidb:` once %.3f s, %.2fx dd; minidb file %d bytes, %d entries"
-                  % (mr, "PASS" if mr >= 0.8 else "FAIL", med["minidb_stream_ratio"],
-                     med["minidb_scan_ratio"], med["minidb_indexed_cpu_ratio"],
-                     med["minidb_stream_cpu_ratio"], med["minidb_scan_cpu_ratio"],
-                     ix["index_wall_s"], ix["index_ratio"], size, a.minidb_entries))
-        extra = {}
-        if do_leveldb:
-            extra = {"plyvel": rounds[0]["versions"]["plyvel"],
-                     "torch": rounds[0]["versions"]["torch"]}
-        raw = raw_header("kvdb_vs", **extra)
-        raw.update({"entries": a.entries, "minidb_entries": a.minidb_entries,
+            medians.update(report_minidb(rounds, size, n_minidb, ix))
+        keys = [k for k in ("leveldb_ferry_cpu_us_per_sample", "leveldb_plyvel_cpu_us_per_sample",
+                            "leveldb_bare_cpu_us_per_sample",
+                            "leveldb_bare_reads_cpu_us_per_sample", "minidb_indexed_cpu_ratio",
+                            "minidb_stream_cpu_ratio", "minidb_scan_cpu_ratio")
+                if k in rounds[0]]
+        med = {k: median(rounds, k) for k in keys}
+        versions = rounds[0].get("versions", {})
+        raw = raw_header("kvdb_vs", plyvel=versions.get("plyvel"), torch=versions.get("torch"))
+        raw.update({"entries": a.entries, "minidb_entries": n_minidb,
                     "value_bytes": SIDE * SIDE, "minidb_bytes": size, "medians": med,
                     "batch": BATCH, "workers": WORKERS, "load": load, "rounds": rounds,
                     "only": a.only, "minidb_index": ix})
+        raw.update(medians)
         write_results(a.out, raw, private=(tmp,))
     finally:
         subprocess.run(["rm", "-rf", tmp])

@@ -10,7 +10,10 @@ measures in one run, best of 3 each:
   1. a cold epoch: `ferry bench records:http://.../data.manifest` with an empty
      cache (wall time, open included, every byte fetched and every record's CRC
      checked) vs downloading the same files with 4 parallel `curl -o FILE`
-     (into the same file system as the cache): target >= 0.8x curl's rate;
+     (into the same file system as the cache): target >= 0.8x curl's rate.
+     Beside it, the same cold epoch with FERRY_REMOTE_CHECK=0 (no format checks
+     of the fetched copies before they enter the cache), runs interleaved: what
+     the checks cost, in wall and CPU time (medians);
   2. the first batch: the same set in sequential order with an empty cache
      (a remote set opens its shards as they are first read): the process's
      time to its first batch (wall time less the epoch, plus first_batch_ms),
@@ -24,8 +27,10 @@ targets pass or fail; non-zero only when something breaks.
 import argparse
 import json
 import os
+import resource
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -83,18 +88,22 @@ def stop_nginx(work):
         pass
 
 
-def bench(ferry, source, cache, extra=()):
-    env = dict(os.environ, FERRY_CACHE=cache)
+def bench(ferry, source, cache, extra=(), env_extra=None):
+    env = dict(os.environ, FERRY_CACHE=cache, **(env_extra or {}))
     cmd = [ferry, "bench", source, "--json", "--no-progress", "--batch", "16"] + list(extra)
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     if p.returncode != 0:
         raise SystemExit("%s failed: %s" % (" ".join(cmd), p.stderr.strip()))
     r = json.loads(p.stdout.strip().splitlines()[-1])
     if r.get("errors"):
         raise SystemExit("%s: errors: %s" % (source, r))
     r["wall_s"] = wall
+    r["cpu_s"] = cpu
     return r
 
 
@@ -149,14 +158,25 @@ def main():
         cache = os.path.join(work, "cache")
         res = {"bytes": total, "shards": len(shards), "source": remote}
 
-        def cold(source, extra=()):
+        def cold(source, extra=(), env_extra=None):
             shutil.rmtree(cache, ignore_errors=True)
-            return bench(ferry, source, cache, extra)
+            return bench(ferry, source, cache, extra, env_extra)
 
-        log("1. cold epoch vs 4 parallel curl")
+        log("1. cold epoch vs 4 parallel curl, and without the checks before the rename")
         curl4 = min(curl_parallel(urls, os.path.join(work, "curl")) for _ in range(REPEATS))
-        colds = [cold(remote, ["--workers", "2"]) for _ in range(REPEATS)]
+        colds, unchecked = [], []
+        for _ in range(REPEATS):  # interleaved, so that a busy moment hits both
+            colds.append(cold(remote, ["--workers", "2"]))
+            unchecked.append(cold(remote, ["--workers", "2"], {"FERRY_REMOTE_CHECK": "0"}))
         best = min(colds, key=lambda r: r["wall_s"])
+        med = lambda rs, k: statistics.median(r[k] for r in rs)  # noqa: E731
+        check_cost = {"wall_s": med(colds, "wall_s") - med(unchecked, "wall_s"),
+                      "cpu_s": med(colds, "cpu_s") - med(unchecked, "cpu_s"),
+                      "unchecked_wall_s": med(unchecked, "wall_s"),
+                      "checked_wall_s": med(colds, "wall_s"),
+                      "unchecked_cpu_s": med(unchecked, "cpu_s"),
+                      "checked_cpu_s": med(colds, "cpu_s")}
+        res["check_cost"] = check_cost
         res["curl4_s"] = curl4
         res["cold"] = best
         cold_ratio = curl4 / best["wall_s"]
@@ -204,6 +224,11 @@ def main():
             print("%-24s %-14s %-26s %-7s %-8s %s" % r)
         print("cold epoch: %d bytes downloaded, %d fetched, %d retries" %
               (best["downloaded_bytes"], best["cache_misses"], best["retries"]))
+        print("checks before the rename (median of %d, interleaved): %.3f s wall "
+              "(%.3f s checked, %.3f s not), %.3f s CPU (%.3f s checked, %.3f s not)" %
+              (REPEATS, check_cost["wall_s"], check_cost["checked_wall_s"],
+               check_cost["unchecked_wall_s"], check_cost["cpu_s"], check_cost["checked_cpu_s"],
+               check_cost["unchecked_cpu_s"]))
         res["ratios"] = {"cold": cold_ratio, "first": first_s / one, "warm": warm_ratio}
         if a.out:
             with open(a.out, "w") as f:

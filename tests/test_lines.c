@@ -7,6 +7,7 @@
 
 #include <ferry/ferry.h>
 #include "core/internal.h"
+#include "io/io.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -279,6 +280,67 @@ TEST(a_failed_rebuild_leaves_the_old_index)
     CHECK(fgets(out, sizeof out, ls) != NULL);
     pclose(ls);
     CHECK_EQ(atoi(out), 0);
+    test_remove_dir();
+}
+
+/* How many temporaries of the index are in the test's folder. */
+static int temporaries(void)
+{
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "ls '%s' | grep -c tmp", test_dir);
+    FILE *ls = popen(cmd, "r");
+    char out[16] = "";
+    CHECK(fgets(out, sizeof out, ls) != NULL);
+    pclose(ls);
+    return atoi(out);
+}
+
+TEST(a_rebuild_failing_at_any_write_leaves_the_old_index)
+{
+    test_make_dir("lines");
+    char p[512], ip[512];
+    /* 5 MiB of lines: chunks scanned by both threads, the index written in pieces */
+    size_t cap = 5 << 20, n = 0;
+    char *text = malloc(cap);
+    ferry_rng r;
+    ferry_rng_init(&r, 9, 0, 0);
+    while (n + 100 < cap) {
+        size_t len = ferry_rng_below(&r, 60);
+        memset(text + n, 'q', len);
+        n += len;
+        text[n++] = '\n';
+    }
+    test_write_file(test_path("f.txt", p), "old\n", 4);
+    CHECK_OK(ferry_line_index_build(p, test_path("f.idx", ip), NULL, NULL, NULL));
+    size_t n_old, n_new, m;
+    uint8_t *old = test_read_file(ip, &n_old);
+    test_write_file(p, text, n);
+    /* every create, write, fsync, close and rename of the build, counted */
+    ferry__fault_arm(FERRY__FAULT_FAIL, 0);
+    CHECK_OK(ferry_line_index_build(p, ip, NULL, NULL, NULL));
+    long points = ferry__fault_arm(FERRY__FAULT_OFF, 0);
+    CHECK(points >= 8);
+    uint8_t *fresh = test_read_file(ip, &n_new);
+    int after_rename = 0;
+    for (long at = 1; at <= points; at++) {
+        unlink(ip);
+        test_write_file(ip, old, n_old);
+        ferry__fault_arm(FERRY__FAULT_FAIL, at);
+        int rc = ferry_line_index_build(p, ip, NULL, NULL, NULL);
+        ferry__fault_arm(FERRY__FAULT_OFF, 0);
+        uint8_t *now = test_read_file(ip, &m);
+        /* every point fails the build; before the rename the old index stays whole,
+         * after it (the directory's sync) the new one is in place; never a temporary */
+        CHECK_RC(rc, FERRY_EIO);
+        CHECK((m == n_old && !memcmp(now, old, m)) || (m == n_new && !memcmp(now, fresh, m)));
+        CHECK_EQ(temporaries(), 0);
+        after_rename += m == n_new;
+        free(now);
+    }
+    CHECK(after_rename >= 1 && after_rename <= 2);
+    free(old);
+    free(fresh);
+    free(text);
     test_remove_dir();
 }
 

@@ -3,11 +3,15 @@
  * standards' vectors, the SigV4 signer against AWS's documented S3 examples, URL
  * and brace parsing, the AWS settings, S3's XML answers, and the node cache
  * (several processes, a killed fetch, eviction) with a fetch that writes known
- * bytes instead of downloading them.
+ * bytes instead of downloading them; the formats' checks of a fetched copy.
  */
 #include "harness.h"
+#include "formats/records_internal.h"
+#include "formats/tar.h"
+#include "formats/tfrecord_internal.h"
 #include "io/remote.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -277,6 +281,18 @@ TEST(aws_settings)
     CHECK_OK(ferry__aws_load(&a, env_none));
     CHECK(!a.key_id[0]);
     CHECK(!strcmp(a.region, "us-east-1"));
+    /* where credentials were looked for, for the message of a refused unsigned request */
+    CHECK_CONTAINS(a.where, "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment");
+    CHECK_CONTAINS(a.where, "profile \"default\" (AWS_PROFILE) in /nonexistent/.aws/credentials "
+                            "and /nonexistent/.aws/config");
+    char *env_files[] = {e1, e2, "AWS_PROFILE=empty", NULL};
+    const char *none = "[empty]\nregion = us-west-1\n";
+    test_write_file(cred, none, strlen(none));
+    CHECK_OK(ferry__aws_load(&a, env_files));
+    CHECK(!a.key_id[0]);
+    CHECK_CONTAINS(a.where, cred);
+    CHECK_CONTAINS(a.where, conf);
+    test_write_file(cred, c, strlen(c));
 
     char *env_bad[] = {"HOME=/nonexistent", "AWS_ENDPOINT_URL=localhost:9000", NULL};
     CHECK_RC(ferry__aws_load(&a, env_bad), FERRY_EINVAL);
@@ -564,4 +580,75 @@ TEST(cache_key_is_version)
     d.size = 6;
     ferry__cache_key(&d, k1);
     CHECK(strcmp(k1, k4));
+}
+
+static void flip_byte(const char *path, long off)
+{
+    FILE *f = fopen(path, "r+b");
+    CHECK(f != NULL);
+    CHECK(fseek(f, off, SEEK_SET) == 0);
+    int b = fgetc(f);
+    CHECK(b != EOF);
+    CHECK(fseek(f, off, SEEK_SET) == 0);
+    CHECK(fputc(b ^ 0x5A, f) != EOF);
+    CHECK(fclose(f) == 0);
+}
+
+/* The formats' checks of a fetched copy, run by the cache before the rename: a
+ * good file passes; a byte changed is an error naming the URL (never the
+ * temporary), the record or header and its offset. */
+TEST(format_checks_of_fetched_copies)
+{
+    char path[512], cmd[1024], shard[600] = "";
+    const char *url = "s3://bucket/data/file";
+    test_make_dir("checks");
+
+    /* TFRecord: two frames */
+    uint8_t buf[4096];
+    size_t n = test_tfrecord_frame(buf, "first record", 12);
+    n += test_tfrecord_frame(buf + n, "the second one", 14);
+    test_path("a.tfrecord", path);
+    test_write_file(path, buf, n);
+    CHECK_OK(ferry__tfr_check_copy(path, url));
+    flip_byte(path, 12 + 12 + 4 + 12 + 3); /* in the second record's data */
+    CHECK_RC(ferry__tfr_check_copy(path, url), FERRY_ECORRUPT);
+    CHECK_CONTAINS(ferry_last_errmsg(), "s3://bucket/data/file: record 1 at offset 28");
+    test_write_file(path, buf, n - 3); /* cut short */
+    CHECK_RC(ferry__tfr_check_copy(path, url), FERRY_ECORRUPT);
+    CHECK_CONTAINS(ferry_last_errmsg(), "record 1 at offset 28: truncated");
+
+    /* a tar: two members */
+    uint8_t tar[512 * 6] = {0};
+    test_tar_header(tar, "0.txt", '0', 5, 0);
+    memcpy(tar + 512, "hello", 5);
+    test_tar_header(tar + 1024, "0.cls", '0', 1, 0);
+    tar[1536] = '7';
+    test_path("a.tar", path);
+    test_write_file(path, tar, sizeof tar);
+    CHECK_OK(ferry__tar_check_copy(path, url));
+    flip_byte(path, 1024 + 2); /* the second header's name */
+    CHECK_RC(ferry__tar_check_copy(path, url), FERRY_ECORRUPT);
+    CHECK_CONTAINS(ferry_last_errmsg(), "s3://bucket/data/file: header 1 at offset 1024");
+    CHECK_CONTAINS(ferry_last_errmsg(), "checksum");
+
+    /* a records shard, made by the command */
+    snprintf(cmd, sizeof cmd,
+             "'%s' pack synthetic:20,bytes=100 '%s/set' --shard-records 10 --no-progress "
+             ">/dev/null",
+             TEST_FERRY_CLI, test_dir);
+    CHECK(system(cmd) == 0);
+    snprintf(cmd, sizeof cmd, "%s/set", test_dir);
+    DIR *d = opendir(cmd);
+    CHECK(d != NULL);
+    for (struct dirent *e; (e = readdir(d));)
+        if (strstr(e->d_name, "00001-of") && strstr(e->d_name, ".ferry"))
+            snprintf(shard, sizeof shard, "%s/%s", cmd, e->d_name);
+    closedir(d);
+    CHECK(shard[0]);
+    CHECK_OK(ferry__records_check_copy(shard, url));
+    flip_byte(shard, 600); /* inside a record */
+    CHECK_RC(ferry__records_check_copy(shard, url), FERRY_ECORRUPT);
+    CHECK_CONTAINS(ferry_last_errmsg(), "offset");
+    CHECK_CONTAINS(ferry_last_errmsg(), shard); /* the cache puts the URL in its place */
+    test_remove_dir();
 }

@@ -3,13 +3,15 @@
  * tests/servers/with_servers.py: nginx, s3rver and the fault proxy, FERRY_TEST_*).
  * These run in the sanitizer builds too (the Python tests cover the rest): the
  * same batches as the local files through a loader's worker threads, with faults,
- * and two loaders of one process sharing the cache at once.
+ * two loaders of one process sharing the cache at once, and a damaged shard that
+ * never enters the cache.
  */
 #include "harness.h"
 
 #include <ferry/ferry.h>
 #include <ferry/remote.h>
 
+#include <dirent.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <sys/stat.h>
@@ -184,5 +186,86 @@ TEST(two_loaders_share_the_cache)
     ferry_remote_stats r;
     ferry_remote_stats_get(&r);
     CHECK_U64(r.cache_misses, 7); /* the manifest and 6 shards, each fetched once */
+    test_remove_dir();
+}
+
+/* A shard whose bytes fail its CRCs: each fetched copy is checked before it enters
+ * the cache, so the error names the URL and the offset, no copy of it is left in
+ * the cache, and under the skip policy its samples are skipped, each named. */
+TEST(a_corrupt_shard_is_never_cached)
+{
+    char cmd[2048], path[700], remote[600], shard[600] = "";
+    setup("rs4", "rs4", false);
+    snprintf(path, sizeof path, "%s/data/records", test_dir);
+    DIR *d = opendir(path);
+    CHECK(d != NULL);
+    for (struct dirent *e; (e = readdir(d));)
+        if (strstr(e->d_name, "00001-of") && strstr(e->d_name, ".ferry"))
+            snprintf(shard, sizeof shard, "%s", e->d_name);
+    closedir(d);
+    CHECK(shard[0]);
+    snprintf(path, sizeof path, "%s/data/records/%s", test_dir, shard);
+    FILE *f = fopen(path, "r+b");
+    CHECK(f != NULL);
+    CHECK(fseek(f, 2000, SEEK_SET) == 0); /* inside a record of 100 bytes */
+    int b = fgetc(f);
+    CHECK(fseek(f, 2000, SEEK_SET) == 0);
+    CHECK(fputc(b ^ 0x5A, f) != EOF);
+    CHECK(fclose(f) == 0);
+    snprintf(cmd, sizeof cmd, "'%s' '%s/servers.py' upload '%s/data' 'rs4bad/' >/dev/null",
+             need("FERRY_TEST_SERVERS_PYTHON"), need("FERRY_TEST_SERVERS"), test_dir);
+    CHECK(system(cmd) == 0);
+    snprintf(remote, sizeof remote, "records:s3://%s/rs4bad/records", need("FERRY_TEST_S3_BUCKET"));
+
+    ferry_dataset *ds = NULL;
+    ferry_loader *l = NULL;
+    ferry_batch *batch;
+    int rc;
+    for (int skip = 0; skip < 2; skip++) {
+        CHECK_OK(ferry_source_open(remote, &ds, NULL));
+        ferry_loader_opts o = test_loader_opts(8, 2);
+        o.on_error = skip ? FERRY_ON_ERROR_SKIP : FERRY_ON_ERROR_FAIL;
+        o.skip_budget = 1000;
+        CHECK_OK(ferry_loader_create(&l, ds, &o));
+        CHECK_OK(ferry_loader_start(l, 0, 0));
+        uint64_t samples = 0;
+        while ((rc = ferry_loader_next(l, &batch)) == 0) {
+            samples += ferry_batch_size(batch);
+            ferry_batch_release(batch);
+        }
+        char want[800];
+        snprintf(want, sizeof want, "s3://%s/rs4bad/records/%s: record ",
+                 need("FERRY_TEST_S3_BUCKET"), shard);
+        if (!skip) {
+            CHECK_RC(rc, FERRY_ECORRUPT);
+            CHECK_CONTAINS(ferry_loader_errmsg(l), want);
+            CHECK_CONTAINS(ferry_loader_errmsg(l), "offset");
+            CHECK_CONTAINS(ferry_loader_errmsg(l), "failing its check each time: not cached");
+        } else {
+            ferry_loader_stats st;
+            CHECK_RC(rc, FERRY_END);
+            CHECK_OK(ferry_loader_stats_get(l, &st));
+            CHECK_U64(st.skipped, 40); /* the shard's records */
+            CHECK_U64(samples, 200);
+            uint64_t epoch, index;
+            const char *msg;
+            CHECK_OK(ferry_loader_skipped_sample(l, 0, &epoch, &index, &msg));
+            CHECK_CONTAINS(msg, want);
+        }
+        ferry_loader_free(l);
+        ferry_dataset_free(ds);
+    }
+    /* nothing of the damaged object in the cache: no temporary, and no copy of it */
+    snprintf(path, sizeof path, "%s/cache/v1/tmp", test_dir);
+    d = opendir(path);
+    CHECK(d != NULL);
+    for (struct dirent *e; (e = readdir(d));)
+        CHECK(e->d_name[0] == '.');
+    closedir(d);
+    snprintf(cmd, sizeof cmd,
+             "find '%s/cache/v1/objects' -type f -exec cmp -s '%s/data/records/%s' {} \\; "
+             "-print | grep -q .",
+             test_dir, test_dir, shard);
+    CHECK(system(cmd) != 0);
     test_remove_dir();
 }

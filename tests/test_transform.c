@@ -945,6 +945,46 @@ TEST(pixels_simd_equals_plain_for_every_width)
         }
 }
 
+TEST(pixels_u8_planes_simd_equals_plain_at_wide_rows)
+{
+    /* uint8 CHW planes of RGB rows, 32 pixels a step in both 128-bit lanes (the
+     * mirrored ones taking the block's halves in the other order), then 16 a
+     * step and a tail: every width up to three 32-steps, a 16-step and a tail,
+     * and widths around the pipeline's 224, against the plain table pass */
+    rs = 3141;
+    for (uint32_t i = 1; i <= 105; i++) {
+        uint32_t w = i <= 100 ? i : 221 + i - 100; /* 1..100, then 222..226 */
+        uint32_t h = 1 + w % 4;
+        size_t stride = (size_t)w * 3 + w % 7;
+        uint8_t *src = random_image(w, h, 3, stride);
+        size_t n = (size_t)w * h * 3;
+        uint8_t *a = malloc(n), *b = malloc(n);
+        CHECK(a && b);
+        for (int flip = 0; flip < 2; flip++) {
+            ferry_pixel_opts o;
+            ferry_pixel_opts_default(&o);
+            o.dtype = FERRY_U8;
+            o.layout = FERRY_LAYOUT_CHW;
+            o.flip = flip;
+            memset(a, 0x11, n);
+            memset(b, 0x22, n);
+            CHECK_OK(ferry_pixels_finish(src, w, h, stride, 3, &o, a));
+            CHECK_OK(ferry__pixels_finish_impl(src, w, h, stride, 3, &o, b, false));
+            if (memcmp(a, b, n) != 0)
+                test_fail(__FILE__, __LINE__, "w %u h %u flip %d differ", w, h, flip);
+            /* and each plane holds its channel where it belongs */
+            for (uint32_t y = 0; y < h; y++)
+                for (uint32_t x = 0; x < w; x++)
+                    for (int c = 0; c < 3; c++)
+                        CHECK_EQ(a[(size_t)c * w * h + (size_t)y * w + x],
+                                 src[y * stride + (size_t)(flip ? w - 1 - x : x) * 3 + c]);
+        }
+        free(a);
+        free(b);
+        free(src);
+    }
+}
+
 TEST(pixels_without_jitter_are_exact)
 {
     /* torchvision's ToTensor + Normalize in float32, element for element */

@@ -124,7 +124,9 @@ typedef struct ferry_db_dataset_opts {
     uint64_t max_len;    /* bound of variable fields, 1 .. 2^30; 0 = 1 MiB (minidb
                           * raw values: the largest value) */
     uint64_t index_max;  /* memory for the entry index (keys, offsets); 0 = 1 GiB */
-    int verify;          /* LevelDB/RocksDB: check block checksums; default 1 */
+    int verify;          /* LevelDB/RocksDB: check every block's checksum, once, in
+                          * the pass over the snapshot at open (a mismatch fails
+                          * the open); default 1 */
     uint64_t shard_id;   /* with num_shards: every num_shards-th entry from shard_id */
     uint64_t num_shards; /* 0 or 1: every entry */
     /* minidb: the saved index of entry offsets (ferry_minidb_index_build); NULL:

@@ -247,6 +247,109 @@ def test_errors_say_what_to_check(servers, remote_data, tmp_path):
     assert r["samples"] == 5
 
 
+def test_unsigned_refusal_says_no_credentials_were_found(servers, remote_data, proxy, tmp_path):
+    """No credentials: requests go unsigned. A bucket that refuses anonymous readers
+    (the proxy answers 403 AccessDenied to unsigned requests, as S3 does for a
+    private bucket) gets a message saying the request was unsigned, because no
+    credentials were found, and where they were looked for."""
+    t = servers.env()
+    bucket = t["FERRY_TEST_S3_BUCKET"]
+    proxy.configure(deny_unsigned="/data/")
+    env = base_env(servers, tmp_path / "cache", AWS_ENDPOINT_URL=t["FERRY_TEST_PROXY_S3_ENDPOINT"])
+    r = bench("wds:s3://%s/data/wds/train-000000.tar" % bucket, env)  # signed: let through
+    assert r["samples"] == 5
+    del env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]
+    p = bench("wds:s3://%s/data/wds/train-000000.tar" % bucket, env, check=False)
+    assert p.returncode != 0
+    err = p.stderr
+    assert "s3://%s/data/wds/train-000000.tar: HTTP 403 AccessDenied" % bucket in err, err
+    assert "the request was unsigned because no credentials were found" in err, err
+    assert "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment" in err, err
+    home = env["HOME"]
+    assert 'the profile "default" (AWS_PROFILE) in %s/.aws/credentials and %s/.aws/config' % (
+        home, home) in err, err
+    assert "1 attempt" in err
+    assert proxy.counters()["denied_unsigned"] >= 1
+    env["AWS_PROFILE"] = "nobody"  # a named profile found nowhere is its own error
+    p = bench("wds:s3://%s/data/wds/train-000000.tar" % bucket, env, check=False)
+    assert 'AWS profile "nobody" is in neither' in p.stderr, p.stderr
+
+
+def flip(path, off):
+    with open(path, "r+b") as f:
+        f.seek(off)
+        b = f.read(1)
+        f.seek(off)
+        f.write(bytes([b[0] ^ 0x5A]))
+
+
+def cached_files(cache):
+    """Every file in the cache's copies and temporaries."""
+    out = []
+    for sub in ("objects", "tmp"):
+        for d, _, fs in os.walk(os.path.join(str(cache), "v1", sub)):
+            out += [os.path.join(d, f) for f in fs]
+    return out
+
+
+def test_a_corrupt_object_is_never_cached(servers, remote_data, proxy, s3_prefix, tmp_path):
+    """An object whose bytes fail its format's checks (a record's CRC, a tar header's
+    checksum, a TFRecord frame's CRC) is fetched into a temporary, checked, and
+    removed: never renamed into the cache, so never read. It is fetched twice (a
+    transfer may damage a copy; a stored object stays damaged), then the open fails
+    naming the URL, the offset and why; under --on-error skip its samples are
+    skipped, each named."""
+    local, have_tf = remote_data[0], remote_data[1]
+    t = servers.env()
+    bucket = t["FERRY_TEST_S3_BUCKET"]
+    bad = tmp_path / "bad"
+    shutil.copytree(os.path.join(local, "records"), str(bad / "records"))
+    shutil.copytree(os.path.join(local, "wds"), str(bad / "wds"))
+    shard = sorted(f for f in os.listdir(str(bad / "records")) if f.endswith(".ferry"))[1]
+    flip(str(bad / "records" / shard), os.path.getsize(str(bad / "records" / shard)) // 3)
+    flip(str(bad / "wds" / "train-000001.tar"), 1024 + 10)  # the second member's header
+    cases = [("records:s3://%s/%srecords" % (bucket, s3_prefix), shard, "records", 40),
+             # infer=5: the stream's schema comes from the first tar alone
+             ("wds:s3://%s/%swds,stream=1,infer=5" % (bucket, s3_prefix), "train-000001.tar",
+              "wds", 1)]
+    if have_tf:
+        shutil.copytree(os.path.join(local, "tfrecord"), str(bad / "tfrecord"))
+        name = "ydf_toy_uncompressed-00001-of-00002.tfrecord"
+        flip(str(bad / "tfrecord" / name), os.path.getsize(str(bad / "tfrecord" / name)) // 2)
+        cases.append(("tfrecord:s3://%s/%stfrecord" % (bucket, s3_prefix), name, "tfrecord",
+                      None))
+    servers.upload(str(bad), s3_prefix)
+    for src, name, sub, skipped in cases:
+        url = "s3://%s/%s%s/%s" % (bucket, s3_prefix, sub, name)
+        with open(str(bad / sub / name), "rb") as f:
+            corrupt = f.read()
+        proxy.reset()
+        cache = tmp_path / ("cache-" + sub)
+        env = base_env(servers, cache, AWS_ENDPOINT_URL=t["FERRY_TEST_PROXY_S3_ENDPOINT"])
+        p = bench(src, env, check=False)
+        assert p.returncode != 0, src
+        assert url + ": " in p.stderr and "offset" in p.stderr, p.stderr
+        assert "fetched 2 times, failing its check each time: not cached" in p.stderr, p.stderr
+        files = cached_files(cache)
+        assert os.listdir(str(cache / "v1" / "tmp")) == []  # no temporary left behind
+        for f in files:
+            with open(f, "rb") as fh:
+                assert fh.read() != corrupt, f
+        gets = [e for e in proxy.log() if e["method"] == "GET" and e["target"].endswith(
+            "/" + name)]
+        assert len(gets) == 2, gets
+        if skipped is None:
+            continue  # a map-style TFRecord source indexes every file at open: no skipping
+        p = bench(src, env, "--on-error", "skip", check=False)
+        assert p.returncode == 0, p.stderr
+        r = json.loads(p.stdout.strip().splitlines()[-1])
+        assert r["skipped"] == skipped, r
+        assert all(url in e["error"] for e in r["skipped_samples"]), r["skipped_samples"]
+        for f in cached_files(cache):
+            with open(f, "rb") as fh:
+                assert fh.read() != corrupt, f
+
+
 def test_faults_give_the_exact_bytes(servers, remote_data, proxy, tmp_path):
     """Through the proxy: 15% 503 SlowDown, 10% resets mid-body, 10% short bodies.
     The bytes are the local files', and every injected fault is a retry counted."""

@@ -126,8 +126,26 @@ static void kv_destroy(void *self)
     ferry__free(d);
 }
 
+/* soon: the keys of the coming gets pulled into the cache, their index entries
+ * read side by side (one miss each in a large index, overlapped instead of one
+ * after another); a library's lookup has no address to prefetch before it runs.
+ * Later batches: nothing (the loader is told not to ask). Not for a mapped
+ * store, whose keys lie in the mapping, outside a guard here. */
+static void kv_hint(void *self, const uint64_t *indices, size_t n, int soon)
+{
+    const kv_ds *d = self;
+    for (size_t k = 0; soon && k < n; k++) {
+        if (indices[k] >= d->n)
+            continue;
+        const uint8_t *key;
+        size_t kl;
+        d->ops->key(d->kv, d->first + indices[k] * d->step, &key, &kl);
+        __builtin_prefetch(key);
+    }
+}
+
 static const ferry_dataset_vtable kv_vtable = {
-    .len = kv_len, .get = read_entry, .destroy = kv_destroy};
+    .len = kv_len, .get = read_entry, .destroy = kv_destroy, .hint = kv_hint};
 static const ferry_dataset_vtable mapped_vtable = {
     .len = kv_len, .get = mapped_get, .destroy = kv_destroy};
 static const ferry_dataset_vtable indexed_vtable = {
@@ -222,11 +240,15 @@ int ferry_dataset_db(ferry_dataset **out, const ferry_db_dataset_opts *o)
         rc = ops->get(d->kv, 0, init_from, &a);
     if (rc < 0)
         goto cleanup;
-    return ferry_dataset_create(out,
-                                d->ahead      ? &indexed_vtable
-                                : ops->mapped ? &mapped_vtable
-                                              : &kv_vtable,
-                                d, d->vs.f, d->vs.nfields);
+    if ((rc = ferry_dataset_create(out,
+                                   d->ahead      ? &indexed_vtable
+                                   : ops->mapped ? &mapped_vtable
+                                                 : &kv_vtable,
+                                   d, d->vs.f, d->vs.nfields)) < 0)
+        return rc; /* d freed by the call */
+    /* a library's store takes only the near hints; an indexed minidb reads ahead */
+    (*out)->near_hints_only = !d->ahead;
+    return 0;
 cleanup:
     kv_destroy(d);
     return rc;

@@ -271,16 +271,27 @@ static int set_open_once(shard_set **out, const char *location, uint64_t shard_i
         if (!s->paths || !s->at || !s->sizes)
             FERRY_FAIL(FERRY_ENOMEM, "records: out of memory");
     }
+    /* the versions of the shards after the first are learnt in the background
+     * (HEADs, in file order) while the first one opens */
+    for (size_t p = shard_id + num_shards, k = 1; s->lazy && p < n; p += num_shards, k++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, names[p]);
+        if (!(s->paths[k] = ferry__strdup(path)))
+            FERRY_FAIL(FERRY_ENOMEM, "records: out of memory");
+        ferry__remote_check_set(path, ferry__records_check_copy);
+    }
+    if (s->lazy)
+        ferry__remote_revalidate(s->paths + 1, take - 1, 0);
     for (size_t p = shard_id; p < n; p += num_shards) {
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", dir, names[p]);
+        if (remote) /* each shard's CRCs checked before its copy enters the cache */
+            ferry__remote_check_set(path, ferry__records_check_copy);
         size_t k = s->n;
         if (!(s->names[k] = ferry__strdup(names[p])))
             FERRY_FAIL(FERRY_ENOMEM, "records: out of memory");
         s->n++;
         if (s->lazy && k > 0) {
-            if (!(s->paths[k] = ferry__strdup(path)))
-                FERRY_FAIL(FERRY_ENOMEM, "records: out of memory");
             s->at[k] = p;
             s->sizes[k] = bytes[p];
             s->first[k + 1] = s->first[k] + counts[p];
@@ -371,6 +382,7 @@ int ferry_records_shards(const char *location, char ***paths, size_t *n)
         snprintf((*paths)[k], len, "%s/%s", dir, names[k]);
         *n = k + 1;
     }
+    ferry__remote_check_paths(*paths, *n, ferry__records_check_copy);
 cleanup:
     if (rc < 0) {
         ferry_records_shards_free(*paths, *n);

@@ -716,6 +716,8 @@ static int tfr_open(tfr **out, const char *location, const ferry_tfrecord_opts *
     FERRY_TRY(ferry__shard_files_list(&t->files, "tfrecord", location, want_tfrecord,
                                       "TFRecord files (names containing \"tfrecord\" or "
                                       "\"tfrec\")"));
+    /* remote files: their framing and CRCs checked before their copies enter the cache */
+    ferry__remote_check_paths(t->files.paths, t->files.n, ferry__tfr_check_copy);
     if (map) {
         /* the index: every record's offset, from the headers alone */
         t->maps = ferry__calloc(t->files.n, sizeof *t->maps);

@@ -365,6 +365,8 @@ static int wds_open(wds **out, const char *location, const ferry_wds_opts *o, bo
         w->o.max_member = DEFAULT_MAX_MEMBER;
     FERRY_TRY(ferry__shard_files_list(&w->files, "wds", location, want_tar,
                                       "tar files (.tar, .tar.gz, .tgz, .tar.zst)"));
+    /* remote tars: their headers checked before their copies enter the cache */
+    ferry__remote_check_paths(w->files.paths, w->files.n, ferry__tar_check_copy);
     if (map) {
         if (!(w->fds = ferry__calloc(w->files.n, sizeof *w->fds)))
             FERRY_FAIL(FERRY_ENOMEM, "wds: out of memory");

@@ -25,7 +25,8 @@ typedef struct ferry__kv_writer ferry__kv_writer;
 
 typedef struct ferry__kv_opts {
     uint64_t index_max; /* bytes the entry index may take (keys, offsets); 0 = 1 GiB */
-    int verify;         /* LevelDB/RocksDB: check every block's checksum as it is read */
+    int verify;         /* LevelDB/RocksDB: check every block's checksum in the pass at
+                         * open that indexes the keys (reads then trust it) */
     /* minidb: the saved index of entry offsets (NULL: FILE.fidx when there is one;
      * without one the file is scanned at open), and whether to write a missing or
      * stale one at open */

@@ -3,12 +3,24 @@
  * snapshot taken at open, entry i in key order through an index of the keys
  * built by one pass at open, and written through a write batch.
  * What it shares with the other LSM store is written once, in lsm_env.h.
+ *
+ * LevelDB maps its table files itself, so a table cut short while it is read
+ * raises SIGBUS inside the library. The pass at open and every read run under
+ * a guard of their own (core/guard.h): a fault there is an error naming the
+ * table file, not the end of the process. The jump leaves LevelDB's frames
+ * mid-read (no lock of LevelDB's is held while it reads a mapping, but its
+ * iterator and the references it took are left as they were), and LevelDB
+ * cannot be closed with those outstanding: the database is abandoned. Its
+ * later reads fail at once, and closing it frees ferry's part only, leaving
+ * LevelDB's handle (its memory, and its LOCK until the process ends).
  */
 #include "kv.h"
 #include "lmdb_env.h"
+#include "../core/guard.h"
 
 #include <leveldb/c.h>
-#include <pthread.h>
+#include <setjmp.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -23,10 +35,10 @@ typedef struct lsm {
     const leveldb_snapshot_t *snap;
     ferry__kv_keys keys;
     /* Iterators lent to get, one a thread at a time: a seek lends the value in
-     * the library's block, where leveldb_get would copy it twice. */
-    pthread_mutex_t lock;
-    leveldb_iterator_t *idle[POOL];
-    int nidle;
+     * the library's block, where leveldb_get would copy it twice. A slot is
+     * taken and given back by one atomic exchange, with no lock. */
+    _Atomic(leveldb_iterator_t *) idle[POOL];
+    atomic_bool abandoned; /* a read was cut short inside the library */
 } lsm;
 
 #define LSM(name) leveldb_##name
@@ -39,14 +51,81 @@ static void lsm_close(ferry__kv *kv)
     lsm *d = (lsm *)kv;
     if (!d)
         return;
-    for (int k = 0; k < d->nidle; k++)
-        leveldb_iter_destroy(d->idle[k]);
-    pthread_mutex_destroy(&d->lock);
+    if (atomic_load(&d->abandoned)) {
+        ferry__kv_keys_free(&d->keys);
+        ferry__free(d);
+        return;
+    }
+    for (int k = 0; k < POOL; k++) {
+        leveldb_iterator_t *it = atomic_load(&d->idle[k]);
+        if (it)
+            leveldb_iter_destroy(it);
+    }
     close_db(d);
     if (d->cache)
         leveldb_cache_destroy(d->cache);
     ferry__kv_keys_free(&d->keys);
     ferry__free(d);
+}
+
+/* The mapped file that holds addr (Linux's /proc/self/maps): its path and
+ * where it starts in memory; false when it cannot be told. */
+static bool mapped_file(uintptr_t addr, char *path, size_t cap, uintptr_t *base)
+{
+    FILE *f = fopen("/proc/self/maps", "re");
+    if (!f)
+        return false;
+    char line[1200];
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f)) {
+        unsigned long a, b, off;
+        int at = 0;
+        if (sscanf(line, "%lx-%lx %*s %lx %*x:%*x %*u %n", &a, &b, &off, &at) < 3 || !at ||
+            addr < a || addr >= b || line[at] != '/' || off > a)
+            continue;
+        line[strcspn(line, "\n")] = 0;
+        snprintf(path, cap, "%s", line + at);
+        *base = (uintptr_t)(a - off);
+        found = true;
+    }
+    fclose(f);
+    return found;
+}
+
+/* The error of a read cut short at addr, naming the table file (else the
+ * database) and `what` ("entry 7 (key ...)", "reading the keys"); the
+ * database is abandoned. */
+static int cut_short(lsm *d, uintptr_t addr, const char *what)
+{
+    atomic_store(&d->abandoned, true);
+    char file[600];
+    uintptr_t base = 0;
+    if (mapped_file(addr, file, sizeof file, &base))
+        return ferry__guard_err(addr, file, (const void *)base, "%s: leveldb", what);
+    return ferry__guard_err(addr, d->base.path, NULL, "%s: leveldb: a table file", what);
+}
+
+static int entry_cut_short(lsm *d, uint64_t i, uintptr_t addr)
+{
+    const uint8_t *k;
+    size_t kl;
+    char key[96], what[160];
+    ferry__kv_keys_get(&d->keys, i, &k, &kl);
+    snprintf(what, sizeof what, "entry %llu (key \"%s\")", (unsigned long long)i,
+             ferry__lmdb_key_repr(key, sizeof key, k, kl));
+    return cut_short(d, addr, what);
+}
+
+/* index_keys under a guard of its own. */
+static int index_guarded(lsm *d, const ferry__kv_opts *o)
+{
+    ferry__guard g;
+    ferry__guard_push(&g);
+    if (sigsetjmp(g.jb, 0))
+        return cut_short(d, g.addr, "reading the keys");
+    int rc = index_keys(d, o);
+    ferry__guard_pop(&g);
+    return rc;
 }
 
 static int lsm_open(ferry__kv **out, const char *path, const ferry__kv_opts *o)
@@ -55,9 +134,10 @@ static int lsm_open(ferry__kv **out, const char *path, const ferry__kv_opts *o)
     lsm *d = new_db(path, o);
     if (!d)
         return ferry__err(FERRY_ENOMEM, "leveldb: out of memory");
-    pthread_mutex_init(&d->lock, NULL);
-    int rc = 0;
+    int rc = ferry__guard_install();
     char *err = NULL;
+    if (rc < 0)
+        goto fail;
     d->opts = leveldb_options_create();
     d->cache = leveldb_cache_create_lru(CACHE_BYTES);
     d->ro = leveldb_readoptions_create();
@@ -73,7 +153,7 @@ static int lsm_open(ferry__kv **out, const char *path, const ferry__kv_opts *o)
         rc = lib_err(path, NULL, err);
         goto fail;
     }
-    if ((rc = index_keys(d, o)) < 0)
+    if ((rc = index_guarded(d, o)) < 0)
         goto fail;
     *out = (ferry__kv *)d;
     return 0;
@@ -84,48 +164,66 @@ fail:
 
 static leveldb_iterator_t *take_iter(lsm *d)
 {
-    leveldb_iterator_t *it = NULL;
-    pthread_mutex_lock(&d->lock);
-    if (d->nidle)
-        it = d->idle[--d->nidle];
-    pthread_mutex_unlock(&d->lock);
-    return it ? it : leveldb_create_iterator(d->db, d->ro);
+    for (int k = 0; k < POOL; k++) {
+        if (!atomic_load_explicit(&d->idle[k], memory_order_relaxed))
+            continue;
+        leveldb_iterator_t *it = atomic_exchange_explicit(&d->idle[k], NULL, memory_order_acquire);
+        if (it)
+            return it;
+    }
+    return leveldb_create_iterator(d->db, d->ro);
 }
 
 static void give_iter(lsm *d, leveldb_iterator_t *it)
 {
-    pthread_mutex_lock(&d->lock);
-    if (d->nidle < POOL) {
-        d->idle[d->nidle++] = it;
-        it = NULL;
+    for (int k = 0; k < POOL; k++) {
+        leveldb_iterator_t *none = NULL;
+        if (!atomic_load_explicit(&d->idle[k], memory_order_relaxed) &&
+            atomic_compare_exchange_strong_explicit(&d->idle[k], &none, it, memory_order_release,
+                                                    memory_order_relaxed))
+            return;
     }
-    pthread_mutex_unlock(&d->lock);
-    if (it)
-        leveldb_iter_destroy(it);
+    leveldb_iter_destroy(it);
 }
 
-static int lsm_get(const ferry__kv *kv, uint64_t i, ferry__kv_fn *fn, void *arg)
+/* Entry i's value from a lent iterator, given back after (or dropped, with
+ * the error it met). */
+__attribute__((noinline)) static int lookup(lsm *d, leveldb_iterator_t *it, uint64_t i,
+                                            ferry__kv_fn *fn, void *arg)
 {
-    lsm *d = (lsm *)kv; /* only the iterator pool changes, under its lock */
     const uint8_t *k;
-    size_t kl, vl = 0;
+    size_t kl, vl = 0, got = 0;
     ferry__kv_keys_get(&d->keys, i, &k, &kl);
-    leveldb_iterator_t *it = take_iter(d);
     leveldb_iter_seek(it, (const char *)k, kl);
-    int rc;
-    size_t got = 0;
     const char *key = leveldb_iter_valid(it) ? leveldb_iter_key(it, &got) : NULL;
-    if (key && got == kl && !memcmp(key, k, kl)) {
-        const char *v = leveldb_iter_value(it, &vl);
-        rc = fn(arg, (const uint8_t *)v, vl);
-    } else {
+    if (!key || got != kl || memcmp(key, k, kl)) {
         char *err = NULL;
         leveldb_iter_get_error(it, &err);
-        rc = entry_err(d, i, err);
+        int rc = entry_err(d, i, err);
         /* an iterator that met an error keeps it: not lent again */
         leveldb_iter_destroy(it);
         return rc;
     }
+    const char *v = leveldb_iter_value(it, &vl);
+    int rc = fn(arg, (const uint8_t *)v, vl);
     give_iter(d, it);
+    return rc;
+}
+
+static int lsm_get(const ferry__kv *kv, uint64_t i, ferry__kv_fn *fn, void *arg)
+{
+    lsm *d = (lsm *)kv; /* only the iterator pool changes, slot by slot, and abandoned */
+    if (atomic_load_explicit(&d->abandoned, memory_order_relaxed))
+        return ferry__err(FERRY_EIO,
+                          "%s: entry %llu: leveldb: not read: a table file was cut short "
+                          "while the database was read (open it again)",
+                          d->base.path, (unsigned long long)i);
+    leveldb_iterator_t *it = take_iter(d);
+    ferry__guard g;
+    ferry__guard_push(&g);
+    if (sigsetjmp(g.jb, 0))
+        return entry_cut_short(d, i, g.addr); /* it is left to LevelDB, as it was */
+    int rc = lookup(d, it, i, fn, arg);
+    ferry__guard_pop(&g);
     return rc;
 }

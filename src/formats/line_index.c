@@ -21,9 +21,8 @@
 #endif
 
 #define HEADER FERRY__SIDECAR_HEADER
-#define FLAG_FINAL_NEWLINE 1u   /* the last line ends with "\n" */
-#define CHUNK ((size_t)1 << 20) /* bytes a scanner takes at a time */
-#define NCHUNKS 4
+#define FLAG_FINAL_NEWLINE 1u               /* the last line ends with "\n" */
+#define CHUNK ((size_t)1 << 20)             /* bytes a scanner takes at a time */
 #define WRITEBACK_EVERY ((uint64_t)4 << 20) /* index bytes between writeback starts */
 #define PROGRESS_EVERY ((uint64_t)64 << 20)
 
@@ -110,61 +109,164 @@ static scan_fn pick_scan(void)
 #endif
 }
 
-/* The file is mapped, and two scanners scan alternate chunks of it at once (each
- * byte read from memory once, where a read into a buffer would copy it first), each
- * into the chunk's own list of line starts, while the caller's thread writes the
- * lists out in the file's order: chunk c is scanner c % NSCAN's, and each
- * scanner's chunks come back in its order through its own pair of bounded queues.
- * A scanner reads under a guard: a file cut short while it is indexed is an error
- * naming it, not a fault. */
-#define NSCAN 2
+/* The file is mapped and scanned by two threads, the caller's and one more (each
+ * byte read from memory once, where a read into a buffer would copy it first: the
+ * mapping costs few faults, the page cache handing out large folios). Each takes
+ * the next chunk, scans it into a slot's list of line starts, and the caller's
+ * thread writes the lists out in the file's order as they complete: chunk c uses
+ * slot c % NSLOTS, taken again once the list of chunk c - NSLOTS is written. Only
+ * the caller's thread writes, so every write is on the thread that asked for the
+ * index. There is no third thread to wait for the others: two cores are kept
+ * scanning. A scanner reads under a guard: a file cut short while it is indexed is
+ * an error naming it, not a fault. */
+#define NSLOTS 4
 
-typedef struct chunk {
+typedef struct slot {
     size_t n;
     uint64_t off;
-    uint8_t last; /* its last byte */
-    sink s;
+    uint8_t last;  /* its last byte */
+    uint64_t turn; /* the chunk that takes it next, or holds it (turn % NSLOTS is its index) */
+    bool busy;     /* taken by chunk turn, not yet written */
+    bool ready;    /* scanned (or failed: rc) */
     int rc;
     char msg[FERRY_ERRMSG_MAX];
-} chunk;
+    sink s;
+} slot;
 
-typedef struct scanner {
+typedef struct scan_job {
     const uint8_t *base; /* the mapping */
-    uint64_t size;
+    uint64_t size, nchunks;
     const char *path;
     scan_fn scan;
-    unsigned first; /* its first chunk: chunks first, first + NSCAN, ... */
-    ferry__queue *empty, *full;
-} scanner;
+    pthread_mutex_t m;
+    pthread_cond_t cv;
+    uint64_t next_scan;  /* the next chunk to take */
+    uint64_t next_write; /* the next chunk to write out */
+    bool stop;           /* an error, or the caller gave up: take no more chunks */
+    slot slots[NSLOTS];
+} scan_job;
 
-__attribute__((noinline)) static int scan_chunk(const scanner *r, chunk *c)
+__attribute__((noinline)) static int scan_chunk(const scan_job *b, slot *c)
 {
     ferry__guard g;
     ferry__guard_push(&g);
     if (sigsetjmp(g.jb, 0))
-        return ferry__guard_err(g.addr, r->path, r->base, "indexing");
-    r->scan(&c->s, r->base + c->off, c->n, c->off);
-    c->last = r->base[c->off + c->n - 1];
+        return ferry__guard_err(g.addr, b->path, b->base, "indexing");
+    b->scan(&c->s, b->base + c->off, c->n, c->off);
+    c->last = b->base[c->off + c->n - 1];
     ferry__guard_pop(&g);
     return 0;
 }
 
-static void *scanner_main(void *arg)
+/* What the caller's thread keeps while it writes the index. */
+typedef struct writer {
+    ferry__atomic_file *w;
+    uint64_t total, kicked;
+    uint8_t last;
+    ferry_progress_fn progress;
+    void *arg;
+    uint64_t next_report;
+} writer;
+
+/* The error of the chunk that stopped the build. */
+static int failed_chunk(const scan_job *b)
 {
-    scanner *r = arg;
-    for (uint64_t off = (uint64_t)r->first * CHUNK; off < r->size; off += NSCAN * CHUNK) {
-        void *item;
-        if (ferry__queue_pop(r->empty, &item, 0) != 0)
-            break; /* closed: the writer gave up */
-        chunk *c = item;
-        c->off = off;
-        c->n = r->size - off < CHUNK ? (size_t)(r->size - off) : CHUNK;
-        c->s.n = 0;
-        if ((c->rc = scan_chunk(r, c)) < 0)
-            ferry__err_copy(c->msg); /* the message lives in this thread: carry it over */
-        if (ferry__queue_push(r->full, c, 0) != 0 || c->rc < 0)
-            break;
+    for (int i = 0; i < NSLOTS; i++)
+        if (b->slots[i].busy && b->slots[i].ready && b->slots[i].rc < 0)
+            return ferry__err(b->slots[i].rc, "%s", b->slots[i].msg);
+    return ferry__err(FERRY_EIO, "%s: indexing stopped", b->path);
+}
+
+/* Writes out the lists of the chunks scanned in order from next_write on (with
+ * wait, all of them), with the lock held but not while writing. The appends go
+ * through the writer's buffer in aligned pieces, which the page cache takes in
+ * large folios: half the system time of writing each list as it comes. */
+static int write_ready(scan_job *b, writer *o, bool wait)
+{
+    int rc = 0;
+    while (b->next_write < b->nchunks) {
+        slot *c = &b->slots[b->next_write % NSLOTS];
+        if (c->busy && c->ready && c->rc < 0)
+            return ferry__err(c->rc, "%s", c->msg);
+        if (b->stop)
+            return failed_chunk(b);
+        if (!c->busy || !c->ready) {
+            if (!wait)
+                break;
+            pthread_cond_wait(&b->cv, &b->m);
+            continue;
+        }
+        pthread_mutex_unlock(&b->m);
+        rc = ferry__atomic_write(o->w, c->s.buf, c->s.n * sizeof(uint64_t));
+        /* the kernel writes the index out while the file is scanned, so that the
+         * fsync at the end finds little left to do */
+        uint64_t written = o->w->off - o->w->held;
+        if (rc == 0 && written - o->kicked >= WRITEBACK_EVERY) {
+            ferry__atomic_writeback(o->w, o->kicked, written - o->kicked);
+            o->kicked = written;
+        }
+        o->total += c->s.n;
+        o->last = c->last;
+        uint64_t done = c->off + c->n;
+        if (rc == 0 && o->progress && done >= o->next_report) {
+            o->progress(done, b->size, o->arg);
+            o->next_report = done + PROGRESS_EVERY;
+        }
+        pthread_mutex_lock(&b->m);
+        if (rc < 0)
+            return rc;
+        c->busy = c->ready = false;
+        c->turn += NSLOTS;
+        b->next_write++;
+        pthread_cond_broadcast(&b->cv);
     }
+    return rc;
+}
+
+/* Takes the next chunk and scans it into its slot: 1, or 0 when there is none to
+ * take (all taken, or stop), or the error of a write. Called and returns with the
+ * lock held. The writer (o) writes out what is ready while its slot is taken. */
+static int scan_next(scan_job *b, writer *o)
+{
+    if (b->stop || b->next_scan >= b->nchunks)
+        return 0;
+    uint64_t k = b->next_scan++;
+    slot *c = &b->slots[k % NSLOTS];
+    while ((c->busy || c->turn != k) && !b->stop) {
+        if (o) {
+            int rc = write_ready(b, o, false);
+            if (rc < 0)
+                return rc;
+            if (!c->busy && c->turn == k)
+                break;
+        }
+        pthread_cond_wait(&b->cv, &b->m);
+    }
+    if (b->stop)
+        return 0;
+    c->busy = true;
+    c->ready = false;
+    pthread_mutex_unlock(&b->m);
+    c->off = k * CHUNK;
+    c->n = b->size - c->off < CHUNK ? (size_t)(b->size - c->off) : CHUNK;
+    c->s.n = 0;
+    if ((c->rc = scan_chunk(b, c)) < 0)
+        ferry__err_copy(c->msg); /* the message lives in this thread: carry it over */
+    pthread_mutex_lock(&b->m);
+    c->ready = true;
+    if (c->rc < 0)
+        b->stop = true;
+    pthread_cond_broadcast(&b->cv);
+    return 1;
+}
+
+static void *helper_main(void *arg)
+{
+    scan_job *b = arg;
+    pthread_mutex_lock(&b->m);
+    while (scan_next(b, NULL) > 0)
+        ;
+    pthread_mutex_unlock(&b->m);
     return NULL;
 }
 
@@ -175,15 +277,15 @@ int ferry_line_index_build(const char *path, const char *index_path, ferry_progr
     ferry__file f = {-1, 0, 0};
     ferry__atomic_file w = {.fd = -1};
     ferry__map map = {NULL, 0};
-    chunk chunks[NCHUNKS];
     char *own_index = NULL;
-    scanner sc[NSCAN];
-    ferry__thread threads[NSCAN];
-    int started = 0;
-    memset(chunks, 0, sizeof chunks);
-    memset(sc, 0, sizeof sc);
+    scan_job b;
+    ferry__thread helper;
+    bool started = false, locked = false;
+    memset(&b, 0, sizeof b);
+    pthread_mutex_init(&b.m, NULL);
+    pthread_cond_init(&b.cv, NULL);
     if (!path)
-        return ferry__err(FERRY_EINVAL, "line index: path is NULL");
+        FERRY_FAIL(FERRY_EINVAL, "line index: path is NULL");
     if (!index_path && !(index_path = own_index = ferry__sidecar_path(path)))
         FERRY_FAIL(FERRY_ENOMEM, "line index: out of memory");
     FERRY_TRY(ferry__refuse_compressed(path, "a line index"));
@@ -195,66 +297,44 @@ int ferry_line_index_build(const char *path, const char *index_path, ferry_progr
     /* read once, in order: the kernel may read ahead and drop behind */
     if (map.data)
         madvise(map.data, map.size, MADV_SEQUENTIAL);
-    for (int i = 0; i < NCHUNKS; i++) {
-        chunks[i].s.size = f.size;
+    for (int i = 0; i < NSLOTS; i++) {
+        b.slots[i].s.size = f.size;
+        b.slots[i].turn = (uint64_t)i;
         /* its pages are touched only as far as line starts are found */
-        if (!(chunks[i].s.buf = ferry__malloc(CHUNK * sizeof(uint64_t))))
+        if (!(b.slots[i].s.buf = ferry__malloc(CHUNK * sizeof(uint64_t))))
             FERRY_FAIL(FERRY_ENOMEM, "line index: out of memory");
     }
     FERRY_TRY(ferry__atomic_open(&w, index_path));
     ferry__sidecar_header zero = {0};
     FERRY_TRY(ferry__atomic_write(&w, &zero, sizeof zero));
-    uint64_t first = 0, done = 0, next_report = PROGRESS_EVERY, total = 0, at = HEADER;
-    uint64_t kicked = HEADER;
+    writer o = {&w, 0, HEADER, '\n', progress, arg, PROGRESS_EVERY};
     if (f.size) {
+        uint64_t first = 0;
         FERRY_TRY(ferry__atomic_write(&w, &first, sizeof first));
-        total = 1;
-        at += 8;
+        o.total = 1;
     }
-    scan_fn scan = pick_scan();
-    uint8_t last = '\n';
-    for (int k = 0; k < NSCAN; k++) {
-        sc[k] = (scanner){map.data, f.size, path, scan, (unsigned)k, NULL, NULL};
-        FERRY_TRY(ferry__queue_create(&sc[k].empty, NCHUNKS / NSCAN));
-        FERRY_TRY(ferry__queue_create(&sc[k].full, NCHUNKS / NSCAN));
-        for (int i = k; i < NCHUNKS; i += NSCAN)
-            ferry__queue_push(sc[k].empty, &chunks[i], 0);
-    }
-    for (; started < NSCAN; started++)
-        FERRY_TRY(ferry__thread_start(&threads[started], scanner_main, &sc[started]));
-    for (uint64_t c = 0; done < f.size; c++) {
-        scanner *r = &sc[c % NSCAN];
-        void *item;
-        ferry__queue_pop(r->full, &item, 0);
-        chunk *ch = item;
-        if (ch->rc < 0) {
-            rc = ferry__err(ch->rc, "%s", ch->msg);
-            goto cleanup;
-        }
-        if (ch->s.n) {
-            FERRY_TRY(ferry__atomic_pwrite(&w, ch->s.buf, ch->s.n * sizeof(uint64_t), at));
-            at += ch->s.n * sizeof(uint64_t);
-            total += ch->s.n;
-            /* the kernel writes the index out while the file is scanned, so that
-             * the fsync at the end finds little left to do */
-            if (at - kicked >= WRITEBACK_EVERY) {
-                ferry__atomic_writeback(&w, kicked, at - kicked);
-                kicked = at;
-            }
-        }
-        last = ch->last;
-        done += ch->n;
-        ferry__queue_push(r->empty, ch, 0);
-        if (progress && done >= next_report) {
-            progress(done, f.size, arg);
-            next_report = done + PROGRESS_EVERY;
-        }
-    }
+    b.base = map.data;
+    b.size = f.size;
+    b.nchunks = (f.size + CHUNK - 1) / CHUNK;
+    b.path = path;
+    b.scan = pick_scan();
+    /* one chunk is scanned here in the time the thread takes to start */
+    if (b.nchunks > 1 && ferry__thread_start(&helper, helper_main, &b) == 0)
+        started = true;
+    else
+        ferry__err_clear(); /* without the thread, this one scans it all */
+    pthread_mutex_lock(&b.m);
+    locked = true;
+    while ((rc = scan_next(&b, &o)) > 0)
+        FERRY_TRY(write_ready(&b, &o, false));
+    FERRY_TRY(rc);
+    FERRY_TRY(write_ready(&b, &o, true));
+    pthread_mutex_unlock(&b.m);
+    locked = false;
     /* the end of the last line */
-    FERRY_TRY(ferry__atomic_pwrite(&w, &f.size, sizeof f.size, at));
-    total++;
-    h.count = total - 1;
-    h.flags = f.size && last == '\n' ? FLAG_FINAL_NEWLINE : 0;
+    FERRY_TRY(ferry__atomic_write(&w, &f.size, sizeof f.size));
+    h.count = o.total;
+    h.flags = f.size && o.last == '\n' ? FLAG_FINAL_NEWLINE : 0;
     ferry__sidecar_seal(&h, &KIND, NULL);
     /* a file that changed while it was read would get an index of neither version */
     FERRY_TRY(ferry__sidecar_unchanged(&f, path));
@@ -265,23 +345,20 @@ int ferry_line_index_build(const char *path, const char *index_path, ferry_progr
     if (nlines)
         *nlines = h.count;
 cleanup:
-    for (int k = 0; k < NSCAN; k++) {
-        if (sc[k].empty)
-            ferry__queue_close(sc[k].empty); /* a scanner still waiting for a chunk stops */
-        if (sc[k].full)
-            ferry__queue_close(sc[k].full);
-    }
-    for (int k = 0; k < started; k++)
-        ferry__thread_join(&threads[k]);
-    for (int k = 0; k < NSCAN; k++) {
-        ferry__queue_free(sc[k].empty);
-        ferry__queue_free(sc[k].full);
-    }
+    if (!locked)
+        pthread_mutex_lock(&b.m);
+    b.stop = true; /* a helper waiting for a slot stops */
+    pthread_cond_broadcast(&b.cv);
+    pthread_mutex_unlock(&b.m);
+    if (started)
+        ferry__thread_join(&helper);
+    pthread_mutex_destroy(&b.m);
+    pthread_cond_destroy(&b.cv);
     ferry__atomic_abort(&w);
     ferry__unmap(&map);
     ferry__file_close(&f);
-    for (int i = 0; i < NCHUNKS; i++)
-        ferry__free(chunks[i].s.buf);
+    for (int i = 0; i < NSLOTS; i++)
+        ferry__free(b.slots[i].s.buf);
     ferry__free(own_index);
     return rc;
 }

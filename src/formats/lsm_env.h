@@ -81,13 +81,22 @@ static void close_db(lsm *d)
 }
 
 /* The snapshot the reads see, taken now, and one pass over it in key order:
- * the key index. */
+ * the key index. With verify, the pass checks every block of the snapshot
+ * against its checksum (a mismatch fails the open), so the reads after it
+ * (d->ro) do not check again: each block is paid for once. The pass keeps its
+ * blocks out of the cache, which is left to the reads. */
 static int index_keys(lsm *d, const ferry__kv_opts *o)
 {
     d->snap = LSM(create_snapshot)(d->db);
     LSM(readoptions_set_snapshot)(d->ro, d->snap);
-    LSM(readoptions_set_verify_checksums)(d->ro, o && !o->verify ? 0 : 1);
-    lsm_iterator_t *it = LSM(create_iterator)(d->db, d->ro);
+    LSM(readoptions_set_verify_checksums)(d->ro, 0);
+    LSM(readoptions_t) *pass = LSM(readoptions_create)();
+    if (!pass)
+        return ferry__err(FERRY_ENOMEM, "%s: " LSM_NAME ": out of memory", d->base.path);
+    LSM(readoptions_set_snapshot)(pass, d->snap);
+    LSM(readoptions_set_verify_checksums)(pass, o && !o->verify ? 0 : 1);
+    LSM(readoptions_set_fill_cache)(pass, 0);
+    lsm_iterator_t *it = LSM(create_iterator)(d->db, pass);
     int rc = 0;
     for (LSM(iter_seek_to_first)(it); rc == 0 && LSM(iter_valid)(it); LSM(iter_next)(it)) {
         size_t kl;
@@ -97,6 +106,7 @@ static int index_keys(lsm *d, const ferry__kv_opts *o)
     char *err = NULL;
     LSM(iter_get_error)(it, &err);
     LSM(iter_destroy)(it);
+    LSM(readoptions_destroy)(pass);
     if (rc == 0 && err)
         return lib_err(d->base.path, "reading the keys", err);
     LSM(free)(err);

@@ -72,6 +72,11 @@ int ferry__set_file_kind(const char *set, const char *file);
 
 /* CRC-32C and size of a whole file, read with pread in chunks. */
 int ferry__crc32c_file(const char *path, uint32_t *crc, uint64_t *size);
+/* The check of a fetched copy of a shard (io/remote.h, ferry__remote_check_fn): its
+ * footer and index, and the CRC-32C of every record as stored (nothing is
+ * decompressed), in one pass over the mapping; the first problem is the error,
+ * naming path (the cache puts url in its place), the record and its offset. */
+int ferry__records_check_copy(const char *path, const char *url);
 
 /* ---- Reading helpers for the datasets layer ---- */
 

@@ -90,6 +90,23 @@ static uint64_t verify_file(verifier *v, const char *path, bool in_set, uint64_t
     return n;
 }
 
+int ferry__records_check_copy(const char *path, const char *url)
+{
+    ferry_record_file *f;
+    (void)url;
+    int rc = ferry_record_file_open(&f, path, 0);
+    if (rc < 0)
+        return rc;
+    uint64_t n = ferry_record_file_count(f);
+    for (uint64_t i = 0; i < n && rc == 0; i++) {
+        const void *p;
+        size_t size;
+        rc = ferry_record_file_raw(f, i, &p, &size, NULL);
+    }
+    ferry_record_file_free(f);
+    return rc;
+}
+
 int ferry_records_verify(const char *path, ferry_report_fn report, void *arg, uint64_t *problems,
                          uint64_t *records)
 {

@@ -285,3 +285,17 @@ int ferry__tar_data(ferry__tar *t, const uint8_t **p)
     *p = t->r.buf + t->r.pos;
     return 0;
 }
+
+int ferry__tar_check_copy(const char *path, const char *url)
+{
+    ferry__tar t;
+    ferry__tar_member m;
+    int rc = ferry__tar_open(&t, path, url, FERRY__COMP_AUTO, 0, 64 << 10);
+    if (rc < 0)
+        return rc;
+    if (!t.r.compressed)
+        while ((rc = ferry__tar_next(&t, &m)) == 0)
+            ;
+    ferry__tar_close(&t);
+    return rc == FERRY_END ? 0 : rc;
+}

@@ -59,4 +59,12 @@ int ferry__tar_data(ferry__tar *t, const uint8_t **p);
  * bad number (the message says which, without the file: the caller adds it). */
 int ferry__tar_header(const uint8_t *h, char *type, uint64_t *size, char *name, size_t *name_len);
 
+/* The check of a fetched copy (io/remote.h, ferry__remote_check_fn): every header of
+ * the plain archive at path read in order as ferry__tar_next reads them (checksums,
+ * sizes within the file, long names and pax headers), the members' data passed
+ * over; messages name url, the header and its offset. A compressed archive (its
+ * first bytes say gzip or zstd) is passed: its own checksums are checked as it is
+ * read. */
+int ferry__tar_check_copy(const char *path, const char *url);
+
 #endif

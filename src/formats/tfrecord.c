@@ -2,6 +2,8 @@
  * TFRecord files: the framing, both CRCs checked.
  */
 #include "../core/bytes.h"
+#include "../core/guard.h"
+#include "../io/io.h"
 #include "tfrecord_internal.h"
 
 #include <limits.h>
@@ -219,4 +221,56 @@ int ferry__tfr_next_into(ferry__tfr_reader *t, uint8_t *dst, size_t cap, size_t 
     *n = (size_t)len;
     t->record++;
     return crc;
+}
+
+/* Walks the frames of the mapping m (of size n); a function of its own, so that
+ * the guarded caller keeps nothing it changes in registers. */
+static int check_frames(const uint8_t *m, uint64_t n, const char *url)
+{
+    uint64_t off = 0, record = 0, len;
+    int rc;
+    while (off < n) {
+        if (n - off < FERRY__TFR_HEADER)
+            return ferry__err(FERRY_ECORRUPT,
+                              "%s: record %llu at offset %llu: truncated header (%llu of 12 bytes)",
+                              url, (unsigned long long)record, (unsigned long long)off,
+                              (unsigned long long)(n - off));
+        if ((rc = ferry__tfr_header(url, record, off, m + off, UINT64_MAX, &len)) < 0)
+            return rc;
+        if (len > n - off - FERRY__TFR_HEADER || n - off - FERRY__TFR_HEADER - len < 4)
+            return ferry__err(FERRY_ECORRUPT,
+                              "%s: record %llu at offset %llu: truncated: %llu data bytes and a "
+                              "CRC announced, %llu there",
+                              url, (unsigned long long)record, (unsigned long long)off,
+                              (unsigned long long)len,
+                              (unsigned long long)(n - off - FERRY__TFR_HEADER));
+        if ((rc = ferry__tfr_data(url, record, off, m + off + FERRY__TFR_HEADER, len)) < 0)
+            return rc;
+        off += FERRY__TFR_OVERHEAD + len;
+        record++;
+    }
+    return 0;
+}
+
+int ferry__tfr_check_copy(const char *path, const char *url)
+{
+    ferry__map m;
+    int rc;
+    if ((rc = ferry__guard_install()) < 0 || (rc = ferry__map_file(&m, path)) < 0)
+        return rc;
+    if (ferry__compression_of(m.data, m.size < 8 ? m.size : 8)) {
+        ferry__unmap(&m);
+        return 0;
+    }
+    ferry__guard g;
+    ferry__guard_push(&g);
+    if (sigsetjmp(g.jb, 0)) {
+        rc = ferry__guard_err(g.addr, url, m.data, "checking its records");
+        ferry__unmap(&m);
+        return rc;
+    }
+    rc = check_frames(m.data, m.size, url);
+    ferry__guard_pop(&g);
+    ferry__unmap(&m);
+    return rc;
 }

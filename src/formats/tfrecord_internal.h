@@ -64,4 +64,10 @@ int ferry__tfr_next(ferry__tfr_reader *t, const uint8_t **data, size_t *n, uint6
  * ferry__tfr_next; a record over cap is FERRY_EOVERFLOW (passed over, not read). */
 int ferry__tfr_next_into(ferry__tfr_reader *t, uint8_t *dst, size_t cap, size_t *n, uint64_t *off);
 
+/* The check of a fetched copy (io/remote.h, ferry__remote_check_fn): the framing of
+ * the plain file at path, both CRCs of every record, read through a mapping in one
+ * pass; messages name url, the record and its offset. A compressed file (its first
+ * bytes say gzip or zstd) is passed: its own checksums are checked as it is read. */
+int ferry__tfr_check_copy(const char *path, const char *url);
+
 #endif

@@ -460,7 +460,8 @@ AVX2 static bool planes_f32_avx2(const finish *f, const uint8_t *src, uint32_t w
 }
 
 /* uint8 planes (or a mirrored grey row) of 1- or 3-channel pixels without
- * jitter: 16 pixels at a time, split into channels (and mirrored) by shuffles. */
+ * jitter: split into channels (and mirrored) by shuffles, RGB 32 pixels at a
+ * time in 256-bit registers, then 16 at a time, then one by one. */
 AVX2 static void planes_u8_avx2(const uint8_t *src, uint32_t w, uint32_t h, size_t stride, int ch,
                                 int flip, uint8_t *dst)
 {
@@ -475,12 +476,35 @@ AVX2 static void planes_u8_avx2(const uint8_t *src, uint32_t w, uint32_t h, size
     for (int c = 0; c < ch; c++)
         for (int k = 0; k < ch; k++)
             mk[c][k] = _mm_loadu_si128((const __m128i *)m[c][k]);
+    __m256i mk2[3][3];
+    for (int c = 0; c < ch; c++)
+        for (int k = 0; k < ch; k++)
+            mk2[c][k] = _mm256_broadcastsi128_si256(mk[c][k]);
     size_t plane = (size_t)w * h;
-    uint32_t wv = w / 16 * 16;
+    uint32_t wv = w / 16 * 16, w2 = ch == 3 ? w / 32 * 32 : 0;
     for (uint32_t y = 0; y < h; y++) {
         const uint8_t *row = src + (size_t)y * stride;
         uint8_t *d = dst + (size_t)y * w;
-        for (uint32_t x = 0; x < wv; x += 16) {
+        uint32_t x = 0;
+        /* 32 RGB pixels: each 128-bit lane holds 16 of them (48 bytes in three
+         * registers), the first 16 outputs in the low lanes (the last 16 source
+         * pixels when mirrored), so that the 16-pixel shuffles serve both lanes */
+        for (; x < w2; x += 32) {
+            const uint8_t *p = row + (size_t)(flip ? w - x - 32 : x) * 3;
+            const uint8_t *p0 = flip ? p + 48 : p, *p1 = flip ? p : p + 48;
+            __m256i l[3];
+            for (int k = 0; k < 3; k++)
+                l[k] = _mm256_inserti128_si256(
+                    _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p0 + 16 * k))),
+                    _mm_loadu_si128((const __m128i *)(p1 + 16 * k)), 1);
+            for (int c = 0; c < 3; c++) {
+                __m256i v = _mm256_or_si256(_mm256_or_si256(_mm256_shuffle_epi8(l[0], mk2[c][0]),
+                                                            _mm256_shuffle_epi8(l[1], mk2[c][1])),
+                                            _mm256_shuffle_epi8(l[2], mk2[c][2]));
+                _mm256_storeu_si256((__m256i *)(d + (size_t)c * plane + x), v);
+            }
+        }
+        for (; x < wv; x += 16) {
             const uint8_t *p = row + (size_t)(flip ? w - x - 16 : x) * (size_t)ch;
             __m128i l[3];
             for (int k = 0; k < ch; k++)
@@ -492,7 +516,7 @@ AVX2 static void planes_u8_avx2(const uint8_t *src, uint32_t w, uint32_t h, size
                 _mm_storeu_si128((__m128i *)(d + (size_t)c * plane + x), v);
             }
         }
-        for (uint32_t x = wv; x < w; x++) {
+        for (; x < w; x++) {
             const uint8_t *p = row + (size_t)(flip ? w - 1 - x : x) * (size_t)ch;
             for (int c = 0; c < ch; c++)
                 d[(size_t)c * plane + x] = p[c];

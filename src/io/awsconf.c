@@ -238,6 +238,13 @@ int ferry__aws_load(ferry__aws *a, char *const *env)
                      w == &cred ? cred_path : conf_path);
         }
     }
+    if (!a->key_id[0])
+        snprintf(a->where, sizeof a->where,
+                 "looked for AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment, and "
+                 "for the profile \"%.60s\" (AWS_PROFILE) in %.200s and %.200s",
+                 a->profile,
+                 home || env_get(env, "AWS_SHARED_CREDENTIALS_FILE") ? cred_path : "(no HOME)",
+                 home || env_get(env, "AWS_CONFIG_FILE") ? conf_path : "(no HOME)");
     if ((v = env_get(env, "AWS_REGION")) || (v = env_get(env, "AWS_DEFAULT_REGION")))
         copy(a->region, sizeof a->region, v);
     else if (conf.region[0])

@@ -30,12 +30,17 @@ static struct {
     known *slot; /* KNOWN_SLOTS of them, by hash; a collision replaces */
 } kn = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-static size_t hash(const char *s)
+static uint64_t hash64(const char *s)
 {
     uint64_t h = 1469598103934665603ull;
     for (; *s; s++)
         h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return (size_t)(h % KNOWN_SLOTS);
+    return h;
+}
+
+static size_t hash(const char *s)
+{
+    return (size_t)(hash64(s) % KNOWN_SLOTS);
 }
 
 static void remember(const ferry__obj *o)
@@ -89,15 +94,179 @@ static bool recall(const char *url, ferry__obj *o)
     return found;
 }
 
+/* HEADs under way, so that a thread that wants an object another thread is asking
+ * about waits for that answer instead of asking again (a reader catching up with
+ * the revalidation ahead of it). Past INFLIGHT_SLOTS at once, threads just ask. */
+#define INFLIGHT_SLOTS 64
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t done;
+    uint64_t hash[INFLIGHT_SLOTS]; /* 0: free */
+} fl = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, {0}};
+
 static int describe(const char *url, ferry__obj *o)
 {
+    uint64_t h = hash64(url) | 1;
+    int slot = -1;
     memset(o, 0, sizeof *o);
-    if (recall(url, o))
-        return 0;
+    pthread_mutex_lock(&fl.mu);
+    for (;;) {
+        if (recall(url, o)) {
+            pthread_mutex_unlock(&fl.mu);
+            return 0;
+        }
+        int busy = -1, free_slot = -1;
+        for (int i = 0; i < INFLIGHT_SLOTS && busy < 0; i++) {
+            if (fl.hash[i] == h)
+                busy = i;
+            else if (!fl.hash[i] && free_slot < 0)
+                free_slot = i;
+        }
+        if (busy < 0) {
+            if ((slot = free_slot) >= 0)
+                fl.hash[slot] = h;
+            break;
+        }
+        /* then the answer is known; or it failed, and this thread asks to have the error */
+        pthread_cond_wait(&fl.done, &fl.mu);
+    }
+    pthread_mutex_unlock(&fl.mu);
     int rc = ferry__http_head(url, o);
     if (rc == 0)
         remember(o);
+    if (slot >= 0) {
+        pthread_mutex_lock(&fl.mu);
+        fl.hash[slot] = 0;
+        pthread_cond_broadcast(&fl.done);
+        pthread_mutex_unlock(&fl.mu);
+    }
     return rc;
+}
+
+/* ---- Checks of fetched copies: a table by URL ---- */
+
+typedef struct check_entry {
+    char *url;
+    ferry__remote_check_fn check;
+    char *rejected;      /* the message of a version whose copies failed CHECK_FETCHES times */
+    char etag[128 + 64]; /* the version that failed: ETag, else size and Last-Modified */
+    unsigned failures;   /* its copies that failed */
+} check_entry;
+
+#define CHECKS_MAX ((size_t)1 << 25)
+
+static struct {
+    pthread_mutex_t mu;
+    check_entry *v; /* open addressing, linear probing; cap a power of two */
+    size_t n, cap;
+} chk = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* The entry of url, or the free slot where it goes (under chk.mu; chk.cap > 0). */
+static check_entry *check_slot(const char *url)
+{
+    size_t i = (size_t)hash64(url) & (chk.cap - 1);
+    while (chk.v[i].url && strcmp(chk.v[i].url, url))
+        i = (i + 1) & (chk.cap - 1);
+    return &chk.v[i];
+}
+
+static bool check_grow(void)
+{
+    size_t cap = chk.cap ? chk.cap * 2 : 1024;
+    check_entry *old = chk.v, *v = cap <= 2 * CHECKS_MAX ? ferry__calloc(cap, sizeof *v) : NULL;
+    if (!v)
+        return false;
+    size_t oldcap = chk.cap;
+    chk.v = v;
+    chk.cap = cap;
+    for (size_t i = 0; i < oldcap; i++)
+        if (old[i].url)
+            *check_slot(old[i].url) = old[i];
+    ferry__free(old);
+    return true;
+}
+
+void ferry__remote_check_set(const char *url, ferry__remote_check_fn check)
+{
+    pthread_mutex_lock(&chk.mu);
+    if ((chk.n + 1) * 2 <= chk.cap || check_grow()) {
+        check_entry *e = check_slot(url);
+        if (e->url) {
+            e->check = check;
+        } else if ((e->url = ferry__strdup(url))) {
+            e->check = check;
+            chk.n++;
+        }
+    }
+    pthread_mutex_unlock(&chk.mu);
+    ferry__err_clear();
+}
+
+void ferry__remote_check_paths(char *const *paths, size_t n, ferry__remote_check_fn check)
+{
+    for (size_t i = 0; i < n; i++)
+        if (ferry__is_remote(paths[i]))
+            ferry__remote_check_set(paths[i], check);
+}
+
+static void version_of(const ferry__obj *o, char *out, size_t cap)
+{
+    if (o->etag[0])
+        snprintf(out, cap, "%s", o->etag);
+    else
+        snprintf(out, cap, "%llu %s", (unsigned long long)o->size, o->modified);
+}
+
+/* url's check, and (in *why, FERRY_ERRMSG_MAX bytes) the message of this version of
+ * the object when it was rejected before; why[0] is 0 otherwise. */
+static ferry__remote_check_fn check_of(const ferry__obj *o, char *why)
+{
+    ferry__remote_check_fn fn = NULL;
+    char ver[sizeof chk.v->etag];
+    why[0] = 0;
+    version_of(o, ver, sizeof ver);
+    pthread_mutex_lock(&chk.mu);
+    if (chk.cap) {
+        check_entry *e = check_slot(o->url);
+        if (e->url) {
+            fn = e->check;
+            if (e->rejected && !strcmp(e->etag, ver))
+                snprintf(why, FERRY_ERRMSG_MAX, "%s", e->rejected);
+        }
+    }
+    pthread_mutex_unlock(&chk.mu);
+    return fn;
+}
+
+/* Fetches of one version of an object whose copies fail their check, at most: a
+ * second fetch cures a copy a transfer damaged; an object stored damaged stays so. */
+#define CHECK_FETCHES 2
+
+/* Counts a failed copy of o; true when o may be fetched again. Else its version
+ * is rejected with why, for every later open. */
+static bool check_failed(const ferry__obj *o, const char *why)
+{
+    char ver[sizeof chk.v->etag];
+    bool again = false;
+    version_of(o, ver, sizeof ver);
+    pthread_mutex_lock(&chk.mu);
+    if (chk.cap) {
+        check_entry *e = check_slot(o->url);
+        if (e->url) {
+            if (strcmp(e->etag, ver)) {
+                snprintf(e->etag, sizeof e->etag, "%s", ver);
+                ferry__free(e->rejected);
+                e->rejected = NULL;
+                e->failures = 0;
+            }
+            again = ++e->failures < CHECK_FETCHES;
+            if (!again && !e->rejected)
+                e->rejected = ferry__strdup(why);
+        }
+    }
+    pthread_mutex_unlock(&chk.mu);
+    return again;
 }
 
 /* ---- Fetching: one GET, or ranged parts on several threads ---- */
@@ -117,17 +286,79 @@ static int fetch_part(void *arg, size_t i, unsigned worker)
     return ferry__http_get_range(p->o, p->fd, off, len);
 }
 
+/* FERRY_REMOTE_CHECK=0 turns the checks before the rename off (copies are then
+ * checked only as they are read), for measuring what they cost. */
+static bool checks_on(void)
+{
+    static atomic_int on = -1;
+    int v = atomic_load_explicit(&on, memory_order_relaxed);
+    if (v < 0) {
+        const char *e = getenv("FERRY_REMOTE_CHECK");
+        v = !(e && !strcmp(e, "0"));
+        atomic_store_explicit(&on, v, memory_order_relaxed);
+    }
+    return v;
+}
+
+typedef struct fetch_arg {
+    ferry__remote_check_fn check; /* NULL: none */
+    bool rejected;                /* the copy came whole and failed the check */
+    bool again;                   /* and may be fetched once more */
+} fetch_arg;
+
+/* msg with every `from` in it made `to`, into out (cap bytes). */
+static void replace_all(const char *msg, const char *from, const char *to, char *out, size_t cap)
+{
+    size_t len = strlen(from), k = 0;
+    while (*msg && k + 1 < cap) {
+        if (len && !strncmp(msg, from, len)) {
+            k += (size_t)snprintf(out + k, cap - k, "%s", to);
+            msg += len;
+        } else {
+            out[k++] = *msg++;
+        }
+        if (k >= cap)
+            k = cap - 1;
+    }
+    out[k] = 0;
+}
+
 static int fetch(void *arg, const ferry__obj *o, int fd, const char *name)
 {
     const ferry__http_cfg *cfg = ferry__http_config();
-    (void)arg, (void)name;
-    if (o->size == 0)
-        return 0;
+    fetch_arg *fa = arg;
     parts p = {o, fd, cfg->part_size};
     size_t n = (size_t)((o->size + p.part - 1) / p.part);
-    if (n == 1 || cfg->parts == 1)
-        return ferry__http_get_range(o, fd, 0, o->size);
-    return ferry__parallel_for(n, cfg->parts < n ? cfg->parts : (unsigned)n, fetch_part, &p);
+    char why[FERRY_ERRMSG_MAX];
+    int rc = 0;
+    /* rejected while this thread waited for the fetch's lock: not fetched again */
+    if (fa->check && (check_of(o, why), why[0]))
+        return ferry__err(FERRY_ECORRUPT, "%s", why);
+    if (o->size == 0)
+        rc = 0;
+    else if (n == 1 || cfg->parts == 1)
+        rc = ferry__http_get_range(o, fd, 0, o->size);
+    else
+        rc = ferry__parallel_for(n, cfg->parts < n ? cfg->parts : (unsigned)n, fetch_part, &p);
+    if (rc < 0 || !fa->check || !checks_on())
+        return rc;
+    /* the format's checks, on the file just written (in the page cache), before the
+     * cache renames it into place: its messages name the object, not the temporary */
+    if ((rc = fa->check(name, o->url)) < 0) {
+        char msg[FERRY_ERRMSG_MAX], out[FERRY_ERRMSG_MAX];
+        snprintf(msg, sizeof msg, "%s", ferry_last_errmsg());
+        replace_all(msg, name, o->url, out, sizeof out);
+        if (rc != FERRY_ECORRUPT)
+            return ferry__err(rc, "%s", out);
+        /* counted here, under the fetch's lock, so that a thread waiting for it sees
+         * the verdict */
+        fa->rejected = true;
+        snprintf(msg, sizeof msg, "%s (fetched %d times, failing its check each time: not cached)",
+                 out, CHECK_FETCHES);
+        fa->again = check_failed(o, msg);
+        return ferry__err(rc, "%s", fa->again ? out : msg);
+    }
+    return 0;
 }
 
 static int64_t parse_http_date(const char *s)
@@ -144,16 +375,24 @@ int ferry__remote_open(ferry__file *f, const char *url)
     for (int tries = 0;; tries++) {
         ferry__obj o;
         bool hit;
+        char why[FERRY_ERRMSG_MAX];
         int fd, rc = describe(url, &o);
         if (rc < 0)
             return rc;
+        fetch_arg fa = {check_of(&o, why), false, false};
+        if (why[0])
+            return ferry__err(FERRY_ECORRUPT, "%s", why);
         uint64_t t0 = ferry_now_ns();
-        rc = ferry__cache_open(&o, fetch, NULL, &fd, &hit);
+        rc = ferry__cache_open(&o, fetch, &fa, &fd, &hit);
         if (!hit)
             atomic_fetch_add_explicit(&ferry__remote_stats.wait_ns, ferry_now_ns() - t0,
                                       memory_order_relaxed);
         if (rc == FERRY_ESTALE && tries < 3) { /* it changed: learn its new version */
             forget(url);
+            atomic_fetch_add_explicit(&ferry__remote_stats.retries, 1, memory_order_relaxed);
+            continue;
+        }
+        if (fa.rejected && fa.again) {
             atomic_fetch_add_explicit(&ferry__remote_stats.retries, 1, memory_order_relaxed);
             continue;
         }
@@ -262,29 +501,47 @@ cleanup:
 
 /* ---- Fetching ahead ---- */
 
+/* Two pools: fetches ahead (AHEAD_THREADS, each a whole object) and revalidations
+ * ahead (REVALIDATE_THREADS, each one HEAD), so that learning an object's version
+ * never waits behind a download. */
 static struct {
     pthread_mutex_t mu;
-    ferry__pool *pool;
-    unsigned queued;
+    ferry__pool *fetch, *head;
+    bool made;
+    unsigned queued; /* jobs of both, not yet finished */
 } bg = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 #define AHEAD_THREADS 4
 #define AHEAD_QUEUE 64
+#define REVALIDATE_THREADS 8
+#define REVALIDATE_QUEUE 256
 
-static pthread_cond_t bg_idle; /* on the monotonic clock: made with the pool */
+static pthread_cond_t bg_idle; /* on the monotonic clock: made with the pools */
 
-static void prefetch_job(void *arg)
+static void job_done(char *url)
 {
-    char *url = arg;
-    ferry__file f;
-    if (!ferry__remote_stopping() && ferry__remote_open(&f, url) == 0)
-        ferry__file_close(&f);
     ferry__err_clear();
     ferry__free(url);
     pthread_mutex_lock(&bg.mu);
     if (--bg.queued == 0)
         pthread_cond_broadcast(&bg_idle);
     pthread_mutex_unlock(&bg.mu);
+}
+
+static void prefetch_job(void *arg)
+{
+    ferry__file f;
+    if (!ferry__remote_stopping() && ferry__remote_open(&f, arg) == 0)
+        ferry__file_close(&f);
+    job_done(arg);
+}
+
+static void revalidate_job(void *arg)
+{
+    ferry__obj o;
+    if (!ferry__remote_stopping())
+        describe(arg, &o);
+    job_done(arg);
 }
 
 /* At the process's exit, fetches ahead still under way would run into the TLS
@@ -309,31 +566,29 @@ static void quiesce(void)
     pthread_mutex_unlock(&bg.mu);
 }
 
-void ferry__remote_prefetch(const char *url)
+/* Queues job(url) on the fetch pool or the HEAD pool (a hint: nothing when the
+ * queue is full or the pools cannot be made). */
+static void submit(bool head, const char *url)
 {
-    /* the last hints, by hash: a URL hinted again soon after is not queued twice */
-    static _Atomic uint64_t recent[256];
-    uint64_t h = 1469598103934665603ull;
-    for (const char *c = url; *c; c++)
-        h = (h ^ (unsigned char)*c) * 1099511628211ull;
-    if (atomic_exchange_explicit(&recent[h % 256], h, memory_order_relaxed) == h)
-        return;
     char *copy = ferry__strdup(url);
     if (!copy)
         return;
     pthread_mutex_lock(&bg.mu);
-    if (!bg.pool) {
+    if (!bg.made) {
+        bg.made = true;
         if (ferry__cond_init(&bg_idle) < 0 ||
-            ferry__pool_create(&bg.pool, AHEAD_THREADS, AHEAD_QUEUE) < 0)
-            bg.pool = NULL;
+            ferry__pool_create(&bg.fetch, AHEAD_THREADS, AHEAD_QUEUE) < 0 ||
+            ferry__pool_create(&bg.head, REVALIDATE_THREADS, REVALIDATE_QUEUE) < 0)
+            bg.head = NULL;
         else
             atexit(quiesce);
     }
-    bool ok = bg.pool && bg.queued < AHEAD_QUEUE;
+    ferry__pool *pool = head ? bg.head : bg.fetch;
+    bool ok = bg.fetch && bg.head && bg.queued < AHEAD_QUEUE + REVALIDATE_QUEUE;
     if (ok)
         bg.queued++;
     pthread_mutex_unlock(&bg.mu);
-    if (!ok || ferry__pool_add(bg.pool, prefetch_job, copy) < 0) {
+    if (!ok || ferry__pool_add(pool, head ? revalidate_job : prefetch_job, copy) < 0) {
         ferry__free(copy);
         if (ok) {
             pthread_mutex_lock(&bg.mu);
@@ -344,6 +599,32 @@ void ferry__remote_prefetch(const char *url)
     ferry__err_clear();
 }
 
+void ferry__remote_prefetch(const char *url)
+{
+    /* the last hints, by hash: a URL hinted again soon after is not queued twice */
+    static _Atomic uint64_t recent[256];
+    uint64_t h = hash64(url);
+    if (atomic_exchange_explicit(&recent[h % 256], h, memory_order_relaxed) == h)
+        return;
+    submit(false, url);
+}
+
+void ferry__remote_revalidate(char *const *paths, size_t n, size_t max)
+{
+    if (!max) {
+        const char *v = getenv("FERRY_REMOTE_REVALIDATE_AHEAD");
+        int64_t x;
+        max = v && ferry__parse_i64(v, 0, 1 << 20, &x) ? (size_t)x : 64;
+    }
+    for (size_t i = 0, queued = 0; i < n && queued < max; i++) {
+        ferry__obj o;
+        if (!paths[i] || !ferry__is_remote(paths[i]) || recall(paths[i], &o))
+            continue;
+        submit(true, paths[i]);
+        queued++;
+    }
+}
+
 void ferry__prefetch_ahead(char *const *paths, size_t n, size_t at, size_t ahead)
 {
     if (!ahead) {
@@ -351,6 +632,8 @@ void ferry__prefetch_ahead(char *const *paths, size_t n, size_t at, size_t ahead
         int64_t x;
         ahead = v && ferry__parse_i64(v, 0, 1024, &x) ? (size_t)x : 4;
     }
+    if (at < n)
+        ferry__remote_revalidate(paths + at, n - at, 0);
     for (size_t i = at; i < n && i - at < ahead; i++)
         if (ferry__is_remote(paths[i]))
             ferry__remote_prefetch(paths[i]);

@@ -77,7 +77,8 @@ typedef struct ferry__aws {
     char region[64];
     char endpoint[512]; /* scheme://host[:port], no trailing '/'; empty: AWS's own */
     char profile[128];
-    char where[160]; /* where the credentials came from, for messages */
+    char where[600]; /* where the credentials came from; with none, where they were looked
+                        for: for messages */
 } ferry__aws;
 
 /* INI text as ~/.aws/credentials and ~/.aws/config hold it: calls fn(arg, section,
@@ -91,7 +92,8 @@ int ferry__ini_parse(const char *text, size_t n, const char *name,
 /* Reads the settings from env (a NULL-terminated "NAME=value" array; NULL: the
  * process's environment) and the files the AWS tools read (AWS_SHARED_CREDENTIALS_FILE
  * and AWS_CONFIG_FILE, else ~/.aws/credentials and ~/.aws/config; each read up to
- * 1 MiB). No credentials anywhere leaves key_id empty: requests go unsigned. */
+ * 1 MiB). No credentials anywhere leaves key_id empty: requests go unsigned, and
+ * `where` says where credentials were looked for. */
 int ferry__aws_load(ferry__aws *a, char *const *env);
 
 /* ---- Signature V4 (sigv4.c) ---- */
@@ -222,15 +224,40 @@ int ferry__remote_stat(const char *url, uint64_t *size, int64_t *mtime_ns);
  * *n = 0). URLs in key order, owned by the caller (free each, then the array).
  * http(s) locations cannot be listed: FERRY_ENOTSUP saying so. */
 int ferry__remote_list(const char *location, char ***urls, size_t *n);
+/* A format's check of a freshly fetched copy, run before the copy is renamed into
+ * the cache: path is the temporary (a local file of the object's size, just
+ * written, so most likely still in the page cache), url names the object in
+ * messages. 0 when the copy is good, else FERRY_ECORRUPT naming url, the offset and
+ * why. One pass over the file, memory bounded by the check, not by the file. */
+typedef int (*ferry__remote_check_fn)(const char *path, const char *url);
+/* Registers check for the object at url (a later registration replaces it): every
+ * fetch of url into the cache from now on, ahead or on open, runs it on the
+ * temporary. A copy that fails is removed, never renamed, and fetched once more (a
+ * transfer may have damaged it); failing again, the open fails with the check's
+ * message, and later opens of that version of the object in the process fail with
+ * it at once, without fetching. The layers above call it for the files of a kind
+ * they know (records shards, TFRecord files, tars) as they list them; objects of
+ * other kinds are checked for their size and ETag only. A table of the process; an
+ * allocation that fails leaves url unregistered (its reader's own checks remain). */
+void ferry__remote_check_set(const char *url, ferry__remote_check_fn check);
+/* The same for each remote path of paths[0 .. n) (local paths are passed over). */
+void ferry__remote_check_paths(char *const *paths, size_t n, ferry__remote_check_fn check);
 /* Starts fetching url into the cache in the background (a hint: errors are left to
  * the open that follows). */
 void ferry__remote_prefetch(const char *url);
 /* True once the process is exiting: transfers stop (http.c asks at each progress
  * call) and fetches ahead are not started. */
 bool ferry__remote_stopping(void);
+/* Learns the versions (one HEAD each, on 8 threads of their own) of the remote
+ * paths among paths[0 .. n) that the process does not know yet, at most max of
+ * them (0: FERRY_REMOTE_REVALIDATE_AHEAD, 64), in the order given, in the
+ * background: a reader that opens them later finds them known (or waits for the
+ * HEAD under way) and only opens its copy. A hint; errors are left to the open. */
+void ferry__remote_revalidate(char *const *paths, size_t n, size_t max);
 /* Hints the remote paths among paths[at .. at + ahead) (of n): a reader that opens
  * files of a known list in order calls it as it opens paths[at], so that the next
- * ones are fetched while it reads. ahead 0: FERRY_REMOTE_AHEAD (4). */
+ * ones are fetched while it reads. ahead 0: FERRY_REMOTE_AHEAD (4). The paths
+ * after at are revalidated ahead too (ferry__remote_revalidate). */
 void ferry__prefetch_ahead(char *const *paths, size_t n, size_t at, size_t ahead);
 
 #endif

@@ -306,14 +306,20 @@ static int decode_into(ferry__seqread *r, uint8_t *out, size_t room, size_t want
 /* ---- Decoding ahead on a thread of its own ---- */
 
 #define AHEAD_BLOCK ((size_t)256 << 10)
-#define AHEAD_BLOCKS 4
+#define AHEAD_BLOCKS 16
+/* the decoder, once the ring is full, waits until this many blocks are free: it
+ * then decodes several in a row, and each side wakes the other once per several
+ * blocks, not once per block */
+#define AHEAD_REFILL (AHEAD_BLOCKS / 2)
 /* decoded bytes read on the caller's thread first: a reader that stops early (a
  * resume, a file's first rows) costs no thread and no decoding it will not use */
-#define AHEAD_AFTER ((uint64_t)4 << 20)
+#define AHEAD_AFTER ((uint64_t)1 << 20)
 
 /* The decoder's thread fills blocks of a ring in order; the reader's thread copies
  * them out. The decoder's fields of the reader (dec, in, in_pos, in_len, file_off,
- * member_end, dec_eof) belong to the thread while it runs. */
+ * member_end, dec_eof) belong to the thread while it runs. The ring is deep (4 MiB,
+ * some milliseconds of parsing) so that the decoder, descheduled for a time slice
+ * on a busy machine, does not leave the parser waiting. */
 struct ferry__seqread_ahead {
     ferry__thread th;
     pthread_mutex_t m;
@@ -323,6 +329,8 @@ struct ferry__seqread_ahead {
     unsigned head, count; /* blocks ready: head .. head + count - 1 (mod AHEAD_BLOCKS) */
     size_t used;          /* bytes of blk[head] copied out */
     bool stop, done;      /* done: the stream's end or an error (rc, msg) after the blocks */
+    bool decoder_waits;   /* for AHEAD_REFILL free blocks */
+    bool reader_waits;    /* for a block */
     int rc;
     char msg[FERRY_ERRMSG_MAX];
 };
@@ -333,8 +341,12 @@ static void *ahead_main(void *arg)
     struct ferry__seqread_ahead *a = r->ahead;
     for (;;) {
         pthread_mutex_lock(&a->m);
-        while (a->count == AHEAD_BLOCKS && !a->stop)
-            pthread_cond_wait(&a->cv, &a->m);
+        if (a->count == AHEAD_BLOCKS) {
+            a->decoder_waits = true;
+            while (a->count > AHEAD_BLOCKS - AHEAD_REFILL && !a->stop)
+                pthread_cond_wait(&a->cv, &a->m);
+            a->decoder_waits = false;
+        }
         if (a->stop) {
             pthread_mutex_unlock(&a->m);
             return NULL;
@@ -354,7 +366,8 @@ static void *ahead_main(void *arg)
                 ferry__err_copy(a->msg); /* the message lives in this thread: carry it over */
         }
         bool done = a->done;
-        pthread_cond_broadcast(&a->cv);
+        if (a->reader_waits || done)
+            pthread_cond_broadcast(&a->cv);
         pthread_mutex_unlock(&a->m);
         if (done)
             return NULL;
@@ -372,6 +385,7 @@ static void ahead_stop(ferry__seqread *r)
     pthread_mutex_unlock(&a->m);
     ferry__thread_join(&a->th);
     a->stop = a->done = false;
+    a->decoder_waits = a->reader_waits = false;
     a->head = a->count = 0;
     a->used = 0;
     a->rc = 0;
@@ -402,8 +416,11 @@ static int take_ahead(ferry__seqread *r, uint8_t *out, size_t room, size_t want,
     struct ferry__seqread_ahead *a = r->ahead;
     while (*made < want) {
         pthread_mutex_lock(&a->m);
-        while (a->count == 0 && !a->done)
+        while (a->count == 0 && !a->done) {
+            a->reader_waits = true;
             pthread_cond_wait(&a->cv, &a->m);
+            a->reader_waits = false;
+        }
         if (a->count == 0) {
             int rc = a->rc;
             pthread_mutex_unlock(&a->m);
@@ -425,7 +442,8 @@ static int take_ahead(ferry__seqread *r, uint8_t *out, size_t room, size_t want,
             a->head = (h + 1) % AHEAD_BLOCKS;
             a->count--;
             a->used = 0;
-            pthread_cond_broadcast(&a->cv);
+            if (a->decoder_waits && a->count <= AHEAD_BLOCKS - AHEAD_REFILL)
+                pthread_cond_broadcast(&a->cv);
             pthread_mutex_unlock(&a->m);
         }
         if (*made == room)

@@ -82,9 +82,9 @@ int ferry__seqread_open(ferry__seqread *r, const char *path, const char *name, i
 /* The same over another byte source: r->src, r->src_ctx and r->size set by the
  * caller (the rest of r zeroed); closes the source when it fails. */
 int ferry__seqread_open_src(ferry__seqread *r, const char *name, int compression, size_t window);
-/* For a compressed file: once 4 MiB have been decoded on the caller's thread,
- * decodes on a thread of its own, ahead of the caller (up to 1 MiB: four blocks of
- * 256 KiB), so that a caller that parses what it reads (CSV) parses while the next
+/* For a compressed file: once 1 MiB has been decoded on the caller's thread,
+ * decodes on a thread of its own, ahead of the caller (up to 4 MiB: sixteen blocks
+ * of 256 KiB), so that a caller that parses what it reads (CSV) parses while the next
  * bytes are inflated, on another core; a reader that stops early (a resume, the
  * first rows) never starts the thread. Nothing for a plain file. Where the memory
  * or the thread cannot be had, the reader decodes on the caller's thread as

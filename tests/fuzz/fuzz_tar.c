@@ -3,6 +3,8 @@
  * (or a gzipped tar's). It is read map-style (uncompressed) and as a stream, all
  * fields inferred, and again with every header block's checksum made right, so
  * the fuzzer reaches sizes, long names, pax records and the grouping into samples.
+ * Each input also goes through the check a fetched copy passes before it enters
+ * the remote cache.
  */
 #include <ferry/ferry.h>
 #include <ferry/wds.h>
@@ -11,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "formats/tar.h"
 #include "read_all.h"
 #include "scratch.h"
 #include "fixed_sums.h"
@@ -37,6 +40,11 @@ static void run(const uint8_t *data, size_t size, ferry_ctx *ctx)
 {
     if (fuzz_write(data, size) != 0)
         return;
+    /* the check a fetched copy passes before it enters the remote cache: an error
+     * names the object's URL, never the file it was given */
+    int rc = ferry__tar_check_copy(fuzz_path, "s3://bucket/key");
+    if (rc < 0 && !strstr(ferry_last_errmsg(), "s3://bucket/key"))
+        abort();
     for (int skip = 0; skip <= 1; skip++) {
         ferry_wds_opts o = {.missing = skip, .max_member = 1 << 20, .infer = 20};
         ferry_dataset *ds;

@@ -4,6 +4,8 @@
  * from it), and again with every frame's CRCs made right, so the fuzzer gets past
  * the CRCs to the lengths and the Example parser. What comes out is held to the
  * input: a raw record must be within the file's bytes, lengths within bounds.
+ * Each input also goes through the check a fetched copy passes before it enters
+ * the remote cache.
  */
 #include <ferry/ferry.h>
 #include <ferry/records.h>
@@ -13,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "formats/tfrecord_internal.h"
 #include "read_all.h"
 #include "scratch.h"
 #include "fixed_sums.h"
@@ -58,6 +61,11 @@ static void run(const uint8_t *data, size_t size, ferry_ctx *ctx)
 {
     if (fuzz_write(data, size) != 0)
         return;
+    /* the check a fetched copy passes before it enters the remote cache: an error
+     * names the object's URL, never the file it was given */
+    int rc = ferry__tfr_check_copy(fuzz_path, "s3://bucket/key");
+    if (rc < 0 && !strstr(ferry_last_errmsg(), "s3://bucket/key"))
+        abort();
     input in = {data, size};
     for (int raw = 0; raw <= 1; raw++) {
         ferry_tfrecord_opts o = {.raw = raw, .infer = 50, .max_record = 1 << 20};

@@ -19,7 +19,10 @@ Faults are seeded and bounded. Whether the n-th request for one (listener, metho
 target, Range) is faulted is a hash of (seed, those, n), so a run is the same for a
 seed whatever the interleaving of other requests; after max_consecutive faults in
 a row for one such key the next request goes through, so a client that retries
-always finishes. A key pattern can answer 404 NoSuchKey for good (not_found), and
+always finishes. A key pattern can answer 404 NoSuchKey for good (not_found), or
+403 AccessDenied to every request that is not signed (deny_unsigned: no
+Authorization header and no X-Amz-Signature in the query, as S3 answers a private
+bucket's anonymous readers; s3rver itself serves every bucket publicly), and
 an object can "change" after a number of requests (etag_change: its ETag and
 Last-Modified become new ones, and conditional requests see it so: If-Match with
 the old ETag gets 412, If-Range with the old ETag gets the whole object; with
@@ -33,6 +36,7 @@ Configuration (JSON), all fields optional:
    "methods": ["GET", "HEAD"],     methods that may be faulted
    "match": null,                  regex: only targets it finds may be faulted
    "not_found": ["regex", ...],    targets answered 404 NoSuchKey, always
+   "deny_unsigned": null,          regex: targets answered 403 AccessDenied when unsigned
    "etag_change": [{"match": "regex", "after": 1, "bytes": false}, ...]}
 
 Control endpoint (its own port; JSON in and out):
@@ -41,7 +45,7 @@ Control endpoint (its own port; JSON in and out):
                           forget the per-key history; counters are kept
   POST /reset             zero the counters, the history and the log
   GET  /counters          {"requests", "forwarded", "injected": {kind: n},
-                           "not_found", "etag_changed", "upstream_errors",
+                           "not_found", "denied_unsigned", "etag_changed", "upstream_errors",
                            "listeners": {name: {"requests", "injected"}}}
   GET  /log               the last 10000 requests in the order they came:
                           listener, method, target, range, fault (or null),
@@ -88,6 +92,7 @@ DEFAULTS = {
     "methods": ["GET", "HEAD"],
     "match": None,
     "not_found": [],
+    "deny_unsigned": None,
     "etag_change": [],
 }
 
@@ -122,7 +127,10 @@ def check_config(cfg):
         raise ValueError("max_consecutive is an integer >= 0")
     out["stall_seconds"] = float(out["stall_seconds"])
     out["methods"] = [m.upper() for m in out["methods"]]
-    for pat in ([out["match"]] if out["match"] else []) + list(out["not_found"]):
+    if out["deny_unsigned"] is not None and not isinstance(out["deny_unsigned"], str):
+        raise ValueError("deny_unsigned is a regex or null")
+    for pat in ([out["match"]] if out["match"] else []) + list(out["not_found"]) + \
+            ([out["deny_unsigned"]] if out["deny_unsigned"] is not None else []):
         re.compile(pat)
     for rule in out["etag_change"]:
         if not isinstance(rule, dict) or "match" not in rule:
@@ -157,7 +165,8 @@ class State:
 
     def _zero(self):
         self.counters = {"requests": 0, "forwarded": 0, "injected": {k: 0 for k in KINDS},
-                         "not_found": 0, "etag_changed": 0, "upstream_errors": 0,
+                         "not_found": 0, "denied_unsigned": 0, "etag_changed": 0,
+                         "upstream_errors": 0,
                          "listeners": {}}
         self.log = collections.deque(maxlen=LOG_LIMIT)
 
@@ -176,18 +185,18 @@ class State:
         with self.lock:
             return json.loads(json.dumps(self.counters))
 
-    def decide(self, listener, method, target, rng):
+    def decide(self, listener, method, target, rng, signed=True):
         """Returns (fault or None, etag change rule in force or None, log entry). The
         entry is logged here, in the order of decisions, and completed later."""
         with self.lock:
             entry = {"listener": listener, "method": method, "target": target, "range": rng,
                      "fault": None, "status": None}
             self.log.append(entry)
-            fault, changed = self._decide(listener, method, target, rng)
+            fault, changed = self._decide(listener, method, target, rng, signed)
             entry["fault"] = fault
             return fault, changed, entry
 
-    def _decide(self, listener, method, target, rng):
+    def _decide(self, listener, method, target, rng, signed):
         cfg = self.cfg
         c = self.counters
         c["requests"] += 1
@@ -197,6 +206,10 @@ class State:
         if any(re.search(p, path) for p in cfg["not_found"]):
             c["not_found"] += 1
             return "not_found", None
+        if cfg["deny_unsigned"] is not None and not signed and re.search(cfg["deny_unsigned"],
+                                                                          path):
+            c["denied_unsigned"] += 1
+            return "denied_unsigned", None
         changed = None
         for rule in cfg["etag_change"]:
             if re.search(rule["match"], path):
@@ -298,7 +311,9 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
         except (OSError, ValueError):
             self.close_connection = True
             return
-        fault, changed, entry = state.decide(srv.name, self.command, target, rng)
+        signed = self.headers.get("Authorization") is not None or \
+            "x-amz-signature=" in urllib.parse.urlsplit(target).query.lower()
+        fault, changed, entry = state.decide(srv.name, self.command, target, rng, signed)
         try:
             self._proxy(srv, state, target, body, fault, changed, entry)
         except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
@@ -310,6 +325,10 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
             entry["status"] = 404
             self.send_simple(404, "Not Found", error_xml(
                 "NoSuchKey", "The specified key does not exist.", path))
+            return
+        if fault == "denied_unsigned":
+            entry["status"] = 403
+            self.send_simple(403, "Forbidden", error_xml("AccessDenied", "Access Denied", path))
             return
         if fault in STATUS_FAULTS:
             status, reason, code, message = STATUS_FAULTS[fault]

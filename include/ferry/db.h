@@ -21,9 +21,15 @@
  * commits are not seen. LevelDB opens a database for writing even to read it
  * (it takes the LOCK file and may compact its log), so one process at a time
  * opens it, and its directory must be writable; RocksDB is opened read-only.
- * Every block read is checked against its checksum: a damaged file is the
- * library's error beside the path ("caffe_leveldb: entry 7 (key \"00000007\"):
- * leveldb: Corruption: block checksum mismatch: ..."), FERRY_ECORRUPT.
+ * Every block of the snapshot is checked against its checksum once, by the
+ * walk at open (verify=0 leaves it out), and not again by the reads after it:
+ * a damaged block fails the open with the library's error beside the path
+ * ("caffe_leveldb: reading the keys: leveldb: Corruption: block checksum
+ * mismatch: ..."); a read that meets a malformed block is the library's error
+ * beside the entry and its key. A LevelDB table cut short while it is read is
+ * FERRY_EIO naming the table file, and abandons the database: later reads fail,
+ * and LevelDB's memory and LOCK are held until the process ends
+ * (docs/changing-files.md).
  *
  * Thread rules: a ferry_db opened for reading may be read (ferry_db_entry) from
  * several threads at once; a cursor or a transaction belongs to one thread.

@@ -7,6 +7,8 @@
  *   LSM(name)  leveldb_##name or rocksdb_##name
  *   LSM_NAME   "leveldb" or "rocksdb"
  *   LSM_OPS    the backend's table, ferry__leveldb_ops or ferry__rocksdb_ops
+ *   LSM_ABANDONED(d)  true when the database d may not be read any more (a
+ *              read was cut short inside the library), else false
  *   lsm        its database: a struct with at least base (ferry__kv_base),
  *              db, opts, ro (read options), snap and keys (ferry__kv_keys)
  *
@@ -145,6 +147,11 @@ static int entry_err(const lsm *d, uint64_t i, char *err)
 static int lsm_iter_open(ferry__kv *kv, uint64_t first, ferry__kv_iter **out)
 {
     lsm *d = (lsm *)kv;
+    if (LSM_ABANDONED(d))
+        return ferry__err(FERRY_EIO,
+                          "%s: " LSM_NAME ": not read in key order: a table file was cut short "
+                          "while the database was read, and it is abandoned",
+                          d->base.path);
     lsm_iter *it = ferry__calloc(1, sizeof *it);
     if (!it)
         return ferry__err(FERRY_ENOMEM, LSM_NAME ": out of memory");

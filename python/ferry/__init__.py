@@ -610,7 +610,9 @@ def open(source):  # noqa: A001 - ferry.open, as the issue and the docs name it
 def index(path, index_path=None):
     """Builds the line index of a text file (what ``lines:`` reads through), at
     disk speed; written beside it as PATH.fidx unless ``index_path`` says where.
-    Returns the number of lines."""
+    Returns the number of lines. ``"minidb:FILE"`` writes the saved index of a
+    Caffe2 minidb's entries instead (FILE.fidx, which ``minidb:FILE`` then reads
+    rather than scanning the file) and returns the number of entries."""
     if not isinstance(path, (str, _os.PathLike)):
         raise TypeError("path must be a str or path, got %s" % type(path).__name__)
     return _ferry.index(_os.fspath(path),

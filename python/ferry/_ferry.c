@@ -14,8 +14,12 @@ static PyObject *mod_index(PyObject *m, PyObject *args)
         return NULL;
     uint64_t lines = 0;
     int rc;
+    bool minidb = !strncmp(path, "minidb:", 7); /* the saved index of its entries */
     Py_BEGIN_ALLOW_THREADS
-    rc = ferry_line_index_build(path, index_path, NULL, NULL, &lines);
+    if (minidb)
+        rc = ferry_minidb_index_build(path + 7, index_path, &lines);
+    else
+        rc = ferry_line_index_build(path, index_path, NULL, NULL, &lines);
     Py_END_ALLOW_THREADS
     if (rc < 0)
         return fpy_raise_last(rc);

@@ -117,3 +117,27 @@ def test_damage_is_an_error_naming_the_database(tmp_path):
         ds = ferry.open("leveldb:%s,value=raw" % (tmp_path / "db"))
         for i in range(len(ds)):
             ds[i]
+
+
+def test_minidb_saved_index(tmp_path):
+    """ferry.index("minidb:FILE") writes FILE.fidx; ferry.open reads through it,
+    and a file changed since is refused as stale, not read through it."""
+    path = tmp_path / "train.minidb"
+
+    def write(n):
+        with open(path, "wb") as f:
+            for i in range(n):
+                k, v = b"%05d" % i, bytes([i % 256]) * (i % 50)
+                f.write(struct.pack("<ii", len(k), len(v)) + k + v)
+
+    write(300)
+    assert ferry.index("minidb:%s" % path) == 300
+    assert os.path.getsize(str(path) + ".fidx") == 64 + 16 + 8 * 301
+    ds = ferry.open("minidb:%s,value=raw" % path)
+    assert len(ds) == 300
+    assert bytes(ds[7]["key"]) == b"00007" and bytes(ds[7]["value"]) == bytes([7]) * 7
+    del ds
+    write(310)
+    with pytest.raises(ferry.Error, match="is stale"):
+        ferry.open("minidb:%s,value=raw" % path)
+    assert len(ferry.open("minidb:%s,value=raw,build=1" % path)) == 310

@@ -9,6 +9,7 @@
 #include "../formats/kv.h"
 #include "../formats/lmdb_env.h"
 #include "../core/guard.h"
+#include "../io/io.h"
 #include "../io/seqread.h"
 #include "shard_stream.h"
 
@@ -21,6 +22,7 @@ typedef struct kv_ds {
     ferry__kv *kv;
     ferry__db_values vs;
     uint64_t n, first, step;
+    _Atomic uint64_t *ahead; /* a minidb read through its saved index: ferry__read_ahead's bits */
 } kv_ds;
 
 typedef struct get_arg {
@@ -73,11 +75,54 @@ static int entry_fault(const ferry__reading *rd, uintptr_t addr)
 
 FERRY__GUARDED_GET(mapped_get, read_entry, entry_fault)
 
+/* A minidb read through its saved index has not touched the file at open. soon:
+ * the next entries' headers into the CPU's caches. Later batches: the kernel
+ * reads runs of consecutive entries ahead, as for record shards, and a run whose
+ * pages are cached is mapped in one call by the worker that hints it. */
+static void hint_entries(void *self, const uint64_t *indices, size_t count, int soon)
+{
+    const kv_ds *d = self;
+    const uint8_t *p;
+    size_t n;
+    for (size_t k = 0; soon && k < count; k++)
+        if (indices[k] < d->n) {
+            uint64_t e = d->first + indices[k] * d->step;
+            ferry__minidb_span(d->kv, e, e, &p, &n);
+            __builtin_prefetch(p);
+        }
+    if (soon)
+        return;
+    const void *base;
+    size_t size;
+    ferry__minidb_mapping(d->kv, &base, &size);
+    for (size_t k = 0; k < count;) {
+        size_t e = k + 1;
+        while (e < count && indices[e] == indices[e - 1] + 1 && indices[e] < d->n)
+            e++;
+        if (indices[k] < d->n) {
+            ferry__minidb_span(d->kv, d->first + indices[k] * d->step,
+                               d->first + indices[e - 1] * d->step, &p, &n);
+            if (n >= ((size_t)64 << 10))
+                ferry__read_ahead(d->ahead, base, (uintptr_t)p, (uintptr_t)p + n, true);
+        }
+        k = e;
+    }
+}
+
+static int hint_fault(const ferry__reading *rd, uintptr_t addr)
+{
+    const kv_ds *d = rd->arg;
+    return ferry__guard_err(addr, ferry__kv_path(d->kv), NULL, "reading ahead");
+}
+
+FERRY__GUARDED_HINT(indexed_hint, hint_entries, hint_fault)
+
 static void kv_destroy(void *self)
 {
     kv_ds *d = self;
     if (d->kv)
         d->ops->close(d->kv);
+    ferry__free((void *)d->ahead);
     ferry__free(d);
 }
 
@@ -103,6 +148,8 @@ static const ferry_dataset_vtable kv_vtable = {
     .len = kv_len, .get = read_entry, .destroy = kv_destroy, .hint = kv_hint};
 static const ferry_dataset_vtable mapped_vtable = {
     .len = kv_len, .get = mapped_get, .destroy = kv_destroy};
+static const ferry_dataset_vtable indexed_vtable = {
+    .len = kv_len, .get = mapped_get, .destroy = kv_destroy, .hint = indexed_hint};
 
 void ferry_db_dataset_opts_default(ferry_db_dataset_opts *o)
 {
@@ -167,8 +214,18 @@ int ferry_dataset_db(ferry_dataset **out, const ferry_db_dataset_opts *o)
     if (!d)
         return ferry__err(FERRY_ENOMEM, "db dataset: out of memory");
     d->ops = ops;
-    ferry__kv_opts ko = {o->index_max, o->verify};
+    if ((o->index_path || o->build_index) && ops != &ferry__minidb_ops)
+        FERRY_FAIL(FERRY_EINVAL, "%s: a saved index (index_path, build_index) is minidb's",
+                   o->path);
+    ferry__kv_opts ko = {o->index_max, o->verify, o->index_path, o->build_index};
     FERRY_TRY(ops->open(&d->kv, o->path, &ko));
+    if (ops == &ferry__minidb_ops && ferry__minidb_indexed(d->kv)) {
+        const void *base;
+        size_t size;
+        ferry__minidb_mapping(d->kv, &base, &size);
+        if (!(d->ahead = ferry__ahead_bits(size)))
+            FERRY_FAIL(FERRY_ENOMEM, "%s: out of memory", o->path);
+    }
     uint64_t count = ops->count(d->kv);
     d->first = o->shard_id;
     d->step = step;
@@ -183,19 +240,18 @@ int ferry_dataset_db(ferry_dataset **out, const ferry_db_dataset_opts *o)
         rc = ops->get(d->kv, 0, init_from, &a);
     if (rc < 0)
         goto cleanup;
-    if ((rc = ferry_dataset_create(out, ops->mapped ? &mapped_vtable : &kv_vtable, d, d->vs.f,
-                                   d->vs.nfields)) < 0)
+    if ((rc = ferry_dataset_create(out,
+                                   d->ahead      ? &indexed_vtable
+                                   : ops->mapped ? &mapped_vtable
+                                                 : &kv_vtable,
+                                   d, d->vs.f, d->vs.nfields)) < 0)
         return rc; /* d freed by the call */
-    (*out)->near_hints_only = true;
+    /* a library's store takes only the near hints; an indexed minidb reads ahead */
+    (*out)->near_hints_only = !d->ahead;
     return 0;
 cleanup:
     kv_destroy(d);
     return rc;
-}
-
-static bool any_file(const char *name)
-{
-    return name[0] != '.';
 }
 
 /* Whether a minidb location is read as a stream without being asked: a
@@ -207,13 +263,13 @@ static bool minidb_streams(const char *location)
         return strpbrk(location, "*?[") != NULL;
     if (S_ISDIR(st.st_mode))
         return true;
-    return ferry__shard_files_compressed("minidb", location, any_file, "minidb files",
+    return ferry__shard_files_compressed("minidb", location, ferry__minidb_listed, "minidb files",
                                          FERRY__COMP_AUTO);
 }
 
 /* "minidb:FILE", "leveldb:DIR", "rocksdb:DIR"
  * [,value=auto|datum|tensorprotos|raw][,max=N][,index_max=B][,verify=0|1][,shard=K,of=N];
- * minidb also [,stream=1][,seed=S][,max_entry=N] */
+ * minidb also [,index=PATH][,build=1] and [,stream=1][,seed=S][,max_entry=N] */
 int ferry__kv_open_spec(ferry_dataset **out, ferry_stream **st, ferry__spec *s)
 {
     ferry_db_dataset_opts o;
@@ -223,7 +279,7 @@ int ferry__kv_open_spec(ferry_dataset **out, ferry_stream **st, ferry__spec *s)
     bool minidb = !strcmp(s->kind, "minidb");
     const char *value = ferry__spec_str(s, "value");
     uint64_t max = 0, index_max = 0, shard = 0, of = 1, seed = 0, max_entry = 0;
-    int rc, verify = 1, stream = -1;
+    int rc, verify = 1, stream = -1, build = 0;
     if ((rc = ferry__spec_u64(s, "max", 1, (uint64_t)1 << 30, &max)) < 0 ||
         (rc = ferry__spec_u64(s, "index_max", 1 << 20, UINT64_MAX, &index_max)) < 0 ||
         (rc = ferry__spec_u64(s, "shard", 0, UINT64_MAX - 1, &shard)) < 0 ||
@@ -232,8 +288,10 @@ int ferry__kv_open_spec(ferry_dataset **out, ferry_stream **st, ferry__spec *s)
         return rc;
     if (minidb && ((rc = ferry__spec_bool(s, "stream", &stream)) < 0 ||
                    (rc = ferry__spec_u64(s, "seed", 0, UINT64_MAX, &seed)) < 0 ||
-                   (rc = ferry__spec_u64(s, "max_entry", 16, (uint64_t)1 << 32, &max_entry)) < 0))
+                   (rc = ferry__spec_u64(s, "max_entry", 16, (uint64_t)1 << 32, &max_entry)) < 0 ||
+                   (rc = ferry__spec_bool(s, "build", &build)) < 0))
         return rc;
+    const char *index = minidb ? ferry__spec_str(s, "index") : NULL;
     if ((rc = ferry__spec_check_used(s)) < 0)
         return rc;
     if (!value || !strcmp(value, "auto"))
@@ -258,8 +316,13 @@ int ferry__kv_open_spec(ferry_dataset **out, ferry_stream **st, ferry__spec *s)
     o.verify = verify;
     o.shard_id = shard;
     o.num_shards = of;
+    o.index_path = index && *index ? index : NULL;
+    o.build_index = build;
     if (minidb && stream < 0)
         stream = minidb_streams(s->location);
+    if (stream > 0 && (o.index_path || build))
+        return ferry__err(FERRY_EINVAL, "source minidb: index= and build= are for map-style "
+                                        "reading; a stream reads the file front to back");
     if (stream > 0 && of > 1)
         return ferry__err(FERRY_EINVAL, "source minidb: shard= is for map-style reading; a "
                                         "stream is sharded by the loader (one file a shard)");

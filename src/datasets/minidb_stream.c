@@ -180,11 +180,6 @@ static const ferry__shard_format minidb_format = {
     .destroy = st_destroy,
 };
 
-static bool want_any(const char *name)
-{
-    return name[0] != '.';
-}
-
 /* The fields, from the first entry of the first file. */
 static int first_fields(mstream *s, const ferry_db_dataset_opts *o)
 {
@@ -226,7 +221,8 @@ int ferry_stream_db(ferry_stream **out, const char *location, const ferry_db_dat
     if (!s)
         return ferry__err(FERRY_ENOMEM, "minidb stream: out of memory");
     s->max_entry = max_entry ? max_entry : DEFAULT_MAX_ENTRY;
-    int rc = ferry__shard_files_list(&s->files, "minidb", location, want_any, "minidb files");
+    int rc = ferry__shard_files_list(&s->files, "minidb", location, ferry__minidb_listed,
+                                     "minidb files");
     if (rc == 0)
         rc = first_fields(s, o);
     if (rc < 0) {

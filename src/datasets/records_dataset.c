@@ -18,7 +18,6 @@
 #include <sys/mman.h>
 
 #define MAX_SHARDS 1000000u
-#define AHEAD_UNIT ((uint64_t)64 << 10) /* read ahead once per this many bytes of a shard */
 
 typedef struct shard_set {
     /* files[k] is NULL until a lazy set opens shard k (shard_file) */
@@ -27,7 +26,7 @@ typedef struct shard_set {
     uint64_t *first; /* first[k] = records before shard k; first[n] = total */
     size_t n;
     bool big;                 /* records of 64 KiB and more on average: each worth reading ahead */
-    _Atomic uint64_t **ahead; /* by shard: a bit per AHEAD_UNIT bytes already asked for */
+    _Atomic uint64_t **ahead; /* by shard: ferry__read_ahead's bits */
     int nfields;
     ferry_field fields[FERRY_MAX_FIELDS];
     /* A remote set with a manifest opens its shards as they are first read, so that
@@ -297,8 +296,7 @@ static int set_open_once(shard_set **out, const char *location, uint64_t shard_i
             s->sizes[k] = bytes[p];
             s->first[k + 1] = s->first[k] + counts[p];
             total_bytes += bytes[p];
-            if (!(s->ahead[k] =
-                      ferry__calloc((size_t)(bytes[p] / AHEAD_UNIT / 64) + 1, sizeof(uint64_t))))
+            if (!(s->ahead[k] = ferry__ahead_bits(bytes[p])))
                 FERRY_FAIL(FERRY_ENOMEM, "records: out of memory");
             continue;
         }
@@ -331,7 +329,7 @@ static int set_open_once(shard_set **out, const char *location, uint64_t shard_i
         }
         s->first[k + 1] = s->first[k] + c;
         total_bytes += size;
-        if (!(s->ahead[k] = ferry__calloc((size_t)(size / AHEAD_UNIT / 64) + 1, sizeof(uint64_t))))
+        if (!(s->ahead[k] = ferry__ahead_bits(size)))
             FERRY_FAIL(FERRY_ENOMEM, "records: out of memory");
     }
     s->big = s->first[s->n] && total_bytes / s->first[s->n] >= ((uint64_t)64 << 10);
@@ -501,31 +499,6 @@ int ferry__records_raw(const ferry_dataset *ds, uint64_t i, const void **payload
     return ferry_record_file_raw(f, i - s->first[k], payload, n, &off);
 }
 
-/* Asks the kernel to read bytes [a, e) of shard j into the page cache, unless an
- * earlier call asked for them (a bit per AHEAD_UNIT) or their first and last pages
- * are cached already (mincore: two lookups, where MADV_WILLNEED would look up
- * every page): MADV_WILLNEED starts the reads and returns. Nothing is mapped here:
- * for cached pages a fault maps 16 at a time when the record is read, which costs
- * less than walking each page with MADV_POPULATE_READ. */
-static void read_ahead(shard_set *s, size_t j, const void *base, uintptr_t a, uintptr_t e)
-{
-    uint64_t lo = (a - (uintptr_t)base) / AHEAD_UNIT, hi = (e - 1 - (uintptr_t)base) / AHEAD_UNIT;
-    bool asked = true;
-    for (uint64_t u = lo; u <= hi; u++) {
-        uint64_t bit = (uint64_t)1 << (u % 64);
-        if (!(atomic_fetch_or_explicit(&s->ahead[j][u / 64], bit, memory_order_relaxed) & bit))
-            asked = false;
-    }
-    if (asked)
-        return;
-    uintptr_t page = 4096, start = a & ~(page - 1), last = (e - 1) & ~(page - 1);
-    unsigned char in_first = 0, in_last = 0;
-    if (mincore((void *)start, page, &in_first) == 0 &&
-        mincore((void *)last, page, &in_last) == 0 && (in_first & 1) && (in_last & 1))
-        return;
-    madvise((void *)start, e - start, MADV_WILLNEED);
-}
-
 /* Later batches: records i..last (consecutive) lie together in their shards; have
  * the kernel read each shard's part of them ahead, when it is large enough to be
  * worth a call. */
@@ -542,7 +515,7 @@ static void read_ahead_run(shard_set *s, uint64_t i, uint64_t last)
                    ferry__record_file_span(s->files[j], end - s->first[j], &q, &m) == 0) {
             uintptr_t a = (uintptr_t)p, e = (uintptr_t)q + m;
             if (e > a && e - a >= ((uintptr_t)64 << 10))
-                read_ahead(s, j, ferry__record_file_base(s->files[j]), a, e);
+                ferry__read_ahead(s->ahead[j], ferry__record_file_base(s->files[j]), a, e, false);
         }
         i = end + 1;
         j++;

@@ -27,6 +27,11 @@ typedef struct ferry__kv_opts {
     uint64_t index_max; /* bytes the entry index may take (keys, offsets); 0 = 1 GiB */
     int verify;         /* LevelDB/RocksDB: check every block's checksum in the pass at
                          * open that indexes the keys (reads then trust it) */
+    /* minidb: the saved index of entry offsets (NULL: FILE.fidx when there is one;
+     * without one the file is scanned at open), and whether to write a missing or
+     * stale one at open */
+    const char *index;
+    int build_index;
 } ferry__kv_opts;
 
 /* An entry's value, lent to fn for the time of the call. */
@@ -93,6 +98,18 @@ int ferry__kv_lib_err(const char *path, const char *lib, const char *what, const
 #define FERRY__MINIDB_KEY_MAX ((uint32_t)1 << 20) /* far above any key Caffe2 writes */
 int ferry__minidb_frame(const char *path, const uint8_t *h, uint64_t avail, uint64_t i, uint64_t at,
                         uint32_t *klen, uint32_t *vlen);
+
+/* minidb: the span of the mapping holding entries [i, last] (last < count), for
+ * read-ahead hints; the mapping's base and size. */
+void ferry__minidb_span(const ferry__kv *kv, uint64_t i, uint64_t last, const uint8_t **p,
+                        size_t *n);
+void ferry__minidb_mapping(const ferry__kv *kv, const void **base, size_t *size);
+/* Whether a file listed in a directory of minidb files is one: not hidden, and
+ * not a saved index (*.fidx). */
+bool ferry__minidb_listed(const char *name);
+/* Whether the entries were located by a saved index (no scan at open: their pages
+ * are read only as the entries are). */
+bool ferry__minidb_indexed(const ferry__kv *kv);
 
 /* Keys in messages: ferry__lmdb_key_repr (lmdb_env.h). */
 

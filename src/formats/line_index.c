@@ -1,15 +1,12 @@
 /*
- * The line index: a sidecar file with the offset of every line of a text file.
- * Format (docs/line-index.md), little-endian:
- *   0  magic "FERRYLIX"        32 source mtime (ns, int64)
- *   8  version (u32) = 1       40 hash of the source's first 4 KiB
- *  12  flags (u32)             48 hash of the source's last 4 KiB
- *  16  line count (u64)        56 hash of header bytes 0..55
- *  24  source size (u64)       64 offsets: u64[line count + 1]
- * offsets[i] is where line i starts and offsets[count] is the source size, so line
- * i spans [offsets[i], offsets[i+1]) including its "\n".
+ * The line index: a sidecar (sidecar.h, docs/line-index.md) with the offset of
+ * every line of a text file, magic "FERRYLIX", no extra words, flags bit 0 when
+ * the last line ends with "\n". offsets[i] is where line i starts and
+ * offsets[count] is the source size, so line i spans [offsets[i], offsets[i+1])
+ * including its "\n".
  */
 #include "ferry/lines.h"
+#include "sidecar.h"
 #include "../io/io.h"
 #include "../io/seqread.h"
 #include "../core/guard.h"
@@ -23,54 +20,13 @@
 #include <immintrin.h>
 #endif
 
-#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "the line index format is little-endian; this host is not"
-#endif
-
-#define MAGIC "FERRYLIX"
-#define VERSION 1u
-#define HEADER 64u
+#define HEADER FERRY__SIDECAR_HEADER
 #define FLAG_FINAL_NEWLINE 1u               /* the last line ends with "\n" */
-#define EDGE 4096u                          /* bytes hashed at each end of the source */
 #define CHUNK ((size_t)1 << 20)             /* bytes a scanner takes at a time */
 #define WRITEBACK_EVERY ((uint64_t)4 << 20) /* index bytes between writeback starts */
 #define PROGRESS_EVERY ((uint64_t)64 << 20)
 
-typedef struct header {
-    char magic[8];
-    uint32_t version, flags;
-    uint64_t count, size;
-    int64_t mtime_ns;
-    uint64_t head_hash, tail_hash, check;
-} header;
-_Static_assert(sizeof(header) == HEADER, "header layout");
-
-static uint64_t fnv(const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
-}
-
-/* Hashes of the first and last EDGE bytes: they tell another file of the same
- * size and time apart. */
-static int edge_hashes(const ferry__file *f, const char *path, uint64_t *head, uint64_t *tail)
-{
-    unsigned char buf[EDGE];
-    size_t got;
-    size_t n = f->size < EDGE ? (size_t)f->size : EDGE;
-    int rc = ferry__file_pread(f, path, buf, n, 0, &got);
-    if (rc < 0)
-        return rc;
-    *head = fnv(buf, got);
-    rc = ferry__file_pread(f, path, buf, n, f->size - n, &got);
-    if (rc < 0)
-        return rc;
-    *tail = fnv(buf, got);
-    return 0;
-}
+static const ferry__sidecar_kind KIND = {"FERRYLIX", 1, "line index", "lines", 0, "ferry index "};
 
 /* ---- Building ---- */
 
@@ -314,17 +270,6 @@ static void *helper_main(void *arg)
     return NULL;
 }
 
-static char *default_index_path(const char *path)
-{
-    size_t n = strlen(path);
-    char *p = ferry__malloc(n + 6);
-    if (p) {
-        memcpy(p, path, n);
-        memcpy(p + n, ".fidx", 6);
-    }
-    return p;
-}
-
 int ferry_line_index_build(const char *path, const char *index_path, ferry_progress_fn progress,
                            void *arg, uint64_t *nlines)
 {
@@ -341,13 +286,12 @@ int ferry_line_index_build(const char *path, const char *index_path, ferry_progr
     pthread_cond_init(&b.cv, NULL);
     if (!path)
         FERRY_FAIL(FERRY_EINVAL, "line index: path is NULL");
-    if (!index_path && !(index_path = own_index = default_index_path(path)))
+    if (!index_path && !(index_path = own_index = ferry__sidecar_path(path)))
         FERRY_FAIL(FERRY_ENOMEM, "line index: out of memory");
     FERRY_TRY(ferry__refuse_compressed(path, "a line index"));
     FERRY_TRY(ferry__file_open(&f, path));
-    header h = {.version = VERSION, .size = f.size, .mtime_ns = f.mtime_ns};
-    memcpy(h.magic, MAGIC, 8);
-    FERRY_TRY(edge_hashes(&f, path, &h.head_hash, &h.tail_hash));
+    ferry__sidecar_header h;
+    FERRY_TRY(ferry__sidecar_header_init(&h, &KIND, &f, path));
     FERRY_TRY(ferry__guard_install());
     FERRY_TRY(ferry__map_open(&map, &f, path));
     /* read once, in order: the kernel may read ahead and drop behind */
@@ -361,7 +305,7 @@ int ferry_line_index_build(const char *path, const char *index_path, ferry_progr
             FERRY_FAIL(FERRY_ENOMEM, "line index: out of memory");
     }
     FERRY_TRY(ferry__atomic_open(&w, index_path));
-    header zero = {0};
+    ferry__sidecar_header zero = {0};
     FERRY_TRY(ferry__atomic_write(&w, &zero, sizeof zero));
     writer o = {&w, 0, HEADER, '\n', progress, arg, PROGRESS_EVERY};
     if (f.size) {
@@ -391,13 +335,9 @@ int ferry_line_index_build(const char *path, const char *index_path, ferry_progr
     FERRY_TRY(ferry__atomic_write(&w, &f.size, sizeof f.size));
     h.count = o.total;
     h.flags = f.size && o.last == '\n' ? FLAG_FINAL_NEWLINE : 0;
-    h.check = fnv(&h, offsetof(header, check));
+    ferry__sidecar_seal(&h, &KIND, NULL);
     /* a file that changed while it was read would get an index of neither version */
-    uint64_t size2;
-    int64_t mtime2;
-    FERRY_TRY(ferry__stat(path, &size2, &mtime2));
-    if (size2 != f.size || mtime2 != f.mtime_ns)
-        FERRY_FAIL(FERRY_ESTALE, "%s: changed while being indexed", path);
+    FERRY_TRY(ferry__sidecar_unchanged(&f, path));
     FERRY_TRY(ferry__atomic_pwrite(&w, &h, sizeof h, 0));
     FERRY_TRY(ferry__atomic_commit(&w));
     if (progress)
@@ -426,76 +366,24 @@ cleanup:
 /* ---- Reading ---- */
 
 struct ferry_line_index {
-    ferry__map map;
+    ferry__sidecar sc;
     const uint64_t *off;
     uint64_t count, size;
     uint32_t flags;
     char name[256];
 };
 
-static int check_index(ferry_line_index *ix, const char *path, const char *index_path)
-{
-    const char *name = index_path;
-    header h;
-    if (ix->map.size < HEADER)
-        return ferry__err(FERRY_ECORRUPT, "%s: %zu bytes is too short for a line index", name,
-                          ix->map.size);
-    memcpy(&h, ix->map.data, sizeof h);
-    if (memcmp(h.magic, MAGIC, 8) != 0)
-        return ferry__err(FERRY_ECORRUPT, "%s: not a ferry line index (bad magic)", name);
-    if (h.version != VERSION)
-        return ferry__err(FERRY_ECORRUPT, "%s: line index version %u; this ferry reads %u", name,
-                          h.version, VERSION);
-    if (h.check != fnv(&h, offsetof(header, check)))
-        return ferry__err(FERRY_ECORRUPT, "%s: damaged header (checksum mismatch)", name);
-    uint64_t entries = (ix->map.size - HEADER) / 8;
-    if ((ix->map.size - HEADER) % 8 != 0 || h.count == UINT64_MAX || entries != h.count + 1)
-        return ferry__err(FERRY_ECORRUPT,
-                          "%s: truncated or padded: %zu bytes hold %llu offsets, the header says "
-                          "%llu lines",
-                          name, ix->map.size, (unsigned long long)entries,
-                          (unsigned long long)h.count);
-    ferry__file f;
-    int rc = ferry__file_open(&f, path);
-    if (rc < 0)
-        return rc;
-    uint64_t head = 0, tail = 0;
-    if (f.size == h.size && f.mtime_ns == h.mtime_ns)
-        rc = edge_hashes(&f, path, &head, &tail);
-    ferry__file_close(&f);
-    if (rc < 0)
-        return rc;
-    if (f.size != h.size || f.mtime_ns != h.mtime_ns)
-        return ferry__err(
-            FERRY_ESTALE,
-            "%s is stale: %s changed since it was indexed (%llu bytes then, %llu now%s)", name,
-            path, (unsigned long long)h.size, (unsigned long long)f.size,
-            f.size == h.size ? ", modified since" : "");
-    if (head != h.head_hash || tail != h.tail_hash)
-        return ferry__err(FERRY_ESTALE, "%s is the index of another file than %s (contents differ)",
-                          name, path);
-    ix->off = (const uint64_t *)((const char *)ix->map.data + HEADER);
-    if (ix->off[0] != 0 || ix->off[h.count] != h.size)
-        return ferry__err(FERRY_ECORRUPT, "%s: offsets do not span %s (first %llu, last %llu)",
-                          name, path, (unsigned long long)ix->off[0],
-                          (unsigned long long)ix->off[h.count]);
-    ix->count = h.count;
-    ix->size = h.size;
-    ix->flags = h.flags;
-    return 0;
-}
-
-/* The header and the offsets' ends are read from the mapping: under a guard, as
- * the index may be cut short while it is opened. */
 static int check_mapped(ferry_line_index *ix, const char *path, const char *index_path)
 {
-    ferry__guard g;
-    ferry__guard_push(&g);
-    if (sigsetjmp(g.jb, 0))
-        return ferry__guard_err(g.addr, index_path, ix->map.data, "opening");
-    int rc = check_index(ix, path, index_path);
-    ferry__guard_pop(&g);
-    return rc;
+    ferry__sidecar_close(&ix->sc);
+    int rc = ferry__sidecar_open(&ix->sc, &KIND, path, index_path);
+    if (rc < 0)
+        return rc;
+    ix->off = ix->sc.off;
+    ix->count = ix->sc.h.count;
+    ix->size = ix->sc.h.size;
+    ix->flags = ix->sc.h.flags;
+    return 0;
 }
 
 int ferry_line_index_open(ferry_line_index **out, const char *path, const char *index_path,
@@ -507,24 +395,20 @@ int ferry_line_index_open(ferry_line_index **out, const char *path, const char *
     *out = NULL;
     if (!path)
         return ferry__err(FERRY_EINVAL, "line index: path is NULL");
-    if (!index_path && !(index_path = own_index = default_index_path(path)))
+    if (!index_path && !(index_path = own_index = ferry__sidecar_path(path)))
         FERRY_FAIL(FERRY_ENOMEM, "line index: out of memory");
     ix = ferry__calloc(1, sizeof *ix);
     if (!ix)
         FERRY_FAIL(FERRY_ENOMEM, "line index: out of memory");
     snprintf(ix->name, sizeof ix->name, "%s", index_path);
-    FERRY_TRY(ferry__guard_install());
-    rc = ferry__map_file(&ix->map, index_path);
-    if (rc == 0)
-        rc = check_mapped(ix, path, index_path);
+    rc = check_mapped(ix, path, index_path);
     if ((rc == FERRY_ENOENT || rc == FERRY_ESTALE) && build) {
         uint64_t size;
         int64_t mtime;
         if (ferry__stat(path, &size, &mtime) < 0) /* the source itself is missing */
             goto cleanup;
-        ferry__unmap(&ix->map);
+        ferry__sidecar_close(&ix->sc);
         FERRY_TRY(ferry_line_index_build(path, index_path, NULL, NULL, NULL));
-        FERRY_TRY(ferry__map_file(&ix->map, index_path));
         rc = check_mapped(ix, path, index_path);
     }
     if (rc == FERRY_ENOENT && !build) {
@@ -551,7 +435,7 @@ void ferry_line_index_free(ferry_line_index *ix)
 {
     if (!ix)
         return;
-    ferry__unmap(&ix->map);
+    ferry__sidecar_close(&ix->sc);
     ferry__free(ix);
 }
 
@@ -577,8 +461,8 @@ const char *ferry__line_index_name(const ferry_line_index *ix)
 
 bool ferry__line_index_holds(const ferry_line_index *ix, uintptr_t addr)
 {
-    uintptr_t a = (uintptr_t)ix->map.data;
-    return addr >= a && addr - a < ix->map.size;
+    uintptr_t a = (uintptr_t)ix->sc.map.data;
+    return addr >= a && addr - a < ix->sc.map.size;
 }
 
 int ferry_line_index_get(const ferry_line_index *ix, uint64_t i, uint64_t *offset, uint64_t *length)
@@ -586,7 +470,8 @@ int ferry_line_index_get(const ferry_line_index *ix, uint64_t i, uint64_t *offse
     ferry__guard g;
     ferry__guard_push(&g);
     if (sigsetjmp(g.jb, 0))
-        return ferry__guard_err(g.addr, ix->name, ix->map.data, "line %llu", (unsigned long long)i);
+        return ferry__guard_err(g.addr, ix->name, ix->sc.map.data, "line %llu",
+                                (unsigned long long)i);
     int rc = ferry__line_index_entry(ix, i, offset, length);
     ferry__guard_pop(&g);
     return rc;

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,6 +175,35 @@ int ferry__map_file(ferry__map *m, const char *path)
     rc = ferry__map_open(m, &f, path);
     ferry__file_close(&f);
     return rc;
+}
+
+_Atomic uint64_t *ferry__ahead_bits(uint64_t size)
+{
+    return ferry__calloc((size_t)(size / FERRY__AHEAD_UNIT / 64) + 1, sizeof(uint64_t));
+}
+
+void ferry__read_ahead(_Atomic uint64_t *bits, const void *base, uintptr_t a, uintptr_t e,
+                       bool map_cached)
+{
+    uint64_t lo = (a - (uintptr_t)base) / FERRY__AHEAD_UNIT;
+    uint64_t hi = (e - 1 - (uintptr_t)base) / FERRY__AHEAD_UNIT;
+    bool asked = true;
+    for (uint64_t u = lo; u <= hi; u++) {
+        uint64_t bit = (uint64_t)1 << (u % 64);
+        if (!(atomic_fetch_or_explicit(&bits[u / 64], bit, memory_order_relaxed) & bit))
+            asked = false;
+    }
+    if (asked)
+        return;
+    uintptr_t page = 4096, start = a & ~(page - 1), last = (e - 1) & ~(page - 1);
+    unsigned char in_first = 0, in_last = 0;
+    if (mincore((void *)start, page, &in_first) == 0 &&
+        mincore((void *)last, page, &in_last) == 0 && (in_first & 1) && (in_last & 1)) {
+        if (map_cached)
+            madvise((void *)start, e - start, 22 /* MADV_POPULATE_READ */);
+        return;
+    }
+    madvise((void *)start, e - start, MADV_WILLNEED);
 }
 
 void ferry__unmap(ferry__map *m)

@@ -131,9 +131,11 @@ def ratios(r):
             out["index_base"] = r["index"]["base"]["ratio"]
     if "records" in r:
         out["records"] = r["records"]["ratio"]["workers=2"]
+        out["records_process"] = r["records"]["ratio_process"]["workers=2"]
     if "tfrecord" in r:
         t = r["tfrecord"]
         out.update({"tfrecord": t["ratio_map"],
+                    "tfrecord_process": t["ratio_map_process"],
                     "tfrecord_stream": t["ratio_stream"],
                     "records_4k_vs_dd": t["ratio_records"],
                     "records_vs_tfrecord": t["records_vs_tfrecord"],
@@ -154,7 +156,9 @@ def report(raw, t0, out):
         ("index", "ferry index, 1 GB text / dd"),
         ("index_base", "  the same, the base binary"),
         ("records", "records 64 KiB, 2 workers / dd"),
+        ("records_process", "  the same, process's wall clock"),
         ("tfrecord", "TFRecord 4 KiB, map-style / dd"),
+        ("tfrecord_process", "  the same, process's wall clock"),
         ("tfrecord_stream", "TFRecord 4 KiB, stream / dd"),
         ("records_4k_vs_dd", "records 4 KiB (same data) / dd"),
         ("records_vs_tfrecord", "records 4 KiB / TFRecord, process"),

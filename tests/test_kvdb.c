@@ -336,6 +336,40 @@ TEST(transactions_on_the_new_backends)
     test_remove_dir();
 }
 
+/* A LevelDB transaction is one write batch, so a commit is all or nothing: a put
+ * that would take it past 256 MiB is refused, the puts before it kept. */
+TEST(leveldb_transaction_is_one_batch)
+{
+    test_make_dir("kvdb");
+    char path[512];
+    test_path("big", path);
+    size_t n = (size_t)130 << 20;
+    char *val = malloc(n);
+    CHECK(val != NULL);
+    memset(val, 'v', n);
+    ferry_db *db;
+    ferry_db_txn *t;
+    CHECK_OK(ferry_db_open(&db, "leveldb", path, FERRY_DB_WRITE));
+    CHECK_OK(ferry_db_begin(db, &t));
+    CHECK_OK(ferry_db_put(t, "a", 1, val, n));
+    CHECK_RC(ferry_db_put(t, "b", 1, val, n), FERRY_ERANGE);
+    CHECK_CONTAINS(ferry_last_errmsg(), "commit it and begin another");
+    CHECK_OK(ferry_db_put(t, "c", 1, "small", 5));
+    CHECK_OK(ferry_db_commit(t));
+    ferry_db_close(db);
+    free(val);
+    CHECK_OK(ferry_db_open(&db, "leveldb", path, FERRY_DB_READ));
+    CHECK_U64(ferry_db_count(db), 2);
+    const void *k, *v;
+    size_t kl, vl;
+    CHECK_OK(ferry_db_entry(db, 0, &k, &kl, &v, &vl));
+    CHECK(kl == 1 && !memcmp(k, "a", 1) && vl == n && ((const char *)v)[n - 1] == 'v');
+    CHECK_OK(ferry_db_entry(db, 1, &k, &kl, &v, &vl));
+    CHECK(kl == 1 && !memcmp(k, "c", 1) && vl == 5);
+    ferry_db_close(db);
+    test_remove_dir();
+}
+
 /* minidb's framing from a file: the framing Caffe2 writes, then damage. */
 static void put_entry(FILE *f, int32_t kl, int32_t vl, const char *k, const char *v)
 {

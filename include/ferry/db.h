@@ -87,7 +87,8 @@ FERRY_API void ferry_db_cursor_close(ferry_db_cursor *c);
 /* A write transaction on a db opened with WRITE (one at a time). Keys are 1 .. 511
  * bytes (LMDB's limit, kept for all), values up to 1 GiB. Nothing is visible to
  * readers until commit (LMDB: up to 2^24 puts a transaction, LevelDB and RocksDB:
- * a write batch of up to 256 MiB held in memory; more commit in parts); abort (or
+ * one write batch of up to 256 MiB held in memory, or one larger entry: a put past
+ * it is FERRY_ERANGE, the puts before it kept); abort (or
  * a crash) leaves the previous state. */
 FERRY_API int ferry_db_begin(ferry_db *db, ferry_db_txn **out);
 FERRY_API int ferry_db_put(ferry_db_txn *t, const void *key, size_t klen, const void *value,

@@ -19,7 +19,7 @@
  * the backend, defined after it: lsm_open (options, read-only or not), lsm_close and lsm_get.
  */
 
-#define BATCH_MAX ((size_t)256 << 20) /* a write batch held in memory before a part commits */
+#define BATCH_MAX ((size_t)256 << 20) /* the most a transaction's write batch holds */
 #define CACHE_BYTES ((size_t)64 << 20)
 
 /* the library's types, under one name */
@@ -257,11 +257,20 @@ static int flush(lsm_writer *w)
     return err ? lib_err(w->path, "writing", err) : 0;
 }
 
+/* A transaction is one write batch, so that a commit is all or nothing: it holds
+ * up to BATCH_MAX bytes (or one larger entry), and a put past that is refused,
+ * the puts before it kept, for the caller to commit and begin another. */
 static int lsm_put(ferry__kv_writer *w, const void *k, size_t klen, const void *v, size_t vlen)
 {
+    size_t need = klen + vlen + 16;
+    if (w->held && need > BATCH_MAX - w->held)
+        return ferry__err(FERRY_ERANGE,
+                          "%s: " LSM_NAME ": a transaction holds up to %zu MiB in one write "
+                          "batch (%zu bytes held, this entry %zu): commit it and begin another",
+                          w->path, BATCH_MAX >> 20, w->held, need);
     LSM(writebatch_put)(w->batch, k, klen, v, vlen);
-    w->held += klen + vlen + 16;
-    return w->held >= BATCH_MAX ? flush(w) : 0;
+    w->held += need;
+    return 0;
 }
 
 static int lsm_commit(ferry__kv_writer *w)

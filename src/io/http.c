@@ -67,6 +67,11 @@ bool ferry__http_available(void)
     return false;
 }
 
+int ferry__http_init(void)
+{
+    return no_curl("s3://, http://, https://");
+}
+
 int ferry__http_head(const char *url, ferry__obj *o)
 {
     (void)o;
@@ -134,6 +139,11 @@ static int g_ready(void)
 bool ferry__http_available(void)
 {
     return true;
+}
+
+int ferry__http_init(void)
+{
+    return g_ready();
 }
 
 static CURL *handle_get(void)

@@ -50,3 +50,5 @@ mkdir -p "$here/results"
 "$python" "$here/python_vs_torch.py" --ferry "$ferry" --out "$here/results/python.json" || exit $?
 # remote record shards over nginx on loopback vs 4 parallel curl and the local files
 "$python" "$here/remote_vs.py" --ferry "$ferry" --out "$here/results/remote.json" || exit $?
+# the first batch of a remote map-style token set (fetched lazily) vs one shard by curl
+"$python" "$here/remote_lazy_vs.py" --ferry "$ferry" --out "$here/results/remote_lazy.json" || exit $?

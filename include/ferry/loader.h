@@ -85,8 +85,9 @@ typedef struct ferry_loader_opts {
     /* Bytes the loader may hold: the batch buffers (prefetch of them, each
      * batch_size samples with every variable field at its bound), one sample of
      * scratch per worker, and for a stream the buffers of its shuffle and group-batch
-     * decorators in each of stream_shards iterators. 0 = a quarter of physical
-     * memory. Checked before anything
+     * decorators in each of stream_shards iterators, and for a remote source the
+     * fetch buffers (FERRY_REMOTE_CONNECTIONS x 1.5 MiB, docs/remote.md). 0 = a
+     * quarter of physical memory. Checked before anything
      * is allocated: a schema whose batch does not fit is FERRY_EINVAL naming the
      * widest field, its bound, the batch size and the budget; the default prefetch
      * is lowered to fit (down to 1), an explicit one that does not fit is

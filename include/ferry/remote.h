@@ -28,6 +28,12 @@ typedef struct ferry_remote_stats {
     uint64_t retries;          /* requests tried again (5xx, 429, resets, cut-short bodies) */
     uint64_t fetch_wait_ns;    /* time threads waited on fetches to open a remote file */
     uint64_t requests;         /* HTTP requests sent */
+    uint64_t ranged_reads;     /* parts of objects read by a ranged GET, not through the cache
+                                * (a sample of an uncached shard, a shard's header) */
+    /* memory the transfers' buffers hold now, and the most they held: at most
+     * FERRY_REMOTE_CONNECTIONS (16) transfers of 1.5 MiB each (512 KiB received,
+     * 1 MiB written out) */
+    uint64_t fetch_buffer_bytes, fetch_buffer_peak;
 } ferry_remote_stats;
 
 /* The counters so far. */

@@ -554,3 +554,75 @@ def test_the_command_takes_remote_sets(servers, remote_data, tmp_path):
                 assert r["records"] == 300 and r["shards"] == 8, r
             else:
                 assert sum(s["records"] for s in r["shards"]) == 300
+
+
+def write_token_shards(d, n, tokens):
+    """n llm.c shards (uint16) of `tokens` tokens each: train_000000.bin ..."""
+    os.makedirs(d)
+    for s in range(n):
+        hdr = np.zeros(256, dtype=np.int32)
+        hdr[:3] = (20240520, 1, tokens)
+        toks = ((np.arange(tokens) * 31 + s * 7919) % 65536).astype(np.uint16)
+        with open(os.path.join(d, "train_%06d.bin" % s), "wb") as f:
+            f.write(hdr.tobytes() + toks.tobytes())
+
+
+def test_first_batch_fetches_one_shard(servers, proxy, s3_prefix, tmp_path):
+    """A map-style set of 40 token shards: the open reads each shard's 1 KiB header
+    (a ranged GET), the first batch fetches the one shard it reads (the batches the
+    loader prefetches lie in it too: 1562 windows a shard), and `ferry head`
+    fetches none whole: its samples are ranged GETs of their windows. Counted at the
+    server side (the proxy's log)."""
+    TOK = 100000
+    write_token_shards(str(tmp_path / "tok"), 40, TOK)
+    servers.upload(str(tmp_path / "tok"), s3_prefix + "tok/")
+    t = servers.env()
+    src = "tokens:s3://%s/%stok/train_*.bin,seq=64" % (t["FERRY_TEST_S3_BUCKET"], s3_prefix)
+    env = base_env(servers, tmp_path / "cache", AWS_ENDPOINT_URL=t["FERRY_TEST_PROXY_S3_ENDPOINT"],
+                   FERRY_REMOTE_AHEAD="0")
+
+    def gets():
+        whole, ranged = {}, []
+        for e in proxy.log():
+            if e["method"] != "GET" or not e["target"].split("?")[0].endswith(".bin"):
+                continue
+            a, b = map(int, e["range"].split("=")[1].split("-"))
+            name = e["target"].split("/")[-1]
+            if b - a + 1 == 1024 + 2 * TOK:
+                whole[name] = whole.get(name, 0) + 1
+            else:
+                ranged.append((name, a, b))
+        return whole, ranged
+
+    code = """
+import ferry, numpy as np
+loader = ferry.DataLoader(%r, batch_size=8, num_workers=0, output="numpy")
+b = next(iter(loader))
+want = ((np.arange(65) * 31) %% 65536).astype(np.uint16)
+assert (np.asarray(b["input"])[0] == want[:64]).all()
+assert (np.asarray(b["target"])[0] == want[1:]).all()
+s = loader.stats()
+print(s["cache_misses"], s["downloaded_bytes"])
+""" % src
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr
+    whole, ranged = gets()
+    assert whole == {"train_000000.bin": 1}, whole
+    assert sorted(r[0] for r in ranged) == ["train_%06d.bin" % s for s in range(40)]
+    assert all(a == 0 and b == 1023 for _, a, b in ranged), ranged
+    misses, downloaded = map(int, p.stdout.split())
+    assert misses == 1 and downloaded == 40 * 1024 + 1024 + 2 * TOK
+
+    # ferry head on a cold cache: three windows, each one ranged GET of 65 tokens
+    proxy.reset()
+    env["FERRY_CACHE"] = str(tmp_path / "cache2")
+    src7 = src.replace("train_*", "train_00000[7-9]")
+    h = subprocess.run([ferry_exe(), "head", src7, "-n", "3"], capture_output=True,
+                       text=True, env=env, timeout=300)
+    assert h.returncode == 0, h.stderr
+    whole, ranged = gets()
+    assert whole == {}, whole
+    windows = [r for r in ranged if r[2] != 1023]
+    assert [(r[0], r[1], r[2]) for r in windows] == [
+        ("train_000007.bin", 1024 + 2 * 64 * k, 1024 + 2 * 64 * k + 2 * 65 - 1) for k in range(3)]

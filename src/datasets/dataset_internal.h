@@ -22,6 +22,9 @@ struct ferry_dataset {
     /* "KIND:LOCATION" when opened from source text (ferry_source_open), else "":
      * for messages that have no file of their own (the loader's memory budget) */
     char source[256];
+    /* it reads remote objects (s3://, http(s)://): a loader counts the fetch
+     * buffers (ferry__remote_buffer_bytes) in its memory budget */
+    bool remote;
     /* its shards (ferry_dataset_shards): bounds[nshards + 1], owned, or NULL for
      * one shard (whole = {0, len}) */
     uint64_t *shard_bounds, nshards;
@@ -43,6 +46,7 @@ struct ferry_stream {
      * one) a restore reads them all at once, in the order of their places. */
     bool fetch_anywhere;
     char source[256]; /* as a dataset's */
+    bool remote;      /* as a dataset's */
 };
 
 struct ferry_stream_iter {

@@ -1,15 +1,18 @@
 /*
  * The npy dataset: rows of .npy arrays (and .npz members) along the first axis.
- * Files are mapped at open; deflated .npz members are inflated once into memory
- * within a bound. get copies a row from the mapping into the batch slot: one
+ * Files are mapped at open (a remote .npy file when first read whole, its rows
+ * read by ranged GETs until then); deflated .npz members are inflated once into
+ * memory within a bound. get copies a row from the mapping into the batch slot: one
  * memcpy for a C-order plain array, else element by element (structured members,
  * Fortran order), then converts big-endian data in place.
  */
 #include "spec.h"
 #include "ferry/npy.h"
+#include "../core/bytes.h"
 #include "../core/guard.h"
 #include "../formats/zip.h"
 #include "../io/io.h"
+#include "../io/remote.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -23,6 +26,9 @@ typedef struct npy_array {
     char label[512];     /* "a.npy" or "b.npz/x.npy", for messages */
     const uint8_t *data; /* the array's first byte (in a mapping or in `owned`) */
     uint8_t *owned;      /* an inflated member */
+    /* a remote .npy file: mapped when first read whole (data is then NULL; its bytes
+     * start at data_offset in the file), else its rows read by ranged GETs */
+    ferry__lazy *lz;
     ferry_npy_header h;
     uint64_t rows;
     uint64_t row_items; /* elements in one row */
@@ -76,6 +82,32 @@ static void swap_units(uint8_t *p, size_t n, unsigned unit)
     }
 }
 
+/* A remote array's data: its mapping's, once mapped. A fast column's row of an
+ * array not wanted whole is read into dst by a ranged GET instead (*done). */
+static int lazy_data(const npy_array *a, const npy_col *col, uint64_t i, uint8_t *dst,
+                     const uint8_t **data, bool *done)
+{
+    const uint8_t *base = atomic_load_explicit(&a->lz->data, memory_order_acquire), *p;
+    uint64_t off = a->h.data_offset;
+    *done = false;
+    if (!base && col->fast) {
+        int rc = ferry__lazy_read(a->lz, dst, off + i * a->row_bytes, a->row_bytes, &p);
+        if (rc < 0)
+            return rc;
+        if (p != dst)
+            memcpy(dst, p, a->row_bytes);
+        *done = true;
+        return 0;
+    }
+    if (!base) {
+        int rc = ferry__lazy_map(a->lz, &base);
+        if (rc < 0)
+            return rc;
+    }
+    *data = base + off;
+    return 0;
+}
+
 static int npy_read(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
 {
     const npy_ds *d = self;
@@ -85,13 +117,22 @@ static int npy_read(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
         const npy_array *a = &d->arr[col->arr];
         const ferry_npy_member *m = &a->h.members[col->member];
         uint8_t *dst = out->data[c];
+        const uint8_t *data = a->data;
+        if (a->lz) {
+            bool done;
+            int rc = lazy_data(a, col, i, dst, &data, &done);
+            if (rc < 0)
+                return rc;
+            if (done)
+                continue;
+        }
         if (col->fast) {
-            memcpy(dst, a->data + i * a->row_bytes, a->row_bytes);
+            memcpy(dst, data + i * a->row_bytes, a->row_bytes);
             continue;
         }
         size_t item = a->h.itemsize;
         if (!a->h.fortran || a->h.ndim < 2) {
-            const uint8_t *src = a->data + i * a->row_bytes + m->offset;
+            const uint8_t *src = data + i * a->row_bytes + m->offset;
             for (uint64_t r = 0; r < a->row_items; r++)
                 memcpy(dst + r * m->nbytes, src + r * item, m->nbytes);
         } else {
@@ -106,7 +147,7 @@ static int npy_read(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
             }
             uint64_t lin = i;
             for (uint64_t r = 0; r < a->row_items; r++) {
-                memcpy(dst + r * m->nbytes, a->data + lin * item + m->offset, m->nbytes);
+                memcpy(dst + r * m->nbytes, data + lin * item + m->offset, m->nbytes);
                 for (int k = a->h.ndim - 1; k >= 1; k--) {
                     lin += stride[k];
                     if (++idx[k] < a->h.shape[k])
@@ -133,6 +174,14 @@ static int npy_fault(const ferry__reading *rd, uintptr_t addr)
         if (rc <= 0)
             return rc;
     }
+    for (int k = 0; k < d->narrays; k++) {
+        const ferry__lazy *z = d->arr[k].lz;
+        if (!z || !atomic_load_explicit(&z->data, memory_order_acquire))
+            continue;
+        int rc = ferry__guard_map_err(addr, z->map.data, z->map.size, z->path, rd->item);
+        if (rc <= 0)
+            return rc;
+    }
     return ferry__guard_err(addr, NULL, NULL, "sample %llu", (unsigned long long)rd->item);
 }
 
@@ -147,12 +196,20 @@ static void npy_hint(void *self, const uint64_t *indices, size_t count, int soon
     const npy_ds *d = self;
     for (int c = 0; c < d->ncols; c++) {
         const npy_array *a = &d->arr[d->col[c].arr];
+        const uint8_t *data = a->data;
+        if (a->lz) { /* a loader reads it: fetched whole, ahead of the workers */
+            if (!(data = atomic_load_explicit(&a->lz->data, memory_order_acquire))) {
+                ferry__lazy_want(a->lz);
+                continue;
+            }
+            data += a->h.data_offset;
+        }
         if (!d->col[c].fast || a->owned)
             continue;
         for (size_t k = 0; k < count; k++) {
             if (indices[k] >= d->len)
                 continue;
-            const uint8_t *p = a->data + indices[k] * a->row_bytes;
+            const uint8_t *p = data + indices[k] * a->row_bytes;
             if (soon) {
                 __builtin_prefetch(p);
                 continue;
@@ -175,13 +232,26 @@ static void npy_destroy(void *self)
         ferry__unmap(&d->maps[k]);
         ferry__free(d->files[k]);
     }
-    for (int k = 0; k < d->narrays; k++)
+    for (int k = 0; k < d->narrays; k++) {
         ferry__free(d->arr[k].owned);
+        ferry__lazy_free(d->arr[k].lz);
+        ferry__free(d->arr[k].lz);
+    }
     ferry__free(d);
 }
 
 static const ferry_dataset_vtable npy_vtable = {
     .len = npy_len, .get = npy_get, .destroy = npy_destroy, .hint = npy_hint};
+
+/* Rows along the first axis and a row's elements and bytes, from a's header. */
+static void set_rows(npy_array *a)
+{
+    a->rows = a->h.ndim ? (uint64_t)a->h.shape[0] : 1;
+    a->row_items = 1;
+    for (int k = 1; k < a->h.ndim; k++)
+        a->row_items *= (uint64_t)a->h.shape[k];
+    a->row_bytes = (size_t)(a->row_items * a->h.itemsize);
+}
 
 /* Parses the array at p[0..n) (a .npy file or member) into a. */
 static int take_array(npy_array *a, const uint8_t *p, size_t n)
@@ -197,11 +267,7 @@ static int take_array(npy_array *a, const uint8_t *p, size_t n)
                           a->label, (unsigned long long)a->h.data_offset,
                           (unsigned long long)a->h.data_bytes, (unsigned long long)have);
     a->data = p + a->h.data_offset;
-    a->rows = a->h.ndim ? (uint64_t)a->h.shape[0] : 1;
-    a->row_items = 1;
-    for (int k = 1; k < a->h.ndim; k++)
-        a->row_items *= (uint64_t)a->h.shape[k];
-    a->row_bytes = (size_t)(a->row_items * a->h.itemsize);
+    set_rows(a);
     return 0;
 }
 
@@ -251,6 +317,70 @@ static int add_array(opening *op, const char *label, const char *name, bool name
     return 0;
 }
 
+#define REMOTE_HEAD 4096                  /* bytes of a remote .npy read for its header */
+#define REMOTE_HEAD_MAX ((size_t)1 << 20) /* a header longer than this: fetched whole */
+
+/* A remote .npy file: its size and header now (a ranged GET, or the cached
+ * copy), its data when first read. *lazy false: it is not a plain .npy file (a
+ * zip, a header over REMOTE_HEAD_MAX): the caller maps it whole. */
+static int open_remote(opening *op, const char *file, const char *name, bool *lazy)
+{
+    uint64_t size;
+    int64_t mtime;
+    uint8_t *head = NULL;
+    int rc = ferry__stat(file, &size, &mtime);
+    *lazy = false;
+    if (rc < 0)
+        return rc;
+    size_t n = size < REMOTE_HEAD ? (size_t)size : REMOTE_HEAD;
+    if (!(head = ferry__malloc(REMOTE_HEAD_MAX)))
+        return ferry__err(FERRY_ENOMEM, "npy: out of memory");
+    if ((rc = ferry__remote_peek(file, head, 0, n)) < 0)
+        goto done;
+    if (n < 10 || memcmp(head, "\x93NUMPY", 6) != 0)
+        goto done; /* not a .npy file: the ordinary path says what it is */
+    /* version 1: a u16 header length at 8; 2 and 3: a u32 */
+    uint64_t hlen = head[6] == 1 ? 10 + (uint64_t)(head[8] | head[9] << 8)
+                    : n >= 12    ? 12 + (uint64_t)ferry__load_le32(head + 8)
+                                 : 0;
+    if (hlen > n && hlen <= REMOTE_HEAD_MAX && hlen <= size) {
+        n = (size_t)hlen;
+        if ((rc = ferry__remote_peek(file, head, 0, n)) < 0)
+            goto done;
+    } else if (hlen > n) {
+        goto done;
+    }
+    char nm[FERRY_MAX_NAME];
+    if (name)
+        snprintf(nm, sizeof nm, "%s", name);
+    else
+        stem(file, nm, sizeof nm);
+    npy_array *a;
+    if ((rc = add_array(op, file, nm, name != NULL, &a)) < 0 ||
+        (rc = ferry_npy_parse_header(head, n, a->label, &a->h)) < 0)
+        goto done;
+    if (size - a->h.data_offset != a->h.data_bytes) {
+        rc = ferry__err(FERRY_ECORRUPT,
+                        "%s: offset %llu: the header's shape and dtype make %llu data bytes, "
+                        "but the file has %llu after the header",
+                        a->label, (unsigned long long)a->h.data_offset,
+                        (unsigned long long)a->h.data_bytes,
+                        (unsigned long long)(size - a->h.data_offset));
+        goto done;
+    }
+    if (!(a->lz = ferry__calloc(1, sizeof *a->lz)) || (rc = ferry__lazy_init(a->lz, file)) < 0) {
+        ferry__free(a->lz);
+        a->lz = NULL;
+        rc = ferry__err(FERRY_ENOMEM, "npy: out of memory");
+        goto done;
+    }
+    set_rows(a);
+    *lazy = true;
+done:
+    ferry__free(head);
+    return rc;
+}
+
 /* Opens one path: a .npy file, ARCHIVE.npz (every member) or ARCHIVE.npz/MEMBER. */
 static int open_path(opening *op, const char *path, const char *name)
 {
@@ -269,6 +399,11 @@ static int open_path(opening *op, const char *path, const char *name)
             return ferry__err(FERRY_EINVAL, "npy: \"%s\": bad member name after .npz/", path);
         snprintf(member, sizeof member, "%s%s", mem,
                  ends_with(mem, strlen(mem), ".npy") ? "" : ".npy");
+    }
+    if (!npz && ferry__is_remote(file) && !ends_with(file, flen, ".npz")) {
+        bool lazy;
+        if ((rc = open_remote(op, file, name, &lazy)) < 0 || lazy)
+            return rc;
     }
     if (d->nmaps == MAX_ARRAYS)
         return ferry__err(FERRY_EINVAL, "npy: more than %d files", MAX_ARRAYS);
@@ -379,6 +514,15 @@ int ferry_dataset_npy(ferry_dataset **out, const ferry_npy_opts *o)
             FERRY_FAIL(FERRY_EINVAL, "npy: the name of path %d is empty", k);
         FERRY_TRY(open_path(op, o->paths[k], name));
     }
+    uint64_t remote_bytes = 0;
+    int nremote = 0;
+    for (int k = 0; k < d->narrays; k++)
+        if (d->arr[k].lz) {
+            remote_bytes += d->arr[k].h.data_offset + d->arr[k].h.data_bytes;
+            nremote++;
+        }
+    if (nremote && (rc = ferry__remote_fits("npy", (size_t)nremote, remote_bytes)) < 0)
+        goto cleanup;
     /* one plain array with no name given: its field is "data" */
     bool single = d->narrays == 1;
     for (int k = 0; k < d->narrays; k++) {
@@ -428,13 +572,18 @@ int ferry_dataset_npy(ferry_dataset **out, const ferry_npy_opts *o)
     d->len = d->arr[0].rows;
     ferry__free(op);
     op = NULL;
-    bool far = false;
+    bool far = false, lazy = false;
     for (int c = 0; c < d->ncols; c++)
         far |= d->col[c].fast && !d->arr[d->col[c].arr].owned &&
                d->arr[d->col[c].arr].row_bytes >= FAR_HINT_MIN;
+    for (int k = 0; k < d->narrays; k++)
+        lazy |= d->arr[k].lz != NULL;
+    far |= lazy; /* remote arrays take the hints of later batches: fetched ahead */
     rc = ferry_dataset_create(out, &npy_vtable, d, f, d->ncols);
     if (rc == 0 && !far)
         (*out)->near_hints_only = true;
+    if (rc == 0)
+        (*out)->remote = lazy;
     ferry__free(f);
     return rc;
 cleanup:

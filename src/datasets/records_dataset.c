@@ -270,6 +270,10 @@ static int set_open_once(shard_set **out, const char *location, uint64_t shard_i
         s->sizes = ferry__calloc(take, sizeof *s->sizes);
         if (!s->paths || !s->at || !s->sizes)
             FERRY_FAIL(FERRY_ENOMEM, "records: out of memory");
+        uint64_t all = 0; /* every shard it reads stays open: they must fit in the cache */
+        for (size_t p = shard_id; p < n; p += num_shards)
+            all += bytes[p];
+        FERRY_TRY(ferry__remote_fits(dir, take, all));
     }
     /* the versions of the shards after the first are learnt in the background
      * (HEADs, in file order) while the first one opens */

@@ -144,6 +144,11 @@ int ferry_source_open_flags(const char *spec, unsigned flags, ferry_dataset **ds
     char *name = rc < 0 ? NULL : *ds ? (*ds)->source : (*st)->source;
     if (name)
         snprintf(name, sizeof(*ds)->source, "%s:%s", s->kind, s->location);
+    /* remote objects anywhere in the location (npy: "x=s3://...;y=..."): a loader
+     * counts the fetch buffers in its memory budget */
+    if (name && (strstr(s->location, "s3://") || strstr(s->location, "http://") ||
+                 strstr(s->location, "https://")))
+        *(*ds ? &(*ds)->remote : &(*st)->remote) = true;
     ferry__free(s);
     return rc;
 }

@@ -22,13 +22,14 @@
 
 typedef struct shard {
     ferry__map map;
-    char *path; /* for messages */
-    const uint8_t *tok;
-    uint64_t count;   /* tokens */
-    unsigned header;  /* bytes before the first token: 1024, or 0 (raw) */
-    uint64_t windows; /* (count - 1) / T */
-    uint64_t first;   /* the dataset index of its first sample */
-    uint64_t samples; /* how many of the dataset's samples are in it */
+    ferry__lazy *lz;    /* a remote shard: mapped when first read, else read by ranges */
+    char *path;         /* for messages */
+    const uint8_t *tok; /* a local shard's tokens (NULL for a remote one) */
+    uint64_t count;     /* tokens */
+    unsigned header;    /* bytes before the first token: 1024, or 0 (raw) */
+    uint64_t windows;   /* (count - 1) / T */
+    uint64_t first;     /* the dataset index of its first sample */
+    uint64_t samples;   /* how many of the dataset's samples are in it */
 } shard;
 
 typedef struct tokens_ds {
@@ -41,6 +42,7 @@ typedef struct tokens_ds {
     bool random_offset;
     ferry_tokens_order order;
     uint64_t batch, rank, world;
+    bool remote; /* its shards are remote: lazy, and read by ranges until wanted */
 } tokens_ds;
 
 #define SALT_OFFSET 0x6f666673u /* "offs" */
@@ -82,13 +84,65 @@ static const shard *locate(const tokens_ds *d, uint64_t i, const ferry_ctx *ctx,
     return s;
 }
 
+/* Shards k .. k + FERRY_REMOTE_AHEAD - 1 fetched whole in the background: the
+ * shards that follow one a loader reads, in file order (the hints of the next
+ * batches reach only as far as the loader's prefetch), once that one is there
+ * (so that the first batch does not share the connection with them). */
+static void want_ahead(const tokens_ds *d, size_t k)
+{
+    size_t ahead = ferry__remote_ahead();
+    for (size_t j = k; j < d->n && j - k < ahead; j++)
+        ferry__lazy_want(d->s[j].lz);
+}
+
+/* The window's seq + 1 tokens from `start`: in the mapping, or (a remote shard
+ * not fetched whole) read by a ranged GET into *tmp, which the caller frees. */
+static int window(const tokens_ds *d, const shard *s, uint64_t start, uint8_t **tmp,
+                  const uint8_t **p)
+{
+    *tmp = NULL;
+    if (!s->lz) {
+        *p = s->tok + start * d->size;
+        return 0;
+    }
+    size_t bytes = (size_t)(d->seq + 1) * d->size;
+    uint64_t off = s->header + start * d->size;
+    const uint8_t *data = atomic_load_explicit(&s->lz->data, memory_order_acquire);
+    if (data) {
+        *p = data + off;
+        return 0;
+    }
+    if (!(*tmp = ferry__malloc(bytes)))
+        return ferry__err(FERRY_ENOMEM, "%s: out of memory for a window of %zu bytes", s->path,
+                          bytes);
+    int rc = ferry__lazy_read(s->lz, *tmp, off, bytes, p);
+    if (rc == 0 && *p != *tmp)
+        want_ahead(d, (size_t)(s - d->s) + 1); /* opened whole: the next ones follow */
+    return rc;
+}
+
+static int tk_copy(const tokens_ds *d, const shard *s, uint64_t i, uint64_t start, const uint8_t *p,
+                   ferry_sample *out);
+
 static int tk_read(void *self, uint64_t i, ferry_sample *out, ferry_ctx *ctx)
 {
     const tokens_ds *d = self;
     uint64_t start;
     const shard *s = locate(d, i, ctx, &start);
+    const uint8_t *p;
+    uint8_t *tmp;
+    int rc = window(d, s, start, &tmp, &p);
+    if (rc == 0)
+        rc = tk_copy(d, s, i, start, p, out);
+    ferry__free(tmp);
+    return rc;
+}
+
+/* Input and target from the window's tokens at p. */
+static int tk_copy(const tokens_ds *d, const shard *s, uint64_t i, uint64_t start, const uint8_t *p,
+                   ferry_sample *out)
+{
     size_t bytes = (size_t)d->seq * d->size;
-    const uint8_t *p = s->tok + start * d->size;
     if (d->out == FERRY_U16 || d->out == FERRY_U32) {
         memcpy(out->data[0], p, bytes);
         memcpy(out->data[1], p + d->size, bytes);
@@ -140,7 +194,10 @@ static int tk_fault(const ferry__reading *rd, uintptr_t addr)
     const tokens_ds *d = rd->arg;
     for (size_t k = 0; k < d->n; k++) {
         const shard *s = &d->s[k];
-        int rc = ferry__guard_map_err(addr, s->map.data, s->map.size, s->path, rd->item);
+        const ferry__map *m = s->lz ? &s->lz->map : &s->map;
+        if (s->lz && !atomic_load_explicit(&s->lz->data, memory_order_acquire))
+            continue;
+        int rc = ferry__guard_map_err(addr, m->data, m->size, s->path, rd->item);
         if (rc <= 0)
             return rc;
     }
@@ -158,7 +215,20 @@ static void tk_hint(void *self, const uint64_t *indices, size_t count, int soon)
             continue;
         uint64_t start;
         const shard *s = locate(d, indices[k], NULL, &start); /* offset 0: near enough */
-        const uint8_t *p = s->tok + start * d->size;
+        const uint8_t *p;
+        if (!s->lz) {
+            p = s->tok + start * d->size;
+        } else {
+            /* a loader reads it: fetched whole, ahead of the workers */ /* a loader reads it:
+                                                                            fetched whole, ahead of
+                                                                            the workers */
+            const uint8_t *data = atomic_load_explicit(&s->lz->data, memory_order_acquire);
+            if (!data) {
+                ferry__lazy_want(s->lz);
+                continue;
+            }
+            p = data + s->header + start * d->size;
+        }
         if (soon) {
             __builtin_prefetch(p);
             continue;
@@ -177,6 +247,8 @@ static void tk_destroy(void *self)
         return;
     for (size_t k = 0; k < d->n; k++) {
         ferry__unmap(&d->s[k].map);
+        ferry__lazy_free(d->s[k].lz);
+        ferry__free(d->s[k].lz);
         ferry__free(d->s[k].path);
     }
     ferry__free(d->s);
@@ -196,6 +268,38 @@ static bool any_name(const char *name)
 {
     (void)name;
     return true;
+}
+
+/* What the open knows of a remote shard without fetching it: its size (from the
+ * listing, or a HEAD) and, unless raw, its header (a ranged GET of 1024 bytes, or
+ * the cached copy's). */
+typedef struct remote_head {
+    uint64_t size, count;
+    unsigned tsize, version;
+} remote_head;
+
+typedef struct heads {
+    char **paths;
+    remote_head *h;
+    bool raw;
+} heads;
+
+static int head_one(void *arg, size_t i, unsigned worker)
+{
+    heads *c = arg;
+    remote_head *h = &c->h[i];
+    const char *path = c->paths[i];
+    int64_t mtime;
+    uint8_t hdr[FERRY_TOKENS_HEADER];
+    (void)worker;
+    int rc = ferry__stat(path, &h->size, &mtime);
+    if (rc < 0 || c->raw)
+        return rc;
+    size_t n = h->size < sizeof hdr ? (size_t)h->size : sizeof hdr;
+    if ((rc = ferry__remote_peek(path, hdr, 0, n)) < 0)
+        return rc;
+    h->version = n >= 8 ? ferry__load_le32(hdr + 4) : 0;
+    return ferry__tokens_header(hdr, n, h->size, path, &h->tsize, &h->count);
 }
 
 /* Frees what glob or the stream engine's list made. */
@@ -245,6 +349,7 @@ int ferry_dataset_tokens(ferry_dataset **out, const ferry_tokens_opts *o)
                           (unsigned long long)world);
     glob_t g;
     memset(&g, 0, sizeof g);
+    heads hs = {0};
     bool remote = ferry__is_remote(o->pattern) || strchr(o->pattern, '{');
     int gr = 0;
     if (remote) { /* an object store's listing, or brace ranges: the stream engine's list */
@@ -287,39 +392,69 @@ int ferry_dataset_tokens(ferry_dataset **out, const ferry_tokens_opts *o)
     d->batch = o->batch;
     d->rank = o->rank;
     d->world = world;
+    /* remote shards (every one or none: a listing or brace ranges of one location):
+     * their sizes and headers now, their tokens when first read */
+    d->remote = g.gl_pathc && ferry__is_remote(g.gl_pathv[0]);
+    hs = (heads){g.gl_pathv, NULL, o->raw != 0};
+    if (d->remote) {
+        if (!(hs.h = ferry__calloc(g.gl_pathc, sizeof *hs.h)))
+            FERRY_FAIL(FERRY_ENOMEM, "tokens: out of memory");
+        FERRY_TRY(ferry__parallel_for(g.gl_pathc, 8, head_one, &hs));
+        uint64_t total = 0;
+        for (size_t k = 0; k < g.gl_pathc; k++)
+            total += hs.h[k].size;
+        FERRY_TRY(ferry__remote_fits(o->pattern, g.gl_pathc, total));
+    }
     for (size_t k = 0; k < g.gl_pathc; k++) { /* glob sorts */
         const char *path = g.gl_pathv[k];
         shard *s = &d->s[d->n];
-        FERRY_TRY(ferry__guard_install());
-        FERRY_TRY(ferry__map_file(&s->map, path));
+        uint64_t fsize;
+        if (d->remote) {
+            if (!(s->lz = ferry__calloc(1, sizeof *s->lz)) || ferry__lazy_init(s->lz, path) < 0) {
+                ferry__free(s->lz);
+                s->lz = NULL;
+                FERRY_FAIL(FERRY_ENOMEM, "tokens: out of memory");
+            }
+            fsize = hs.h[k].size;
+        } else {
+            FERRY_TRY(ferry__guard_install());
+            FERRY_TRY(ferry__map_file(&s->map, path));
+            fsize = s->map.size;
+        }
         d->n++;
         if (!(s->path = ferry__strdup(path)))
             FERRY_FAIL(FERRY_ENOMEM, "tokens: out of memory");
-        unsigned size, header = o->raw ? 0 : FERRY_TOKENS_HEADER;
+        unsigned size, header = o->raw ? 0 : FERRY_TOKENS_HEADER, version;
         if (o->raw) {
             size = o->dtype == FERRY_U32 ? 4 : 2;
-            s->count = s->map.size / size;
-            if (s->map.size % size)
+            s->count = fsize / size;
+            if (fsize % size)
                 FERRY_FAIL(FERRY_ECORRUPT,
                            "%s: offset %llu: %llu bytes is not a whole number of %u-byte tokens "
                            "(raw=1)",
-                           path, (unsigned long long)(s->map.size - s->map.size % size),
-                           (unsigned long long)s->map.size, size);
+                           path, (unsigned long long)(fsize - fsize % size),
+                           (unsigned long long)fsize, size);
         } else {
-            FERRY_TRY(ferry__tokens_header(s->map.data, s->map.size, s->map.size, path, &size,
-                                           &s->count));
+            if (d->remote) {
+                size = hs.h[k].tsize;
+                s->count = hs.h[k].count;
+                version = hs.h[k].version;
+            } else {
+                FERRY_TRY(ferry__tokens_header(s->map.data, fsize, fsize, path, &size, &s->count));
+                version = ferry__load_le32((const uint8_t *)s->map.data + 4);
+            }
             if (o->dtype != FERRY_DTYPE_INVALID && ferry_dtype_size(o->dtype) != size)
                 FERRY_FAIL(FERRY_ECORRUPT,
                            "%s: offset 4: version %d holds %s tokens, but dtype=%s was asked "
                            "for",
-                           path, (int)ferry__load_le32((const uint8_t *)s->map.data + 4),
-                           size == 2 ? "uint16" : "uint32", ferry_dtype_name(o->dtype));
+                           path, (int)version, size == 2 ? "uint16" : "uint32",
+                           ferry_dtype_name(o->dtype));
         }
         if (d->size && size != d->size)
             FERRY_FAIL(FERRY_ECORRUPT, "%s: offset 4: %u-byte tokens, but %s has %u-byte ones",
                        path, size, g.gl_pathv[0], d->size);
         d->size = size;
-        s->tok = (const uint8_t *)s->map.data + header;
+        s->tok = d->remote ? NULL : (const uint8_t *)s->map.data + header;
         s->header = header;
         /* windows of seq + 1 tokens every stride tokens; with random offsets as
          * many as fit whatever the offset in [0, stride) */
@@ -346,6 +481,8 @@ int ferry_dataset_tokens(ferry_dataset **out, const ferry_tokens_opts *o)
             rc = 0; /* advice only */
     }
     list_free(&g, remote);
+    ferry__free(hs.h);
+    hs.h = NULL;
     ferry_field f[2];
     memset(f, 0, sizeof f);
     snprintf(f[0].name, sizeof f[0].name, "input");
@@ -356,16 +493,21 @@ int ferry_dataset_tokens(ferry_dataset **out, const ferry_tokens_opts *o)
         f[k].ndim = 1;
         f[k].shape[0] = (int64_t)seq;
     }
-    bool far = (seq + 1) * d->size >= FAR_HINT_MIN;
+    /* remote shards take the loader's hints of later batches: they fetch them ahead */
+    bool far = (seq + 1) * d->size >= FAR_HINT_MIN || d->remote;
+    bool lazy = d->remote;
     const shard *sh = d->s; /* the dataset owns d from here */
     size_t nsh = d->n;
     rc = ferry_dataset_create(out, &tokens_vtable, d, f, 2);
     rc = ferry__dataset_shards_at(out, rc, &sh->first, sizeof *sh, nsh);
     if (rc == 0 && !far)
         (*out)->near_hints_only = true;
+    if (rc == 0)
+        (*out)->remote = lazy;
     return rc;
 cleanup:
     list_free(&g, remote);
+    ferry__free(hs.h);
     tk_destroy(d);
     return rc;
 }

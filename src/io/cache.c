@@ -201,6 +201,20 @@ void ferry__cache_key(const ferry__obj *o, char out[65])
     ferry__sha256_hex(text, (size_t)n < sizeof text ? (size_t)n : sizeof text - 1, out);
 }
 
+bool ferry__cache_holds(const ferry__obj *o)
+{
+    char dir[1024], key[65], path[1300];
+    uint64_t limit;
+    struct stat st;
+    if (ferry__cache_settings(dir, sizeof dir, &limit) < 0) {
+        ferry__err_clear();
+        return false;
+    }
+    ferry__cache_key(o, key);
+    snprintf(path, sizeof path, "%s/v1/objects/%.2s/%s", dir, key, key);
+    return stat(path, &st) == 0 && (uint64_t)st.st_size == o->size;
+}
+
 /* ---- Measuring and trimming ---- */
 
 typedef struct entry {

@@ -3,7 +3,9 @@
  * when no credentials are set) and plain URLs. Easy handles are kept in a small
  * pool so that their connections are reused (keep-alive); TLS offers HTTP/2 where
  * the server takes it, and checks certificates against the system's store or the
- * bundle AWS_CA_BUNDLE or SSL_CERT_FILE names.
+ * bundle AWS_CA_BUNDLE or SSL_CERT_FILE names. At most FERRY_REMOTE_CONNECTIONS
+ * transfers run at once in the process (a transfer waits for a free one), so that
+ * their receive buffers are bounded whatever the number of threads that fetch.
  *
  * Retries: 429, 500, 502, 503, 504, a reset or refused connection, a body cut
  * short and a stall (no byte for FERRY_REMOTE_STALL seconds) are tried again, on a
@@ -44,6 +46,13 @@ static void cfg_init(void)
     cfg.parts = env_uint("FERRY_REMOTE_PARTS", 4, 1, 64);
     cfg.part_size = (uint64_t)env_uint("FERRY_REMOTE_PART_SIZE", 16 << 20, 1 << 20, 1u << 30);
     cfg.list_page = env_uint("FERRY_REMOTE_LIST_PAGE", 0, 1, 1000);
+    cfg.connections = env_uint("FERRY_REMOTE_CONNECTIONS", 16, 1, 256);
+}
+
+uint64_t ferry__remote_buffer_bytes(void)
+{
+    return (uint64_t)ferry__http_config()->connections *
+           (FERRY__FETCH_BUFFER + FERRY__WRITE_BUFFER);
 }
 
 const ferry__http_cfg *ferry__http_config(void)
@@ -84,6 +93,12 @@ int ferry__http_get_range(const ferry__obj *o, int fd, uint64_t off, uint64_t le
     return no_curl(o->url);
 }
 
+int ferry__http_get_range_mem(const ferry__obj *o, void *buf, uint64_t off, size_t len)
+{
+    (void)buf, (void)off, (void)len;
+    return no_curl(o->url);
+}
+
 int ferry__http_list_page(const char *bucket, const char *prefix, const char *delimiter,
                           const char *token, ferry__s3_page *page)
 {
@@ -99,7 +114,7 @@ int ferry__http_list_page(const char *bucket, const char *prefix, const char *de
 
 /* ---- The process's state: curl, the AWS settings, a pool of handles ---- */
 
-#define POOL_MAX 64
+#define POOL_MAX 256 /* FERRY_REMOTE_CONNECTIONS bounds it lower */
 
 static struct {
     pthread_once_t once;
@@ -110,7 +125,15 @@ static struct {
     pthread_mutex_t mu;
     CURL *pool[POOL_MAX];
     int npool;
-} g = {.once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER};
+    /* transfers under way (at most cfg.connections), and the handles that exist
+     * (pooled or in use: never more than cfg.connections, each with its buffer) */
+    unsigned busy;
+    pthread_cond_t free_slot;
+    unsigned handles;
+    unsigned wbufs; /* transfers' write buffers (request.wbuf) that exist */
+} g = {.once = PTHREAD_ONCE_INIT,
+       .mu = PTHREAD_MUTEX_INITIALIZER,
+       .free_slot = PTHREAD_COND_INITIALIZER};
 
 static void g_init(void)
 {
@@ -146,29 +169,55 @@ int ferry__http_init(void)
     return g_ready();
 }
 
+/* The memory fetch buffers hold now (under g.mu): the handles that exist, each
+ * with its receive buffer, and the write buffers of the transfers under way; and
+ * the most they held. */
+static void count_buffers(int handles, int wbufs)
+{
+    g.handles += (unsigned)handles;
+    g.wbufs += (unsigned)wbufs;
+    uint64_t now =
+        (uint64_t)g.handles * FERRY__FETCH_BUFFER + (uint64_t)g.wbufs * FERRY__WRITE_BUFFER;
+    atomic_store_explicit(&ferry__remote_stats.buffer_bytes, now, memory_order_relaxed);
+    if (now > atomic_load_explicit(&ferry__remote_stats.buffer_peak, memory_order_relaxed))
+        atomic_store_explicit(&ferry__remote_stats.buffer_peak, now, memory_order_relaxed);
+}
+
+/* A handle for one transfer, once fewer than FERRY_REMOTE_CONNECTIONS are under
+ * way: the transfers' buffers are bounded whatever the number of threads that
+ * fetch. */
 static CURL *handle_get(void)
 {
     CURL *h = NULL;
     pthread_mutex_lock(&g.mu);
+    while (g.busy >= cfg.connections)
+        pthread_cond_wait(&g.free_slot, &g.mu);
+    g.busy++;
     if (g.npool)
         h = g.pool[--g.npool];
+    else if ((h = curl_easy_init()) != NULL)
+        count_buffers(1, 0);
+    if (!h && --g.busy < cfg.connections)
+        pthread_cond_signal(&g.free_slot);
     pthread_mutex_unlock(&g.mu);
     if (h)
         curl_easy_reset(h); /* keeps its live connections */
-    else
-        h = curl_easy_init();
     return h;
 }
 
-static void handle_put(CURL *h)
+/* Ends a transfer: its handle is pooled (keep = its connection is sound) or
+ * cleaned up. */
+static void handle_put(CURL *h, bool keep)
 {
-    if (!h)
-        return;
     pthread_mutex_lock(&g.mu);
-    if (g.npool < POOL_MAX) {
+    if (keep && g.npool < POOL_MAX && (unsigned)g.npool < cfg.connections) {
         g.pool[g.npool++] = h;
         h = NULL;
+    } else {
+        count_buffers(-1, 0);
     }
+    g.busy--;
+    pthread_cond_signal(&g.free_slot);
     pthread_mutex_unlock(&g.mu);
     if (h)
         curl_easy_cleanup(h);
@@ -190,13 +239,18 @@ typedef struct request {
     bool has_length;
     uint64_t cr_start, cr_total; /* Content-Range */
     bool has_range;
-    /* where the body goes: fd at pos, or mem (up to cap) */
+    /* where the body goes: fd at pos, or mem (up to cap), or (an object's range
+     * into memory) the part of it in [rmem_off, rmem_off + rmem_len) into rmem */
     int fd;
     uint64_t pos, got; /* got: bytes of the body so far, those in wbuf included */
-    uint8_t *wbuf;     /* NULL, or WRITE_BUF bytes: what came, written out in large pieces */
+    bool buffered;     /* a large range into a file: through wbuf */
+    uint8_t *wbuf;     /* NULL, or WRITE_BUF bytes: what came, written out in large pieces
+                        * (held by a transfer under way only: perform makes and frees it) */
     size_t held;       /* bytes in wbuf: they belong at pos + got - held */
     char *mem;
     size_t mem_n, mem_cap;
+    uint8_t *rmem;
+    uint64_t rmem_off, rmem_len;
     char err_body[16384];
     size_t err_n;
     int sink_err; /* a write failed: its errno */
@@ -246,7 +300,7 @@ static size_t on_header(char *p, size_t size, size_t n, void *arg)
 /* Bodies go to the cache's file in pieces of this size rather than as curl hands
  * them (16 KiB at a time over plain HTTP): the page cache then holds the copy in
  * large folios, and a reader's mapping of it faults a fraction of the times. */
-#define WRITE_BUF ((size_t)1 << 20)
+#define WRITE_BUF ((size_t)FERRY__WRITE_BUFFER)
 
 /* Writes what wbuf holds; false with q->sink_err set when the write fails. */
 static bool flush_body(request *q)
@@ -290,10 +344,18 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
         q->got += len;
         return len;
     }
-    if (q->fd >= 0) {
+    if (q->fd >= 0 || q->rmem) {
         if (q->got == 0 && q->status == 200 && q->pos && !q->has_range)
             q->pos = 0; /* a whole object where a range was asked: it starts at 0 */
         atomic_fetch_add_explicit(&ferry__remote_stats.downloaded_bytes, len, memory_order_relaxed);
+        if (q->rmem) { /* a range into memory: the part of the body inside it */
+            uint64_t at = q->pos + q->got, end = q->rmem_off + q->rmem_len;
+            uint64_t lo = at > q->rmem_off ? at : q->rmem_off, hi = at + len < end ? at + len : end;
+            if (lo < hi)
+                memcpy(q->rmem + (lo - q->rmem_off), p + (lo - at), (size_t)(hi - lo));
+            q->got += len;
+            return len;
+        }
         for (size_t done = 0; q->wbuf && done < len;) {
             size_t take = WRITE_BUF - q->held < len - done ? WRITE_BUF - q->held : len - done;
             memcpy(q->wbuf + q->held, p + done, take);
@@ -347,6 +409,12 @@ static CURLcode perform(request *q, char *curl_err)
     CURLcode cc;
     if (!h)
         return CURLE_OUT_OF_MEMORY;
+    if (q->buffered && (q->wbuf = ferry__malloc(WRITE_BUF)) != NULL) { /* NULL: unbuffered */
+        pthread_mutex_lock(&g.mu);
+        count_buffers(0, 1);
+        pthread_mutex_unlock(&g.mu);
+    }
+    q->held = 0;
     q->status = 0;
     q->got = 0;
     q->err_n = 0;
@@ -367,7 +435,7 @@ static CURLcode perform(request *q, char *curl_err)
     curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
     curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
-    curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L << 10);
+    curl_easy_setopt(h, CURLOPT_BUFFERSIZE, (long)FERRY__FETCH_BUFFER);
     curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
     curl_easy_setopt(h, CURLOPT_USERAGENT, "ferry/" FERRY_VERSION_STRING);
     if (g.ca)
@@ -434,11 +502,17 @@ static CURLcode perform(request *q, char *curl_err)
     }
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
     curl_slist_free_all(hdr);
+    if (q->wbuf) { /* written out before the transfer gives its connection back */
+        if (q->held)
+            flush_body(q);
+        ferry__free(q->wbuf);
+        q->wbuf = NULL;
+        pthread_mutex_lock(&g.mu);
+        count_buffers(0, -1);
+        pthread_mutex_unlock(&g.mu);
+    }
     /* a handle whose transfer failed may hold a broken connection: not pooled */
-    if (cc == CURLE_OK)
-        handle_put(h);
-    else
-        curl_easy_cleanup(h);
+    handle_put(h, cc == CURLE_OK);
     return cc;
 }
 
@@ -535,8 +609,8 @@ static int send_retrying(request *q)
             return ferry__err(FERRY_EIO, "%s: writing what was fetched: %s", q->shown,
                               strerror(q->sink_err));
         bool again;
-        if (cc != CURLE_OK && q->fd >= 0 && q->status >= 200 && q->status <= 299 && q->got > 0 &&
-            retry_curl(cc))
+        if (cc != CURLE_OK && (q->fd >= 0 || q->rmem) && q->status >= 200 && q->status <= 299 &&
+            q->got > 0 && retry_curl(cc))
             return 1; /* part of the body came: the caller goes on from there */
         if (cc != CURLE_OK && !(cc == CURLE_WRITE_ERROR && q->status >= 300)) {
             snprintf(last, sizeof last, "%s", curl_err[0] ? curl_err : curl_easy_strerror(cc));
@@ -652,7 +726,7 @@ cleanup:
     return rc;
 }
 
-int ferry__http_get_range(const ferry__obj *o, int fd, uint64_t off, uint64_t len)
+static int get_range(const ferry__obj *o, int fd, void *mem, uint64_t off, uint64_t len)
 {
     request *q = ferry__calloc(1, sizeof *q);
     int rc = 0;
@@ -663,7 +737,10 @@ int ferry__http_get_range(const ferry__obj *o, int fd, uint64_t off, uint64_t le
     FERRY_TRY(g_ready());
     FERRY_TRY(object_request(q, o->url));
     q->fd = fd;
-    q->wbuf = len > 64 * 1024 ? ferry__malloc(WRITE_BUF) : NULL; /* NULL: written as it comes */
+    q->rmem = mem;
+    q->rmem_off = off;
+    q->rmem_len = mem ? len : 0;
+    q->buffered = fd >= 0 && len > 64 * 1024; /* else written as it comes */
     if (o->etag[0])
         snprintf(q->if_match, sizeof q->if_match, "%s", o->etag);
     while (done < len) {
@@ -710,6 +787,16 @@ cleanup:
     ferry__free(q->wbuf);
     ferry__free(q);
     return rc;
+}
+
+int ferry__http_get_range(const ferry__obj *o, int fd, uint64_t off, uint64_t len)
+{
+    return get_range(o, fd, NULL, off, len);
+}
+
+int ferry__http_get_range_mem(const ferry__obj *o, void *buf, uint64_t off, size_t len)
+{
+    return len ? get_range(o, -1, buf, off, len) : 0;
 }
 
 int ferry__http_list_page(const char *bucket, const char *prefix, const char *delimiter,

@@ -416,6 +416,67 @@ int ferry__remote_stat(const char *url, uint64_t *size, int64_t *mtime_ns)
     return rc;
 }
 
+int ferry__remote_read(const char *url, void *buf, uint64_t off, size_t len)
+{
+    for (int tries = 0;; tries++) {
+        ferry__obj o;
+        int rc = describe(url, &o);
+        if (rc < 0)
+            return rc;
+        if (off > o.size || len > o.size - off)
+            return ferry__err(FERRY_ECORRUPT, "%s: bytes %llu-%llu are past its end (%llu bytes)",
+                              url, (unsigned long long)off, (unsigned long long)(off + len),
+                              (unsigned long long)o.size);
+        rc = ferry__http_get_range_mem(&o, buf, off, len);
+        if (rc == FERRY_ESTALE && tries < 3) { /* it changed: learn its new version */
+            forget(url);
+            atomic_fetch_add_explicit(&ferry__remote_stats.retries, 1, memory_order_relaxed);
+            continue;
+        }
+        if (rc == 0)
+            atomic_fetch_add_explicit(&ferry__remote_stats.ranged_reads, 1, memory_order_relaxed);
+        return rc;
+    }
+}
+
+int ferry__remote_peek(const char *url, void *buf, uint64_t off, size_t len)
+{
+    if (!ferry__remote_cached(url))
+        return ferry__remote_read(url, buf, off, len);
+    ferry__file f;
+    size_t got;
+    int rc = ferry__file_open(&f, url);
+    if (rc < 0)
+        return rc;
+    rc = ferry__file_pread(&f, url, buf, len, off, &got);
+    ferry__file_close(&f);
+    if (rc == 0 && got != len)
+        rc = ferry__err(FERRY_EIO, "%s: shrank while read", url);
+    return rc;
+}
+
+int ferry__remote_fits(const char *what, size_t nfiles, uint64_t total)
+{
+    char dir[1024];
+    uint64_t limit;
+    int rc = ferry__cache_settings(dir, sizeof dir, &limit);
+    if (rc < 0 || total <= limit)
+        return rc;
+    return ferry__err(FERRY_ERANGE,
+                      "%s: its %zu remote file%s hold %llu bytes, more than cache %s may hold "
+                      "(its limit is %llu bytes): a map-style source keeps every file it reads "
+                      "open, so all of them must fit; raise cache_limit= or FERRY_CACHE_LIMIT",
+                      what, nfiles, nfiles == 1 ? "" : "s", (unsigned long long)total, dir,
+                      (unsigned long long)limit);
+}
+
+bool ferry__remote_cached(const char *url)
+{
+    ferry__obj o;
+    memset(&o, 0, sizeof o);
+    return recall(url, &o) && ferry__cache_holds(&o);
+}
+
 /* ---- Listing ---- */
 
 typedef struct url_list {
@@ -601,6 +662,13 @@ static void submit(bool head, const char *url)
     ferry__err_clear();
 }
 
+size_t ferry__remote_ahead(void)
+{
+    const char *v = getenv("FERRY_REMOTE_AHEAD");
+    int64_t x;
+    return v && ferry__parse_i64(v, 0, 1024, &x) ? (size_t)x : 4;
+}
+
 void ferry__remote_prefetch(const char *url)
 {
     /* the last hints, by hash: a URL hinted again soon after is not queued twice */
@@ -629,11 +697,8 @@ void ferry__remote_revalidate(char *const *paths, size_t n, size_t max)
 
 void ferry__prefetch_ahead(char *const *paths, size_t n, size_t at, size_t ahead)
 {
-    if (!ahead) {
-        const char *v = getenv("FERRY_REMOTE_AHEAD");
-        int64_t x;
-        ahead = v && ferry__parse_i64(v, 0, 1024, &x) ? (size_t)x : 4;
-    }
+    if (!ahead)
+        ahead = ferry__remote_ahead();
     if (at < n)
         ferry__remote_revalidate(paths + at, n - at, 0);
     for (size_t i = at; i < n && i - at < ahead; i++)
@@ -650,6 +715,9 @@ void ferry_remote_stats_get(ferry_remote_stats *out)
     out->retries = atomic_load_explicit(&c->retries, memory_order_relaxed);
     out->fetch_wait_ns = atomic_load_explicit(&c->wait_ns, memory_order_relaxed);
     out->requests = atomic_load_explicit(&c->requests, memory_order_relaxed);
+    out->ranged_reads = atomic_load_explicit(&c->ranged_reads, memory_order_relaxed);
+    out->fetch_buffer_bytes = atomic_load_explicit(&c->buffer_bytes, memory_order_relaxed);
+    out->fetch_buffer_peak = atomic_load_explicit(&c->buffer_peak, memory_order_relaxed);
 }
 
 int ferry_remote_available(void)

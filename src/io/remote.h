@@ -156,17 +156,29 @@ typedef struct ferry__obj {
 
 /* The transport's settings, read once from the environment (FERRY_REMOTE_*). */
 typedef struct ferry__http_cfg {
-    unsigned attempts;   /* FERRY_REMOTE_ATTEMPTS: tries of one request, 8 */
-    unsigned stall_s;    /* FERRY_REMOTE_STALL: no byte for this long is a stall, 30 */
-    unsigned connect_s;  /* FERRY_REMOTE_CONNECT_TIMEOUT: 10 */
-    unsigned deadline_s; /* FERRY_REMOTE_DEADLINE: all tries of one request, 600 */
-    unsigned backoff_ms; /* FERRY_REMOTE_BACKOFF_MS: the first retry's wait bound, 100 */
-    unsigned parts;      /* FERRY_REMOTE_PARTS: ranged parts of one object at once, 4 */
-    uint64_t part_size;  /* FERRY_REMOTE_PART_SIZE: 16 MiB */
-    unsigned list_page;  /* FERRY_REMOTE_LIST_PAGE: keys a listing page asks for (max-keys);
-                          * 0: the server's choice (S3: 1000) */
+    unsigned attempts;    /* FERRY_REMOTE_ATTEMPTS: tries of one request, 8 */
+    unsigned stall_s;     /* FERRY_REMOTE_STALL: no byte for this long is a stall, 30 */
+    unsigned connect_s;   /* FERRY_REMOTE_CONNECT_TIMEOUT: 10 */
+    unsigned deadline_s;  /* FERRY_REMOTE_DEADLINE: all tries of one request, 600 */
+    unsigned backoff_ms;  /* FERRY_REMOTE_BACKOFF_MS: the first retry's wait bound, 100 */
+    unsigned parts;       /* FERRY_REMOTE_PARTS: ranged parts of one object at once, 4 */
+    uint64_t part_size;   /* FERRY_REMOTE_PART_SIZE: 16 MiB */
+    unsigned list_page;   /* FERRY_REMOTE_LIST_PAGE: keys a listing page asks for (max-keys);
+                           * 0: the server's choice (S3: 1000) */
+    unsigned connections; /* FERRY_REMOTE_CONNECTIONS: transfers under way at once in the
+                           * process, 16 (a transfer waits for a free one) */
 } ferry__http_cfg;
 const ferry__http_cfg *ferry__http_config(void);
+
+/* A transfer's receive buffer (libcurl's CURLOPT_BUFFERSIZE), and the buffer a
+ * large range written into a file goes through (written out in large pieces). */
+#define FERRY__FETCH_BUFFER ((uint64_t)512 << 10)
+#define FERRY__WRITE_BUFFER ((uint64_t)1 << 20)
+/* The most memory the process's fetch buffers may hold: FERRY_REMOTE_CONNECTIONS
+ * transfers of FERRY__FETCH_BUFFER and FERRY__WRITE_BUFFER each (bodies go to the cache's files,
+ * and a ranged read of a sample into the caller's memory). A loader over a remote source counts it
+ * in its memory budget. */
+uint64_t ferry__remote_buffer_bytes(void);
 
 /* The object's size, ETag and Last-Modified (a HEAD). FERRY_ENOENT for 404, FERRY_EIO
  * for the rest, the message naming the URL, the status or curl's error, the attempts
@@ -176,6 +188,9 @@ int ferry__http_head(const char *url, ferry__obj *o);
  * can be retried and going on from where a cut-short body stopped. A response whose
  * ETag is not o's is FERRY_ESTALE (the object changed). */
 int ferry__http_get_range(const ferry__obj *o, int fd, uint64_t off, uint64_t len);
+/* Bytes [off, off + len) of o into buf (a ranged GET; downloaded_bytes counts them),
+ * with the same retries and checks. */
+int ferry__http_get_range_mem(const ferry__obj *o, void *buf, uint64_t off, size_t len);
 /* One ListObjectsV2 page of s3://bucket/prefix (delimiter "/" or NULL; token "" for
  * the first), parsed. */
 int ferry__http_list_page(const char *bucket, const char *prefix, const char *delimiter,
@@ -192,6 +207,8 @@ int ferry__http_init(void);
 /* Counters of the process's remote reads, summed from every thread. */
 typedef struct ferry__remote_counters {
     _Atomic uint64_t downloaded_bytes, cache_hits, cache_misses, retries, wait_ns, requests;
+    _Atomic uint64_t ranged_reads;              /* parts read by ranged GETs, not cached */
+    _Atomic uint64_t buffer_bytes, buffer_peak; /* fetch buffers now, and the most */
 } ferry__remote_counters;
 extern ferry__remote_counters ferry__remote_stats;
 
@@ -218,6 +235,9 @@ int ferry__cache_open(const ferry__obj *o, ferry__cache_fetch_fn fetch, void *ar
                       bool *hit);
 /* The cache key of o: hex SHA-256 of its URL and version. */
 void ferry__cache_key(const ferry__obj *o, char out[65]);
+/* Whether the cache holds a whole copy of o now (a look, no lock: it may be evicted
+ * before it is opened, and opening it then fetches it). */
+bool ferry__cache_holds(const ferry__obj *o);
 
 /* ---- What the file layer calls (remote.c) ---- */
 /* Opens the remote object at url as the file f (its cached copy, locked against
@@ -254,6 +274,51 @@ void ferry__remote_prefetch(const char *url);
 /* True once the process is exiting: transfers stop (http.c asks at each progress
  * call) and fetches ahead are not started. */
 bool ferry__remote_stopping(void);
+/* Bytes [off, off + len) of the object at url into buf by one ranged GET, not
+ * through the cache (ranged_reads counts it; downloaded_bytes its bytes). */
+int ferry__remote_read(const char *url, void *buf, uint64_t off, size_t len);
+/* The same bytes from the cached copy when the cache holds it (nothing is
+ * downloaded), else by a ranged GET: what an open reads of a file it does not
+ * fetch yet (a header). */
+int ferry__remote_peek(const char *url, void *buf, uint64_t off, size_t len);
+/* A map-style source over nfiles remote files of total bytes, which it keeps
+ * open once read: FERRY_ERANGE naming the numbers when the cache's limit cannot
+ * hold them all (said at open, not when the epoch reaches the file that does
+ * not fit). */
+int ferry__remote_fits(const char *what, size_t nfiles, uint64_t total);
+/* Whether the cache holds the object at url now (its size and version known from a
+ * listing or a HEAD). */
+bool ferry__remote_cached(const char *url);
+
+/* ---- A file opened when first read (lazy.c) ---- */
+/* A map-style source over many remote files knows their sizes at open and maps
+ * each file (fetching it through the cache) when it is first needed; a file that
+ * is not wanted whole (no hint from a loader, not in the cache, read only a few
+ * times) is read a sample at a time by ranged GETs instead. */
+typedef struct ferry__lazy {
+    char *path;
+    void *_Atomic data; /* the mapping's bytes once mapped, else NULL */
+    ferry__map map;
+    _Atomic bool wanted;     /* asked for whole: a hint, or read often */
+    _Atomic unsigned ranged; /* samples read by ranged GETs */
+    pthread_mutex_t mu;      /* installs the mapping */
+} ferry__lazy;
+/* Ranged reads of a file before it is fetched whole (FERRY_REMOTE_RANGED, 8). */
+unsigned ferry__lazy_ranged_max(void);
+int ferry__lazy_init(ferry__lazy *z, const char *path);
+void ferry__lazy_free(ferry__lazy *z);
+/* The file's bytes, mapped (fetched first when the cache lacks it). */
+int ferry__lazy_map(ferry__lazy *z, const uint8_t **data);
+/* Asks for the whole file in the background (a loader's hint). */
+void ferry__lazy_want(ferry__lazy *z);
+/* Bytes [off, off + len) of the file: *p points into its mapping when it is mapped,
+ * wanted or cached (mapping it first); else they are read into buf (len bytes) by a
+ * ranged GET and *p is buf, and after FERRY_REMOTE_RANGED such reads the file is
+ * asked for whole. */
+int ferry__lazy_read(ferry__lazy *z, void *buf, uint64_t off, size_t len, const uint8_t **p);
+
+/* FERRY_REMOTE_AHEAD: files a reader fetches ahead of the one it opens (4). */
+size_t ferry__remote_ahead(void);
 /* Learns the versions (one HEAD each, on 8 threads of their own) of the remote
  * paths among paths[0 .. n) that the process does not know yet, at most max of
  * them (0: FERRY_REMOTE_REVALIDATE_AHEAD, 64), in the order given, in the

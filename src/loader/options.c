@@ -3,6 +3,7 @@
  * memory budget, and the device options.
  */
 #include "loader_internal.h"
+#include "../io/remote.h"
 
 #include <unistd.h>
 #include <stdio.h>
@@ -148,7 +149,34 @@ static int check_budget(ferry_loader *l)
                           human(streams, b2, sizeof b2), human(budget, b3, sizeof b3),
                           DEFAULT_BUDGET_DIVISOR);
     scratch = scratch + streams < scratch ? UINT64_MAX : scratch + streams;
+    /* a remote source's transfers hold their receive buffers (the bodies go to the
+     * cache's files) */
+    uint64_t fetch = (l->ds ? l->ds->remote : l->st->remote) ? ferry__remote_buffer_bytes() : 0;
+    if (fetch && fetch >= budget)
+        return ferry__err(FERRY_EINVAL,
+                          "loader: the fetch buffers of a remote source, %u connections "
+                          "(FERRY_REMOTE_CONNECTIONS) of %s each, need %s, over the memory "
+                          "budget of %s (memory_budget; 0 = 1/%d of physical memory)",
+                          ferry__http_config()->connections,
+                          human(FERRY__FETCH_BUFFER + FERRY__WRITE_BUFFER, b1, sizeof b1),
+                          human(fetch, b2, sizeof b2), human(budget, b3, sizeof b3),
+                          DEFAULT_BUDGET_DIVISOR);
+    scratch = scratch + fetch < scratch ? UINT64_MAX : scratch + fetch;
     const ferry_field *f = &l->fields[widest];
+    if (fetch && batch <= budget && scratch > budget - batch) {
+        char b4[32], b5[32];
+        return ferry__err(
+            FERRY_EINVAL,
+            "loader: a batch buffer of %s, the workers' scratch and the fetch "
+            "buffers of a remote source (%s: FERRY_REMOTE_CONNECTIONS %u of %s) "
+            "need %s, over the memory budget of %s (memory_budget; 0 = 1/%d of "
+            "physical memory)",
+            human(batch, b1, sizeof b1), human(fetch, b2, sizeof b2),
+            ferry__http_config()->connections,
+            human(FERRY__FETCH_BUFFER + FERRY__WRITE_BUFFER, b4, sizeof b4),
+            human(batch + scratch < batch ? UINT64_MAX : batch + scratch, b3, sizeof b3),
+            human(budget, b5, sizeof b5), DEFAULT_BUDGET_DIVISOR);
+    }
     if (batch > budget || scratch > budget - batch) {
         if (f->variable)
             return ferry__err(FERRY_EINVAL,

@@ -247,6 +247,29 @@ def test_errors_say_what_to_check(servers, remote_data, tmp_path):
     assert r["samples"] == 5
 
 
+def test_an_exit_under_fetches_ahead_over_https(servers, tmp_path):
+    """A brace range over https whose first tar is missing: the open fails at once,
+    with the next four (64 MiB each) being fetched ahead, and the process exits
+    under those transfers. Its exit handler stops them before the TLS library's
+    own cleanup runs; the other way round, they crash the process (SIGSEGV)."""
+    d = os.path.join(servers.files, "exit-ahead")
+    os.makedirs(d, exist_ok=True)
+    os.chmod(d, 0o755)
+    for k in range(1, 6):
+        path = os.path.join(d, "train-%06d.tar" % k)
+        with open(path, "wb") as f:
+            f.truncate(64 << 20)  # sparse: served as 64 MiB of zeros
+        os.chmod(path, 0o644)
+    src = "wds:%s/exit-ahead/train-{000000..000005}.tar" % servers.env()["FERRY_TEST_HTTPS_URL"]
+    for k in range(5):
+        cache = tmp_path / ("cache-%d" % k)
+        p = subprocess.run([ferry_exe(), "head", src, "-n", "1"], capture_output=True, text=True,
+                           env=base_env(servers, cache), timeout=120)
+        assert p.returncode > 0, (k, p.returncode, p.stderr[-3000:])
+        assert "train-000000.tar: HTTP 404" in p.stderr, p.stderr
+        shutil.rmtree(str(cache), ignore_errors=True)
+
+
 def test_unsigned_refusal_says_no_credentials_were_found(servers, remote_data, proxy, tmp_path):
     """No credentials: requests go unsigned. A bucket that refuses anonymous readers
     (the proxy answers 403 AccessDenied to unsigned requests, as S3 does for a

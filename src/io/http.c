@@ -76,6 +76,11 @@ bool ferry__http_available(void)
     return false;
 }
 
+int ferry__http_init(void)
+{
+    return no_curl("s3://, http://, https://");
+}
+
 int ferry__http_head(const char *url, ferry__obj *o)
 {
     (void)o;
@@ -157,6 +162,11 @@ static int g_ready(void)
 bool ferry__http_available(void)
 {
     return true;
+}
+
+int ferry__http_init(void)
+{
+    return g_ready();
 }
 
 /* The memory fetch buffers hold now (under g.mu): the handles that exist, each
@@ -545,9 +555,14 @@ static void backoff(unsigned attempt, uint64_t deadline)
     uint64_t now = ferry_now_ns();
     if (now + wait > deadline)
         wait = deadline > now ? deadline - now : 0;
-    struct timespec ts = {(time_t)(wait / 1000000000u), (long)(wait % 1000000000u)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
+    /* in slices, so that a process exiting (ferry__remote_stopping) is not kept
+     * waiting for a try it will not make */
+    for (uint64_t end = now + wait; !ferry__remote_stopping() && (now = ferry_now_ns()) < end;) {
+        uint64_t left = end - now < 100000000u ? end - now : 100000000u;
+        struct timespec ts = {(time_t)(left / 1000000000u), (long)(left % 1000000000u)};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+            ;
+    }
 }
 
 /* What a refused request's message tells the user to check, into out. */
@@ -582,6 +597,9 @@ static int send_retrying(request *q)
         if (attempt > 1) {
             atomic_fetch_add_explicit(&ferry__remote_stats.retries, 1, memory_order_relaxed);
             backoff(attempt, deadline);
+            if (ferry__remote_stopping())
+                return ferry__err(FERRY_EIO, "%s: %s (not retried: the process is exiting)",
+                                  q->shown, last);
             q->fresh = true;
         }
         CURLcode cc = perform(q, curl_err);

@@ -608,8 +608,10 @@ static void revalidate_job(void *arg)
 /* At the process's exit, fetches ahead still under way would run into the TLS
  * library's own exit cleanup: they are told to stop (the transfers end at their
  * next progress call) and waited for, up to 5 s. Registered with atexit when the
- * background threads start, after libcurl's TLS library registered its own, so
- * that it runs first. */
+ * background threads start, after libcurl's TLS library registered its own (the
+ * transport is initialised first, ferry__http_init), so that it runs first: a
+ * source whose files are named (a brace range) queues work before its first
+ * request, and the TLS library, cleaned up under transfers, would crash them. */
 static atomic_bool stopping;
 
 bool ferry__remote_stopping(void)
@@ -637,7 +639,7 @@ static void submit(bool head, const char *url)
     pthread_mutex_lock(&bg.mu);
     if (!bg.made) {
         bg.made = true;
-        if (ferry__cond_init(&bg_idle) < 0 ||
+        if (ferry__http_init() < 0 || ferry__cond_init(&bg_idle) < 0 ||
             ferry__pool_create(&bg.fetch, AHEAD_THREADS, AHEAD_QUEUE) < 0 ||
             ferry__pool_create(&bg.head, REVALIDATE_THREADS, REVALIDATE_QUEUE) < 0)
             bg.head = NULL;

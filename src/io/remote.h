@@ -197,6 +197,12 @@ int ferry__http_list_page(const char *bucket, const char *prefix, const char *de
                           const char *token, ferry__s3_page *page);
 /* Whether this build has a transport. */
 bool ferry__http_available(void);
+/* Initialises the transport for the process now (libcurl, its TLS library and the
+ * AWS settings), once; later calls return the first answer. The TLS library
+ * registers its exit cleanup (atexit) here: an exit handler that must run before
+ * that cleanup, while transfers can still be stopped, is registered after this
+ * call. FERRY_ENOTSUP in a build without libcurl. */
+int ferry__http_init(void);
 
 /* Counters of the process's remote reads, summed from every thread. */
 typedef struct ferry__remote_counters {

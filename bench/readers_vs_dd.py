@@ -22,6 +22,9 @@ Each round runs, from the page cache, with 2 workers:
      starts); by the loader's clock alone for reference.
   4. one gzip CSV file read as a stream vs the same file uncompressed:
      formats_vs.py's part 4. Target: >= 0.9x.
+With the index part, bench/membus.c then measures on the same file, with 1
+and 2 threads, what the memory bus allows: pread as dd does, pread plus a copy
+of every byte into a ring (the least a loader does), a scan of a mapping.
 --parts runs only the parts named. --base PATH runs a second ferry (the binary
 before a change) in the same rounds, alternating with --ferry, for the index and
 CSV parts: its ratios are printed under the new ones, each against its own dd
@@ -37,6 +40,7 @@ non-zero when something breaks.
 """
 
 import argparse
+import json
 import os
 import re
 import statistics
@@ -131,9 +135,11 @@ def ratios(r):
             out["index_base"] = r["index"]["base"]["ratio"]
     if "records" in r:
         out["records"] = r["records"]["ratio"]["workers=2"]
+        out["records_process"] = r["records"]["ratio_process"]["workers=2"]
     if "tfrecord" in r:
         t = r["tfrecord"]
         out.update({"tfrecord": t["ratio_map"],
+                    "tfrecord_process": t["ratio_map_process"],
                     "tfrecord_stream": t["ratio_stream"],
                     "records_4k_vs_dd": t["ratio_records"],
                     "records_vs_tfrecord": t["records_vs_tfrecord"],
@@ -154,7 +160,9 @@ def report(raw, t0, out):
         ("index", "ferry index, 1 GB text / dd"),
         ("index_base", "  the same, the base binary"),
         ("records", "records 64 KiB, 2 workers / dd"),
+        ("records_process", "  the same, process's wall clock"),
         ("tfrecord", "TFRecord 4 KiB, map-style / dd"),
+        ("tfrecord_process", "  the same, process's wall clock"),
         ("tfrecord_stream", "TFRecord 4 KiB, stream / dd"),
         ("records_4k_vs_dd", "records 4 KiB (same data) / dd"),
         ("records_vs_tfrecord", "records 4 KiB / TFRecord, process"),
@@ -213,7 +221,26 @@ def report(raw, t0, out):
                                 fmt(x["best_gzip"]["text_mb_per_s"]),
                                 x["cpu_seconds"]["plain"],
                                 x["cpu_seconds"]["gzip"]))
+    for m in raw.get("memory_bus", []):
+        lines.append("  memory bus, %d thread%s (bench/membus.c on the index's file): "
+                     "read %.1f GB/s, read + copy into a ring %.1f GB/s, scan of a "
+                     "mapping %.1f GB/s" % (m["threads"], "s" if m["threads"] > 1 else "",
+                                            m["read_gb_per_s"], m["copy_gb_per_s"],
+                                            m["scan_gb_per_s"]))
     print_report(lines, t0, out)
+
+
+def memory_bus(tmpdir, path):
+    """membus.c on the index part's file, 1 and 2 threads: the ceiling the
+    readers run under (pread as dd, pread + copy into a ring, a mapping's scan)."""
+    exe = os.path.join(tmpdir, "membus")
+    run_checked(["cc", "-O2", "-pthread", os.path.join(HERE, "membus.c"), "-o",
+                 exe], "cc membus.c")
+    out = []
+    for threads in (1, 2):
+        text, _ = run_checked([exe, "--threads", str(threads), path], "membus")
+        out.append(json.loads(text))
+    return out
 
 
 def main():
@@ -262,6 +289,8 @@ def main():
             os.sync()
         raw["rounds"] = [run_round(args, exe, bare, tmpdir, lines, k)
                          for k in range(args.rounds)]
+        if lines:
+            raw["memory_bus"] = memory_bus(tmpdir, lines["path"])
         report(raw, t0, shown_path(args.out, ROOT))
         write_results(args.out, raw, private=[tmpdir])
 

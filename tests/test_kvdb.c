@@ -336,6 +336,40 @@ TEST(transactions_on_the_new_backends)
     test_remove_dir();
 }
 
+/* A LevelDB transaction is one write batch, so a commit is all or nothing: a put
+ * that would take it past 256 MiB is refused, the puts before it kept. */
+TEST(leveldb_transaction_is_one_batch)
+{
+    test_make_dir("kvdb");
+    char path[512];
+    test_path("big", path);
+    size_t n = (size_t)130 << 20;
+    char *val = malloc(n);
+    CHECK(val != NULL);
+    memset(val, 'v', n);
+    ferry_db *db;
+    ferry_db_txn *t;
+    CHECK_OK(ferry_db_open(&db, "leveldb", path, FERRY_DB_WRITE));
+    CHECK_OK(ferry_db_begin(db, &t));
+    CHECK_OK(ferry_db_put(t, "a", 1, val, n));
+    CHECK_RC(ferry_db_put(t, "b", 1, val, n), FERRY_ERANGE);
+    CHECK_CONTAINS(ferry_last_errmsg(), "commit it and begin another");
+    CHECK_OK(ferry_db_put(t, "c", 1, "small", 5));
+    CHECK_OK(ferry_db_commit(t));
+    ferry_db_close(db);
+    free(val);
+    CHECK_OK(ferry_db_open(&db, "leveldb", path, FERRY_DB_READ));
+    CHECK_U64(ferry_db_count(db), 2);
+    const void *k, *v;
+    size_t kl, vl;
+    CHECK_OK(ferry_db_entry(db, 0, &k, &kl, &v, &vl));
+    CHECK(kl == 1 && !memcmp(k, "a", 1) && vl == n && ((const char *)v)[n - 1] == 'v');
+    CHECK_OK(ferry_db_entry(db, 1, &k, &kl, &v, &vl));
+    CHECK(kl == 1 && !memcmp(k, "c", 1) && vl == 5);
+    ferry_db_close(db);
+    test_remove_dir();
+}
+
 /* minidb's framing from a file: the framing Caffe2 writes, then damage. */
 static void put_entry(FILE *f, int32_t kl, int32_t vl, const char *k, const char *v)
 {
@@ -510,6 +544,7 @@ static void read_damaged(const char *kind, const char *path, int *errors)
     int rc = ferry_dataset_open(&ds, spec);
     if (rc < 0) {
         CHECK_CONTAINS(ferry_last_errmsg(), path);
+        CHECK_CONTAINS(ferry_last_errmsg(), kind);
         (*errors)++;
         return;
     }
@@ -666,18 +701,10 @@ TEST(leveldb_checksums_are_checked_once_at_open)
     test_remove_dir();
 }
 
-/* LevelDB maps its tables: one cut short under an open dataset is an error
- * naming the table file at the first read that meets the cut (a SIGBUS inside
- * the library, caught by ferry's guard), then every read says the database was
- * abandoned; freeing it does not crash. */
-TEST(leveldb_table_cut_short_while_read_is_an_error)
+/* A LevelDB at path of 400 entries of noise, compacted into one table (its
+ * path in table, its size in *size): for cutting short while read. */
+static void one_table(const char *path, char *table, size_t cap, off_t *size)
 {
-#ifdef __SANITIZE_ADDRESS__
-    __lsan_disable(); /* the abandoned database's handle is left to the process, by design */
-#endif
-    test_make_dir("kvdb");
-    char path[512];
-    test_path("db", path);
     ferry_db *db;
     ferry_db_txn *t;
     unsigned char val[700];
@@ -691,21 +718,41 @@ TEST(leveldb_table_cut_short_while_read_is_an_error)
     }
     CHECK_OK(ferry_db_commit(t));
     ferry_db_close(db);
-    char spec[700], table[1024] = "";
+    char spec[700];
     ferry_dataset *ds;
     snprintf(spec, sizeof spec, "leveldb:%s,value=raw", path);
     CHECK_OK(ferry_dataset_open(&ds, spec)); /* LevelDB writes its log into a table */
     ferry_dataset_free(ds);
+    table[0] = 0;
     DIR *d = opendir(path);
     struct dirent *e;
     while ((e = readdir(d)))
         if (strlen(e->d_name) > 4 && !strcmp(e->d_name + strlen(e->d_name) - 4, ".ldb"))
-            snprintf(table, sizeof table, "%s/%s", path, e->d_name);
+            snprintf(table, cap, "%s/%s", path, e->d_name);
     closedir(d);
     CHECK(table[0]);
     struct stat st;
     CHECK(stat(table, &st) == 0 && st.st_size > 200000);
+    *size = st.st_size;
+}
 
+/* LevelDB maps its tables: one cut short under an open dataset is an error
+ * naming the table file at the first read that meets the cut (a SIGBUS inside
+ * the library, caught by ferry's guard), then every read says the database was
+ * abandoned; freeing it does not crash. */
+TEST(leveldb_table_cut_short_while_read_is_an_error)
+{
+#ifdef __SANITIZE_ADDRESS__
+    __lsan_disable(); /* the abandoned database's handle is left to the process, by design */
+#endif
+    test_make_dir("kvdb");
+    char path[512], spec[700], table[1024];
+    unsigned char val[700];
+    off_t size;
+    test_path("db", path);
+    one_table(path, table, sizeof table, &size);
+    snprintf(spec, sizeof spec, "leveldb:%s,value=raw", path);
+    ferry_dataset *ds;
     CHECK_OK(ferry_dataset_open(&ds, spec));
     ferry_ctx *ctx;
     CHECK_OK(ferry_ctx_create(&ctx, 0, 0));
@@ -714,7 +761,7 @@ TEST(leveldb_table_cut_short_while_read_is_an_error)
     CHECK_OK(ferry_dataset_get(ds, 3, &s->s, ctx)); /* read before the cut */
     noise(val, sizeof val, 3);
     CHECK(memcmp(s->data[fv], val, sizeof val) == 0);
-    CHECK(truncate(table, st.st_size / 2) == 0);
+    CHECK(truncate(table, size / 2) == 0);
     int cut = 0, abandoned = 0, ok = 0;
     for (uint64_t i = 0; i < 400; i++) {
         int rc = ferry_dataset_get(ds, (i * 7) % 400, &s->s, ctx);
@@ -728,10 +775,14 @@ TEST(leveldb_table_cut_short_while_read_is_an_error)
             CHECK_CONTAINS(ferry_last_errmsg(),
                            "leveldb: the file was cut short while it was read");
             CHECK_CONTAINS(ferry_last_errmsg(), "bytes now");
+            CHECK_CONTAINS(ferry_last_errmsg(),
+                           "the database is abandoned: LevelDB's memory and its LOCK are held "
+                           "until this process ends");
             cut++;
         } else {
             CHECK_CONTAINS(ferry_last_errmsg(), path);
             CHECK_CONTAINS(ferry_last_errmsg(), "not read: a table file was cut short");
+            CHECK_CONTAINS(ferry_last_errmsg(), "held until this process ends");
             abandoned++;
         }
     }
@@ -743,6 +794,29 @@ TEST(leveldb_table_cut_short_while_read_is_an_error)
     sample_free(s);
     ferry_ctx_free(ctx);
     ferry_dataset_free(ds);
+
+    /* the same through the DB interface: after the cut, a cursor's first read
+     * fails at once instead of reading through the abandoned database */
+    test_path("db2", path);
+    one_table(path, table, sizeof table, &size);
+    ferry_db *db;
+    CHECK_OK(ferry_db_open(&db, "leveldb", path, FERRY_DB_READ));
+    const void *k, *v;
+    size_t kl, vl;
+    CHECK_OK(ferry_db_entry(db, 3, &k, &kl, &v, &vl));
+    CHECK(truncate(table, size / 2) == 0);
+    int rc = 0;
+    for (uint64_t i = 0; i < 400 && rc == 0; i++)
+        rc = ferry_db_entry(db, (i * 7) % 400, &k, &kl, &v, &vl);
+    CHECK_EQ(rc, FERRY_EIO);
+    CHECK_CONTAINS(ferry_last_errmsg(), table);
+    ferry_db_cursor *c;
+    CHECK_OK(ferry_db_cursor_open(db, 0, 1, &c));
+    CHECK_EQ(ferry_db_cursor_next(c, &k, &kl, &v, &vl), FERRY_EIO);
+    CHECK_CONTAINS(ferry_last_errmsg(), "leveldb: not read in key order");
+    CHECK_CONTAINS(ferry_last_errmsg(), "abandoned");
+    ferry_db_cursor_close(c);
+    ferry_db_close(db);
     test_remove_dir();
 #ifdef __SANITIZE_ADDRESS__
     __lsan_enable();
@@ -769,6 +843,12 @@ TEST(cli_reads_the_new_stores)
     snprintf(args, sizeof args, "ls leveldb:%s", path);
     CHECK_OK(test_ferry_cli(args, out, sizeof out));
     CHECK_CONTAINS(out, "00000039");
+    snprintf(args, sizeof args,
+             "bench leveldb:%s --batch 8 --workers 2 --shuffle --json --no-progress", path);
+    CHECK_OK(test_ferry_cli(args, out, sizeof out));
+    char v[64];
+    CHECK(test_json_field(out, "samples", v, sizeof v) && !strcmp(v, "40"));
+    CHECK(test_json_field(out, "errors", v, sizeof v) && !strcmp(v, "0"));
     char shards[512];
     test_path("shards", shards);
     snprintf(args, sizeof args, "pack leveldb:%s %s", path, shards);

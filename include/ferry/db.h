@@ -21,9 +21,15 @@
  * commits are not seen. LevelDB opens a database for writing even to read it
  * (it takes the LOCK file and may compact its log), so one process at a time
  * opens it, and its directory must be writable; RocksDB is opened read-only.
- * Every block read is checked against its checksum: a damaged file is the
- * library's error beside the path ("caffe_leveldb: entry 7 (key \"00000007\"):
- * leveldb: Corruption: block checksum mismatch: ..."), FERRY_ECORRUPT.
+ * Every block of the snapshot is checked against its checksum once, by the
+ * walk at open (verify=0 leaves it out), and not again by the reads after it:
+ * a damaged block fails the open with the library's error beside the path
+ * ("caffe_leveldb: reading the keys: leveldb: Corruption: block checksum
+ * mismatch: ..."); a read that meets a malformed block is the library's error
+ * beside the entry and its key. A LevelDB table cut short while it is read is
+ * FERRY_EIO naming the table file, and abandons the database: later reads fail,
+ * and LevelDB's memory and LOCK are held until the process ends
+ * (docs/changing-files.md).
  *
  * Thread rules: a ferry_db opened for reading may be read (ferry_db_entry) from
  * several threads at once; a cursor or a transaction belongs to one thread.
@@ -81,7 +87,8 @@ FERRY_API void ferry_db_cursor_close(ferry_db_cursor *c);
 /* A write transaction on a db opened with WRITE (one at a time). Keys are 1 .. 511
  * bytes (LMDB's limit, kept for all), values up to 1 GiB. Nothing is visible to
  * readers until commit (LMDB: up to 2^24 puts a transaction, LevelDB and RocksDB:
- * a write batch of up to 256 MiB held in memory; more commit in parts); abort (or
+ * one write batch of up to 256 MiB held in memory, or one larger entry: a put past
+ * it is FERRY_ERANGE, the puts before it kept); abort (or
  * a crash) leaves the previous state. */
 FERRY_API int ferry_db_begin(ferry_db *db, ferry_db_txn **out);
 FERRY_API int ferry_db_put(ferry_db_txn *t, const void *key, size_t klen, const void *value,

@@ -44,6 +44,7 @@ typedef struct lsm {
 #define LSM(name) leveldb_##name
 #define LSM_NAME "leveldb"
 #define LSM_OPS ferry__leveldb_ops
+#define LSM_ABANDONED(d) atomic_load(&(d)->abandoned)
 #include "lsm_env.h"
 
 static void lsm_close(ferry__kv *kv)
@@ -98,11 +99,16 @@ static bool mapped_file(uintptr_t addr, char *path, size_t cap, uintptr_t *base)
 static int cut_short(lsm *d, uintptr_t addr, const char *what)
 {
     atomic_store(&d->abandoned, true);
-    char file[600];
+    char file[600], msg[FERRY_ERRMSG_MAX];
     uintptr_t base = 0;
-    if (mapped_file(addr, file, sizeof file, &base))
-        return ferry__guard_err(addr, file, (const void *)base, "%s: leveldb", what);
-    return ferry__guard_err(addr, d->base.path, NULL, "%s: leveldb: a table file", what);
+    int rc = mapped_file(addr, file, sizeof file, &base)
+                 ? ferry__guard_err(addr, file, (const void *)base, "%s: leveldb", what)
+                 : ferry__guard_err(addr, d->base.path, NULL, "%s: leveldb: a table file", what);
+    ferry__err_copy(msg);
+    return ferry__err(rc,
+                      "%s; the database is abandoned: LevelDB's memory and its LOCK are held "
+                      "until this process ends",
+                      msg);
 }
 
 static int entry_cut_short(lsm *d, uint64_t i, uintptr_t addr)
@@ -216,7 +222,8 @@ static int lsm_get(const ferry__kv *kv, uint64_t i, ferry__kv_fn *fn, void *arg)
     if (atomic_load_explicit(&d->abandoned, memory_order_relaxed))
         return ferry__err(FERRY_EIO,
                           "%s: entry %llu: leveldb: not read: a table file was cut short "
-                          "while the database was read (open it again)",
+                          "while the database was read, and it is abandoned (its LOCK is "
+                          "held until this process ends: another process can open it)",
                           d->base.path, (unsigned long long)i);
     leveldb_iterator_t *it = take_iter(d);
     ferry__guard g;

@@ -7,6 +7,8 @@
  *   LSM(name)  leveldb_##name or rocksdb_##name
  *   LSM_NAME   "leveldb" or "rocksdb"
  *   LSM_OPS    the backend's table, ferry__leveldb_ops or ferry__rocksdb_ops
+ *   LSM_ABANDONED(d)  true when the database d may not be read any more (a
+ *              read was cut short inside the library), else false
  *   lsm        its database: a struct with at least base (ferry__kv_base),
  *              db, opts, ro (read options), snap and keys (ferry__kv_keys)
  *
@@ -17,7 +19,7 @@
  * the backend, defined after it: lsm_open (options, read-only or not), lsm_close and lsm_get.
  */
 
-#define BATCH_MAX ((size_t)256 << 20) /* a write batch held in memory before a part commits */
+#define BATCH_MAX ((size_t)256 << 20) /* the most a transaction's write batch holds */
 #define CACHE_BYTES ((size_t)64 << 20)
 
 /* the library's types, under one name */
@@ -145,6 +147,11 @@ static int entry_err(const lsm *d, uint64_t i, char *err)
 static int lsm_iter_open(ferry__kv *kv, uint64_t first, ferry__kv_iter **out)
 {
     lsm *d = (lsm *)kv;
+    if (LSM_ABANDONED(d))
+        return ferry__err(FERRY_EIO,
+                          "%s: " LSM_NAME ": not read in key order: a table file was cut short "
+                          "while the database was read, and it is abandoned",
+                          d->base.path);
     lsm_iter *it = ferry__calloc(1, sizeof *it);
     if (!it)
         return ferry__err(FERRY_ENOMEM, LSM_NAME ": out of memory");
@@ -250,11 +257,20 @@ static int flush(lsm_writer *w)
     return err ? lib_err(w->path, "writing", err) : 0;
 }
 
+/* A transaction is one write batch, so that a commit is all or nothing: it holds
+ * up to BATCH_MAX bytes (or one larger entry), and a put past that is refused,
+ * the puts before it kept, for the caller to commit and begin another. */
 static int lsm_put(ferry__kv_writer *w, const void *k, size_t klen, const void *v, size_t vlen)
 {
+    size_t need = klen + vlen + 16;
+    if (w->held && need > BATCH_MAX - w->held)
+        return ferry__err(FERRY_ERANGE,
+                          "%s: " LSM_NAME ": a transaction holds up to %zu MiB in one write "
+                          "batch (%zu bytes held, this entry %zu): commit it and begin another",
+                          w->path, BATCH_MAX >> 20, w->held, need);
     LSM(writebatch_put)(w->batch, k, klen, v, vlen);
-    w->held += klen + vlen + 16;
-    return w->held >= BATCH_MAX ? flush(w) : 0;
+    w->held += need;
+    return 0;
 }
 
 static int lsm_commit(ferry__kv_writer *w)

@@ -29,6 +29,7 @@ typedef struct lsm {
 #define LSM(name) rocksdb_##name
 #define LSM_NAME "rocksdb"
 #define LSM_OPS ferry__rocksdb_ops
+#define LSM_ABANDONED(d) ((void)(d), false)
 #include "lsm_env.h"
 
 static void lsm_close(ferry__kv *kv)

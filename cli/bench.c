@@ -521,10 +521,13 @@ int cmd_bench(int argc, char **argv)
         printf(", \"truncated\": %llu, \"buffer_bytes_per_s\": %.1f",
                (unsigned long long)st.truncated, buf_bps);
         printf(", \"downloaded_bytes\": %llu, \"cache_hits\": %llu, \"cache_misses\": %llu"
-               ", \"retries\": %llu, \"fetch_wait_s\": %.6f, \"skipped_samples\": [",
+               ", \"retries\": %llu, \"fetch_wait_s\": %.6f, \"ranged_reads\": %llu"
+               ", \"fetch_buffer_bytes\": %llu, \"fetch_buffer_peak\": %llu"
+               ", \"skipped_samples\": [",
                (unsigned long long)st.downloaded_bytes, (unsigned long long)st.cache_hits,
                (unsigned long long)st.cache_misses, (unsigned long long)st.retries,
-               (double)st.fetch_wait_ns / 1e9);
+               (double)st.fetch_wait_ns / 1e9, (unsigned long long)st.ranged_reads,
+               (unsigned long long)st.fetch_buffer_bytes, (unsigned long long)st.fetch_buffer_peak);
         for (uint64_t k = 0;; k++) {
             uint64_t ep, ix;
             const char *msg;

@@ -179,6 +179,15 @@ TEST(tokens_fetch_lazily_and_match_the_local_files)
     CHECK_U64(r.cache_misses - r0.cache_misses, 0); /* no shard fetched at open */
     CHECK(r.downloaded_bytes - r0.downloaded_bytes <= SHARDS * 1024);
     ferry_dataset_free(ds);
+    /* the loader's statistics carry the process's ranged reads: the headers read
+     * by the open inside digest() count */
+    ferry_loader_stats st;
+    ferry_remote_stats_get(&r0);
+    digest(http, 0, false, 0, &st);
+    ferry_remote_stats_get(&r);
+    CHECK(st.ranged_reads > r0.ranged_reads);
+    CHECK_U64(st.ranged_reads, r.ranged_reads);
+    CHECK_U64(st.downloaded_bytes, r.downloaded_bytes);
     for (int shuffle = 0; shuffle < 2; shuffle++) {
         uint64_t want = digest(local, 0, shuffle, 0, NULL);
         for (uint32_t w = 0; w < 3; w++) {
@@ -353,6 +362,9 @@ TEST(fetch_buffers_count_in_the_memory_budget)
     ferry_remote_stats_get(&r);
     CHECK(r.fetch_buffer_peak > 0);
     CHECK(r.fetch_buffer_peak <= (uint64_t)4 * (512 + 1024) * 1024);
+    /* the loader's statistics carry the same: the peak is the process's, so far */
+    CHECK(st.fetch_buffer_peak > 0 && st.fetch_buffer_peak <= r.fetch_buffer_peak);
+    CHECK(st.fetch_buffer_bytes <= st.fetch_buffer_peak);
     unsetenv("FERRY_REMOTE_CONNECTIONS");
     unsetenv("FERRY_REMOTE_PART_SIZE");
     test_remove_dir();

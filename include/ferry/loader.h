@@ -322,8 +322,11 @@ typedef struct ferry_loader_stats {
      * node cache and objects fetched into it, requests retried, and the time
      * threads waited on fetches. They are the process's counters (the fetches of
      * a source's open, before the loader was made, included): loaders of one
-     * process see each other's. */
+     * process see each other's. Then the parts of objects read by a ranged GET
+     * outside the cache, and the memory the transfers' buffers hold now and the
+     * most they held (ferry_remote_stats says more). */
     uint64_t downloaded_bytes, cache_hits, cache_misses, retries, fetch_wait_ns;
+    uint64_t ranged_reads, fetch_buffer_bytes, fetch_buffer_peak;
 } ferry_loader_stats;
 
 /* Counters so far. consumer_wait_ns / elapsed_ns near 1 means training is

@@ -2034,7 +2034,10 @@ class DataLoader:
         consumer_wait_fraction (near 1: training waits for input), worker
         busy/idle seconds, stage_s (read, decode, transform, write), num_workers,
         prefetch; for remote locations downloaded_bytes, cache_hits,
-        cache_misses, retries, fetch_wait_s (the process's counters)."""
+        cache_misses, retries, fetch_wait_s, ranged_reads (parts of objects
+        read by a ranged GET outside the cache), fetch_buffer_bytes and
+        fetch_buffer_peak (the transfers' buffers now and at most) (the
+        process's counters)."""
         self._check_open()
         return self._loader.stats()
 

@@ -776,6 +776,9 @@ static PyObject *loader_stats(PyObject *op, PyObject *unused)
     STAT("cache_misses", PyLong_FromUnsignedLongLong(s.cache_misses));
     STAT("retries", PyLong_FromUnsignedLongLong(s.retries));
     STAT("fetch_wait_s", PyFloat_FromDouble((double)s.fetch_wait_ns / 1e9));
+    STAT("ranged_reads", PyLong_FromUnsignedLongLong(s.ranged_reads));
+    STAT("fetch_buffer_bytes", PyLong_FromUnsignedLongLong(s.fetch_buffer_bytes));
+    STAT("fetch_buffer_peak", PyLong_FromUnsignedLongLong(s.fetch_buffer_peak));
     PyObject *named = PyList_New(0);
     for (uint64_t k = 0; named && k < FERRY_SKIPPED_KEPT; k++) {
         uint64_t ep, ix;

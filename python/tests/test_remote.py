@@ -164,6 +164,10 @@ def test_same_batches_as_local_files(servers, remote_data, tmp_path):
                 env = base_env(servers, cache)
                 got = bench(src, env, *args)
                 assert got["digest"] == want["digest"], (src, args)
+                # whatever was downloaded went through transfer buffers (bench --json)
+                assert got["fetch_buffer_peak"] > 0 or got["downloaded_bytes"] == 0, got
+                assert got["fetch_buffer_bytes"] <= got["fetch_buffer_peak"]
+                assert got["ranged_reads"] >= 0
                 assert got["samples"] == want["samples"]
                 checked += 1
         # the second read of the last location: from the cache, nothing downloaded
@@ -171,6 +175,23 @@ def test_same_batches_as_local_files(servers, remote_data, tmp_path):
         assert again["cache_misses"] == 0 and again["downloaded_bytes"] == 0, again
         assert again["cache_hits"] > 0
     assert checked >= 60
+
+
+def test_shard_window_shuffle_is_the_local_order(servers, remote_data, tmp_path):
+    """--shuffle --window-shards W over remote shards gives the local files' batches
+    for 0 and 2 workers and two ranks: the order is the same, local or remote."""
+    for name, local_src, remotes in sources(remote_data, servers):
+        if name not in ("records", "wds"):
+            continue
+        for args in (["--workers", 0], ["--workers", 2],
+                     ["--workers", 2, "--rank", 1, "--world-size", 2]):
+            args = ["--shuffle", "--window-shards", 2, "--seed", 7, *args]
+            want = bench(local_src, base_env(servers, tmp_path / "unused"), *args)
+            unshuffled = bench(local_src, base_env(servers, tmp_path / "unused"), *args[5:])
+            assert want["digest"] != unshuffled["digest"]
+            for k, src in enumerate(remotes):
+                env = base_env(servers, tmp_path / ("cache-%s-%d" % (name, k)))
+                assert bench(src, env, *args)["digest"] == want["digest"], (src, args)
 
 
 def test_python_takes_remote_locations(servers, remote_data, tmp_path, run_py):
@@ -396,6 +417,27 @@ def test_faults_give_the_exact_bytes(servers, remote_data, proxy, tmp_path):
         assert got["digest"] == bench("records:%s/records" % local, env)["digest"]
 
 
+def test_a_stalled_body_is_tried_again(servers, remote_data, proxy, tmp_path):
+    """A body that stops mid-way for longer than FERRY_REMOTE_STALL seconds (the
+    per-request stall timeout, far below the total deadline) is tried again on a
+    fresh connection: the bytes are the local files', each stall one retry."""
+    local = remote_data[0]
+    t = servers.env()
+    proxy.configure(faults={"stall": 1.0}, max_consecutive=1, stall_seconds=60,
+                    match="train-000003", methods=["GET"])
+    env = base_env(servers, tmp_path / "cache", AWS_ENDPOINT_URL=t["FERRY_TEST_PROXY_S3_ENDPOINT"],
+                   FERRY_REMOTE_STALL="1", **BACKOFF)
+    got = bench("wds:s3://%s/data/wds/train-{000000..000005}.tar" % t["FERRY_TEST_S3_BUCKET"],
+                env)
+    assert got["digest"] == bench("wds:%s/wds" % local, env)["digest"]
+    # every request for the shard stalls once (a resumed body's Range is a new
+    # request to the proxy, stalled in its turn): each stall is one retry; without
+    # the stall timeout the read would wait out the pause, retrying nothing
+    injected = proxy.counters()["injected"]
+    assert injected["stall"] >= 1 and sum(injected.values()) == injected["stall"], injected
+    assert got["retries"] == injected["stall"], (got, injected)
+
+
 def test_retries_run_out_naming_the_url(servers, remote_data, proxy, tmp_path):
     t = servers.env()
     proxy.configure(faults={"slowdown": 1.0}, max_consecutive=100)
@@ -602,7 +644,8 @@ want = ((np.arange(65) * 31) %% 65536).astype(np.uint16)
 assert (np.asarray(b["input"])[0] == want[:64]).all()
 assert (np.asarray(b["target"])[0] == want[1:]).all()
 s = loader.stats()
-print(s["cache_misses"], s["downloaded_bytes"])
+print(s["cache_misses"], s["downloaded_bytes"], s["ranged_reads"], s["fetch_buffer_peak"],
+      s["fetch_buffer_bytes"])
 """ % src
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                        timeout=300)
@@ -611,8 +654,12 @@ print(s["cache_misses"], s["downloaded_bytes"])
     assert whole == {"train_000000.bin": 1}, whole
     assert sorted(r[0] for r in ranged) == ["train_%06d.bin" % s for s in range(40)]
     assert all(a == 0 and b == 1023 for _, a, b in ranged), ranged
-    misses, downloaded = map(int, p.stdout.split())
+    misses, downloaded, nranged, peak, held = map(int, p.stdout.split())
     assert misses == 1 and downloaded == 40 * 1024 + 1024 + 2 * TOK
+    # stats() counts the headers' ranged GETs the server saw, and the buffers
+    # the whole fetch held
+    assert nranged == len(ranged) == 40
+    assert 0 < peak <= 16 * (512 + 1024) * 1024 and held <= peak
 
     # ferry head on a cold cache: three windows, each one ranged GET of 65 tokens
     proxy.reset()

@@ -339,6 +339,9 @@ int ferry_loader_stats_get(ferry_loader *l, ferry_loader_stats *s)
     s->cache_misses = r.cache_misses;
     s->retries = r.retries;
     s->fetch_wait_ns = r.fetch_wait_ns;
+    s->ranged_reads = r.ranged_reads;
+    s->fetch_buffer_bytes = r.fetch_buffer_bytes;
+    s->fetch_buffer_peak = r.fetch_buffer_peak;
     if (l->ring) {
         ferry__dring_stats ds;
         ferry__dring_stats_get(l->ring, &ds);

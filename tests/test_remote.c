@@ -11,9 +11,12 @@
 #include "formats/tfrecord_internal.h"
 #include "io/remote.h"
 
+#include <ferry/remote.h>
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -226,6 +229,15 @@ TEST(ini_parse)
     CHECK_CONTAINS(ferry_last_errmsg(), "cfg: line 2");
     CHECK_RC(ferry__ini_parse("k=v\n", 4, "cfg", ini_line, out), FERRY_ECORRUPT);
     CHECK_RC(ferry__ini_parse("[a\n", 3, "cfg", ini_line, out), FERRY_ECORRUPT);
+}
+
+/* ferry_remote_wait: nothing in the background is an immediate 0; a bad timeout
+ * is refused. */
+TEST(remote_wait)
+{
+    CHECK_OK(ferry_remote_wait(0));
+    CHECK_RC(ferry_remote_wait(-1), FERRY_EINVAL);
+    CHECK_RC(ferry_remote_wait(NAN), FERRY_EINVAL);
 }
 
 TEST(aws_settings)

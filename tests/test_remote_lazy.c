@@ -213,6 +213,7 @@ TEST(tokens_fetch_lazily_and_match_the_local_files)
     }
     ferry_remote_stats_get(&r);
     CHECK_U64(r.retries, 0);
+    CHECK_OK(ferry_remote_wait(60)); /* fetches ahead outlive the dataset */
     test_remove_dir();
 }
 
@@ -267,6 +268,7 @@ TEST(a_sample_of_an_uncached_shard_is_a_ranged_read)
     ferry_dataset_free(rds);
     ferry_dataset_free(lds);
     unsetenv("FERRY_REMOTE_AHEAD");
+    CHECK_OK(ferry_remote_wait(60)); /* fetches ahead outlive the dataset */
     test_remove_dir();
 }
 
@@ -304,6 +306,7 @@ TEST(a_row_of_a_remote_array_is_a_ranged_read)
     ferry_dataset_free(rds);
     ferry_dataset_free(lds);
     unsetenv("FERRY_REMOTE_AHEAD");
+    CHECK_OK(ferry_remote_wait(60)); /* fetches ahead outlive the dataset */
     test_remove_dir();
 }
 
@@ -325,6 +328,7 @@ TEST(a_cache_too_small_for_the_set_is_said_at_open)
     CHECK_OK(ferry_dataset_open(&ds, s3)); /* 50 KiB of arrays fit */
     ferry_dataset_free(ds);
     unsetenv("FERRY_CACHE_LIMIT");
+    CHECK_OK(ferry_remote_wait(60)); /* fetches ahead outlive the dataset */
     test_remove_dir();
 }
 
@@ -367,5 +371,6 @@ TEST(fetch_buffers_count_in_the_memory_budget)
     CHECK(st.fetch_buffer_bytes <= st.fetch_buffer_peak);
     unsetenv("FERRY_REMOTE_CONNECTIONS");
     unsetenv("FERRY_REMOTE_PART_SIZE");
+    CHECK_OK(ferry_remote_wait(60)); /* fetches ahead outlive the dataset */
     test_remove_dir();
 }

@@ -133,6 +133,7 @@ TEST(records_and_tars_match_the_local_files)
     ferry_remote_stats_get(&r);
     CHECK(r.cache_misses >= 12 && r.cache_hits > 0 && r.downloaded_bytes > 0);
     CHECK_U64(r.retries, 0);
+    CHECK_OK(ferry_remote_wait(60)); /* fetches ahead outlive the dataset */
     test_remove_dir();
 }
 
@@ -151,6 +152,7 @@ TEST(faults_on_every_request_kind)
     snprintf(remote, sizeof remote, "records:s3://%s/rs2/records", need("FERRY_TEST_S3_BUCKET"));
     CHECK_U64(digest(remote, 2, &st), digest(local, 2, NULL));
     proxy_config("{\"faults\": {}}");
+    CHECK_OK(ferry_remote_wait(60)); /* fetches ahead outlive the dataset */
     test_remove_dir();
 }
 
@@ -185,7 +187,8 @@ TEST(two_loaders_share_the_cache)
     CHECK_U64(b.h, want);
     ferry_remote_stats r;
     ferry_remote_stats_get(&r);
-    CHECK_U64(r.cache_misses, 7); /* the manifest and 6 shards, each fetched once */
+    CHECK_U64(r.cache_misses, 7);    /* the manifest and 6 shards, each fetched once */
+    CHECK_OK(ferry_remote_wait(60)); /* fetches ahead outlive the dataset */
     test_remove_dir();
 }
 
@@ -267,5 +270,6 @@ TEST(a_corrupt_shard_is_never_cached)
              "-print | grep -q .",
              test_dir, test_dir, shard);
     CHECK(system(cmd) != 0);
+    CHECK_OK(ferry_remote_wait(60)); /* fetches ahead outlive the dataset */
     test_remove_dir();
 }

@@ -39,6 +39,12 @@ typedef struct ferry_remote_stats {
 /* The counters so far. */
 FERRY_API void ferry_remote_stats_get(ferry_remote_stats *out);
 
+/* Waits until the fetches ahead and revalidations running in the background (they
+ * outlive the dataset that asked for them: the cache is the node's) have finished,
+ * up to timeout_s seconds: before removing a cache directory, or to time a cold
+ * read. 0, FERRY_ETIMEDOUT with the number still under way, or FERRY_EINVAL. */
+FERRY_API int ferry_remote_wait(double timeout_s);
+
 /* 1 when this build reads remote locations (it has libcurl), else 0. */
 FERRY_API int ferry_remote_available(void);
 

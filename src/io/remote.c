@@ -720,6 +720,24 @@ void ferry_remote_stats_get(ferry_remote_stats *out)
     out->fetch_buffer_peak = atomic_load_explicit(&c->buffer_peak, memory_order_relaxed);
 }
 
+int ferry_remote_wait(double timeout_s)
+{
+    if (!(timeout_s >= 0))
+        return ferry__err(FERRY_EINVAL, "ferry_remote_wait: timeout %g s", timeout_s);
+    uint64_t deadline = ferry_now_ns() + (uint64_t)(timeout_s > 1e9 ? 1e18 : timeout_s * 1e9);
+    pthread_mutex_lock(&bg.mu);
+    while (bg.queued && bg.made && ferry__cond_wait_until(&bg_idle, &bg.mu, deadline))
+        ;
+    unsigned left = bg.queued;
+    pthread_mutex_unlock(&bg.mu);
+    if (left)
+        return ferry__err(FERRY_ETIMEDOUT,
+                          "ferry_remote_wait: %u fetches ahead or revalidations still under "
+                          "way after %g s",
+                          left, timeout_s);
+    return 0;
+}
+
 int ferry_remote_available(void)
 {
     return ferry__http_available();

@@ -26,6 +26,13 @@
 
 #define POOL 64
 
+/* One slot of the pool, alone in its cache line: threads that each keep to a
+ * slot of their own do not share a line. */
+typedef struct iter_slot {
+    _Atomic(leveldb_iterator_t *) it;
+    char pad[64 - sizeof(leveldb_iterator_t *)];
+} iter_slot;
+
 typedef struct lsm {
     ferry__kv_base base;
     leveldb_t *db;
@@ -36,8 +43,11 @@ typedef struct lsm {
     ferry__kv_keys keys;
     /* Iterators lent to get, one a thread at a time: a seek lends the value in
      * the library's block, where leveldb_get would copy it twice. A slot is
-     * taken and given back by one atomic exchange, with no lock. */
-    _Atomic(leveldb_iterator_t *) idle[POOL];
+     * taken and given back by one atomic exchange, with no lock. A thread
+     * looks first in a slot of its own (home_slot), so that an iterator, and
+     * the blocks and keys it holds, stay in the caches of the core that uses
+     * it rather than passing from thread to thread. */
+    iter_slot idle[POOL];
     atomic_bool abandoned; /* a read was cut short inside the library */
 } lsm;
 
@@ -58,7 +68,7 @@ static void lsm_close(ferry__kv *kv)
         return;
     }
     for (int k = 0; k < POOL; k++) {
-        leveldb_iterator_t *it = atomic_load(&d->idle[k]);
+        leveldb_iterator_t *it = atomic_load(&d->idle[k].it);
         if (it)
             leveldb_iter_destroy(it);
     }
@@ -168,12 +178,24 @@ fail:
     return rc;
 }
 
+/* The calling thread's first slot of every pool: threads take slots in turn. */
+static unsigned home_slot(void)
+{
+    static atomic_uint next;
+    static _Thread_local unsigned home = POOL; /* POOL: not chosen yet */
+    if (home == POOL)
+        home = atomic_fetch_add_explicit(&next, 1, memory_order_relaxed) % POOL;
+    return home;
+}
+
 static leveldb_iterator_t *take_iter(lsm *d)
 {
-    for (int k = 0; k < POOL; k++) {
-        if (!atomic_load_explicit(&d->idle[k], memory_order_relaxed))
+    unsigned h = home_slot();
+    for (unsigned j = 0; j < POOL; j++) {
+        _Atomic(leveldb_iterator_t *) *slot = &d->idle[(h + j) % POOL].it;
+        if (!atomic_load_explicit(slot, memory_order_relaxed))
             continue;
-        leveldb_iterator_t *it = atomic_exchange_explicit(&d->idle[k], NULL, memory_order_acquire);
+        leveldb_iterator_t *it = atomic_exchange_explicit(slot, NULL, memory_order_acquire);
         if (it)
             return it;
     }
@@ -182,10 +204,12 @@ static leveldb_iterator_t *take_iter(lsm *d)
 
 static void give_iter(lsm *d, leveldb_iterator_t *it)
 {
-    for (int k = 0; k < POOL; k++) {
+    unsigned h = home_slot();
+    for (unsigned j = 0; j < POOL; j++) {
+        _Atomic(leveldb_iterator_t *) *slot = &d->idle[(h + j) % POOL].it;
         leveldb_iterator_t *none = NULL;
-        if (!atomic_load_explicit(&d->idle[k], memory_order_relaxed) &&
-            atomic_compare_exchange_strong_explicit(&d->idle[k], &none, it, memory_order_release,
+        if (!atomic_load_explicit(slot, memory_order_relaxed) &&
+            atomic_compare_exchange_strong_explicit(slot, &none, it, memory_order_release,
                                                     memory_order_relaxed))
             return;
     }

@@ -374,3 +374,56 @@ TEST(fetch_buffers_count_in_the_memory_budget)
     CHECK_OK(ferry_remote_wait(60)); /* fetches ahead outlive the dataset */
     test_remove_dir();
 }
+
+/* An open of a remote set sends one request per file, a ranged GET of its header
+ * whose answer gives the size and the version too (Content-Range, ETag): no HEAD.
+ * A server that ignores Range answers 200 with the whole object: its
+ * Content-Length gives the size, and the transfer stops once the header came. */
+TEST(a_lazy_open_sends_one_request_per_file)
+{
+    char local[600], s3[600], http[600], path[600];
+    setup("lz4", "lz4");
+    specs("lz4", local, s3, http, sizeof local);
+    ferry_dataset *ds;
+    ferry_remote_stats r0, r;
+    ferry_remote_stats_get(&r0);
+    CHECK_OK(ferry_dataset_open(&ds, http));
+    ferry_remote_stats_get(&r);
+    CHECK_U64(r.requests - r0.requests, SHARDS);
+    CHECK_U64(r.downloaded_bytes - r0.downloaded_bytes, SHARDS * 1024);
+    ferry_dataset_free(ds);
+    /* the version learned so is the one the fetches use: the same bytes */
+    CHECK_U64(digest(http, 1, true, 0, NULL), digest(local, 0, true, 0, NULL));
+    npy_specs("lz4", local, s3, http, sizeof local);
+    ferry_remote_stats_get(&r0);
+    CHECK_OK(ferry_dataset_open(&ds, http));
+    CHECK_U64(ferry_dataset_len(ds), ROWS);
+    ferry_remote_stats_get(&r);
+    CHECK_U64(r.requests - r0.requests, 3);
+    ferry_dataset_free(ds);
+    CHECK_U64(digest(http, 1, true, 0, NULL), digest(local, 0, true, 0, NULL));
+    /* a 16 MiB shard from a server that ignores Range */
+    enum { BIG = 8 << 20 };
+    uint8_t *buf = malloc(1024 + 2 * (size_t)BIG);
+    CHECK(buf != NULL);
+    int32_t hdr[256] = {20240520, 1, BIG};
+    memcpy(buf, hdr, sizeof hdr);
+    for (size_t k = 0; k < 2 * (size_t)BIG; k++)
+        buf[1024 + k] = (uint8_t)(k * 131 + (k >> 12));
+    snprintf(path, sizeof path, "%s/lz4/big.bin", need("FERRY_TEST_FILES"));
+    test_write_file(path, buf, 1024 + 2 * (size_t)BIG);
+    free(buf);
+    snprintf(local, sizeof local, "tokens:%s,seq=64", path);
+    snprintf(http, sizeof http, "tokens:%s/norange/lz4/big.bin,seq=64",
+             need("FERRY_TEST_HTTP_URL"));
+    ferry_remote_stats_get(&r0);
+    CHECK_OK(ferry_dataset_open(&ds, http));
+    ferry_remote_stats_get(&r);
+    CHECK_U64(r.requests - r0.requests, 1);
+    CHECK(r.downloaded_bytes - r0.downloaded_bytes >= 1024);
+    CHECK(r.downloaded_bytes - r0.downloaded_bytes < (uint64_t)BIG); /* not the whole object */
+    ferry_dataset_free(ds);
+    CHECK_U64(digest(http, 0, false, 0, NULL), digest(local, 0, false, 0, NULL));
+    CHECK_OK(ferry_remote_wait(60)); /* fetches ahead outlive the dataset */
+    test_remove_dir();
+}

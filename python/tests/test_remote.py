@@ -171,8 +171,11 @@ def test_same_batches_as_local_files(servers, remote_data, tmp_path):
                 assert got["samples"] == want["samples"]
                 checked += 1
         # the second read of the last location: from the cache, nothing downloaded
+        # but the headers a lazy open reads of a file it does not know yet (one
+        # ranged GET of at most 4 KiB each, which tells the version too)
         again = bench(remotes[0], base_env(servers, tmp_path / ("cache-%s-0" % name)))
-        assert again["cache_misses"] == 0 and again["downloaded_bytes"] == 0, again
+        headers = 4096 * again["ranged_reads"] if name in ("npy", "tokens") else 0
+        assert again["cache_misses"] == 0 and again["downloaded_bytes"] <= headers, again
         assert again["cache_hits"] > 0
     assert checked >= 60
 

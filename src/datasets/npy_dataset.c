@@ -326,16 +326,14 @@ static int add_array(opening *op, const char *label, const char *name, bool name
 static int open_remote(opening *op, const char *file, const char *name, bool *lazy)
 {
     uint64_t size;
-    int64_t mtime;
     uint8_t *head = NULL;
-    int rc = ferry__stat(file, &size, &mtime);
+    size_t n;
+    int rc;
     *lazy = false;
-    if (rc < 0)
-        return rc;
-    size_t n = size < REMOTE_HEAD ? (size_t)size : REMOTE_HEAD;
     if (!(head = ferry__malloc(REMOTE_HEAD_MAX)))
         return ferry__err(FERRY_ENOMEM, "npy: out of memory");
-    if ((rc = ferry__remote_peek(file, head, 0, n)) < 0)
+    /* the size and the header by one request */
+    if ((rc = ferry__remote_peek_first(file, head, REMOTE_HEAD, &n, &size)) < 0)
         goto done;
     if (n < 10 || memcmp(head, "\x93NUMPY", 6) != 0)
         goto done; /* not a .npy file: the ordinary path says what it is */

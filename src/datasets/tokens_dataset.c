@@ -292,11 +292,12 @@ static int head_one(void *arg, size_t i, unsigned worker)
     int64_t mtime;
     uint8_t hdr[FERRY_TOKENS_HEADER];
     (void)worker;
-    int rc = ferry__stat(path, &h->size, &mtime);
-    if (rc < 0 || c->raw)
-        return rc;
-    size_t n = h->size < sizeof hdr ? (size_t)h->size : sizeof hdr;
-    if ((rc = ferry__remote_peek(path, hdr, 0, n)) < 0)
+    size_t n;
+    int rc;
+    if (c->raw)
+        return ferry__stat(path, &h->size, &mtime);
+    /* the size and the header by one request */
+    if ((rc = ferry__remote_peek_first(path, hdr, sizeof hdr, &n, &h->size)) < 0)
         return rc;
     h->version = n >= 8 ? ferry__load_le32(hdr + 4) : 0;
     return ferry__tokens_header(hdr, n, h->size, path, &h->tsize, &h->count);

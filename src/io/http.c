@@ -99,6 +99,12 @@ int ferry__http_get_range_mem(const ferry__obj *o, void *buf, uint64_t off, size
     return no_curl(o->url);
 }
 
+int ferry__http_get_first(const char *url, ferry__obj *o, void *buf, size_t cap, size_t *got)
+{
+    (void)o, (void)buf, (void)cap, (void)got;
+    return no_curl(url);
+}
+
 int ferry__http_list_page(const char *bucket, const char *prefix, const char *delimiter,
                           const char *token, ferry__s3_page *page)
 {
@@ -251,6 +257,7 @@ typedef struct request {
     size_t mem_n, mem_cap;
     uint8_t *rmem;
     uint64_t rmem_off, rmem_len;
+    bool enough; /* a 200 to a range into memory stopped once the range came */
     char err_body[16384];
     size_t err_n;
     int sink_err; /* a write failed: its errno */
@@ -354,6 +361,12 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
             if (lo < hi)
                 memcpy(q->rmem + (lo - q->rmem_off), p + (lo - at), (size_t)(hi - lo));
             q->got += len;
+            if (q->status == 200 && !q->has_range && at + len >= end) {
+                /* a server that ignores Range sends the whole object: what was
+                 * asked has come, the rest is not downloaded */
+                q->enough = true;
+                return 0;
+            }
             return len;
         }
         for (size_t done = 0; q->wbuf && done < len;) {
@@ -421,6 +434,7 @@ static CURLcode perform(request *q, char *curl_err)
     q->etag[0] = q->modified[0] = 0;
     q->has_length = q->has_range = false;
     q->mem_n = 0;
+    q->enough = false;
     curl_err[0] = 0;
     curl_easy_setopt(h, CURLOPT_URL, q->url);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
@@ -603,6 +617,8 @@ static int send_retrying(request *q)
             q->fresh = true;
         }
         CURLcode cc = perform(q, curl_err);
+        if (cc == CURLE_WRITE_ERROR && q->enough)
+            cc = CURLE_OK; /* stopped on purpose: what was asked came */
         if (q->held)
             flush_body(q); /* before anything looks at what came */
         if (q->sink_err)
@@ -726,6 +742,62 @@ cleanup:
     return rc;
 }
 
+int ferry__http_get_first(const char *url, ferry__obj *o, void *buf, size_t cap, size_t *got)
+{
+    request *q = ferry__calloc(1, sizeof *q);
+    int rc = 0;
+    if (!q)
+        return ferry__err(FERRY_ENOMEM, "%s: out of memory", url);
+    if (!cap) {
+        rc = 1;
+        goto cleanup;
+    }
+    FERRY_TRY(g_ready());
+    FERRY_TRY(object_request(q, url));
+    q->rmem = buf;
+    q->rmem_len = cap;
+    snprintf(q->range, sizeof q->range, "bytes=0-%llu", (unsigned long long)cap - 1);
+    for (unsigned tries = 1;; tries++) {
+        rc = send_retrying(q);
+        if (rc < 0 && q->status == 416) { /* no byte 0: an empty object, a HEAD says */
+            ferry__err_clear();
+            rc = 1;
+            goto cleanup;
+        }
+        if (rc < 0)
+            goto cleanup;
+        uint64_t size = q->has_range ? q->cr_total : q->length;
+        if (q->status == 206 && !q->has_range)
+            FERRY_FAIL(FERRY_EIO, "%s: HTTP 206 without a Content-Range", url);
+        if (q->has_range && q->cr_start != 0)
+            FERRY_FAIL(FERRY_EIO, "%s: asked for bytes from 0, the answer starts at %llu", url,
+                       (unsigned long long)q->cr_start);
+        if (!q->has_range && !q->has_length)
+            FERRY_FAIL(FERRY_EIO, "%s: the server gives no Content-Length", url);
+        uint64_t want = size < cap ? size : cap;
+        if (rc == 0 && q->got >= want) {
+            o->url = url;
+            o->size = size;
+            snprintf(o->etag, sizeof o->etag, "%s", q->etag);
+            snprintf(o->modified, sizeof o->modified, "%s", q->modified);
+            *got = (size_t)want;
+            break;
+        }
+        /* a body cut short: asked again, on a fresh connection */
+        atomic_fetch_add_explicit(&ferry__remote_stats.retries, 1, memory_order_relaxed);
+        if (tries >= cfg.attempts)
+            FERRY_FAIL(FERRY_EIO,
+                       "%s: bytes 0-%llu: the body was cut short %u times (retries "
+                       "exhausted)",
+                       url, (unsigned long long)want - 1, tries);
+        q->fresh = true;
+    }
+    rc = 0;
+cleanup:
+    ferry__free(q);
+    return rc;
+}
+
 static int get_range(const ferry__obj *o, int fd, void *mem, uint64_t off, uint64_t len)
 {
     request *q = ferry__calloc(1, sizeof *q);
@@ -758,7 +830,7 @@ static int get_range(const ferry__obj *o, int fd, void *mem, uint64_t off, uint6
             /* the whole object: it must be the size we know */
             if (partial || (q->got != o->size && q->got < a + (b - a + 1)))
                 goto short_body;
-            if (q->got > o->size)
+            if (q->got > o->size || (q->has_length && q->length != o->size))
                 FERRY_FAIL(FERRY_ESTALE, "%s: %llu bytes, was %llu: the object changed", o->url,
                            (unsigned long long)q->got, (unsigned long long)o->size);
             done = len;

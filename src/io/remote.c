@@ -105,16 +105,18 @@ static struct {
     uint64_t hash[INFLIGHT_SLOTS]; /* 0: free */
 } fl = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, {0}};
 
-static int describe(const char *url, ferry__obj *o)
+/* Waits for a HEAD (or a first read) of url under way in another thread. True when
+ * o is then known; else this thread asks, in *slot (-1 past INFLIGHT_SLOTS). */
+static bool claim(const char *url, ferry__obj *o, int *slot)
 {
     uint64_t h = hash64(url) | 1;
-    int slot = -1;
+    *slot = -1;
     memset(o, 0, sizeof *o);
     pthread_mutex_lock(&fl.mu);
     for (;;) {
         if (recall(url, o)) {
             pthread_mutex_unlock(&fl.mu);
-            return 0;
+            return true;
         }
         int busy = -1, free_slot = -1;
         for (int i = 0; i < INFLIGHT_SLOTS && busy < 0; i++) {
@@ -124,23 +126,36 @@ static int describe(const char *url, ferry__obj *o)
                 free_slot = i;
         }
         if (busy < 0) {
-            if ((slot = free_slot) >= 0)
-                fl.hash[slot] = h;
+            if ((*slot = free_slot) >= 0)
+                fl.hash[*slot] = h;
             break;
         }
         /* then the answer is known; or it failed, and this thread asks to have the error */
         pthread_cond_wait(&fl.done, &fl.mu);
     }
     pthread_mutex_unlock(&fl.mu);
-    int rc = ferry__http_head(url, o);
-    if (rc == 0)
-        remember(o);
+    return false;
+}
+
+static void release(int slot)
+{
     if (slot >= 0) {
         pthread_mutex_lock(&fl.mu);
         fl.hash[slot] = 0;
         pthread_cond_broadcast(&fl.done);
         pthread_mutex_unlock(&fl.mu);
     }
+}
+
+static int describe(const char *url, ferry__obj *o)
+{
+    int slot;
+    if (claim(url, o, &slot))
+        return 0;
+    int rc = ferry__http_head(url, o);
+    if (rc == 0)
+        remember(o);
+    release(slot);
     return rc;
 }
 
@@ -453,6 +468,31 @@ int ferry__remote_peek(const char *url, void *buf, uint64_t off, size_t len)
     if (rc == 0 && got != len)
         rc = ferry__err(FERRY_EIO, "%s: shrank while read", url);
     return rc;
+}
+
+int ferry__remote_peek_first(const char *url, void *buf, size_t cap, size_t *got, uint64_t *size)
+{
+    ferry__obj o;
+    int slot, rc;
+    if (!claim(url, &o, &slot)) {
+        /* not known: the read's answer says what a HEAD would */
+        rc = ferry__http_get_first(url, &o, buf, cap, got);
+        if (rc == 0) {
+            remember(&o);
+            atomic_fetch_add_explicit(&ferry__remote_stats.ranged_reads, 1, memory_order_relaxed);
+        }
+        release(slot);
+        if (rc <= 0) {
+            if (rc == 0)
+                *size = o.size;
+            return rc;
+        }
+    }
+    int64_t mtime;
+    if ((rc = ferry__remote_stat(url, size, &mtime)) < 0)
+        return rc;
+    *got = *size < cap ? (size_t)*size : cap;
+    return ferry__remote_peek(url, buf, 0, *got);
 }
 
 int ferry__remote_fits(const char *what, size_t nfiles, uint64_t total)

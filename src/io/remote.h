@@ -191,6 +191,13 @@ int ferry__http_get_range(const ferry__obj *o, int fd, uint64_t off, uint64_t le
 /* Bytes [off, off + len) of o into buf (a ranged GET; downloaded_bytes counts them),
  * with the same retries and checks. */
 int ferry__http_get_range_mem(const ferry__obj *o, void *buf, uint64_t off, size_t len);
+/* The first bytes of the object at url (up to cap) into buf, their count in *got,
+ * and in o what a HEAD would say (size, ETag, Last-Modified), from one GET of
+ * "bytes=0-(cap-1)": a 206's Content-Range gives the size; a server that ignores
+ * Range answers 200, whose Content-Length gives it, and the transfer is stopped
+ * once cap bytes came. 1 (nothing in o) for an answer that says no size (416: an
+ * empty object): the caller asks with a HEAD. Errors as ferry__http_head's. */
+int ferry__http_get_first(const char *url, ferry__obj *o, void *buf, size_t cap, size_t *got);
 /* One ListObjectsV2 page of s3://bucket/prefix (delimiter "/" or NULL; token "" for
  * the first), parsed. */
 int ferry__http_list_page(const char *bucket, const char *prefix, const char *delimiter,
@@ -281,6 +288,12 @@ int ferry__remote_read(const char *url, void *buf, uint64_t off, size_t len);
  * downloaded), else by a ranged GET: what an open reads of a file it does not
  * fetch yet (a header). */
 int ferry__remote_peek(const char *url, void *buf, uint64_t off, size_t len);
+/* The first bytes of url (up to cap, all of a smaller object) into buf, their count
+ * in *got, and the object's size in *size: what an open needs of a file it does not
+ * fetch yet. An object not known yet costs one ranged GET, whose answer gives its
+ * size and version too (no HEAD); a known one is read as ferry__remote_peek reads. */
+int ferry__remote_peek_first(const char *url, void *buf, size_t cap, size_t *got,
+                             uint64_t *size);
 /* A map-style source over nfiles remote files of total bytes, which it keeps
  * open once read: FERRY_ERANGE naming the numbers when the cache's limit cannot
  * hold them all (said at open, not when the epoch reaches the file that does

@@ -195,6 +195,11 @@ http {{
     listen 127.0.0.1:{http_port};
     root {root};
     autoindex on;
+    # the same files from a server that ignores Range (a 200 with the whole object)
+    location /norange/ {{
+      alias {root}/;
+      max_ranges 0;
+    }}
   }}
   server {{
     listen 127.0.0.1:{https_port} ssl{http2};

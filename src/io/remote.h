@@ -292,8 +292,7 @@ int ferry__remote_peek(const char *url, void *buf, uint64_t off, size_t len);
  * in *got, and the object's size in *size: what an open needs of a file it does not
  * fetch yet. An object not known yet costs one ranged GET, whose answer gives its
  * size and version too (no HEAD); a known one is read as ferry__remote_peek reads. */
-int ferry__remote_peek_first(const char *url, void *buf, size_t cap, size_t *got,
-                             uint64_t *size);
+int ferry__remote_peek_first(const char *url, void *buf, size_t cap, size_t *got, uint64_t *size);
 /* A map-style source over nfiles remote files of total bytes, which it keeps
  * open once read: FERRY_ERANGE naming the numbers when the cache's limit cannot
  * hold them all (said at open, not when the epoch reaches the file that does

@@ -9,6 +9,7 @@
 #include <ferry/ferry.h>
 #include <ferry/caffe2.h>
 #include "core/internal.h"
+#include "formats/kv.h"
 #include "io/io.h"
 
 #include <dirent.h>
@@ -734,6 +735,138 @@ static void one_table(const char *path, char *table, size_t cap, off_t *size)
     struct stat st;
     CHECK(stat(table, &st) == 0 && st.st_size > 200000);
     *size = st.st_size;
+}
+
+/* Writes `commits` transactions of `per` entries of `len` bytes to a LevelDB at
+ * path, entry i's value noise (stored as written) or, compressible, i's low byte
+ * repeated (stored compressed); returns how many table files it has. */
+static int write_tables(const char *path, unsigned commits, unsigned per, size_t len, bool compress)
+{
+    ferry_db *db;
+    ferry_db_txn *t;
+    unsigned char *val = malloc(len);
+    CHECK(val != NULL);
+    CHECK_OK(ferry_db_open(&db, "leveldb", path, FERRY_DB_WRITE));
+    for (unsigned c = 0; c < commits; c++) {
+        CHECK_OK(ferry_db_begin(db, &t));
+        for (unsigned i = c * per; i < (c + 1) * per; i++) {
+            char key[16];
+            snprintf(key, sizeof key, "%08u", i);
+            if (compress)
+                memset(val, (int)(i & 0xff), len);
+            else
+                noise(val, len, i);
+            CHECK_OK(ferry_db_put(t, key, 8, val, len));
+        }
+        CHECK_OK(ferry_db_commit(t));
+    }
+    ferry_db_close(db);
+    free(val);
+    const ferry__kv_ops *ops = ferry__kv_find("leveldb");
+    ferry__kv *kv;
+    ferry__kv_opts ko = {0, 1, NULL, 0, 0};
+    CHECK_OK(ops->open(&kv, path, &ko)); /* LevelDB writes its log into a table */
+    ops->close(kv);
+    int tables = 0;
+    DIR *d = opendir(path);
+    struct dirent *e;
+    while ((e = readdir(d)))
+        tables += strlen(e->d_name) > 4 && !strcmp(e->d_name + strlen(e->d_name) - 4, ".ldb");
+    closedir(d);
+    return tables;
+}
+
+typedef struct expect {
+    unsigned i;
+    size_t len;
+    bool compress;
+    int bad;
+} expect;
+
+static int check_value(void *arg, const uint8_t *v, size_t vlen)
+{
+    expect *x = arg;
+    unsigned char want[4096];
+    if (x->compress)
+        memset(want, (int)(x->i & 0xff), x->len);
+    else
+        noise(want, x->len, x->i);
+    x->bad += vlen != x->len || memcmp(v, want, x->len) != 0;
+    return 0;
+}
+
+/* Reads every entry of the LevelDB at path, in a scattered order, through the
+ * backend with in_place as given, each value checked; returns how many entries
+ * were read in place. */
+static uint64_t read_checked(const char *path, unsigned n, size_t len, bool compress, int in_place)
+{
+    const ferry__kv_ops *ops = ferry__kv_find("leveldb");
+    ferry__kv *kv;
+    ferry__kv_opts ko = {0, 1, NULL, 0, in_place};
+    CHECK_OK(ops->open(&kv, path, &ko));
+    CHECK_EQ(ops->count(kv), n);
+    expect x = {0, len, compress, 0};
+    for (unsigned k = 0; k < n; k++) {
+        x.i = (unsigned)(((uint64_t)k * 7919) % n);
+        CHECK_OK(ops->get(kv, x.i, check_value, &x));
+    }
+    CHECK_EQ(x.bad, 0);
+    uint64_t placed = ops->in_place(kv);
+    ops->close(kv);
+    return placed;
+}
+
+/* Reads in place: values stored as written, over several table files, are read
+ * where the pass at open found them in LevelDB's mappings, every one (none
+ * looked up), and equal what lookups read (in_place=0: none in place).
+ * Compressed values are inflated into the library's memory, never a mapping of
+ * the table: all looked up, and right. */
+TEST(leveldb_reads_in_place_what_a_lookup_reads)
+{
+    test_make_dir("kvdb");
+    char path[512];
+    unsigned n = 3 * 2500;
+    test_path("db", path);
+    int tables = write_tables(path, 3, 2500, 3000, false);
+    printf("%u entries of noise in %d table files\n", n, tables);
+    CHECK(tables > 1);
+    CHECK_EQ(read_checked(path, n, 3000, false, 1), n);
+    CHECK_EQ(read_checked(path, n, 3000, false, 0), 0);
+    test_path("z", path);
+    tables = write_tables(path, 2, 1000, 3000, true);
+    CHECK(tables >= 1);
+    CHECK_EQ(read_checked(path, 2000, 3000, true, 1), 0);
+    CHECK_EQ(read_checked(path, 2000, 3000, true, 0), 0);
+
+    /* the same through a loader, 2 workers, shuffled: every slot holds its entry */
+    test_path("db", path);
+    char spec[700];
+    snprintf(spec, sizeof spec, "leveldb:%s,value=raw", path);
+    ferry_dataset *ds;
+    CHECK_OK(ferry_dataset_open(&ds, spec));
+    int fv = ferry_dataset_find_field(ds, "value");
+    ferry_loader_opts o = test_loader_opts(64, 2);
+    o.shuffle = 1;
+    ferry_loader *l;
+    CHECK_OK(ferry_loader_create(&l, ds, &o));
+    ferry_batch *b;
+    unsigned seen = 0;
+    while (ferry_loader_next(l, &b) == 0) {
+        ferry_tensor val;
+        CHECK_OK(ferry_batch_field(b, fv, &val));
+        const uint64_t *idx = ferry_batch_indices(b);
+        for (uint32_t k = 0; k < ferry_batch_size(b); k++) {
+            expect x = {(unsigned)idx[k], 3000, false, 0};
+            check_value(&x, (const uint8_t *)val.data + (size_t)k * (size_t)val.strides[0], 3000);
+            CHECK_EQ(x.bad, 0);
+        }
+        seen += ferry_batch_size(b);
+        ferry_batch_release(b);
+    }
+    CHECK_EQ(seen, n);
+    ferry_loader_free(l);
+    ferry_dataset_free(ds);
+    test_remove_dir();
 }
 
 /* LevelDB maps its tables: one cut short under an open dataset is an error

@@ -1,7 +1,8 @@
 /*
  * Files cut short under a reader: every mapped reader (a record shard, a lines
  * file, a line index, an LMDB environment, a .npy, a stored .npz member, a token
- * shard, an MDS shard, a TFRecord file read through its offset index) read by a
+ * shard, an MDS shard, a TFRecord file read through its offset index, a Caffe2
+ * minidb, whose grains the loader reads in index order) read by a
  * loader with 2 workers, and
  * by the ferry command, while the file is truncated. The read must end in an
  * error that names the file, never in a SIGBUS.
@@ -220,6 +221,28 @@ static void make_tfrecord(fixture *x, int arg)
     snprintf(x->spec, sizeof x->spec, "tfrecord:%s,raw=1", x->victim);
 }
 
+/* One Caffe2 minidb of NREC entries of REC_BYTES, read map-style (raw): the
+ * loader reads each grain in index order. */
+static void make_minidb(fixture *x, int arg)
+{
+    size_t n = (size_t)NREC * (REC_BYTES + 16), at = 0;
+    uint8_t *buf = malloc(n);
+    CHECK(buf != NULL);
+    for (int j = 0; j < NREC; j++) {
+        char key[16];
+        int32_t kl = (int32_t)snprintf(key, sizeof key, "%08d", j), vl = REC_BYTES;
+        memcpy(buf + at, &kl, 4);
+        memcpy(buf + at + 4, &vl, 4);
+        memcpy(buf + at + 8, key, (size_t)kl);
+        memset(buf + at + 8 + kl, j & 0xff, REC_BYTES);
+        at += 8 + (size_t)kl + REC_BYTES;
+    }
+    test_path("a.minidb", x->victim);
+    test_write_file(x->victim, buf, at);
+    free(buf);
+    snprintf(x->spec, sizeof x->spec, "minidb:%s,value=raw", x->victim);
+}
+
 static uint64_t file_size(const char *path)
 {
     struct stat st;
@@ -338,6 +361,57 @@ TEST(an_mds_shard_cut_short_under_a_loader_is_an_error)
 TEST(a_tfrecord_file_cut_short_under_a_loader_is_an_error)
 {
     cut_each_way(make_tfrecord, 0);
+}
+
+TEST(a_minidb_cut_short_under_a_loader_is_an_error)
+{
+    cut_each_way(make_minidb, 0);
+}
+
+/* Skipping what the cut took: the loader reads each grain in index order, and a
+ * fault fails the sample in hand and goes on with the next in that order; every
+ * sample delivered holds its own entry, and delivered and skipped make NREC. */
+TEST(a_minidb_cut_short_under_a_skipping_loader_keeps_each_slot_its_own)
+{
+    test_make_dir("shrink");
+    fixture x;
+    make_minidb(&x, 0);
+    ferry_dataset *ds;
+    CHECK_OK(ferry_dataset_open(&ds, x.spec));
+    CHECK(truncate(x.victim, (off_t)(file_size(x.victim) / 2 + 123)) == 0);
+    ferry_loader_opts o = test_loader_opts(64, 2);
+    o.shuffle = 1;
+    o.seed = 3;
+    o.on_error = FERRY_ON_ERROR_SKIP;
+    o.skip_budget = NREC;
+    ferry_loader *l;
+    CHECK_OK(ferry_loader_create(&l, ds, &o));
+    ferry_batch *b;
+    uint64_t seen = 0;
+    int rc;
+    while ((rc = ferry_loader_next(l, &b)) == 0) {
+        ferry_tensor val;
+        CHECK_OK(ferry_batch_field(b, 1, &val));
+        const uint64_t *idx = ferry_batch_indices(b);
+        for (uint32_t k = 0; k < ferry_batch_size(b); k++) {
+            const uint8_t *v = (const uint8_t *)val.data + (size_t)k * (size_t)val.strides[0];
+            CHECK(idx[k] < NREC / 2 + 1);
+            CHECK_EQ(v[0], (uint8_t)(idx[k] & 0xff));
+            CHECK_EQ(v[REC_BYTES - 1], (uint8_t)(idx[k] & 0xff));
+        }
+        seen += ferry_batch_size(b);
+        ferry_batch_release(b);
+    }
+    CHECK_EQ(rc, FERRY_END);
+    ferry_loader_stats st;
+    CHECK_OK(ferry_loader_stats_get(l, &st));
+    printf("%llu delivered, %llu skipped\n", (unsigned long long)seen,
+           (unsigned long long)st.skipped);
+    CHECK(st.skipped > NREC / 3);
+    CHECK_EQ(seen + st.skipped, NREC);
+    ferry_loader_free(l);
+    ferry_dataset_free(ds);
+    test_remove_dir();
 }
 
 /* ferry bench over the source while the victim is cut: exits by itself, non-zero,

@@ -141,6 +141,9 @@ typedef struct ferry_db_dataset_opts {
      * damaged index is an error naming it, never used. */
     const char *index_path;
     int build_index; /* minidb: write a missing or stale index at open, then use it */
+    int in_place;    /* LevelDB: read a value that lies uncompressed in a table file
+                      * LevelDB has mapped where the pass at open found it, with no
+                      * lookup (docs/databases.md); 0: every read a lookup; default 1 */
 } ferry_db_dataset_opts;
 
 FERRY_API void ferry_db_dataset_opts_default(ferry_db_dataset_opts *o);
@@ -148,7 +151,7 @@ FERRY_API void ferry_db_dataset_opts_default(ferry_db_dataset_opts *o);
 /* Opens a store as a map-style dataset (free with ferry_dataset_free). As a
  * described source: "minidb:FILE", "leveldb:DIR", "rocksdb:DIR", each taking
  * [,value=auto|datum|tensorprotos|raw][,max=N][,index_max=BYTES][,verify=0|1]
- * [,shard=K,of=N]; minidb also [,index=PATH][,build=1]. */
+ * [,shard=K,of=N]; minidb also [,index=PATH][,build=1], leveldb [,in_place=0|1]. */
 FERRY_API int ferry_dataset_db(ferry_dataset **out, const ferry_db_dataset_opts *o);
 
 /* Writes the saved index of the minidb file `path` to index_path (NULL: path +

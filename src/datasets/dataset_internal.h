@@ -14,6 +14,10 @@ struct ferry_dataset {
     void *self;
     uint64_t len;
     bool near_hints_only; /* hint with soon = 0 does nothing: the loader skips it */
+    /* entries near in index lie near in its store (a key order, a file), so reads
+     * cost less taken in index order: the loader reads a grain's samples sorted by
+     * index, each into its own slot (the batch is the same) */
+    bool in_order;
     int nfields;
     ferry_field fields[FERRY_MAX_FIELDS];
     /* a folder's classes and what its walk left out (files:, and datasets over one

@@ -67,7 +67,7 @@ int ferry_db_open(ferry_db **out, const char *backend, const char *path, int mod
     db->ops = ops;
     if (mode == FERRY_DB_READ) {
         if (b == B_KV) {
-            ferry__kv_opts ko = {0, 1, NULL, 0};
+            ferry__kv_opts ko = {0, 1, NULL, 0, 1};
             FERRY_TRY(ops->open(&db->kv, path, &ko));
         } else if (b == B_RECORDS) {
             FERRY_TRY(ferry_dataset_records(&db->ds, path, 0, 1));

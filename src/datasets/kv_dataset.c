@@ -156,6 +156,7 @@ void ferry_db_dataset_opts_default(ferry_db_dataset_opts *o)
     memset(o, 0, sizeof *o);
     o->value = FERRY_DB_VALUE_AUTO;
     o->verify = 1;
+    o->in_place = 1;
     o->num_shards = 1;
 }
 
@@ -217,7 +218,7 @@ int ferry_dataset_db(ferry_dataset **out, const ferry_db_dataset_opts *o)
     if ((o->index_path || o->build_index) && ops != &ferry__minidb_ops)
         FERRY_FAIL(FERRY_EINVAL, "%s: a saved index (index_path, build_index) is minidb's",
                    o->path);
-    ferry__kv_opts ko = {o->index_max, o->verify, o->index_path, o->build_index};
+    ferry__kv_opts ko = {o->index_max, o->verify, o->index_path, o->build_index, o->in_place};
     FERRY_TRY(ops->open(&d->kv, o->path, &ko));
     if (ops == &ferry__minidb_ops && ferry__minidb_indexed(d->kv)) {
         const void *base;
@@ -248,6 +249,7 @@ int ferry_dataset_db(ferry_dataset **out, const ferry_db_dataset_opts *o)
         return rc; /* d freed by the call */
     /* a library's store takes only the near hints; an indexed minidb reads ahead */
     (*out)->near_hints_only = !d->ahead;
+    (*out)->in_order = true; /* key order, or the file's */
     return 0;
 cleanup:
     kv_destroy(d);
@@ -269,7 +271,8 @@ static bool minidb_streams(const char *location)
 
 /* "minidb:FILE", "leveldb:DIR", "rocksdb:DIR"
  * [,value=auto|datum|tensorprotos|raw][,max=N][,index_max=B][,verify=0|1][,shard=K,of=N];
- * minidb also [,index=PATH][,build=1] and [,stream=1][,seed=S][,max_entry=N] */
+ * minidb also [,index=PATH][,build=1] and [,stream=1][,seed=S][,max_entry=N]; leveldb
+ * [,in_place=0|1] */
 int ferry__kv_open_spec(ferry_dataset **out, ferry_stream **st, ferry__spec *s)
 {
     ferry_db_dataset_opts o;
@@ -279,7 +282,7 @@ int ferry__kv_open_spec(ferry_dataset **out, ferry_stream **st, ferry__spec *s)
     bool minidb = !strcmp(s->kind, "minidb");
     const char *value = ferry__spec_str(s, "value");
     uint64_t max = 0, index_max = 0, shard = 0, of = 1, seed = 0, max_entry = 0;
-    int rc, verify = 1, stream = -1, build = 0;
+    int rc, verify = 1, stream = -1, build = 0, in_place = 1;
     if ((rc = ferry__spec_u64(s, "max", 1, (uint64_t)1 << 30, &max)) < 0 ||
         (rc = ferry__spec_u64(s, "index_max", 1 << 20, UINT64_MAX, &index_max)) < 0 ||
         (rc = ferry__spec_u64(s, "shard", 0, UINT64_MAX - 1, &shard)) < 0 ||
@@ -290,6 +293,8 @@ int ferry__kv_open_spec(ferry_dataset **out, ferry_stream **st, ferry__spec *s)
                    (rc = ferry__spec_u64(s, "seed", 0, UINT64_MAX, &seed)) < 0 ||
                    (rc = ferry__spec_u64(s, "max_entry", 16, (uint64_t)1 << 32, &max_entry)) < 0 ||
                    (rc = ferry__spec_bool(s, "build", &build)) < 0))
+        return rc;
+    if (!strcmp(s->kind, "leveldb") && (rc = ferry__spec_bool(s, "in_place", &in_place)) < 0)
         return rc;
     const char *index = minidb ? ferry__spec_str(s, "index") : NULL;
     if ((rc = ferry__spec_check_used(s)) < 0)
@@ -314,6 +319,7 @@ int ferry__kv_open_spec(ferry_dataset **out, ferry_stream **st, ferry__spec *s)
     o.max_len = max;
     o.index_max = index_max;
     o.verify = verify;
+    o.in_place = in_place;
     o.shard_id = shard;
     o.num_shards = of;
     o.index_path = index && *index ? index : NULL;

@@ -7,8 +7,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define DEFAULT_INDEX_MAX ((uint64_t)1 << 30)
-
 const ferry__kv_ops *ferry__kv_find(const char *name)
 {
     static const ferry__kv_ops *const all[] = {&ferry__minidb_ops, &ferry__leveldb_ops,
@@ -26,7 +24,7 @@ const char *ferry__kv_path(const ferry__kv *kv)
 
 int ferry__kv_keys_add(ferry__kv_keys *ks, const char *path, const void *k, size_t klen)
 {
-    uint64_t max = ks->max ? ks->max : DEFAULT_INDEX_MAX;
+    uint64_t max = ks->max ? ks->max : FERRY__KV_INDEX_MAX;
     uint64_t after = (uint64_t)ks->used + klen + 8 * (ks->n + 2);
     if (after > max)
         return ferry__err(FERRY_EOVERFLOW,

@@ -23,6 +23,8 @@ typedef struct ferry__kv ferry__kv;
 typedef struct ferry__kv_iter ferry__kv_iter;
 typedef struct ferry__kv_writer ferry__kv_writer;
 
+#define FERRY__KV_INDEX_MAX ((uint64_t)1 << 30) /* index_max's default */
+
 typedef struct ferry__kv_opts {
     uint64_t index_max; /* bytes the entry index may take (keys, offsets); 0 = 1 GiB */
     int verify;         /* LevelDB/RocksDB: check every block's checksum in the pass at
@@ -32,6 +34,9 @@ typedef struct ferry__kv_opts {
      * stale one at open */
     const char *index;
     int build_index;
+    /* LevelDB: 1 reads a value that lies in a table LevelDB has mapped in place,
+     * where the pass at open found it, with no lookup; 0: every read a lookup */
+    int in_place;
 } ferry__kv_opts;
 
 /* An entry's value, lent to fn for the time of the call. */
@@ -47,6 +52,9 @@ typedef struct ferry__kv_ops {
     int (*open)(ferry__kv **out, const char *path, const ferry__kv_opts *o);
     void (*close)(ferry__kv *kv);
     uint64_t (*count)(const ferry__kv *kv);
+    /* How many entries get reads in place (their values read where the library
+     * mapped them, located at open), the others being looked up; NULL: none. */
+    uint64_t (*in_place)(const ferry__kv *kv);
     /* The largest value's length when the store knows it without reading the
      * values (minidb), else 0. */
     uint64_t (*largest)(const ferry__kv *kv);

@@ -9,6 +9,11 @@
  *   LSM_OPS    the backend's table, ferry__leveldb_ops or ferry__rocksdb_ops
  *   LSM_ABANDONED(d)  true when the database d may not be read any more (a
  *              read was cut short inside the library), else false
+ *   LSM_PASS_ENTRY(d, it)  what the backend notes of each entry of the pass at
+ *              open, the iterator on it (after its key is indexed): 0 or an error
+ *   LSM_PASS_KEEP(d, it, pass)  whether the backend keeps the pass's iterator
+ *              and read options (until close) once the pass is over
+ *   LSM_IN_PLACE  the table's in_place (kv.h), or NULL
  *   lsm        its database: a struct with at least base (ferry__kv_base),
  *              db, opts, ro (read options), snap and keys (ferry__kv_keys)
  *
@@ -103,12 +108,15 @@ static int index_keys(lsm *d, const ferry__kv_opts *o)
     for (LSM(iter_seek_to_first)(it); rc == 0 && LSM(iter_valid)(it); LSM(iter_next)(it)) {
         size_t kl;
         const char *k = LSM(iter_key)(it, &kl);
-        rc = ferry__kv_keys_add(&d->keys, d->base.path, k, kl);
+        if ((rc = ferry__kv_keys_add(&d->keys, d->base.path, k, kl)) == 0)
+            rc = LSM_PASS_ENTRY(d, it);
     }
     char *err = NULL;
     LSM(iter_get_error)(it, &err);
-    LSM(iter_destroy)(it);
-    LSM(readoptions_destroy)(pass);
+    if (rc != 0 || err || !LSM_PASS_KEEP(d, it, pass)) {
+        LSM(iter_destroy)(it);
+        LSM(readoptions_destroy)(pass);
+    }
     if (rc == 0 && err)
         return lib_err(d->base.path, "reading the keys", err);
     LSM(free)(err);
@@ -294,6 +302,7 @@ const ferry__kv_ops LSM_OPS = {
     .longest_key = lsm_longest_key,
     .key = lsm_key,
     .get = lsm_get,
+    .in_place = LSM_IN_PLACE,
     .iter_open = lsm_iter_open,
     .iter_next = lsm_iter_next,
     .iter_close = lsm_iter_close,

@@ -30,6 +30,9 @@ typedef struct lsm {
 #define LSM_NAME "rocksdb"
 #define LSM_OPS ferry__rocksdb_ops
 #define LSM_ABANDONED(d) ((void)(d), false)
+#define LSM_PASS_ENTRY(d, it) 0
+#define LSM_PASS_KEEP(d, it, pass) false
+#define LSM_IN_PLACE NULL
 #include "lsm_env.h"
 
 static void lsm_close(ferry__kv *kv)

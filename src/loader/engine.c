@@ -8,6 +8,7 @@
 
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* A grain (slots one worker claims at once) aims at this much work: enough to
@@ -192,8 +193,10 @@ void ferry__loader_destroy(ferry_loader *l)
         for (uint32_t i = 0; i < l->o.num_workers; i++) {
             ferry__ctx_release(&l->workers[i].ctx);
             ferry__free(l->workers[i].hint);
+            ferry__free(l->workers[i].visit);
         }
     ferry__free(l->inline_worker.hint);
+    ferry__free(l->inline_worker.visit);
     ferry__free(l->workers);
     ferry__ctx_release(&l->inline_worker.ctx);
     ferry__free(l->shards);
@@ -718,9 +721,46 @@ static void replay_batch(ferry_loader *l, ferry_batch *b, ferry_ctx *ctx, uint32
     *nfilled = i;
 }
 
+/* Whether a grain of b is read in index order (w->visit) rather than slot order. */
+static bool visits(const ferry_loader *l, const worker *w, const ferry_batch *b)
+{
+    return b->shard < 0 && w->visit && l->ds->in_order;
+}
+
+static int cmp_slot_index(const void *a, const void *b, void *indices)
+{
+    const uint64_t *ix = indices;
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    if (ix[x] != ix[y])
+        return ix[x] < ix[y] ? -1 : 1;
+    return (x > y) - (x < y);
+}
+
+/* The visiting order of a grain's slots [first, first + count) into v: sorted
+ * by index, equal indices in slot order. An insertion sort for a grain's few
+ * (tens), a qsort past that (a whole batch, one worker). */
+static void visit_order(const ferry_batch *b, uint32_t first, uint32_t count, uint32_t *v)
+{
+    const uint64_t *ix = b->indices;
+    if (count > 64) {
+        for (uint32_t k = 0; k < count; k++)
+            v[k] = first + k;
+        qsort_r(v, count, sizeof *v, cmp_slot_index, (void *)ix);
+        return;
+    }
+    for (uint32_t k = 0; k < count; k++) {
+        uint32_t s = first + k, j = k;
+        for (; j > 0 && ix[v[j - 1]] > ix[s]; j--)
+            v[j] = v[j - 1];
+        v[j] = s;
+    }
+}
+
+/* Reads the slots of a grain, from its position `from` on: position k is slot
+ * first + k, or w->visit[k] when the grain is read in index order. */
 __attribute__((noinline)) static void work(ferry_loader *l, ferry_batch *b, uint32_t first,
-                                           uint32_t count, ferry_ctx *ctx, uint32_t *nfilled,
-                                           volatile uint32_t *cur, worker *w)
+                                           uint32_t count, uint32_t from, ferry_ctx *ctx,
+                                           uint32_t *nfilled, volatile uint32_t *cur, worker *w)
 {
     ferry__tbuf *tb = w->tb; /* errors and skips */
     ctx->epoch = b->epoch;
@@ -731,11 +771,14 @@ __attribute__((noinline)) static void work(ferry_loader *l, ferry_batch *b, uint
         return;
     }
     shard *sh = b->shard >= 0 ? &l->shards[b->shard] : NULL;
-    uint32_t filled = first;
-    if (!sh) {
+    const uint32_t *visit = visits(l, w, b) ? w->visit : NULL;
+    uint32_t filled = first + from;
+    if (!sh && from == 0) {
         /* the grain's indices first, so the dataset can fetch them all at once */
         for (uint32_t i = first; i < first + count; i++)
             b->indices[i] = ferry_sampler_at(l->sampler, b->first_pos + i);
+        if (visit)
+            visit_order(b, first, count, w->visit);
         if (l->ds->vt->hint)
             l->ds->vt->hint(l->ds->self, b->indices + first, count, 1);
     }
@@ -747,13 +790,14 @@ __attribute__((noinline)) static void work(ferry_loader *l, ferry_batch *b, uint
     }
     if (ts)
         ferry__trace_span(ts, FERRY__EV_HINTS, ferry_now_ns(), b->number);
-    for (uint32_t i = first; i < first + count; i++) {
+    for (uint32_t k = from; k < count; k++) {
+        uint32_t i = visit ? visit[k] : first + k;
         if (atomic_load_explicit(&l->gen, memory_order_relaxed) != b->gen)
             break; /* stale: drop the rest */
         if (ts)
             memcpy(claimed, ctx->stage_ns, sizeof claimed);
         if (cur)
-            *cur = i;
+            *cur = k;
         uint64_t index = UINT64_MAX;
         int rc;
         bool recorded = false;
@@ -831,30 +875,30 @@ static void work_guarded(ferry_loader *l, ferry_batch *b, uint32_t first, uint32
 {
     ferry_ctx *ctx = &w->ctx;
     if (b->shard >= 0) {
-        work(l, b, first, count, ctx, nfilled, NULL, w);
+        work(l, b, first, count, 0, ctx, nfilled, NULL, w);
         return;
     }
-    volatile uint32_t cur = first, from = first;
+    volatile uint32_t cur = 0, from = 0; /* positions in the grain */
     ferry__guard g;
     for (;;) {
         ferry__guard_push(&g);
         g.passive = true;
         g.direct = l->ds->self;
         if (sigsetjmp(g.jb, 0)) {
-            uint32_t i = cur;
+            uint32_t k = cur, i = visits(l, w, b) ? w->visit[k] : first + k;
             int rc = g.at_fault.fault(&g.at_fault, g.addr);
             pthread_mutex_lock(&l->m);
             record_failure(l, b, i, b->indices[i], rc, w->tb);
             pthread_mutex_unlock(&l->m);
             atomic_store_explicit(&b->state[i], SLOT_FAILED, memory_order_relaxed);
-            from = i + 1;
-            *nfilled = from;
-            if (from >= first + count)
+            from = k + 1;
+            *nfilled = first + from;
+            if (from >= count)
                 return;
             continue;
         }
         cur = from; /* a fault in the grain's hint fails its first sample */
-        work(l, b, from, first + count - from, ctx, nfilled, &cur, w);
+        work(l, b, first, count, from, ctx, nfilled, &cur, w);
         ferry__guard_pop(&g);
         return;
     }

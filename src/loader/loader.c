@@ -125,8 +125,9 @@ static int create(ferry_loader **out, ferry_dataset *ds, ferry_stream *st,
     l->o.trace = NULL; /* the caller's string is not kept */
     l->inline_worker.tb = ferry__trace_buf(l->trace, -1);
     ferry__ctx_init(&l->inline_worker.ctx, 0, o.seed, 0);
-    bool hints = ds && ds->vt->hint;
-    if (hints && !(l->inline_worker.hint = ferry__malloc(o.batch_size * sizeof(uint64_t))))
+    bool hints = ds && ds->vt->hint, visits = ds && ds->in_order;
+    if ((hints && !(l->inline_worker.hint = ferry__malloc(o.batch_size * sizeof(uint64_t)))) ||
+        (visits && !(l->inline_worker.visit = ferry__malloc(o.batch_size * sizeof(uint32_t)))))
         FERRY_FAIL(FERRY_ENOMEM, "loader: out of memory");
     /* Start epoch 0 now, before the workers exist: each finds work on its first
      * look instead of sleeping until the first ferry_loader_next wakes it. */
@@ -144,7 +145,9 @@ static int create(ferry_loader **out, ferry_dataset *ds, ferry_stream *st,
             l->workers[i].id = i;
             l->workers[i].tb = ferry__trace_buf(l->trace, (int)i);
             ferry__ctx_init(&l->workers[i].ctx, i, o.seed, 0);
-            if (hints && !(l->workers[i].hint = ferry__malloc(o.batch_size * sizeof(uint64_t))))
+            worker *w = &l->workers[i];
+            if ((hints && !(w->hint = ferry__malloc(o.batch_size * sizeof(uint64_t)))) ||
+                (visits && !(w->visit = ferry__malloc(o.batch_size * sizeof(uint32_t)))))
                 FERRY_FAIL(FERRY_ENOMEM, "loader: out of memory");
         }
         l->nworkers = o.num_workers;

@@ -124,7 +124,8 @@ typedef struct worker {
     ferry_loader *l;
     uint32_t id;
     ferry_ctx ctx;
-    uint64_t *hint; /* batch_size indices, for datasets that take read-ahead hints */
+    uint64_t *hint;  /* batch_size indices, for datasets that take read-ahead hints */
+    uint32_t *visit; /* batch_size slots: a grain's order of reading (in_order datasets) */
     uint64_t busy_ns, idle_ns, stage_ns[FERRY_STAGE_COUNT]; /* under l->m */
     ferry__tbuf *tb;    /* its events, or NULL without a trace */
     bool trace_samples; /* this grain's samples each have slices (else the grain has) */

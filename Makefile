@@ -51,7 +51,8 @@ test-asan:
 	  $(CTEST) --test-dir $(BUILD)-asan -LE install
 
 test-tsan:
-	cmake -S . -B $(BUILD)-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERRY_SANITIZE=thread >/dev/null
+	cmake -S . -B $(BUILD)-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERRY_SANITIZE=thread \
+	  -DFERRY_WITH_ROCKSDB=OFF >/dev/null
 	cmake --build $(BUILD)-tsan -j$(JOBS)
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 	  $(CTEST) --test-dir $(BUILD)-tsan -L concurrent

@@ -1,6 +1,6 @@
 """LevelDB, RocksDB and Caffe2's minidb through ferry.open and ferry.DataLoader,
-against what python3-plyvel and protoc's Python code (from the repository's
-tests/protos) read and wrote."""
+against what python3-plyvel, librocksdb's C API and protoc's Python code (from
+the repository's tests/protos) read and wrote."""
 import importlib
 import os
 import struct
@@ -141,3 +141,65 @@ def test_minidb_saved_index(tmp_path):
     with pytest.raises(ferry.Error, match="is stale"):
         ferry.open("minidb:%s,value=raw" % path)
     assert len(ferry.open("minidb:%s,value=raw,build=1" % path)) == 310
+
+
+def rocksdb_c():
+    """librocksdb's own C API through ctypes (Debian has no Python binding)."""
+    import ctypes
+    import ctypes.util
+    name = ctypes.util.find_library("rocksdb")
+    if not name:
+        pytest.skip("librocksdb is not installed")
+    lib = ctypes.CDLL(name)
+    vp, cp = ctypes.c_void_p, ctypes.c_char_p
+    for f, res, args in (("rocksdb_options_create", vp, []),
+                         ("rocksdb_options_set_create_if_missing", None, [vp, ctypes.c_ubyte]),
+                         ("rocksdb_open", vp, [vp, cp, ctypes.POINTER(cp)]),
+                         ("rocksdb_writeoptions_create", vp, []),
+                         ("rocksdb_put", None, [vp, vp, cp, ctypes.c_size_t, cp, ctypes.c_size_t,
+                                                ctypes.POINTER(cp)]),
+                         ("rocksdb_close", None, [vp]),
+                         ("rocksdb_writeoptions_destroy", None, [vp]),
+                         ("rocksdb_options_destroy", None, [vp])):
+        getattr(lib, f).restype = res
+        getattr(lib, f).argtypes = args
+    return lib, ctypes
+
+
+def test_rocksdb_written_by_its_c_api(tmp_path, pb):
+    caffe_pb2, _ = pb
+    lib, ctypes = rocksdb_c()
+    path = str(tmp_path / "rdb").encode()
+    err = ctypes.c_char_p()
+    opts = lib.rocksdb_options_create()
+    lib.rocksdb_options_set_create_if_missing(opts, 1)
+    db = lib.rocksdb_open(opts, path, ctypes.byref(err))
+    assert db and not err.value, err.value
+    wo = lib.rocksdb_writeoptions_create()
+    want = {}
+    for i in reversed(range(300)):  # put out of order: read back in key order
+        k, v = b"%06d" % i, datum(caffe_pb2, i).SerializeToString()
+        lib.rocksdb_put(db, wo, k, len(k), v, len(v), ctypes.byref(err))
+        assert not err.value, err.value
+        want[k] = caffe_pb2.Datum.FromString(v)
+    lib.rocksdb_close(db)
+    lib.rocksdb_writeoptions_destroy(wo)
+    lib.rocksdb_options_destroy(opts)
+    try:
+        ds = ferry.open("rocksdb:%s" % path.decode())
+    except ferry.Error as e:
+        if "has no RocksDB" in str(e):
+            pytest.skip(str(e))
+        raise
+    assert len(ds) == 300
+    assert [f.name for f in ds.fields] == ["data", "label"]
+    for i, k in enumerate(sorted(want)):
+        s, d = ds[i], want[k]
+        assert np.array_equal(np.asarray(s["data"]).reshape(-1),
+                              np.frombuffer(d.data, dtype=np.uint8))
+        assert int(s["label"]) == d.label
+    del ds
+    dl = ferry.DataLoader("rocksdb:%s" % path.decode(), batch_size=32, shuffle=True,
+                          num_workers=2, seed=5)
+    labels = np.concatenate([np.asarray(b["label"]) for b in dl])
+    assert sorted(labels.tolist()) == sorted(i % 7 for i in range(300))

@@ -141,9 +141,10 @@ typedef struct ferry_db_dataset_opts {
      * damaged index is an error naming it, never used. */
     const char *index_path;
     int build_index; /* minidb: write a missing or stale index at open, then use it */
-    int in_place;    /* LevelDB: read a value that lies uncompressed in a table file
-                      * LevelDB has mapped where the pass at open found it, with no
-                      * lookup (docs/databases.md); 0: every read a lookup; default 1 */
+    int in_place;    /* LevelDB: read a value stored uncompressed in a table file
+                      * where the pass at open found it, from ferry's own mapping of
+                      * the file, with no lookup (docs/databases.md); 0: every read
+                      * a lookup; default 1 */
 } ferry_db_dataset_opts;
 
 FERRY_API void ferry_db_dataset_opts_default(ferry_db_dataset_opts *o);

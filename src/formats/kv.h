@@ -34,8 +34,9 @@ typedef struct ferry__kv_opts {
      * stale one at open */
     const char *index;
     int build_index;
-    /* LevelDB: 1 reads a value that lies in a table LevelDB has mapped in place,
-     * where the pass at open found it, with no lookup; 0: every read a lookup */
+    /* LevelDB: 1 reads a value that LevelDB lent from its mapping of a table file
+     * in place, from ferry's own mapping of that file where the pass at open
+     * found it, with no lookup; 0: every read a lookup */
     int in_place;
 } ferry__kv_opts;
 

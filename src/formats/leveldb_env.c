@@ -17,41 +17,31 @@
  * Reads in place. A lookup costs more than the copy of a 4 KB value: LevelDB
  * searches the table's index block and parses the data block each time. But a
  * value in a block stored uncompressed, in a table file LevelDB has mapped
- * (Debian's maps up to 1000 table files a process), lies in that mapping, where
- * the pass at open meets it. Its place is kept, checked against the process's
- * mappings (/proc/self/maps: a table file of this database), and a read copies
- * from there, under the guard, with no lookup; the others (a compressed block,
- * inflated into the library's memory; a table read with pread) are looked up.
- * What keeps the places valid until close: the pass's iterator, kept, holds
- * the version it read, so LevelDB deletes none of its tables (and unmaps a
- * table only when it deletes it, or its table cache drops it: the cache is
- * made to hold every table, see TABLE_CACHE_FILES); the table files are never
- * written again (LevelDB writes new ones), and the database's LOCK keeps other
- * processes out. A table cut short under a read in place is the same error as
- * one met inside the library. in_place=0 looks up every read.
+ * (Debian's LevelDB maps up to 1000 table files a process), is lent from that
+ * mapping, where the pass at open meets it. The pass notes its place in the
+ * table file (places.h), and once the pass is over ferry maps those files
+ * itself and checks the bytes at each place: a read then copies the value from
+ * ferry's own mapping, under the guard, with no lookup. Nothing of LevelDB's
+ * need outlive the pass for that: table files are never rewritten (LevelDB
+ * writes new ones, and a file it deletes stays readable through a mapping), and
+ * the LOCK keeps other processes out. The others (a compressed block, inflated
+ * into the library's memory; a table read with pread) are looked up. A table
+ * cut short under a read in place is an error naming the file; LevelDB was not
+ * reading, so the database is not abandoned. in_place=0 looks up every read.
  */
 #include "kv.h"
 #include "lmdb_env.h"
+#include "places.h"
 #include "../core/guard.h"
 
-#include <dirent.h>
 #include <leveldb/c.h>
-#include <limits.h>
 #include <setjmp.h>
 #include <stdatomic.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define POOL 64
-/* Reads in place for a database of at most this many table files: LevelDB maps
- * up to 1000 a process (its mmap limit), and reads the rest with pread. */
-#define IN_PLACE_TABLES 1000
-/* max_open_files when reading in place: LevelDB's table cache then holds
- * 49,990 tables, 3,125 in each of its 16 shards, so that it drops (and unmaps)
- * none of a database of IN_PLACE_TABLES, nor of the tables a compaction adds,
- * however they hash. */
-#define TABLE_CACHE_FILES 50000
 
 /* One slot of the pool, alone in its cache line: threads that each keep to a
  * slot of their own do not share a line. */
@@ -76,19 +66,13 @@ typedef struct lsm {
      * it rather than passing from thread to thread. */
     iter_slot idle[POOL];
     atomic_bool abandoned; /* a read was cut short inside the library */
-    /* Reads in place (above): entry i's value at place[i] (place_len[i] bytes),
-     * or NULL where it is looked up; nplaced of them set. pin and pin_ro: the
-     * pass's iterator and read options, kept while places are. */
-    bool in_place; /* asked for, and the database has few enough tables */
-    const uint8_t **place;
-    uint32_t *place_len;
-    uint64_t place_cap, nplaced;
-    leveldb_iterator_t *pin;
-    leveldb_readoptions_t *pin_ro;
+    /* Reads in place (above): the places of nplaced values, or NULL */
+    ferry__places *places;
+    uint64_t nplaced;
 } lsm;
 
 static int note_place(lsm *d, leveldb_iterator_t *it);
-static bool keep_pass(lsm *d, leveldb_iterator_t *it, leveldb_readoptions_t *pass);
+static void pass_end(lsm *d);
 static uint64_t lsm_in_place(const ferry__kv *kv);
 
 #define LSM(name) leveldb_##name
@@ -96,27 +80,17 @@ static uint64_t lsm_in_place(const ferry__kv *kv);
 #define LSM_OPS ferry__leveldb_ops
 #define LSM_ABANDONED(d) atomic_load(&(d)->abandoned)
 #define LSM_PASS_ENTRY(d, it) note_place(d, it)
-#define LSM_PASS_KEEP(d, it, pass) keep_pass(d, it, pass)
+#define LSM_PASS_END(d) pass_end(d)
 #define LSM_IN_PLACE lsm_in_place
 #include "lsm_env.h"
-
-static void drop_places(lsm *d)
-{
-    ferry__free(d->place);
-    ferry__free(d->place_len);
-    d->place = NULL;
-    d->place_len = NULL;
-    d->place_cap = d->nplaced = 0;
-    d->in_place = false;
-}
 
 static void lsm_close(ferry__kv *kv)
 {
     lsm *d = (lsm *)kv;
     if (!d)
         return;
+    ferry__places_free(d->places);
     if (atomic_load(&d->abandoned)) {
-        drop_places(d);
         ferry__kv_keys_free(&d->keys);
         ferry__free(d);
         return;
@@ -126,11 +100,6 @@ static void lsm_close(ferry__kv *kv)
         if (it)
             leveldb_iter_destroy(it);
     }
-    drop_places(d);
-    if (d->pin)
-        leveldb_iter_destroy(d->pin);
-    if (d->pin_ro)
-        leveldb_readoptions_destroy(d->pin_ro);
     close_db(d);
     if (d->cache)
         leveldb_cache_destroy(d->cache);
@@ -197,131 +166,29 @@ static bool table_name(const char *name)
     return n > 4 && (!strcmp(name + n - 4, ".ldb") || !strcmp(name + n - 4, ".sst"));
 }
 
-/* Whether the database at path has at most IN_PLACE_TABLES table files. */
-static bool few_tables(const char *path)
-{
-    DIR *dir = opendir(path);
-    if (!dir)
-        return false;
-    unsigned n = 0;
-    struct dirent *e;
-    while (n <= IN_PLACE_TABLES && (e = readdir(dir)))
-        n += table_name(e->d_name);
-    closedir(dir);
-    return n <= IN_PLACE_TABLES;
-}
-
-/* The pass at open, on entry keys.n - 1: where its value lies, in room that
- * grows with the entries within index_max (with the key index); past that, or
- * without memory, there are no reads in place. */
+/* The pass at open, on entry keys.n - 1: its value's place, in room left of
+ * index_max by the key index. */
 static int note_place(lsm *d, leveldb_iterator_t *it)
 {
-    if (!d->in_place)
+    if (!d->places)
         return 0;
-    uint64_t i = d->keys.n - 1;
-    if (i >= d->place_cap) {
-        uint64_t c = d->place_cap ? 2 * d->place_cap : 1024;
-        uint64_t max = d->keys.max ? d->keys.max : FERRY__KV_INDEX_MAX;
-        uint64_t need = (uint64_t)d->keys.used + 8 * (d->keys.n + 2) +
-                        c * (sizeof *d->place + sizeof *d->place_len);
-        const uint8_t **p = need <= max ? ferry__realloc(d->place, c * sizeof *p) : NULL;
-        if (p)
-            d->place = p;
-        uint32_t *len = p ? ferry__realloc(d->place_len, c * sizeof *len) : NULL;
-        if (!len) {
-            drop_places(d);
-            return 0;
-        }
-        d->place_len = len;
-        d->place_cap = c;
-    }
+    uint64_t max = d->keys.max ? d->keys.max : FERRY__KV_INDEX_MAX;
+    uint64_t keys = (uint64_t)d->keys.used + 8 * (d->keys.n + 2);
     size_t vl = 0;
     const char *v = leveldb_iter_value(it, &vl);
-    d->place[i] = vl <= UINT32_MAX ? (const uint8_t *)v : NULL;
-    d->place_len[i] = (uint32_t)vl;
+    ferry__places_note(d->places, v, vl, max > keys ? max - keys : 0);
     return 0;
 }
 
-typedef struct span {
-    uintptr_t from, to;
-} span;
-
-/* The mappings of this database's table files (Linux's /proc/self/maps, in
- * address order) into *out (freed by the caller); how many, 0 when none or
- * when they cannot be told. */
-static size_t table_mappings(const char *path, span **out)
+/* After a pass that read every entry: the places that check are kept. */
+static void pass_end(lsm *d)
 {
-    *out = NULL;
-    char dir[PATH_MAX], line[PATH_MAX + 200];
-    if (!realpath(path, dir))
-        return 0;
-    size_t dl = strlen(dir), n = 0, cap = 0;
-    FILE *f = fopen("/proc/self/maps", "re");
-    if (!f)
-        return 0;
-    while (fgets(line, sizeof line, f)) {
-        unsigned long a, b;
-        int at = 0;
-        if (sscanf(line, "%lx-%lx %*s %*x %*x:%*x %*u %n", &a, &b, &at) < 2 || !at)
-            continue;
-        char *name = line + at;
-        name[strcspn(name, "\n")] = 0;
-        if (strncmp(name, dir, dl) || name[dl] != '/' || strchr(name + dl + 1, '/') ||
-            !table_name(name + dl + 1))
-            continue;
-        if (n == cap) {
-            cap = cap ? 2 * cap : 64;
-            span *g = ferry__realloc(*out, cap * sizeof *g);
-            if (!g) {
-                n = 0;
-                break;
-            }
-            *out = g;
-        }
-        (*out)[n++] = (span){a, b};
-    }
-    fclose(f);
-    return n;
-}
-
-/* Whether [p, p + len) lies inside one of the n mappings m (in address order). */
-static bool mapped_in(const span *m, size_t n, const uint8_t *p, size_t len)
-{
-    uintptr_t a = (uintptr_t)p;
-    size_t lo = 0, hi = n;
-    while (lo < hi) { /* the first mapping that ends past a */
-        size_t mid = lo + (hi - lo) / 2;
-        if (m[mid].to <= a)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < n && m[lo].from <= a && len <= m[lo].to - a;
-}
-
-/* After the pass: the places inside a mapping of a table file of this database
- * are kept, the others cleared (looked up). With any kept, the database keeps
- * the pass's iterator and read options; with none, no places. */
-static bool keep_pass(lsm *d, leveldb_iterator_t *it, leveldb_readoptions_t *pass)
-{
-    if (!d->in_place)
-        return false;
-    span *m;
-    size_t nm = table_mappings(d->base.path, &m);
-    d->nplaced = 0;
-    for (uint64_t i = 0; i < d->keys.n; i++) {
-        if (d->place[i] && !mapped_in(m, nm, d->place[i], d->place_len[i]))
-            d->place[i] = NULL;
-        d->nplaced += d->place[i] != NULL;
-    }
-    ferry__free(m);
+    if (d->places && d->places->n == d->keys.n)
+        d->nplaced = ferry__places_finish(d->places);
     if (!d->nplaced) {
-        drop_places(d);
-        return false;
+        ferry__places_free(d->places);
+        d->places = NULL;
     }
-    d->pin = it;
-    d->pin_ro = pass;
-    return true;
 }
 
 static uint64_t lsm_in_place(const ferry__kv *kv)
@@ -361,10 +228,8 @@ static int lsm_open(ferry__kv **out, const char *path, const ferry__kv_opts *o)
     leveldb_options_set_create_if_missing(d->opts, 0);
     leveldb_options_set_paranoid_checks(d->opts, 1);
     leveldb_options_set_cache(d->opts, d->cache);
-    if (o && o->in_place && few_tables(path)) {
-        d->in_place = true;
-        leveldb_options_set_max_open_files(d->opts, TABLE_CACHE_FILES);
-    }
+    if (o && o->in_place)
+        d->places = ferry__places_new(path, table_name); /* NULL: every read a lookup */
     d->db = leveldb_open(d->opts, path, &err);
     if (!d->db) {
         rc = lib_err(path, NULL, err);
@@ -441,15 +306,58 @@ __attribute__((noinline)) static int lookup(lsm *d, leveldb_iterator_t *it, uint
     return rc;
 }
 
-/* Entry i's value where the pass found it, given to fn (which copies it out)
- * under a guard: a table cut short under it is cut_short's error. */
-__attribute__((noinline)) static int read_in_place(lsm *d, uint64_t i, ferry__kv_fn *fn, void *arg)
+/* A read in place cut short at addr: the error names the table file (LevelDB
+ * was not reading: the database stays open). */
+static int in_place_cut_short(const lsm *d, uint64_t i, uintptr_t addr)
+{
+    const uint8_t *k;
+    size_t kl;
+    char key[96];
+    const void *base = NULL;
+    const char *file = ferry__places_file(d->places, addr, &base);
+    ferry__kv_keys_get(&d->keys, i, &k, &kl);
+    return ferry__guard_err(addr, file ? file : d->base.path, base,
+                            "entry %llu (key \"%s\"): leveldb", (unsigned long long)i,
+                            ferry__lmdb_key_repr(key, sizeof key, k, kl));
+}
+
+/* Entry i's bytes in its table are not those the pass met: the file was cut
+ * short (past its new end, its last page reads as zeros) or written in place. */
+static int in_place_changed(const lsm *d, uint64_t i)
+{
+    const uint8_t *k;
+    size_t kl, vl = 0;
+    char key[96];
+    uint64_t off;
+    const void *base = NULL;
+    const char *file = ferry__places_where(d->places, i, &off, &base);
+    const uint8_t *v = ferry__places_get(d->places, i, &vl);
+    ferry__kv_keys_get(&d->keys, i, &k, &kl);
+    ferry__lmdb_key_repr(key, sizeof key, k, kl);
+    struct stat st;
+    if (file && stat(file, &st) == 0 && (uint64_t)st.st_size < off + vl)
+        return ferry__guard_err((uintptr_t)(v + vl), file, base, "entry %llu (key \"%s\"): leveldb",
+                                (unsigned long long)i, key);
+    return ferry__err(FERRY_ECORRUPT,
+                      "%s: entry %llu (key \"%s\"): leveldb: the value's bytes at offset %llu "
+                      "are not those read at open: the table file was written in place",
+                      file ? file : d->base.path, (unsigned long long)i, key,
+                      (unsigned long long)off);
+}
+
+/* Entry i's value (v, vl) from ferry's mapping of its table, given to fn (which
+ * copies it out) under a guard, and its bytes checked after: a file cut short or
+ * written since is an error, not the bytes read. */
+__attribute__((noinline)) static int read_in_place(const lsm *d, uint64_t i, const uint8_t *v,
+                                                   size_t vl, ferry__kv_fn *fn, void *arg)
 {
     ferry__guard g;
     ferry__guard_push(&g);
     if (sigsetjmp(g.jb, 0))
-        return entry_cut_short(d, i, g.addr);
-    int rc = fn(arg, d->place[i], d->place_len[i]);
+        return in_place_cut_short(d, i, g.addr);
+    int rc = fn(arg, v, vl);
+    if (rc == 0 && !ferry__places_intact(d->places, i))
+        rc = in_place_changed(d, i);
     ferry__guard_pop(&g);
     return rc;
 }
@@ -463,8 +371,10 @@ static int lsm_get(const ferry__kv *kv, uint64_t i, ferry__kv_fn *fn, void *arg)
                           "while the database was read, and it is abandoned (its LOCK is "
                           "held until this process ends: another process can open it)",
                           d->base.path, (unsigned long long)i);
-    if (d->place && d->place[i])
-        return read_in_place(d, i, fn, arg);
+    size_t vl;
+    const uint8_t *v = ferry__places_get(d->places, i, &vl);
+    if (v)
+        return read_in_place(d, i, v, vl, fn, arg);
     leveldb_iterator_t *it = take_iter(d);
     ferry__guard g;
     ferry__guard_push(&g);

@@ -11,8 +11,7 @@
  *              read was cut short inside the library), else false
  *   LSM_PASS_ENTRY(d, it)  what the backend notes of each entry of the pass at
  *              open, the iterator on it (after its key is indexed): 0 or an error
- *   LSM_PASS_KEEP(d, it, pass)  whether the backend keeps the pass's iterator
- *              and read options (until close) once the pass is over
+ *   LSM_PASS_END(d)  what the backend does after a pass that met no error
  *   LSM_IN_PLACE  the table's in_place (kv.h), or NULL
  *   lsm        its database: a struct with at least base (ferry__kv_base),
  *              db, opts, ro (read options), snap and keys (ferry__kv_keys)
@@ -113,10 +112,10 @@ static int index_keys(lsm *d, const ferry__kv_opts *o)
     }
     char *err = NULL;
     LSM(iter_get_error)(it, &err);
-    if (rc != 0 || err || !LSM_PASS_KEEP(d, it, pass)) {
-        LSM(iter_destroy)(it);
-        LSM(readoptions_destroy)(pass);
-    }
+    LSM(iter_destroy)(it);
+    LSM(readoptions_destroy)(pass);
+    if (rc == 0 && !err)
+        LSM_PASS_END(d);
     if (rc == 0 && err)
         return lib_err(d->base.path, "reading the keys", err);
     LSM(free)(err);

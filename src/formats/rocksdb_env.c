@@ -31,7 +31,7 @@ typedef struct lsm {
 #define LSM_OPS ferry__rocksdb_ops
 #define LSM_ABANDONED(d) ((void)(d), false)
 #define LSM_PASS_ENTRY(d, it) 0
-#define LSM_PASS_KEEP(d, it, pass) false
+#define LSM_PASS_END(d) ((void)(d))
 #define LSM_IN_PLACE NULL
 #include "lsm_env.h"
 

@@ -757,7 +757,9 @@ static void visit_order(const ferry_batch *b, uint32_t first, uint32_t count, ui
 }
 
 /* Reads the slots of a grain, from its position `from` on: position k is slot
- * first + k, or w->visit[k] when the grain is read in index order. */
+ * first + k, or w->visit[k] when the grain is read in index order. *nfilled: one
+ * past the last slot read, which only a stream's batch (read in slot order)
+ * uses. */
 __attribute__((noinline)) static void work(ferry_loader *l, ferry_batch *b, uint32_t first,
                                            uint32_t count, uint32_t from, ferry_ctx *ctx,
                                            uint32_t *nfilled, volatile uint32_t *cur, worker *w)

@@ -19,15 +19,16 @@
  * value in a block stored uncompressed, in a table file LevelDB has mapped
  * (Debian's LevelDB maps up to 1000 table files a process), is lent from that
  * mapping, where the pass at open meets it. The pass notes its place in the
- * table file (places.h), and once the pass is over ferry maps those files
- * itself and checks the bytes at each place: a read then copies the value from
+ * table file (places.h: ferry maps the table files itself, and keeps a place
+ * where its mapping holds the same bytes), and a read copies the value from
  * ferry's own mapping, under the guard, with no lookup. Nothing of LevelDB's
  * need outlive the pass for that: table files are never rewritten (LevelDB
  * writes new ones, and a file it deletes stays readable through a mapping), and
  * the LOCK keeps other processes out. The others (a compressed block, inflated
  * into the library's memory; a table read with pread) are looked up. A table
- * cut short under a read in place is an error naming the file; LevelDB was not
- * reading, so the database is not abandoned. in_place=0 looks up every read.
+ * cut short under a read in place is an error naming the file, also where its
+ * last page reads as zeros past the new end; LevelDB was not reading, so the
+ * database is not abandoned. in_place=0 looks up every read.
  */
 #include "kv.h"
 #include "lmdb_env.h"
@@ -39,7 +40,6 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #define POOL 64
 
@@ -321,33 +321,10 @@ static int in_place_cut_short(const lsm *d, uint64_t i, uintptr_t addr)
                             ferry__lmdb_key_repr(key, sizeof key, k, kl));
 }
 
-/* Entry i's bytes in its table are not those the pass met: the file was cut
- * short (past its new end, its last page reads as zeros) or written in place. */
-static int in_place_changed(const lsm *d, uint64_t i)
-{
-    const uint8_t *k;
-    size_t kl, vl = 0;
-    char key[96];
-    uint64_t off;
-    const void *base = NULL;
-    const char *file = ferry__places_where(d->places, i, &off, &base);
-    const uint8_t *v = ferry__places_get(d->places, i, &vl);
-    ferry__kv_keys_get(&d->keys, i, &k, &kl);
-    ferry__lmdb_key_repr(key, sizeof key, k, kl);
-    struct stat st;
-    if (file && stat(file, &st) == 0 && (uint64_t)st.st_size < off + vl)
-        return ferry__guard_err((uintptr_t)(v + vl), file, base, "entry %llu (key \"%s\"): leveldb",
-                                (unsigned long long)i, key);
-    return ferry__err(FERRY_ECORRUPT,
-                      "%s: entry %llu (key \"%s\"): leveldb: the value's bytes at offset %llu "
-                      "are not those read at open: the table file was written in place",
-                      file ? file : d->base.path, (unsigned long long)i, key,
-                      (unsigned long long)off);
-}
-
 /* Entry i's value (v, vl) from ferry's mapping of its table, given to fn (which
- * copies it out) under a guard, and its bytes checked after: a file cut short or
- * written since is an error, not the bytes read. */
+ * copies it out) under a guard; then whether the file still holds it all (past
+ * a new end, its last page reads as zeros): if not, the cut is the error, not
+ * what was read nor what fn made of it. */
 __attribute__((noinline)) static int read_in_place(const lsm *d, uint64_t i, const uint8_t *v,
                                                    size_t vl, ferry__kv_fn *fn, void *arg)
 {
@@ -356,10 +333,9 @@ __attribute__((noinline)) static int read_in_place(const lsm *d, uint64_t i, con
     if (sigsetjmp(g.jb, 0))
         return in_place_cut_short(d, i, g.addr);
     int rc = fn(arg, v, vl);
-    if (rc == 0 && !ferry__places_intact(d->places, i))
-        rc = in_place_changed(d, i);
+    bool whole = ferry__places_intact(d->places, i);
     ferry__guard_pop(&g);
-    return rc;
+    return whole ? rc : in_place_cut_short(d, i, (uintptr_t)(v + vl));
 }
 
 static int lsm_get(const ferry__kv *kv, uint64_t i, ferry__kv_fn *fn, void *arg)

@@ -8,31 +8,33 @@
 
 #include <fcntl.h>
 #include <limits.h>
-#include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #define NONE UINT32_MAX
-/* /proc/self/maps is read again when a value lies in no mapping known yet: at
- * most this many times, and no more once this many reads in a row found no new
- * mapping (values in the library's memory, not in a file: a compressed table) */
+/* /proc/self/maps is read again when a value lies in no known mapping of a file
+ * (or not where ferry's mapping has its bytes): at most this many times. A
+ * value in the library's memory (an inflated block) would ask every time: the
+ * 64 KiB regions that a read showed in no file are remembered, the last
+ * NEGATIVE of them, and not asked about again. */
 #define REREADS_MAX 4096
-#define FRUITLESS_MAX 64
-/* bytes an entry takes while noting: its offset (then its place), length, file
- * and check (the file's index is dropped after) */
-#define NOTE_BYTES (sizeof(void *) + 4 + 4 + 8)
+#define NEGATIVE 64
+#define REGION(a) ((uintptr_t)(a) >> 16)
+/* a value's end to the first non-zero byte after it: at most this far */
+#define TAIL_MAX 255
+/* bytes an entry takes: its place, length and tail */
+#define ENTRY_BYTES (sizeof(void *) + 4 + 1)
 
-typedef struct file { /* a file a value was found in */
+typedef struct file { /* a file a mapping of the directory's showed */
     char *path;
-    unsigned long major, minor;
     uint64_t ino;
-    const uint8_t *ours; /* ferry's mapping, after finish; NULL if not mapped */
+    const uint8_t *ours; /* ferry's mapping, or NULL when it could not map it */
     size_t size;
+    uint64_t placed; /* values placed in it */
 } file;
 
 typedef struct span { /* a mapping of one of the files, as maps said when last read */
@@ -43,19 +45,18 @@ typedef struct span { /* a mapping of one of the files, as maps said when last r
 
 typedef struct impl {
     ferry__places pub; /* first: a ferry__places * is an impl * */
+    uint8_t *tail;     /* each place's distance to a non-zero byte after the value */
+    uint64_t cap;
     char dir[PATH_MAX];
     size_t dirlen;
     bool (*file_ok)(const char *name);
     bool gave_up;
-    /* while noting: at[i] holds the value's offset in its file */
-    uint32_t *file_of;
-    uint64_t *check;
-    uint64_t cap;
     file *files;
     uint32_t nfiles, cap_files;
     span *spans;
     size_t nspans;
-    unsigned rereads, fruitless;
+    uintptr_t negative[NEGATIVE];
+    unsigned nneg, rereads;
 } impl;
 
 ferry__places *ferry__places_new(const char *dir, bool (*file_ok)(const char *name))
@@ -76,39 +77,34 @@ ferry__places *ferry__places_new(const char *dir, bool (*file_ok)(const char *na
     return &m->pub;
 }
 
-static void free_notes(impl *m)
+static void unmap_file(file *f)
 {
-    ferry__free(m->file_of);
-    ferry__free(m->spans);
-    m->file_of = NULL;
-    m->spans = NULL;
-    m->nspans = 0;
-}
-
-static void unmap_files(impl *m)
-{
-    for (uint32_t f = 0; f < m->nfiles; f++) {
-        if (m->files[f].ours)
-            munmap((void *)m->files[f].ours, m->files[f].size);
-        ferry__free(m->files[f].path);
-    }
-    ferry__free(m->files);
-    m->files = NULL;
-    m->nfiles = m->cap_files = 0;
+    if (f->ours)
+        munmap((void *)f->ours, f->size);
+    f->ours = NULL;
 }
 
 /* Nothing has a place from here on. */
 static void give_up(impl *m)
 {
     m->gave_up = true;
-    free_notes(m);
-    ferry__free(m->check);
-    m->check = NULL;
-    unmap_files(m);
+    for (uint32_t f = 0; f < m->nfiles; f++) {
+        unmap_file(&m->files[f]);
+        ferry__free(m->files[f].path);
+    }
+    ferry__free(m->files);
+    ferry__free(m->spans);
     ferry__free(m->pub.at);
     ferry__free(m->pub.len);
+    ferry__free(m->tail);
+    m->files = NULL;
+    m->spans = NULL;
     m->pub.at = NULL;
     m->pub.len = NULL;
+    m->tail = NULL;
+    m->nfiles = m->cap_files = 0;
+    m->nspans = 0;
+    m->pub.n = m->cap = 0;
 }
 
 void ferry__places_free(ferry__places *p)
@@ -119,27 +115,12 @@ void ferry__places_free(ferry__places *p)
     ferry__free(p);
 }
 
-/* A check of the bytes around a value: the 8 before it (in a LevelDB block, the
- * end of the entry's key: its sequence number) and its first and last 8. */
-static uint64_t check_of(const uint8_t *v, size_t len)
-{
-    uint8_t b[24] = {0};
-    size_t k = len < 8 ? len : 8;
-    memcpy(b, v - 8, 8);
-    memcpy(b + 8, v, k);
-    memcpy(b + 16, v + len - k, k);
-    uint64_t h = 0xcbf29ce484222325ull ^ len;
-    for (int j = 0; j < 24; j++)
-        h = (h ^ b[j]) * 0x100000001b3ull;
-    return h;
-}
-
-/* The file (path, device, inode) as one of m's, added if new; NONE without memory. */
-static uint32_t file_index(impl *m, const char *path, unsigned long major, unsigned long minor,
-                           uint64_t ino)
+/* The file at path with inode ino, as one of m's: found, or added and mapped
+ * by ferry (if it still is that inode); NONE without memory. */
+static uint32_t file_index(impl *m, const char *path, uint64_t ino)
 {
     for (uint32_t f = 0; f < m->nfiles; f++)
-        if (m->files[f].ino == ino && m->files[f].major == major && m->files[f].minor == minor)
+        if (m->files[f].ino == ino && !strcmp(m->files[f].path, path))
             return f;
     if (m->nfiles == m->cap_files) {
         uint32_t c = m->cap_files ? 2 * m->cap_files : 16;
@@ -153,12 +134,26 @@ static uint32_t file_index(impl *m, const char *path, unsigned long major, unsig
     if (!copy)
         return NONE;
     strcpy(copy, path);
-    m->files[m->nfiles] = (file){copy, major, minor, ino, NULL, 0};
+    file *f = &m->files[m->nfiles];
+    *f = (file){copy, ino, NULL, 0, 0};
+    /* the device in maps may not be stat's (btrfs, overlayfs): the inode decides */
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_ino == ino &&
+        st.st_size > 0) {
+        void *q = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+        if (q != MAP_FAILED) {
+            f->ours = q;
+            f->size = (size_t)st.st_size;
+        }
+    }
+    if (fd >= 0)
+        close(fd);
     return m->nfiles++;
 }
 
-/* Whether a span from..to is in the old list (sorted by from). */
-static bool known(const span *old, size_t n, uintptr_t from, uintptr_t to)
+/* The old span from..to (the list is sorted by from), or NULL. */
+static const span *known(const span *old, size_t n, uintptr_t from, uintptr_t to)
 {
     size_t lo = 0, hi = n;
     while (lo < hi) {
@@ -168,66 +163,57 @@ static bool known(const span *old, size_t n, uintptr_t from, uintptr_t to)
         else
             hi = mid;
     }
-    return lo < n && old[lo].from == from && old[lo].to == to;
+    return lo < n && old[lo].from == from && old[lo].to == to ? &old[lo] : NULL;
 }
 
-/* Reads /proc/self/maps again: the mappings of the directory's files. Returns
- * whether it found one it did not know. */
-static bool reread(impl *m)
+/* Reads /proc/self/maps again: the mappings of the directory's files. */
+static void reread(impl *m)
 {
-    if (m->rereads >= REREADS_MAX || m->fruitless >= FRUITLESS_MAX)
-        return false;
     m->rereads++;
     FILE *f = fopen("/proc/self/maps", "re");
     if (!f)
-        return false;
+        return;
     span *spans = NULL;
-    size_t n = 0, cap = 0, fresh = 0;
+    size_t n = 0, cap = 0;
     char line[PATH_MAX + 200];
     bool ok = true;
     while (ok && fgets(line, sizeof line, f)) {
-        unsigned long a, b, major, minor;
+        unsigned long a, b;
         unsigned long long off, ino;
         int at = 0;
-        if (sscanf(line, "%lx-%lx %*s %llx %lx:%lx %llu %n", &a, &b, &off, &major, &minor, &ino,
-                   &at) < 6 ||
-            !at)
+        if (sscanf(line, "%lx-%lx %*s %llx %*x:%*x %llu %n", &a, &b, &off, &ino, &at) < 4 || !at)
             continue;
         char *name = line + at;
         name[strcspn(name, "\n")] = 0;
         if (strncmp(name, m->dir, m->dirlen) || name[m->dirlen] != '/' ||
             strchr(name + m->dirlen + 1, '/') || !m->file_ok(name + m->dirlen + 1))
             continue;
-        uint32_t fi = file_index(m, name, major, minor, ino);
+        const span *old = known(m->spans, m->nspans, a, b);
+        uint32_t fi = old && m->files[old->file].ino == ino ? old->file : file_index(m, name, ino);
         if (n == cap) {
             cap = cap ? 2 * cap : 64;
             span *g = ferry__realloc(spans, cap * sizeof *g);
-            if (!g) {
+            if (!g)
                 ok = false;
-                break;
-            }
-            spans = g;
+            else
+                spans = g;
         }
-        if (fi == NONE) {
+        if (fi == NONE)
             ok = false;
-            break;
-        }
-        fresh += !known(m->spans, m->nspans, a, b);
-        spans[n++] = (span){a, b, off, fi};
+        if (ok)
+            spans[n++] = (span){a, b, off, fi};
     }
     fclose(f);
     if (!ok) {
         ferry__free(spans);
-        return false;
+        return;
     }
     ferry__free(m->spans);
     m->spans = spans;
     m->nspans = n;
-    m->fruitless = fresh ? 0 : m->fruitless + 1;
-    return fresh > 0;
 }
 
-/* The known mapping that holds [v - 8, v + len), or NULL. */
+/* The known mapping that holds [v, v + len), or NULL. */
 static const span *find(const impl *m, const uint8_t *v, size_t len)
 {
     uintptr_t a = (uintptr_t)v;
@@ -242,7 +228,49 @@ static const span *find(const impl *m, const uint8_t *v, size_t len)
     if (lo == m->nspans)
         return NULL;
     const span *s = &m->spans[lo];
-    return s->from <= a && a - s->from >= 8 && len <= s->to - a ? s : NULL;
+    return s->from <= a && len <= s->to - a ? s : NULL;
+}
+
+/* Where ferry's mapping holds v's bytes if s is (still) the mapping v lies in:
+ * the same bytes at the same offset, compared whole, and a non-zero byte
+ * within TAIL_MAX after them (its distance in *tail); else NULL. */
+static const uint8_t *in_span(impl *m, const span *s, const uint8_t *v, size_t len, uint8_t *tail)
+{
+    file *f = &m->files[s->file];
+    uint64_t off = s->off + ((uintptr_t)v - s->from);
+    if (!f->ours || off > f->size || len > f->size - off || memcmp(f->ours + off, v, len))
+        return NULL;
+    const uint8_t *end = f->ours + off + len;
+    size_t room = f->size - off - len;
+    for (size_t k = 0; k < room && k <= TAIL_MAX; k++)
+        if (end[k]) {
+            *tail = (uint8_t)k;
+            f->placed++;
+            return f->ours + off;
+        }
+    return NULL;
+}
+
+/* v's place: in the mapping that holds it as maps last said, else as it says
+ * now (a mapping made since, or one that replaced another at that address). */
+static const uint8_t *place_of(impl *m, const uint8_t *v, size_t len, uint8_t *tail)
+{
+    const span *s = find(m, v, len);
+    const uint8_t *q = s ? in_span(m, s, v, len, tail) : NULL;
+    if (q || (s && !m->files[s->file].ours))
+        return q; /* placed, or in a file ferry could not map */
+    uintptr_t r = REGION(v);
+    for (unsigned k = 0; k < m->nneg && k < NEGATIVE; k++)
+        if (m->negative[k] == r)
+            return NULL;
+    if (m->rereads >= REREADS_MAX)
+        return NULL;
+    reread(m);
+    s = find(m, v, len);
+    q = s ? in_span(m, s, v, len, tail) : NULL;
+    if (!q)
+        m->negative[m->nneg++ % NEGATIVE] = r;
+    return q;
 }
 
 void ferry__places_note(ferry__places *p, const void *v, size_t len, uint64_t room)
@@ -251,111 +279,59 @@ void ferry__places_note(ferry__places *p, const void *v, size_t len, uint64_t ro
     if (!m || m->gave_up)
         return;
     uint64_t i = p->n;
-    if (i == m->cap) {
-        uint64_t c = m->cap ? 2 * m->cap : 1024;
-        if (c * NOTE_BYTES > room) {
-            give_up(m);
-            return;
-        }
+    uint64_t c = i < m->cap ? m->cap : m->cap ? 2 * m->cap : 1024;
+    if (c * ENTRY_BYTES > room) {
+        give_up(m);
+        return;
+    }
+    if (c > m->cap) {
         const uint8_t **at = ferry__realloc(p->at, c * sizeof *at);
         if (at)
             p->at = at;
         uint32_t *l = at ? ferry__realloc(p->len, c * sizeof *l) : NULL;
         if (l)
             p->len = l;
-        uint32_t *fo = l ? ferry__realloc(m->file_of, c * sizeof *fo) : NULL;
-        if (fo)
-            m->file_of = fo;
-        uint64_t *ck = fo ? ferry__realloc(m->check, c * sizeof *ck) : NULL;
-        if (!ck) {
+        uint8_t *t = l ? ferry__realloc(m->tail, c) : NULL;
+        if (!t) {
             give_up(m);
             return;
         }
-        m->check = ck;
+        m->tail = t;
         m->cap = c;
     }
     p->n++;
     p->at[i] = NULL;
-    m->file_of[i] = NONE;
-    if (!len || len > UINT32_MAX)
-        return;
-    const span *s = find(m, v, len);
-    if (!s && reread(m))
-        s = find(m, v, len);
-    if (!s)
-        return;
-    p->at[i] = (const uint8_t *)(uintptr_t)(s->off + ((uintptr_t)v - s->from));
-    p->len[i] = (uint32_t)len;
-    m->file_of[i] = s->file;
-    m->check[i] = check_of(v, len);
-}
-
-/* Maps file f as ferry's own, if it is still the file the library mapped. */
-static void map_file(file *f)
-{
-    int fd = open(f->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return;
-    struct stat st;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_ino == f->ino &&
-        major(st.st_dev) == f->major && minor(st.st_dev) == f->minor && st.st_size > 0) {
-        void *q = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
-        if (q != MAP_FAILED) {
-            f->ours = q;
-            f->size = (size_t)st.st_size;
-        }
-    }
-    close(fd);
-}
-
-/* Each place turned into a pointer into ferry's mapping where the bytes there
- * check, else NULL; under a guard (a file cut short since: nothing has a place).
- * Returns how many have one, or UINT64_MAX after a fault. */
-__attribute__((noinline)) static uint64_t resolve(impl *m)
-{
-    ferry__places *p = &m->pub;
-    ferry__guard g;
-    ferry__guard_push(&g);
-    if (sigsetjmp(g.jb, 0))
-        return UINT64_MAX;
-    uint64_t placed = 0;
-    for (uint64_t i = 0; i < p->n; i++) {
-        uint32_t fi = m->file_of[i];
-        const file *f = fi == NONE ? NULL : &m->files[fi];
-        uint64_t off = (uint64_t)(uintptr_t)p->at[i];
-        p->at[i] = NULL;
-        if (!f || !f->ours || off < 8 || off > f->size || p->len[i] > f->size - off ||
-            check_of(f->ours + off, p->len[i]) != m->check[i])
-            continue;
-        p->at[i] = f->ours + off;
-        placed++;
-    }
-    ferry__guard_pop(&g);
-    return placed;
+    if (len && len <= UINT32_MAX && (p->at[i] = place_of(m, v, len, &m->tail[i])))
+        p->len[i] = (uint32_t)len;
 }
 
 uint64_t ferry__places_finish(ferry__places *p)
 {
     impl *m = (impl *)p;
-    if (!m || m->gave_up || !m->nfiles || !p->n)
+    if (!m || m->gave_up || !p->n)
         return 0;
-    for (uint32_t f = 0; f < m->nfiles; f++)
-        map_file(&m->files[f]);
-    uint64_t placed = resolve(m);
-    if (placed == UINT64_MAX || placed == 0) {
+    uint64_t placed = 0;
+    for (uint32_t f = 0; f < m->nfiles; f++) {
+        placed += m->files[f].placed;
+        if (!m->files[f].placed)
+            unmap_file(&m->files[f]);
+    }
+    ferry__free(m->spans);
+    m->spans = NULL;
+    m->nspans = 0;
+    if (!placed) {
         give_up(m);
         return 0;
     }
-    free_notes(m);
     const uint8_t **at = ferry__realloc(p->at, p->n * sizeof *at);
     if (at)
         p->at = at;
     uint32_t *l = ferry__realloc(p->len, p->n * sizeof *l);
     if (l)
         p->len = l;
-    uint64_t *ck = ferry__realloc(m->check, p->n * sizeof *ck);
-    if (ck)
-        m->check = ck;
+    uint8_t *t = ferry__realloc(m->tail, p->n);
+    if (t)
+        m->tail = t;
     m->cap = p->n;
     return placed;
 }
@@ -363,15 +339,8 @@ uint64_t ferry__places_finish(ferry__places *p)
 bool ferry__places_intact(const ferry__places *p, uint64_t i)
 {
     const impl *m = (const impl *)p;
-    return check_of(p->at[i], p->len[i]) == m->check[i];
-}
-
-const char *ferry__places_where(const ferry__places *p, uint64_t i, uint64_t *off,
-                                const void **base)
-{
-    const char *path = ferry__places_file(p, (uintptr_t)p->at[i], base);
-    *off = path ? (uint64_t)(p->at[i] - (const uint8_t *)*base) : 0;
-    return path;
+    const volatile uint8_t *after = p->at[i] + p->len[i] + m->tail[i];
+    return *after != 0;
 }
 
 const char *ferry__places_file(const ferry__places *p, uintptr_t addr, const void **base)

@@ -624,6 +624,73 @@ static void noise(unsigned char *v, size_t n, unsigned i)
     }
 }
 
+/* Entry i's value in the LevelDB tests: noise (stored as written), or, below
+ * `compressible`, i's low byte repeated (stored compressed); with zero_tail,
+ * noise ending in 100 zero bytes; with half_zeros, noise then zeros (stored
+ * compressed). */
+typedef struct valspec {
+    size_t len;
+    unsigned compressible;
+    bool zero_tail, half_zeros;
+} valspec;
+
+static void value_of(const valspec *vs, unsigned i, unsigned char *v)
+{
+    if (i < vs->compressible) {
+        memset(v, (int)(i & 0xff), vs->len);
+        return;
+    }
+    noise(v, vs->len, i);
+    size_t zeros = vs->half_zeros ? vs->len / 2 : vs->zero_tail && vs->len > 100 ? 100 : 0;
+    for (size_t k = vs->len - zeros; k < vs->len; k++)
+        v[k] = 0;
+}
+
+/* How many table files the LevelDB at path has; the path of one in table. */
+static int tables_in(const char *path, char *table, size_t cap)
+{
+    int tables = 0;
+    DIR *d = opendir(path);
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strlen(e->d_name) > 4 && !strcmp(e->d_name + strlen(e->d_name) - 4, ".ldb")) {
+            if (table)
+                snprintf(table, cap, "%s/%s", path, e->d_name);
+            tables++;
+        }
+    closedir(d);
+    return tables;
+}
+
+/* Writes `commits` transactions of `per` entries to a LevelDB at path; returns
+ * how many table files it has. */
+static int write_tables(const char *path, unsigned commits, unsigned per, const valspec *vs)
+{
+    ferry_db *db;
+    ferry_db_txn *t;
+    unsigned char *val = malloc(vs->len);
+    CHECK(val != NULL);
+    CHECK_OK(ferry_db_open(&db, "leveldb", path, FERRY_DB_WRITE));
+    for (unsigned c = 0; c < commits; c++) {
+        CHECK_OK(ferry_db_begin(db, &t));
+        for (unsigned i = c * per; i < (c + 1) * per; i++) {
+            char key[16];
+            snprintf(key, sizeof key, "%08u", i);
+            value_of(vs, i, val);
+            CHECK_OK(ferry_db_put(t, key, 8, val, vs->len));
+        }
+        CHECK_OK(ferry_db_commit(t));
+    }
+    ferry_db_close(db);
+    free(val);
+    const ferry__kv_ops *ops = ferry__kv_find("leveldb");
+    ferry__kv *kv;
+    ferry__kv_opts ko = {0, 1, NULL, 0, 0};
+    CHECK_OK(ops->open(&kv, path, &ko)); /* LevelDB writes its log into a table */
+    ops->close(kv);
+    return tables_in(path, NULL, 0);
+}
+
 /* verify=1 checks every block in the pass at open: a flipped byte in a value
  * fails the open with LevelDB's checksum error, naming the path; with verify=0
  * the same table opens and the entry reads with the flipped byte (nothing
@@ -633,24 +700,12 @@ TEST(leveldb_checksums_are_checked_once_at_open)
     test_make_dir("kvdb");
     char path[512];
     test_path("db", path);
-    ferry_db *db;
-    ferry_db_txn *t;
     unsigned char val[700], want[700];
-    CHECK_OK(ferry_db_open(&db, "leveldb", path, FERRY_DB_WRITE));
-    CHECK_OK(ferry_db_begin(db, &t));
-    for (unsigned i = 0; i < 400; i++) {
-        char key[16];
-        snprintf(key, sizeof key, "%08u", i);
-        noise(val, sizeof val, i);
-        CHECK_OK(ferry_db_put(t, key, 8, val, sizeof val));
-    }
-    CHECK_OK(ferry_db_commit(t));
-    ferry_db_close(db);
+    valspec vs = {sizeof val, 0, false, false};
+    write_tables(path, 1, 400, &vs);
     char spec[700];
     ferry_dataset *ds;
     snprintf(spec, sizeof spec, "leveldb:%s,value=raw", path);
-    CHECK_OK(ferry_dataset_open(&ds, spec)); /* LevelDB writes its log into a table */
-    ferry_dataset_free(ds);
 
     /* entry 200's value, found in the table, one bit flipped */
     noise(want, sizeof want, 200);
@@ -709,33 +764,10 @@ TEST(leveldb_checksums_are_checked_once_at_open)
  * path in table, its size in *size): for cutting short while read. */
 static void one_table_of(const char *path, char *table, size_t cap, off_t *size, int half_zeros)
 {
-    ferry_db *db;
-    ferry_db_txn *t;
-    unsigned char val[700];
-    CHECK_OK(ferry_db_open(&db, "leveldb", path, FERRY_DB_WRITE));
-    CHECK_OK(ferry_db_begin(db, &t));
-    for (unsigned i = 0; i < 400; i++) {
-        char key[16];
-        snprintf(key, sizeof key, "%08u", i);
-        noise(val, sizeof val, i);
-        if (half_zeros) /* compressible: the table's blocks are stored compressed */
-            memset(val + sizeof val / 2, 0, sizeof val / 2);
-        CHECK_OK(ferry_db_put(t, key, 8, val, sizeof val));
-    }
-    CHECK_OK(ferry_db_commit(t));
-    ferry_db_close(db);
-    char spec[700];
-    ferry_dataset *ds;
-    snprintf(spec, sizeof spec, "leveldb:%s,value=raw", path);
-    CHECK_OK(ferry_dataset_open(&ds, spec)); /* LevelDB writes its log into a table */
-    ferry_dataset_free(ds);
+    valspec vs = {700, 0, false, half_zeros != 0};
+    write_tables(path, 1, 400, &vs);
     table[0] = 0;
-    DIR *d = opendir(path);
-    struct dirent *e;
-    while ((e = readdir(d)))
-        if (strlen(e->d_name) > 4 && !strcmp(e->d_name + strlen(e->d_name) - 4, ".ldb"))
-            snprintf(table, cap, "%s/%s", path, e->d_name);
-    closedir(d);
+    tables_in(path, table, cap);
     CHECK(table[0]);
     struct stat st;
     CHECK(stat(table, &st) == 0 && st.st_size > (half_zeros ? 100000 : 200000));
@@ -745,61 +777,6 @@ static void one_table_of(const char *path, char *table, size_t cap, off_t *size,
 static void one_table(const char *path, char *table, size_t cap, off_t *size)
 {
     one_table_of(path, table, cap, size, 0);
-}
-
-/* Entry i's value in the in-place tests: noise (stored as written), or, below
- * `compressible`, i's low byte repeated (stored compressed); with zero_tail,
- * noise ending in 100 zero bytes. */
-typedef struct valspec {
-    size_t len;
-    unsigned compressible;
-    bool zero_tail;
-} valspec;
-
-static void value_of(const valspec *vs, unsigned i, unsigned char *v)
-{
-    if (i < vs->compressible) {
-        memset(v, (int)(i & 0xff), vs->len);
-        return;
-    }
-    noise(v, vs->len, i);
-    for (size_t k = vs->zero_tail && vs->len > 100 ? vs->len - 100 : vs->len; k < vs->len; k++)
-        v[k] = 0;
-}
-
-/* Writes `commits` transactions of `per` entries to a LevelDB at path; returns
- * how many table files it has. */
-static int write_tables(const char *path, unsigned commits, unsigned per, const valspec *vs)
-{
-    ferry_db *db;
-    ferry_db_txn *t;
-    unsigned char *val = malloc(vs->len);
-    CHECK(val != NULL);
-    CHECK_OK(ferry_db_open(&db, "leveldb", path, FERRY_DB_WRITE));
-    for (unsigned c = 0; c < commits; c++) {
-        CHECK_OK(ferry_db_begin(db, &t));
-        for (unsigned i = c * per; i < (c + 1) * per; i++) {
-            char key[16];
-            snprintf(key, sizeof key, "%08u", i);
-            value_of(vs, i, val);
-            CHECK_OK(ferry_db_put(t, key, 8, val, vs->len));
-        }
-        CHECK_OK(ferry_db_commit(t));
-    }
-    ferry_db_close(db);
-    free(val);
-    const ferry__kv_ops *ops = ferry__kv_find("leveldb");
-    ferry__kv *kv;
-    ferry__kv_opts ko = {0, 1, NULL, 0, 0};
-    CHECK_OK(ops->open(&kv, path, &ko)); /* LevelDB writes its log into a table */
-    ops->close(kv);
-    int tables = 0;
-    DIR *d = opendir(path);
-    struct dirent *e;
-    while ((e = readdir(d)))
-        tables += strlen(e->d_name) > 4 && !strcmp(e->d_name + strlen(e->d_name) - 4, ".ldb");
-    closedir(d);
-    return tables;
 }
 
 typedef struct expect {
@@ -851,7 +828,7 @@ TEST(leveldb_reads_in_place_what_a_lookup_reads)
     test_make_dir("kvdb");
     char path[512];
     unsigned n = 3 * 2500;
-    valspec noisy = {3000, 0, false}, squashy = {3000, UINT32_MAX, false};
+    valspec noisy = {3000, 0, false, false}, squashy = {3000, UINT32_MAX, false, false};
     test_path("db", path);
     int tables = write_tables(path, 3, 2500, &noisy);
     printf("%u entries of noise in %d table files\n", n, tables);
@@ -864,14 +841,14 @@ TEST(leveldb_reads_in_place_what_a_lookup_reads)
     CHECK_EQ(read_checked(path, 2000, &squashy, 1, 0), 0);
     CHECK_EQ(read_checked(path, 2000, &squashy, 0, 0), 0);
     test_path("mixed", path);
-    valspec mixed = {3000, 300, false};
+    valspec mixed = {3000, 300, false, false};
     tables = write_tables(path, 4, 2000, &mixed);
     uint64_t placed = read_checked(path, 8000, &mixed, 1, 0);
     printf("%llu of 7700 values stored as written read in place, in %d tables\n",
            (unsigned long long)placed, tables);
     CHECK(placed >= 7700 - 2 && placed <= 7700);
     test_path("small", path);
-    valspec small = {100, 0, false};
+    valspec small = {100, 0, false, false};
     write_tables(path, 1, 60000, &small);
     CHECK_EQ(read_checked(path, 60000, &small, 1, (uint64_t)1 << 20), 0);
     CHECK_EQ(read_checked(path, 60000, &small, 1, (uint64_t)4 << 20), 60000);
@@ -920,15 +897,10 @@ TEST(leveldb_cut_inside_a_value_ending_in_zeros_is_an_error)
 {
     test_make_dir("kvdb");
     char path[512], table[1024] = "", spec[700];
-    valspec zt = {3000, 0, true};
+    valspec zt = {3000, 0, true, false};
     test_path("db", path);
     CHECK_EQ(write_tables(path, 1, 400, &zt), 1);
-    DIR *d = opendir(path);
-    struct dirent *e;
-    while ((e = readdir(d)))
-        if (strlen(e->d_name) > 4 && !strcmp(e->d_name + strlen(e->d_name) - 4, ".ldb"))
-            snprintf(table, sizeof table, "%s/%s", path, e->d_name);
-    closedir(d);
+    tables_in(path, table, sizeof table);
     size_t n;
     unsigned char *b = test_read_file(table, &n), want[3000];
     /* an entry whose value crosses a page, and where its last page starts */

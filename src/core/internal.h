@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #define FERRY_ERRMSG_MAX 512
 
@@ -78,6 +79,31 @@ void ferry__thread_join(ferry__thread *t);
 bool ferry__cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *m, uint64_t deadline_ns);
 /* A condition variable on the monotonic clock. */
 int ferry__cond_init(pthread_cond_t *cv);
+
+/* ---- The process's mappings (Linux's /proc/self/maps), one line at a time ----
+ *
+ *     ferry__maps m;
+ *     ferry__mapping x;
+ *     if (ferry__maps_open(&m)) {
+ *         while (ferry__maps_next(&m, &x))
+ *             ...x.from, x.to, x.off, x.ino, x.path...
+ *         ferry__maps_close(&m);
+ *     }
+ */
+typedef struct ferry__mapping {
+    uintptr_t from, to; /* [from, to) */
+    uint64_t off;       /* the file's offset at from */
+    uint64_t ino;
+    const char *path; /* "" for an anonymous mapping; valid until the next call */
+} ferry__mapping;
+typedef struct ferry__maps {
+    void *f; /* FILE * */
+    char line[4096 + 200];
+} ferry__maps;
+/* False when the mappings cannot be read (then there is nothing to close). */
+bool ferry__maps_open(ferry__maps *m);
+bool ferry__maps_next(ferry__maps *m, ferry__mapping *out);
+void ferry__maps_close(ferry__maps *m);
 
 /* ---- A bounded thread pool (one mutex, two condition variables) ---- */
 typedef struct ferry__pool ferry__pool;

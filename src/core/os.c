@@ -1,11 +1,14 @@
 /*
- * The OS layer: clocks, threads, condition variables, strict number parsing.
+ * The OS layer: clocks, threads, condition variables, the process's mappings,
+ * strict number parsing.
  */
 #include "internal.h"
 
 #include <ctype.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 uint64_t ferry_now_ns(void)
@@ -53,6 +56,34 @@ bool ferry__cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *m, uint64_t dea
 
 /* Decimal, or hexadecimal with an explicit 0x: a leading zero is not octal
  * ("010" from a launcher means ten). */
+bool ferry__maps_open(ferry__maps *m)
+{
+    m->f = fopen("/proc/self/maps", "re");
+    return m->f != NULL;
+}
+
+/* A line: "from-to perms offset major:minor inode [path]" (hex but the inode). */
+bool ferry__maps_next(ferry__maps *m, ferry__mapping *out)
+{
+    while (fgets(m->line, sizeof m->line, m->f)) {
+        unsigned long a, b;
+        unsigned long long off, ino;
+        int at = 0;
+        if (sscanf(m->line, "%lx-%lx %*s %llx %*x:%*x %llu %n", &a, &b, &off, &ino, &at) < 4 || !at)
+            continue;
+        m->line[strcspn(m->line, "\n")] = 0;
+        *out = (ferry__mapping){a, b, off, ino, m->line + at};
+        return true;
+    }
+    return false;
+}
+
+void ferry__maps_close(ferry__maps *m)
+{
+    fclose(m->f);
+    m->f = NULL;
+}
+
 static int number_base(const char **s)
 {
     const char *p = *s;

@@ -111,23 +111,18 @@ static void lsm_close(ferry__kv *kv)
  * where it starts in memory; false when it cannot be told. */
 static bool mapped_file(uintptr_t addr, char *path, size_t cap, uintptr_t *base)
 {
-    FILE *f = fopen("/proc/self/maps", "re");
-    if (!f)
-        return false;
-    char line[1200];
+    ferry__maps m;
+    ferry__mapping x;
     bool found = false;
-    while (!found && fgets(line, sizeof line, f)) {
-        unsigned long a, b, off;
-        int at = 0;
-        if (sscanf(line, "%lx-%lx %*s %lx %*x:%*x %*u %n", &a, &b, &off, &at) < 3 || !at ||
-            addr < a || addr >= b || line[at] != '/' || off > a)
-            continue;
-        line[strcspn(line, "\n")] = 0;
-        snprintf(path, cap, "%s", line + at);
-        *base = (uintptr_t)(a - off);
-        found = true;
-    }
-    fclose(f);
+    if (!ferry__maps_open(&m))
+        return false;
+    while (!found && ferry__maps_next(&m, &x))
+        if (addr >= x.from && addr < x.to && x.path[0] == '/' && x.off <= x.from) {
+            snprintf(path, cap, "%s", x.path);
+            *base = (uintptr_t)(x.from - x.off);
+            found = true;
+        }
+    ferry__maps_close(&m);
     return found;
 }
 
@@ -151,13 +146,8 @@ static int cut_short(lsm *d, uintptr_t addr, const char *what)
 
 static int entry_cut_short(lsm *d, uint64_t i, uintptr_t addr)
 {
-    const uint8_t *k;
-    size_t kl;
-    char key[96], what[160];
-    ferry__kv_keys_get(&d->keys, i, &k, &kl);
-    snprintf(what, sizeof what, "entry %llu (key \"%s\")", (unsigned long long)i,
-             ferry__lmdb_key_repr(key, sizeof key, k, kl));
-    return cut_short(d, addr, what);
+    char what[160];
+    return cut_short(d, addr, entry_what(d, i, what));
 }
 
 static bool table_name(const char *name)
@@ -310,15 +300,11 @@ __attribute__((noinline)) static int lookup(lsm *d, leveldb_iterator_t *it, uint
  * was not reading: the database stays open). */
 static int in_place_cut_short(const lsm *d, uint64_t i, uintptr_t addr)
 {
-    const uint8_t *k;
-    size_t kl;
-    char key[96];
+    char what[160];
     const void *base = NULL;
     const char *file = ferry__places_file(d->places, addr, &base);
-    ferry__kv_keys_get(&d->keys, i, &k, &kl);
-    return ferry__guard_err(addr, file ? file : d->base.path, base,
-                            "entry %llu (key \"%s\"): leveldb", (unsigned long long)i,
-                            ferry__lmdb_key_repr(key, sizeof key, k, kl));
+    return ferry__guard_err(addr, file ? file : d->base.path, base, "%s: leveldb",
+                            entry_what(d, i, what));
 }
 
 /* Entry i's value (v, vl) from ferry's mapping of its table, given to fn (which

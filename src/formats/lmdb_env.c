@@ -131,26 +131,22 @@ static int list_subdbs(MDB_txn *txn, size_t last_pgno, char *buf, size_t cap)
 static bool map_range(const void *inside, const struct stat *st, uint64_t mapsize, uintptr_t *lo,
                       uintptr_t *hi)
 {
-    FILE *f = fopen("/proc/self/maps", "re");
-    if (!f)
-        return false;
-    char line[1024];
+    ferry__maps m;
+    ferry__mapping x;
     bool found = false;
     uintptr_t p = (uintptr_t)inside;
-    while (fgets(line, sizeof line, f)) {
-        unsigned long a, b, off, inode;
-        unsigned maj, min;
-        if (sscanf(line, "%lx-%lx %*s %lx %x:%x %lu", &a, &b, &off, &maj, &min, &inode) != 6)
-            continue;
-        if (p < a || p >= b || inode != (unsigned long)st->st_ino || off > a)
+    if (!ferry__maps_open(&m))
+        return false;
+    while (ferry__maps_next(&m, &x)) {
+        if (p < x.from || p >= x.to || x.ino != (uint64_t)st->st_ino || x.off > x.from)
             continue;
         uint64_t backed = (uint64_t)st->st_size < mapsize ? (uint64_t)st->st_size : mapsize;
-        *lo = (uintptr_t)(a - off);
+        *lo = (uintptr_t)(x.from - x.off);
         *hi = *lo + (uintptr_t)backed;
         found = *hi > *lo;
         break;
     }
-    fclose(f);
+    ferry__maps_close(&m);
     return found;
 }
 

@@ -137,14 +137,22 @@ static void lsm_key(const ferry__kv *kv, uint64_t i, const uint8_t **k, size_t *
     ferry__kv_keys_get(&((const lsm *)kv)->keys, i, k, klen);
 }
 
-static int entry_err(const lsm *d, uint64_t i, char *err)
+/* "entry 7 (key \"00000007\")", for messages, into what[160]. */
+static const char *entry_what(const lsm *d, uint64_t i, char *what)
 {
     const uint8_t *k;
     size_t kl;
-    char key[96], what[160];
+    char key[96];
     ferry__kv_keys_get(&d->keys, i, &k, &kl);
-    snprintf(what, sizeof what, "entry %llu (key \"%s\")", (unsigned long long)i,
+    snprintf(what, 160, "entry %llu (key \"%s\")", (unsigned long long)i,
              ferry__lmdb_key_repr(key, sizeof key, k, kl));
+    return what;
+}
+
+static int entry_err(const lsm *d, uint64_t i, char *err)
+{
+    char what[160];
+    entry_what(d, i, what);
     if (!err)
         return ferry__err(FERRY_ECORRUPT, "%s: %s: " LSM_NAME ": the key is gone from the snapshot",
                           d->base.path, what);

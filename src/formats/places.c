@@ -8,7 +8,6 @@
 
 #include <fcntl.h>
 #include <limits.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -130,10 +129,9 @@ static uint32_t file_index(impl *m, const char *path, uint64_t ino)
         m->files = g;
         m->cap_files = c;
     }
-    char *copy = ferry__malloc(strlen(path) + 1);
+    char *copy = ferry__strdup(path);
     if (!copy)
         return NONE;
-    strcpy(copy, path);
     file *f = &m->files[m->nfiles];
     *f = (file){copy, ino, NULL, 0, 0};
     /* the device in maps may not be stat's (btrfs, overlayfs): the inode decides */
@@ -170,26 +168,21 @@ static const span *known(const span *old, size_t n, uintptr_t from, uintptr_t to
 static void reread(impl *m)
 {
     m->rereads++;
-    FILE *f = fopen("/proc/self/maps", "re");
-    if (!f)
+    ferry__maps maps;
+    ferry__mapping x;
+    if (!ferry__maps_open(&maps))
         return;
     span *spans = NULL;
     size_t n = 0, cap = 0;
-    char line[PATH_MAX + 200];
     bool ok = true;
-    while (ok && fgets(line, sizeof line, f)) {
-        unsigned long a, b;
-        unsigned long long off, ino;
-        int at = 0;
-        if (sscanf(line, "%lx-%lx %*s %llx %*x:%*x %llu %n", &a, &b, &off, &ino, &at) < 4 || !at)
-            continue;
-        char *name = line + at;
-        name[strcspn(name, "\n")] = 0;
+    while (ok && ferry__maps_next(&maps, &x)) {
+        const char *name = x.path;
         if (strncmp(name, m->dir, m->dirlen) || name[m->dirlen] != '/' ||
             strchr(name + m->dirlen + 1, '/') || !m->file_ok(name + m->dirlen + 1))
             continue;
-        const span *old = known(m->spans, m->nspans, a, b);
-        uint32_t fi = old && m->files[old->file].ino == ino ? old->file : file_index(m, name, ino);
+        const span *old = known(m->spans, m->nspans, x.from, x.to);
+        uint32_t fi =
+            old && m->files[old->file].ino == x.ino ? old->file : file_index(m, name, x.ino);
         if (n == cap) {
             cap = cap ? 2 * cap : 64;
             span *g = ferry__realloc(spans, cap * sizeof *g);
@@ -201,9 +194,9 @@ static void reread(impl *m)
         if (fi == NONE)
             ok = false;
         if (ok)
-            spans[n++] = (span){a, b, off, fi};
+            spans[n++] = (span){x.from, x.to, x.off, fi};
     }
-    fclose(f);
+    ferry__maps_close(&maps);
     if (!ok) {
         ferry__free(spans);
         return;
